@@ -1,0 +1,212 @@
+"""Read and write trace directories (DESIGN.md "The data contracts").
+
+Parquet is native; `.jsonl` and `.csv` with the same columns are accepted wherever Parquet
+is. An evidence kind may also be a directory of Parquet shards (`commops/rank-00012.parquet`),
+which is what the sidecar writes; it is read as one table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.dataset as ds
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from collector.errors import TraceError
+from collector.meta import JobMeta
+from collector.schema import EVIDENCE
+
+FORMATS = (".parquet", ".jsonl", ".csv")
+
+
+def find_evidence(trace: Path, kind: str) -> Path | None:
+    """The file (or shard directory) holding one evidence kind, or None if the trace lacks it."""
+    stem = EVIDENCE[kind][0]
+    for ext in FORMATS:
+        p = trace / f"{stem}{ext}"
+        if p.is_file():
+            return p
+    shard_dir = trace / stem
+    if shard_dir.is_dir() and any(shard_dir.glob("*.parquet")):
+        return shard_dir
+    return None
+
+
+def _conform(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
+    """Select and cast the contract's columns; raise a one-line error naming what is wrong."""
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:
+        raise TraceError(
+            f"{source}: missing column(s) {', '.join(missing)}",
+            f"expected columns: {', '.join(schema.names)}",
+        )
+    cols = []
+    for f in schema:
+        col = table.column(f.name)
+        if col.type != f.type:
+            try:
+                col = pc.cast(col, f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise TraceError(
+                    f"{source}: column '{f.name}' has type {col.type}, expected {f.type}",
+                    "fix the producer or convert the column",
+                ) from exc
+        if col.null_count:
+            raise TraceError(f"{source}: column '{f.name}' has {col.null_count} null value(s)", "every cell is required")
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def read_table(
+    path: Path,
+    schema: pa.Schema,
+    columns: Sequence[str] | None = None,
+    filter_expr: ds.Expression | None = None,
+) -> pa.Table:
+    """Read one evidence file or shard directory into an Arrow table with the contract's types."""
+    try:
+        if path.is_dir() or path.suffix == ".parquet":
+            dataset = ds.dataset(path, format="parquet")
+            want = list(columns) if columns else None
+            # read columns needed by the filter too, then conform the full schema only if asked
+            table = dataset.to_table(columns=want, filter=filter_expr)
+            if columns:
+                sub = pa.schema([schema.field(c) for c in columns])
+                return _conform(table, sub, path)
+            return _conform(table, schema, path)
+        if path.suffix == ".jsonl":
+            table = pajson.read_json(path)
+        elif path.suffix == ".csv":
+            table = pacsv.read_csv(path)
+        else:
+            raise TraceError(f"{path}: unknown format", f"use one of {', '.join(FORMATS)}")
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, TraceError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TraceError(f"{path}: cannot be read ({first})", "check that the file is complete and in the format its name says") from exc
+    table = _conform(table, schema, path)
+    if filter_expr is not None:
+        table = table.filter(filter_expr)
+    if columns:
+        table = table.select(list(columns))
+    return table
+
+
+def write_table(table: pa.Table | pd.DataFrame, path: Path, schema: pa.Schema) -> None:
+    """Write a table in the format its suffix names, atomically (write, then rename)."""
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, schema=schema, preserve_index=False)
+    table = _conform(table, schema, path)
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".parquet":
+        pq.write_table(table, tmp, row_group_size=1 << 20, compression="zstd")
+    elif path.suffix == ".jsonl":
+        with tmp.open("w") as fh:
+            for row in table.to_pylist():
+                fh.write(json.dumps(row) + "\n")
+    elif path.suffix == ".csv":
+        pacsv.write_csv(table, tmp)
+    else:
+        raise TraceError(f"{path}: unknown format", f"use one of {', '.join(FORMATS)}")
+    tmp.replace(path)
+
+
+class ChunkedParquetWriter:
+    """Streams record batches into one Parquet file in row groups, keeping memory bounded."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path = path
+        self.schema = schema
+        self._tmp = path.with_name(path.name + ".tmp")
+        self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
+        self.rows = 0
+
+    def write(self, columns: dict[str, object]) -> None:
+        batch = pa.RecordBatch.from_pydict(columns, schema=self.schema)
+        self._writer.write_batch(batch, row_group_size=1 << 20)
+        self.rows += batch.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
+        self._tmp.replace(self.path)
+
+    def __enter__(self) -> ChunkedParquetWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self._writer.close()
+            self._tmp.unlink(missing_ok=True)
+
+
+@dataclass
+class Trace:
+    """A trace directory: meta plus lazily read evidence."""
+
+    path: Path
+    meta: JobMeta
+    evidence: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: str | Path) -> Trace:
+        p = Path(path)
+        if not p.exists():
+            raise TraceError(f"{p}: no such trace directory", "pass a directory made by `laggard simulate`, `import` or `capture`")
+        if not p.is_dir():
+            raise TraceError(f"{p}: a trace is a directory, not a file", "pass the directory that holds meta.json")
+        meta = JobMeta.load(p / "meta.json")
+        evidence = {k: f for k in EVIDENCE if (f := find_evidence(p, k)) is not None}
+        if not evidence and not any(p.joinpath("logs").glob("*.log*")):
+            raise TraceError(
+                f"{p}: no evidence file",
+                "add commops.parquet, flows.parquet or logs/<host>.log (see DESIGN.md)",
+            )
+        return cls(p, meta, evidence)
+
+    def has(self, kind: str) -> bool:
+        if kind == "logs":
+            return any(self.path.joinpath("logs").glob("*.log*"))
+        return kind in self.evidence
+
+    def table(
+        self,
+        kind: str,
+        columns: Sequence[str] | None = None,
+        filter_expr: ds.Expression | None = None,
+    ) -> pa.Table:
+        if kind not in self.evidence:
+            raise TraceError(f"{self.path}: trace has no {kind} evidence", f"add {EVIDENCE[kind][0]}.parquet")
+        return read_table(self.evidence[kind], EVIDENCE[kind][1], columns, filter_expr)
+
+    def commops(self, columns: Sequence[str] | None = None, ranks: Iterable[int] | None = None,
+                steps: tuple[int, int] | None = None) -> pd.DataFrame:
+        """CommOps as a DataFrame, optionally only some ranks or an inclusive step range."""
+        expr = None
+        if ranks is not None:
+            expr = ds.field("rank").isin(list(ranks))
+        if steps is not None:
+            s = (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
+            expr = s if expr is None else expr & s
+        return self.table("commops", columns, expr).to_pandas()
+
+    def flows(self) -> pd.DataFrame:
+        return self.table("flows").to_pandas()
+
+    def log_files(self) -> list[Path]:
+        return sorted(self.path.joinpath("logs").glob("*.log*"))
+
+    def truth(self) -> dict | None:
+        """Ground truth, for tests and evaluation only (DESIGN.md: nothing else reads it)."""
+        p = self.path / "truth.json"
+        return json.loads(p.read_text()) if p.exists() else None

@@ -1,0 +1,78 @@
+"""The `laggard` console script: one verb per user task, each in laggard/commands/<verb>.py.
+
+Every command module defines `register(subparsers)` (adds its parser, sets `func`) and is found
+by name, so adding a verb never touches this file. Exit codes: 0 ok, 1 irregularity found with
+--fail-on-irregular, 2 user error (one line on stderr), 3 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from collector.errors import UserError
+from laggard import commands
+
+EPILOG = """\
+examples:
+  laggard simulate --gpus 256 --tp 8 --pp 4 --steps 30 --fault gpu:rank=77,factor=2 --out /tmp/t
+  laggard timeline /tmp/t
+  laggard localize /tmp/t --format json
+  laggard report /tmp/t --out report.html
+
+Exit codes: 0 ok, 1 irregularity found (with --fail-on-irregular), 2 bad input or usage.
+Run `laggard VERB --help` for each verb's options and examples."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="laggard",
+        description="Find what makes a distributed training job slow or stuck, and why.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from laggard import __version__
+
+    parser.add_argument("--version", action="version", version=f"laggard {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"laggard.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"laggard {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"laggard {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # an internal bug: one line, traceback only when asked for
+        if os.environ.get("LAGGARD_DEBUG"):
+            raise
+        print(
+            f"laggard {args.verb}: internal error: {type(exc).__name__}: {exc} "
+            "(set LAGGARD_DEBUG=1 for the traceback and please report it)",
+            file=sys.stderr,
+        )
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

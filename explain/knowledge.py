@@ -220,6 +220,7 @@ def load_kb(dirs: Sequence[Path] | None = None, strict: bool = False) -> Knowled
             kb.problems.append(f"{d}: knowledge-base directory does not exist")
             continue
         files = [d] if d.is_file() else sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
+        seen_here: dict[str, str] = {}
         for f in files:
             try:
                 docs = yaml.safe_load(f.read_text())
@@ -234,8 +235,18 @@ def load_kb(dirs: Sequence[Path] | None = None, strict: bool = False) -> Knowled
             for raw in docs:
                 entry, probs = parse_entry(raw, f.name, tuple(CATALOG), tuple(ACTIONS), FINDING_TAGS)
                 kb.problems += probs
-                if entry is not None:
-                    kb.entries[entry.id] = entry
+                if entry is None:
+                    continue
+                if entry.id in seen_here:
+                    kb.problems.append(f"{f.name}:{entry.id}: duplicate id (also in {seen_here[entry.id]})")
+                    continue
+                own = {t for p in entry.probes for t in CATALOG[p].findings}
+                orphan = [t for t in entry.confirmed_by if t not in own and not (t.startswith("xid.") and "kernel_xid" in entry.probes)]
+                if orphan:
+                    kb.problems.append(f"{f.name}:{entry.id}: none of its probes reports {', '.join(orphan)}")
+                    continue
+                seen_here[entry.id] = f.name
+                kb.entries[entry.id] = entry
     if strict and kb.problems:
         raise UserError(f"knowledge base has {len(kb.problems)} problem(s): {kb.problems[0]}",
                         "run `laggard kb lint` for the full list")

@@ -122,7 +122,8 @@ class DeterministicReasoner:
             score = (0.45 * e.prior + 0.35 * sims.get(e.id, 0.0) / top_sim
                      + (0.2 if want and e.pattern == want else 0.0)
                      + (0.1 if kind_rank == 0 else 0.0) + (0.5 if cites else 0.0)
-                     + (0.3 if verdict.status == "hang" and e.pattern == "hang" else 0.0))
+                     + (0.3 if verdict.status == "hang" and e.pattern == "hang" else 0.0)
+                     - (0.3 if verdict.status != "hang" and e.pattern == "hang" else 0.0))
             why = []
             if kind_rank is not None:
                 why.append(f"fits a {kinds[kind_rank]} verdict")

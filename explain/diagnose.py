@@ -215,7 +215,8 @@ def round1_keys(ctx: Context, alert: str, trace: Trace) -> Keys:
 def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothesis], crit_nodes: dict[str, str],
              timeout: float) -> None:
     """Run planned probes in order through the backend; stop once one confirms a hypothesis."""
-    wanted = {h.entry.id for h in hyps}
+    cand = focus(ctx.verdict)
+    wanted = {h.entry.id for h in hyps} | {e.id for e in ctx.kb.by_kind(cand.kind)} if cand else set()
     for p in plan:
         try:
             call = build_call(p.name, p.host, p.args, ctx.inventory)

@@ -223,7 +223,7 @@ def load_kb(dirs: Sequence[Path] | None = None, strict: bool = False) -> Knowled
         seen_here: dict[str, str] = {}
         for f in files:
             try:
-                docs = yaml.safe_load(f.read_text())
+                docs = yaml.load(f.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             except yaml.YAMLError as exc:
                 kb.problems.append(f"{f}: not valid YAML ({str(exc).splitlines()[0]})")
                 continue

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from collector.errors import UserError
-from explain.backends import LocalBackend, ProbeBackend, SSHBackend
+
+if TYPE_CHECKING:
+    from explain.backends import ProbeBackend
 
 MODES = ("auto", "virtual", "local", "ssh", "dry-run")
 
 
 def choose_backend(trace: Path, mode: str = "auto", ssh_user: str | None = None) -> ProbeBackend:
+    from explain.backends import LocalBackend, SSHBackend
+
     if mode == "auto":
         mode = "virtual" if (trace / "truth.json").exists() else "dry-run"
     if mode == "virtual":

@@ -6,16 +6,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
-from collector.traceio import Trace
-from explain.diagnose import Diagnosis, diagnose
-from explain.llm import LLMConfig, OpenAIChat
-from explain.remediation import AuditLog, Proposal
-from laggard.backends import MODES, choose_backend
+from laggard.backends import MODES
 from laggard.cliutil import add_format, print_json, verb_parser
-from localize.verdict import Verdict
+
+if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
+    from collector.traceio import Trace
+    from explain.diagnose import Diagnosis
+    from explain.remediation import Proposal
+    from localize.verdict import Verdict
 
 
 def register(sub: Any) -> None:
@@ -49,6 +50,8 @@ def register(sub: Any) -> None:
 
 
 def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
+    from localize.verdict import Verdict
+
     if args.verdict:
         try:
             raw = json.loads(args.verdict.read_text())
@@ -72,6 +75,12 @@ def ask(prop: Proposal) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from collector.traceio import Trace
+    from explain.diagnose import diagnose
+    from explain.llm import LLMConfig, OpenAIChat
+    from explain.remediation import AuditLog
+    from laggard.backends import choose_backend
+
     trace = Trace.open(args.trace)
     verdict = load_verdict(args, trace)
     alert = args.alert

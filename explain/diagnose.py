@@ -401,5 +401,6 @@ def llm_attribute(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det:
         return det
     entry = ctx.kb.entries[eid]
     conf = float(reply.get("confidence", 0.0))
-    conf = max(0.0, min(conf, det.confidence if det.entry is not None and det.entry.id == eid else 0.6))
+    cap = det.confidence if det.entry is not None and det.entry.id == eid else (0.6 if eid in confirmed else 0.4)
+    conf = max(0.0, min(conf, cap))
     return Attribution(entry, round(conf, 2), eid in confirmed, claims or det.claims, confirmed.get(eid, []))

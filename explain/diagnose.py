@@ -354,7 +354,7 @@ def llm_critique(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det_c
     plan: list[PlannedProbe] = []
     for req in reply.get("probes", []):
         extra = sorted(set(req) - {"probe", "host", "gpu", "iface"})
-        args = {k: req[k] for k in ("gpu", "iface") if k in req and k in CATALOG.get(str(req.get("probe")), CATALOG["cpu_top"]).params}
+        args: dict[str, Any] = {k: req[k] for k in ("gpu", "iface") if k in req and k in CATALOG.get(str(req.get("probe")), CATALOG["cpu_top"]).params}
         try:
             call = build_call(req.get("probe"), req.get("host"), args, ctx.inventory)
         except ProbeRejected as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,7 @@ class KnowledgeBase:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def __iter__(self) -> Iterable[Entry]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries.values())
 
     def get(self, entry_id: str) -> Entry:
@@ -192,7 +192,7 @@ def parse_entry(raw: Any, source: str, known_probes: Sequence[str] = (), known_a
     if problems:
         return None, problems
     return Entry(
-        id=eid, title=raw["title"].strip(), category=category, pattern=pattern, verdict_kinds=kinds,
+        id=str(eid), title=raw["title"].strip(), category=str(category), pattern=str(pattern), verdict_kinds=kinds,
         keywords=keywords, cause=" ".join(raw["cause"].split()), probes=probes, confirmed_by=tags,
         remediation=tuple(remedies), references=refs, log_patterns=log_patterns, prior=float(prior),
         source=source,

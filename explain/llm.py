@@ -75,10 +75,10 @@ class OpenAIChat:
         self.client = OpenAI(base_url=cfg.base_url, api_key=cfg.api_key, timeout=cfg.timeout_s, max_retries=1)
 
     def ask(self, system: str, user: str, schema: dict[str, Any]) -> Any:
-        resp = self.client.chat.completions.create(
+        resp = self.client.chat.completions.create(  # type: ignore[call-overload]
             model=self.cfg.model,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-            response_format={"type": "json_object", "schema": schema},  # type: ignore[typeddict-unknown-key]
+            response_format={"type": "json_object", "schema": schema},
             temperature=0.0,
             max_tokens=self.cfg.max_tokens,
         )

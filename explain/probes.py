@@ -272,7 +272,7 @@ def parse_top(out: str, args: Mapping[str, Any]) -> Parsed:
         for val, key in re.findall(r"([\d.]+)\s*(us|sy|ni|id|wa|hi|si|st)", m.group(1)):
             cpu[key] = float(val)
     swap = re.search(r"(?:MiB|KiB) Swap:\s*([\d.]+)\s*total,\s*([\d.]+)\s*free,\s*([\d.]+)\s*used", out)
-    procs = []
+    procs: list[dict[str, Any]] = []
     lines = out.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.strip().startswith("PID")), None)
     if start is not None:

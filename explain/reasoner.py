@@ -177,7 +177,7 @@ def confirming(kb: KnowledgeBase, results: Sequence[ProbeResult]) -> dict[str, l
 
 def attribute(kb: KnowledgeBase, verdict: Verdict, hyps: Sequence[Hypothesis], results: Sequence[ProbeResult]) -> Attribution:
     cand = focus(verdict)
-    if verdict.status == "healthy" or cand is None and not hyps:
+    if verdict.status == "healthy" or (cand is None and not hyps):
         return Attribution(None, 0.0, False, [("the job is healthy; nothing to explain", ["E1"])])
     cscore = float(cand.score) if cand else 0.5
     conf = confirming(kb, results)

@@ -92,6 +92,5 @@ def oracle_verdict(truth: dict[str, Any], ranks: dict[int, tuple[str, int]], swi
             c.switch = str(f["switch"])
             c.hosts = switch_hosts.get(c.switch, [])
         cands.append(c)
-    status = "irregular" if cands else "healthy"
-    return Verdict(job=str(truth.get("job", "job")), status=status, irregular_steps=list(truth.get("irregular_steps", [])),
+    return Verdict(job=str(truth.get("job", "job")), status="irregular" if cands else "healthy", irregular_steps=list(truth.get("irregular_steps", [])),
                    slowdown=1.5, candidates=cands)

@@ -8,7 +8,6 @@ on this machine (`local`) or over SSH (`ssh`) are opt-in.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from collector.errors import UserError

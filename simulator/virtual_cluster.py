@@ -241,7 +241,7 @@ class VirtualCluster:
         if iface not in self._nics(host):
             return 71, f"netlink error: no device matches name ({iface})\n"
         if "-S" in argv:
-            return 0, f"NIC statistics:\n     rx_prio3_pause: 12\n     tx_prio3_pause: 9\n"
+            return 0, "NIC statistics:\n     rx_prio3_pause: 12\n     tx_prio3_pause: 9\n"
         return 0, (f"Settings for {iface}:\n\tSupported link modes:   100000baseCR4/Full\n\t                        "
                    "200000baseCR4/Full\n\t                        400000baseCR4/Full\n\tSpeed: 400000Mb/s\n\tDuplex: Full\n\tLink detected: yes\n")
 

@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             pred = extract_keys(item["text"]).to_dict() if llm is None else llm_keys(llm, item["text"])
             a_scores.append(score_extraction(pred, item))
         rows, times = [], []
-        for kind, spec, out in cases:
+        for _kind, spec, out in cases:
             trace = Trace.open(out)
             verdict = verdict_for(trace, loc)
             t0 = time.perf_counter()

@@ -51,7 +51,7 @@ def test_local_backend_runs_a_real_probe() -> None:
 def test_local_ip_link_parses() -> None:
     rc, out = LocalBackend().run(None, ["ip", "-j", "-s", "-s", "link", "show"], 10)
     res = interpret(ProbeCall("nic_link", "localhost", {}, []), rc, out, "P1")
-    assert rc == 0 and "interface" in res.summary or res.findings
+    assert (rc == 0 and "interface" in res.summary) or res.findings
 
 
 def test_missing_command_is_reported_not_raised() -> None:

@@ -21,7 +21,7 @@ def test_explain_with_verdict_file(cli, trace_factory, tmp_path: Path) -> None:
     assert d["category"] == "gpu" and d["confirmed"] and d["backend"] == "virtual"
     assert d["probes"][0]["probe"] == "gpu_clocks"
     assert all(r["status"] in ("proposed", "advice") for r in d["remediation"])
-    assert [json.loads(x)["event"] for x in audit.read_text().splitlines()][0] == "probe.run"
+    assert next(json.loads(x)["event"] for x in audit.read_text().splitlines()) == "probe.run"
     text = cli("explain", path, "--verdict", vfile, "--audit", audit, "--no-llm", "--probes", "dry-run")
     assert "NOT confirmed" in text.stdout and "diagram of thought:" in text.stdout and "not run (dry run)" in text.stdout
 

@@ -94,7 +94,7 @@ def test_approved_remediation_runs_is_audited_and_verified(trace_factory) -> Non
     assert "remediation.approved" in events and "remediation.executed" in events
     assert any(r["status"] == "executed" for r in d.remediation)
     assert d.dot["nodes"][-1]["type"] == "verification"  # the re-check after remediation
-    for host, argv in vc.ran:
+    for _host, argv in vc.ran:
         name = argv[0]
         assert name in {s.argv[0] for s in CATALOG.values()} | {t[0] for a in ACTIONS.values() for t in a.argvs}
 

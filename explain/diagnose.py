@@ -337,7 +337,9 @@ def llm_propose(ctx: Context, llm: ChatModel, det_hyps: list[Hypothesis], keys: 
 
 def llm_critique(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det_crit: list[tuple[Hypothesis, str]],
                  det_plan: list[PlannedProbe]) -> tuple[list[tuple[Hypothesis, str]], list[PlannedProbe]]:
-    probes = "\n".join(f"- {n}({', '.join(['host', *s.params])}): {s.summary}" for n, s in CATALOG.items())
+    relevant = [n for h in hyps for n in h.entry.probes]
+    probes = "\n".join(f"- {n}({', '.join(['host', *CATALOG[n].params])}): {CATALOG[n].summary}" for n in dict.fromkeys(relevant))
+    probes += "\nother probes: " + ", ".join(n for n in CATALOG if n not in relevant)
     hosts = ", ".join(ctx.inventory.hosts[:64])
     hyp_text = "\n".join(f"- {h.entry.id}: {h.entry.title}; confirmed by {', '.join(h.entry.confirmed_by) or 'nothing'} "
                          f"from {', '.join(h.entry.probes) or 'no probe'}" for h in hyps)

@@ -47,3 +47,22 @@ def test_dense_encoder_when_installed() -> None:
     assert r.mode == "tfidf+minilm"
     rec, _ = recall_at_k(r, yaml.safe_load(QUESTIONS.read_text()), 3)
     assert rec >= 0.9
+
+
+def test_cached_index_matches_sklearn(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from explain.retrieval import NGRAMS, TOKEN_PATTERN, SparseIndex
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    texts = [e.text() for e in load_kb()]
+    first = SparseIndex.cached(texts)
+    assert list((tmp_path / "laggard").glob("kb-tfidf-*.npz"))
+    again = SparseIndex.cached(texts)  # from the cache file
+    vec = TfidfVectorizer(ngram_range=NGRAMS, sublinear_tf=True, stop_words="english", token_pattern=TOKEN_PATTERN).fit(texts)
+    for q in ["GPU 5 at 91 C, clocks throttled", "Xid 79 fallen off the bus", "ECMP hash collision on uplinks", "zzz"]:
+        want = vec.transform([q]).toarray()[0]
+        assert np.allclose(again.transform(q), want, atol=1e-6)
+        assert np.allclose(first.transform(q), want, atol=1e-6)
+    assert np.allclose(again.docs, vec.transform(texts).toarray(), atol=1e-6)

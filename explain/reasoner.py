@@ -33,7 +33,12 @@ KIND_QUERY = {
 KIND_PATTERN = {"gpu": "compute-slow-rank", "pcie": "compute-slow-rank", "host": "host-slow", "nic": "nic-slow",
                 "link": "link-slow", "switch": "switch-slow", "config": "stage-slow", "data": "data-skew"}
 MAX_HYPOTHESES = 5
-MAX_PROBES = 4
+MAX_PROBES = 5
+MAX_HYPOTHESIS_PROBES = 3
+#: when the hypotheses' probes find nothing, look one level out: a "slow GPU" may be its host,
+#: a "slow host" its NIC, a "slow link" one end's NIC
+RELATED = {"gpu": ("host",), "pcie": ("host",), "host": ("nic",), "nic": ("link",), "link": ("nic",),
+           "switch": ("nic",), "config": (), "data": ("host",)}
 
 
 @dataclass
@@ -63,6 +68,13 @@ class Attribution:
 
 def focus(verdict: Verdict) -> Candidate | None:
     return verdict.candidates[0] if verdict.candidates else None
+
+
+def shared_host(verdict: Verdict) -> bool:
+    """Several near-top GPU candidates on one host point at the host rather than at one GPU."""
+    top = verdict.candidates[0].score if verdict.candidates else 0.0
+    hosts = [c.host for c in verdict.candidates if c.kind == "gpu" and c.host and c.score >= 0.7 * top]
+    return len(hosts) >= 3 and len(set(hosts)) == 1
 
 
 def probe_targets(probe: str, cand: Candidate, inv: Inventory) -> list[tuple[str, dict[str, Any]]]:
@@ -103,6 +115,8 @@ class DeterministicReasoner:
         text_items = [e for e in evidence if e.source in ("log", "alert")]
         kinds = [cand.kind] if cand else []
         kinds += [c.kind for c in verdict.candidates[1:3] if cand and c.score >= 0.8 * cand.score and c.kind not in kinds]
+        if cand and cand.kind == "gpu" and shared_host(verdict):
+            kinds.append("host")
         if verdict.status == "hang":
             pool = [e for e in self.kb if e.pattern == "hang" or any(k in e.verdict_kinds for k in kinds)]
         else:
@@ -156,9 +170,17 @@ class DeterministicReasoner:
                                  f"{' or '.join(e.confirmed_by)}"))
             for p, (host, args) in targets:
                 key = (p, host, str(sorted(args.items())))
-                if key not in seen and len(plan) < MAX_PROBES:
+                if key not in seen and len(plan) < MAX_HYPOTHESIS_PROBES:
                     seen.add(key)
                     plan.append(PlannedProbe(p, host, args, e.id))
+        for kind in RELATED.get(cand.kind, ()) if cand else ():
+            for e in sorted(self.kb.by_kind(kind), key=lambda x: (-x.prior, x.id)):
+                for p in e.probes:
+                    for host, args in probe_targets(p, cand, inv) if cand else []:
+                        key = (p, host, str(sorted(args.items())))
+                        if key not in seen and len(plan) < MAX_PROBES:
+                            seen.add(key)
+                            plan.append(PlannedProbe(p, host, args, e.id))
         return critiques, plan
 
     def attribute(self, verdict: Verdict, hyps: Sequence[Hypothesis], results: Sequence[ProbeResult]) -> Attribution:

@@ -123,3 +123,12 @@ def test_diagnosis_to_dict_is_json(trace_factory) -> None:
     out = json.loads(json.dumps(d.to_dict()))
     assert out["keys"]["ports"] == [2222] and out["dot_xml"].startswith("<dot")
     assert {n["type"] for n in out["dot"]["nodes"]} >= {"proposition", "critique", "verification", "refinement"}
+
+
+@pytest.mark.parametrize("n_cands", [1, 4])
+def test_a_slow_host_blamed_on_its_gpus_is_corrected_by_probes(trace_factory, n_cands: int) -> None:
+    path = trace_factory([{"kind": "host", "factor": 2, "host": "node-2", "active_steps": [4]}], seed=5)
+    cands = [Candidate("gpu", 0.9 - 0.01 * i, rank=16 + i, host="node-2", gpu=i) for i in range(n_cands)]
+    d, _, _ = _diag(path, Verdict("t1", "irregular", [4], 1.5, cands))
+    assert d.category == "host" and d.confirmed
+    assert any(p["probe"] == "cpu_top" for p in d.probes)

@@ -51,3 +51,21 @@ def test_simulated_end_to_end_and_eval(cli, tmp_path: Path) -> None:
     assert ev.returncode == 0, ev.stderr
     rep = json.loads(ev.stdout)["engines"]["deterministic"]
     assert rep["cases"] == 8 and rep["C_attribution"] >= 0.75 and rep["probes_per_case"] <= 2.5
+
+
+@pytest.mark.slow
+def test_unreachable_llm_falls_back_and_says_so(cli, trace_factory, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = trace_factory([GPU_FAULT])
+    v = tmp_path / "v.json"
+    v.write_text(json.dumps(gpu_verdict().to_dict()))
+    res = cli("explain", path, "--verdict", v, "--format", "json", "--audit", tmp_path / "a.jsonl",
+              env={"LAGGARD_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "LAGGARD_LLM_MODEL": "m"})
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["engine"] == "llm:m" and d["category"] == "gpu"
+    assert sum("request failed" in f for f in d["flags"]) == 3

@@ -70,6 +70,11 @@ def focus(verdict: Verdict) -> Candidate | None:
     return verdict.candidates[0] if verdict.candidates else None
 
 
+def from_the_start(verdict: Verdict) -> bool:
+    """The suspect was slow from the first step (no change to detect), as a configuration imbalance is."""
+    return bool(verdict.extra.get("persistent")) or (bool(verdict.irregular_steps) and min(verdict.irregular_steps) == 0)
+
+
 def shared_host(verdict: Verdict) -> bool:
     """Several near-top GPU candidates on one host point at the host rather than at one GPU."""
     top = verdict.candidates[0].score if verdict.candidates else 0.0
@@ -148,7 +153,17 @@ class DeterministicReasoner:
             cand_cites = [ev.id for ev in evidence if ev.source in ("verdict", "candidate")][:2]
             hyps.append(Hypothesis(e, round(score, 4), "; ".join(why) or "retrieved by similarity", cand_cites + cites))
         hyps.sort(key=lambda h: (-h.score, h.entry.id))
-        return hyps[:MAX_HYPOTHESES]
+        hyps = hyps[:MAX_HYPOTHESES]
+        if cand and cand.kind in ("gpu", "pcie", "host") and from_the_start(verdict) \
+                and not any(h.entry.category in ("config", "data") for h in hyps):
+            stage = [e for e in self.kb.by_kind("config") if e.pattern == "stage-slow"]
+            if stage:
+                best = max(stage, key=lambda e: (e.prior, e.id))
+                hyps.append(Hypothesis(best, round(0.45 * best.prior, 4),
+                                       "slow since the first step and not a degradation: a device that always does "
+                                       "more work (an unbalanced pipeline stage) fits if the hardware checks are clean",
+                                       [ev.id for ev in evidence if ev.source in ("verdict", "candidate")][:2]))
+        return hyps
 
     def plan(self, verdict: Verdict, hyps: Sequence[Hypothesis], inv: Inventory) -> tuple[list[tuple[Hypothesis, str]], list[PlannedProbe]]:
         """Critique each hypothesis; order the probes that could confirm them (most likely first)."""

@@ -133,12 +133,16 @@ class DeterministicReasoner:
         query = " ".join([KIND_QUERY.get(k, k) for k in kinds] + [it.text for it in text_items])
         sims = dict(zip([e.id for e in self.retriever.entries], self.retriever.scores(query), strict=True))
         top_sim = max((sims.get(e.id, 0.0) for e in pool), default=0.0) or 1.0
+        # the localizer's own words about the suspect (e.g. "PCIe/NIC port of this GPU") weigh in separately
+        said = " ".join(cand.evidence[:3]) if cand else ""
+        said_sims = dict(zip([e.id for e in self.retriever.entries], self.retriever.scores(said), strict=True))
+        top_said = max((said_sims.get(e.id, 0.0) for e in pool), default=0.0) or 1.0
         want = KIND_PATTERN.get(kinds[0]) if kinds else None
         hyps = []
         for e in pool:
             cites = [it.id for it in text_items if e.id in it.entries]
             kind_rank = next((i for i, k in enumerate(kinds) if k in e.verdict_kinds), None)
-            score = (0.45 * e.prior + 0.35 * sims.get(e.id, 0.0) / top_sim
+            score = (0.45 * e.prior + 0.35 * sims.get(e.id, 0.0) / top_sim + 0.3 * said_sims.get(e.id, 0.0) / top_said
                      + (0.2 if want and e.pattern == want else 0.0)
                      + (0.1 if kind_rank == 0 else 0.0) + (0.5 if cites else 0.0)
                      + (0.3 if verdict.status == "hang" and e.pattern == "hang" else 0.0)

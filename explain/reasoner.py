@@ -172,6 +172,8 @@ class DeterministicReasoner:
     def plan(self, verdict: Verdict, hyps: Sequence[Hypothesis], inv: Inventory) -> tuple[list[tuple[Hypothesis, str]], list[PlannedProbe]]:
         """Critique each hypothesis; order the probes that could confirm them (most likely first)."""
         cand = focus(verdict)
+        # slow from the first step: a configuration cause is as likely as a device, so check less
+        budget = MAX_HYPOTHESIS_PROBES if from_the_start(verdict) else MAX_PROBES
         critiques = []
         plan: list[PlannedProbe] = []
         seen: set[tuple[str, str, str]] = set()
@@ -197,7 +199,7 @@ class DeterministicReasoner:
                 for p in e.probes:
                     for host, args in probe_targets(p, cand, inv) if cand else []:
                         key = (p, host, str(sorted(args.items())))
-                        if key not in seen and len(plan) < MAX_PROBES:
+                        if key not in seen and len(plan) < budget:
                             seen.add(key)
                             plan.append(PlannedProbe(p, host, args, e.id))
         return critiques, plan

@@ -145,3 +145,13 @@ def test_slow_since_the_start_with_clean_hardware_is_configuration(trace_factory
     path2 = trace_factory([{"kind": "host", "factor": 2, "host": "node-1", "active_steps": [0, 1, 2]}], seed=7)
     d2, _, _ = _diag(path2, v)
     assert d2.category == "host" and d2.confirmed
+
+
+def test_hang_verdict_proposes_hang_causes_and_reads_logs(trace_factory) -> None:
+    log = "[rank 13] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=881, OpType=ALLREDUCE) ran for 600000 ms\n"
+    path = trace_factory([], logs={"node-1": log})
+    v = Verdict("t1", "hang", [], 1.0, [Candidate("gpu", 0.9, rank=13, host="node-1", gpu=5, evidence=["rank 13 never entered all_reduce seq 881"])])
+    d, _, _ = _diag(path, v)
+    assert d.hypotheses[0]["entry"] == "hang-nccl-timeout"
+    assert {h["entry"] for h in d.hypotheses} & {"gpu-fallen-off-bus", "hang-rank-crash", "host-oom-kill"}
+    assert any(e["source"] == "log" and "hang-nccl-timeout" in e["entries"] for e in d.evidence)

@@ -1,0 +1,136 @@
+"""Root cause on the operator graph (Holmes): who waited for whom, followed back to the origin.
+
+The ops x ranks graph is compressed into instances of each group. For a prolonged instance:
+
+- *normal while others wait*: the last arriver's copy is normal (it waited least) while the
+  other copies are abnormal (they waited) -> the last arriver is the suspect, and the delay
+  it imposed is the others' mean wait;
+- *all copies abnormal*: even the last arriver's copy is slow -> the transfer itself is slow
+  (a communication suspect, resolved to a device by `localize.network`).
+
+A suspect may be late only because it waited earlier on another group. Between its previous
+operator of this group (where all copies ended together) and this one, the suspect spent its
+own-clock time computing (gaps) or waiting (in operators of other groups). If it computed
+more than its peers, the delay is its own: that rank is the root. If it waited more, follow
+the operator it waited longest in, to that operator's suspect, and repeat (TP -> PP p2p -> DP
+and back, in any order). Everything is vectorized; the chain is resolved by pointer jumping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from localize.features import Ops
+
+
+@dataclass
+class WaitGraph:
+    """Per-instance resolution of the wait graph over the analysed steps."""
+
+    suspect: np.ndarray  # bool per instance: one normal copy while the others waited
+    comm: np.ndarray  # bool per instance: every copy slow (the transfer itself)
+    orphan: np.ndarray  # bool per instance: a copy is missing and every present copy waited
+    delay: np.ndarray  # per instance: the delay imposed (others' mean wait, or comm excess), s
+    root_inst: np.ndarray  # per instance: the instance where its chain of waiting ends
+    root_rank: np.ndarray  # per instance: root rank (-1 when the root is communication)
+    missing_rank: np.ndarray  # per instance: the one expected rank absent from an orphan (-1 else)
+    excess_compute: np.ndarray  # per instance: suspect's extra compute vs peers since last sync, s
+    excess_wait: np.ndarray  # per instance: suspect's extra waiting vs peers since last sync, s
+
+
+def _prev_same_pair(ops: Ops) -> np.ndarray:
+    """Per row: the previous row of the same rank and operator stream (-1 if none)."""
+    rank = ops.df["rank"].to_numpy(np.int64)
+    key = rank * (int(ops.pair.max(initial=0)) + 1) + ops.pair
+    order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
+    prev = np.full(len(key), -1, dtype=np.int64)
+    ks = key[order]
+    same = np.r_[False, ks[1:] == ks[:-1]]
+    prev[order[same]] = order[np.flatnonzero(same) - 1]
+    return prev
+
+
+def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges)."""
+    out = np.full(len(lo), -1, dtype=np.int64)
+    ok = hi > lo
+    if not ok.any() or len(values) == 0:
+        return out
+    # pack (value in microseconds, row index) into one int64 so a max-reduce yields the argmax
+    q = np.clip(values * 1e6, 0, 2**35 - 1).astype(np.int64)
+    packed = (q << 27) | np.arange(len(values), dtype=np.int64)
+    idx = np.empty(2 * int(ok.sum()), dtype=np.int64)
+    idx[0::2], idx[1::2] = lo[ok], hi[ok]
+    red = np.maximum.reduceat(np.r_[packed, 0], idx)[0::2]  # sentinel: a range may end at len
+    out[ok] = red & ((1 << 27) - 1)
+    return out
+
+
+def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
+                    comm_excess: np.ndarray, members_sum: np.ndarray) -> WaitGraph:
+    """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
+
+    `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
+    group's size and sum of member ranks (for naming the one missing rank). `comm_excess`: per
+    instance, how much longer its smallest copy took than its normal transfer time (s).
+    """
+    n = ops.n_inst
+    inst = ops.inst
+    size = ops.inst_size
+    in_steps = np.isin(ops.inst_step, steps)
+    late = ops.late_row
+    late_abn = abnormal[late]
+    n_abn = np.bincount(inst, weights=abnormal.astype(np.float64), minlength=n)
+    others = np.maximum(size - 1, 1)
+    frac_others = (n_abn - late_abn) / others
+    sum_wait = np.bincount(inst, weights=ops.wait, minlength=n)
+    delay_wait = sum_wait / others
+    complete = size >= expected_size
+    multi = size >= 2
+    suspect = in_steps & complete & multi & ~late_abn & (frac_others >= 0.5)
+    comm = in_steps & complete & multi & late_abn & (n_abn >= size) & (comm_excess > 0)
+    orphan = in_steps & ~complete & (n_abn >= size) & (expected_size - size == 1)
+    rank = ops.df["rank"].to_numpy(np.int64)
+    present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
+    missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
+
+    # backtracking: what the suspect did since its previous operator of the same stream
+    prev = _prev_same_pair(ops)
+    cg = np.cumsum(ops.gap)
+    cw = np.cumsum(ops.wait)
+    has_prev = prev >= 0
+    p = np.where(has_prev, prev, 0)
+    seg_compute = np.where(has_prev, cg - cg[p], np.nan)
+    cw_before = np.r_[0.0, cw[:-1]]
+    seg_wait = np.where(has_prev, cw_before - cw[p], np.nan)
+    valid = np.isfinite(seg_compute)
+    sc = np.nan_to_num(seg_compute)
+    sw = np.nan_to_num(seg_wait)
+    n_valid = np.bincount(inst, weights=valid.astype(np.float64), minlength=n)
+    sum_sc = np.bincount(inst, weights=sc, minlength=n)
+    sum_sw = np.bincount(inst, weights=sw, minlength=n)
+    lv = valid[late]
+    peers_n = np.maximum(n_valid - lv, 1)
+    excess_compute = np.where(lv & (n_valid >= 2), sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
+    excess_wait = np.where(lv & (n_valid >= 2), sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
+
+    delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
+    follow = suspect & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay)
+    # the operator the suspect waited longest in since its previous operator of this stream
+    lrow = late[follow]
+    target_row = _range_argmax(ops.wait, prev[lrow] + 1, lrow)
+    nxt = np.arange(n, dtype=np.int64)
+    tgt_inst = np.where(target_row >= 0, inst[np.maximum(target_row, 0)], -1)
+    resolvable = (tgt_inst >= 0)
+    resolvable[resolvable] &= suspect[tgt_inst[resolvable]] | comm[tgt_inst[resolvable]]
+    nxt[np.flatnonzero(follow)[resolvable]] = tgt_inst[resolvable]
+    for _ in range(64):  # pointer jumping; chains point back in time, so they end
+        nn = nxt[nxt]
+        if np.array_equal(nn, nxt):
+            break
+        nxt = nn
+    root_rank = np.where(comm[nxt], -1, rank[late[nxt]])
+    root_rank = np.where(orphan, missing_rank, root_rank)
+    return WaitGraph(suspect, comm, orphan, delay, nxt, root_rank, missing_rank, excess_compute, excess_wait)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from localize.features import FEATURES, Ops, detector_matrix
+from localize.features import FEATURES, Ops, detector_matrix, slot_history, step_scale
 
 DEFAULT_THRESHOLD = 0.5
 
@@ -76,3 +76,14 @@ def training_frame(x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
     df = pd.DataFrame(x, columns=list(FEATURES))
     df["label"] = y.astype(np.int8)
     return df
+
+
+def rule_detect(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:
+    """Fallback when no model is shipped: clearly above the slot's own history (robust z > 4
+    and 20% over its median, drift-normalized)."""
+    scale = step_scale(ops, steps)
+    med, q1, q3 = slot_history(ops, ref_steps, scale)
+    en = ops.elapsed / scale
+    sigma = np.maximum((q3 - q1) / 1.349, 0.02 * med)
+    score = (en - med) / np.maximum(sigma, 1e-9)
+    return Detection((score > 4) & (en > 1.2 * med) & (en - med > 5e-5), score, 4.0, "robust-rule")

@@ -83,6 +83,28 @@ def _group_reduce(keys: np.ndarray, n: int, values: np.ndarray, how: str) -> np.
     return out
 
 
+def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """The key that pairs a send with its recv in each (group, src, dst) stream.
+
+    Producers that number both ends alike are matched by seq; a stream whose send and recv
+    numbers disagree (each end counting on its own) is matched by order — p2p is FIFO per pair.
+    """
+    idx = np.flatnonzero(is_p2p)
+    if idx.size == 0:
+        return seq
+    d = pd.DataFrame({"s": pair[idx], "send": is_send[idx], "seq": seq[idx]})
+    sends = d[d["send"]].drop_duplicates(["s", "seq"])
+    recvs = d[~d["send"]].drop_duplicates(["s", "seq"])
+    shared = sends.merge(recvs, on=["s", "seq"]).groupby("s").size()
+    n_min = np.minimum(sends.groupby("s").size(), recvs.groupby("s").size()).reindex(shared.index.union(d["s"].unique()))
+    agree = (shared.reindex(n_min.index).fillna(0) >= 0.5 * n_min.fillna(0)) & (n_min.fillna(0) > 0)
+    ordinal = d.sort_values("seq", kind="stable").groupby(["s", "send"]).cumcount().reindex(d.index).to_numpy(np.int64)
+    use_seq = agree.reindex(d["s"]).fillna(False).to_numpy(bool)
+    out = seq.copy()
+    out[idx] = np.where(use_seq, seq[idx], ordinal)
+    return out
+
+
 def prepare_ops(df: pd.DataFrame) -> Ops:
     """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
     df = df.reset_index(drop=True)
@@ -108,6 +130,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
     pair_key = (gcode * w + (src + 1)) * w + (dst + 1)
     pair, _ = pd.factorize(pair_key)
+    seq = _p2p_match_key(pair, is_p2p, is_send, seq)
     seq0 = seq - seq.min(initial=0)
     inst, _ = pd.factorize(pair.astype(np.int64) * (int(seq0.max(initial=0)) + 1) + seq0)
     inst = inst.astype(np.int64)

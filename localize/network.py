@@ -30,9 +30,9 @@ class NetCandidate:
 
 
 def unit_devices(members: list[int], meta: JobMeta) -> set[tuple[str, object]]:
-    """Devices one unit's transfers cross: member GPUs, and the NICs, links and switches of
-    its ring edges that leave a host."""
-    devs: set[tuple[str, object]] = {("gpu", r) for r in members}
+    """Devices one unit's transfers cross: for each ring edge that leaves a host, both GPUs'
+    network paths, both NICs, the link between the hosts and their switches."""
+    devs: set[tuple[str, object]] = set()
     k = len(members)
     if k < 2:
         return devs
@@ -43,6 +43,8 @@ def unit_devices(members: list[int], meta: JobMeta) -> set[tuple[str, object]]:
         ha, hb = meta.host_of(a), meta.host_of(b)
         if ha == hb:
             continue
+        devs.add(("gpu", a))  # the GPU's own path to the network (PCIe, its NIC port)
+        devs.add(("gpu", b))
         devs.add(("nic", (ha,)))
         devs.add(("nic", (hb,)))
         devs.add(("link", tuple(sorted((ha, hb)))))
@@ -87,19 +89,14 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
 
 
 def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.ndarray,
-               analysed: np.ndarray, weight: np.ndarray) -> dict[str, float]:
-    """Units whose transfers were slow in a good share of their analysed instances.
+               analysed: np.ndarray, min_frac: float = 0.3) -> dict[str, float]:
+    """Units whose own transfers were slow in at least `min_frac` of their analysed instances.
 
-    Returns unit -> blame weight (seconds of excess transfer time), for units slow in at least
-    30% of their analysed instances and carrying at least 5% of the largest unit's weight.
+    Returns unit -> the fraction of its instances that were slow: how consistently slow it
+    is, not how much delay it caused downstream (that would favour units late in the step).
     """
     n_units = len(unit_names)
     seen = np.bincount(unit_of_inst[analysed], minlength=n_units).astype(np.float64)
-    hit = np.bincount(unit_of_inst[comm_inst], minlength=n_units).astype(np.float64)
-    w = np.bincount(unit_of_inst[comm_inst], weights=weight[comm_inst], minlength=n_units)
+    hit = np.bincount(unit_of_inst[comm_inst & analysed], minlength=n_units).astype(np.float64)
     frac = hit / np.maximum(seen, 1)
-    keep = (frac >= 0.3) & (w > 0)
-    if not keep.any():
-        return {}
-    keep &= w >= 0.05 * w[keep].max()
-    return {unit_names[i]: float(w[i]) for i in np.flatnonzero(keep)}
+    return {unit_names[i]: float(frac[i]) for i in np.flatnonzero(frac >= min_frac)}

@@ -102,7 +102,9 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, steps_blame: dict[int, 
                 options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[good].mean()),
                                         f"{int(good.sum())} model replicas", {"replicas": int(good.sum())}))
         qualified = [o for o in options if o.kind == "gpu" or o.coverage >= COVERAGE]
-        best = max(qualified, key=lambda o: (round(o.share, 3), -len(o.ranks)))
+        # Occam: the smallest unit that explains nearly as much as the largest
+        top_share = max(o.share for o in qualified)
+        best = min((o for o in qualified if o.share >= 0.85 * top_share), key=lambda o: len(o.ranks))
         if best.share < MIN_SHARE and out:
             break
         out.append(best)

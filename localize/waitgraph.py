@@ -10,9 +10,10 @@ The ops x ranks graph is compressed into instances of each group. For a prolonge
 
 A suspect may be late only because it waited earlier on another group. Between its previous
 operator of this group (where all copies ended together) and this one, the suspect spent its
-own-clock time computing (gaps) or waiting (in operators of other groups). If it computed
-more than its peers, the delay is its own: that rank is the root. If it waited more, follow
-the operator it waited longest in, to that operator's suspect, and repeat (TP -> PP p2p -> DP
+own-clock time computing (gaps), waiting (in operators of other groups) or in transfers that
+were slower than normal. If it computed more than its peers, the delay is its own: that rank
+is the root. If it received more delay, follow the operator that delayed it most, to that
+operator's suspect (or slow transfer), and repeat (TP -> PP p2p -> DP
 and back, in any order). Everything is vectorized; the chain is resolved by pointer jumping.
 """
 
@@ -89,8 +90,8 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     delay_wait = sum_wait / others
     complete = size >= expected_size
     multi = size >= 2
-    suspect = in_steps & complete & multi & ~late_abn & (frac_others >= 0.5)
-    comm = in_steps & complete & multi & late_abn & (n_abn >= size) & (comm_excess > 0)
+    comm = in_steps & complete & multi & (comm_excess > 0)
+    suspect = in_steps & complete & multi & ~comm & ~late_abn & (frac_others >= 0.5)
     orphan = in_steps & ~complete & (n_abn >= size) & (expected_size - size == 1)
     rank = ops.df["rank"].to_numpy(np.int64)
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
@@ -99,7 +100,9 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # backtracking: what the suspect did since its previous operator of the same stream
     prev = _prev_same_pair(ops)
     cg = np.cumsum(ops.gap)
-    cw = np.cumsum(ops.wait)
+    # delay a row received: waiting for others, or a transfer slower than normal
+    received = ops.wait + comm_excess[inst]
+    cw = np.cumsum(received)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
     seg_compute = np.where(has_prev, cg - cg[p], np.nan)
@@ -117,15 +120,15 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     excess_wait = np.where(lv & (n_valid >= 2), sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
-    follow = suspect & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay)
-    # the operator the suspect waited longest in since its previous operator of this stream
+    # every instance points back along waiting, flagged or not: chains pass through operators
+    # whose copies looked ordinary (a short wait) on their way to the root
+    follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)
     lrow = late[follow]
-    target_row = _range_argmax(ops.wait, prev[lrow] + 1, lrow)
+    target_row = _range_argmax(received, np.maximum(prev[lrow], -1) + 1, lrow)
+    target_row = np.where(prev[lrow] >= 0, target_row, -1)
     nxt = np.arange(n, dtype=np.int64)
-    tgt_inst = np.where(target_row >= 0, inst[np.maximum(target_row, 0)], -1)
-    resolvable = (tgt_inst >= 0)
-    resolvable[resolvable] &= suspect[tgt_inst[resolvable]] | comm[tgt_inst[resolvable]]
-    nxt[np.flatnonzero(follow)[resolvable]] = tgt_inst[resolvable]
+    ok = target_row >= 0
+    nxt[np.flatnonzero(follow)[ok]] = inst[target_row[ok]]
     for _ in range(64):  # pointer jumping; chains point back in time, so they end
         nn = nxt[nxt]
         if np.array_equal(nn, nxt):

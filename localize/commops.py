@@ -18,6 +18,7 @@ from collector.traceio import Trace
 from localize.detector import Detection, rule_detect
 from localize.features import Ops, prepare_ops, slot_history, step_scale
 from localize.model_store import load_detector
+from localize.persistent import persistent_imbalance
 from localize.network import NetCandidate, resolve_network, slow_units
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView
@@ -94,7 +95,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     """Run detection, the wait graph and the ranking on CommOps rows of the window."""
     irr = np.asarray(view.irregular_steps, dtype=np.int64)
     if len(df) == 0 or len(irr) == 0:
-        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops"}), None
+        return persistent_verdict(df, meta, top), None
     ops = prepare_ops(df[COLUMNS])
     all_steps = np.unique(ops.df["step"].to_numpy(np.int64))
     ref = np.setdiff1d(all_steps, irr)
@@ -121,20 +122,28 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     units = explain_rank_blame(rank_blame, meta, top=top)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
-    candidates: list[Candidate] = []
-    for u in units:
-        candidates.append(_rank_candidate(u, rank_blame, rank_total / total, graph, ops, meta))
+    primaries = [_rank_candidate(u, rank_total / total, graph, ops, meta) for u in units]
+    alternates: list[Candidate] = []
     if net and comm_total > 0:
         best = net[0].score
-        for c in net:
-            candidates.append(_net_candidate(c, comm_total / total * c.score / max(best, 1e-9) * min(1.0, best + 0.5), meta))
-    candidates.sort(key=lambda c: -c.score)
-    candidates = _dedupe(candidates)[:top]
+        primaries.append(_net_candidate(net[0], comm_total / total * best, meta))
+        alternates = [_net_candidate(c, comm_total / total * c.score * 0.5, meta) for c in net[1:]]
+    candidates = _merge(primaries, alternates, top)
     status = "irregular"
     analysis = Analysis(ops, detection, graph, rank_blame, units, net, comm_total, unit_names)
     extra = {"source": "commops", "detector": detection.method, "abnormal_ops": int(abnormal.sum()),
              "operators": len(ops.df)}
     return Verdict(meta.job, status, [int(s) for s in irr], float(view.slowdown), candidates, extra), analysis
+
+
+def _merge(primaries: list[Candidate], alternates: list[Candidate], top: int) -> list[Candidate]:
+    """Independent findings first (one per fault), then other devices that could explain the
+    slow transfers, each scored below every finding."""
+    primaries = sorted(primaries, key=lambda c: -c.score)
+    floor = min((c.score for c in primaries), default=1.0)
+    for c in alternates:
+        c.score = min(c.score, 0.95 * floor)
+    return _dedupe(primaries + sorted(alternates, key=lambda c: -c.score))[:top]
 
 
 def _dedupe(cands: list[Candidate]) -> list[Candidate]:
@@ -148,9 +157,11 @@ def _dedupe(cands: list[Candidate]) -> list[Candidate]:
     return out
 
 
-def _rank_candidate(u: RankUnit, blame: np.ndarray, rank_frac: float, g: WaitGraph, ops: Ops, meta: JobMeta) -> Candidate:
+def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops | None, meta: JobMeta) -> Candidate:
     score = u.share * rank_frac
     ranks = np.asarray(u.ranks)
+    if g is None or ops is None:
+        return _bare_candidate(u, score, meta)
     hit = (g.suspect | g.orphan) & np.isin(g.root_rank, ranks)
     direct = hit & (g.root_inst == np.arange(len(hit)))
     groups = Counter(str(ops.groups[x]) for x in ops.inst_group[direct][:5000])
@@ -176,10 +187,25 @@ def _rank_candidate(u: RankUnit, blame: np.ndarray, rank_frac: float, g: WaitGra
     if u.kind == "config":
         ev.append(f"{u.label}: {int(u.coverage * len(ranks))} of {len(ranks)} GPUs compute longer than the other stages; the next stages wait on them")
         ev.append("every data-parallel replica shows the same stage lagging: the split of layers, not a device")
-        return Candidate("config", score, ev, source="commops")
+        return Candidate("config", score, ev, source="commops", stage=_stage(u))
     ev.append(f"{u.label} take turns delaying their peers: whole replicas (all their GPUs) compute longer in different steps")
     ev.append("the delay moves with the data each replica gets, not with a device: sequence-length imbalance")
     return Candidate("data", score, ev, source="commops")
+
+
+def _bare_candidate(u: RankUnit, score: float, meta: JobMeta) -> Candidate:
+    if u.kind == "gpu":
+        info = meta.ranks.get(u.ranks[0])
+        return Candidate("gpu", score, [], rank=u.ranks[0], host=info.host if info else None,
+                         gpu=info.gpu if info else None, source="commops")
+    if u.kind == "host":
+        return Candidate("host", score, [], host=u.label, source="commops")
+    return Candidate(u.kind, score, [], source="commops", stage=_stage(u) if u.kind == "config" else None)
+
+
+def _stage(u: RankUnit) -> int | None:
+    st = u.detail.get("stage")
+    return int(st) if isinstance(st, int) else None
 
 
 def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
@@ -202,8 +228,27 @@ def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
 def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
     """The CommOps localizer of DESIGN.md: full records of the window (see summary.py for the
     path that starts from abnormal-operator summaries)."""
-    if timeline.status != "irregular" or not timeline.irregular_steps:
-        return Verdict(trace.meta.job, "healthy", [], 1.0, [], {"source": "commops"})
     df = trace.commops(columns=COLUMNS, steps=steps)
+    if timeline.status != "irregular" or not timeline.irregular_steps:
+        return persistent_verdict(df, trace.meta, top)
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)
     return verdict
+
+
+def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5) -> Verdict:
+    """No δ-irregular step: healthy, unless some ranks were slow from the first step."""
+    units, x, typical = persistent_imbalance(df, meta, top)
+    if not units:
+        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops"})
+    cands = []
+    for u in units:
+        ranks = np.asarray(u.ranks)
+        slower = float(np.median(x[ranks]) - 1)
+        ev = [f"{u.label}: {slower:.0%} more compute per step than the typical rank, in every step since the first",
+              "no iteration is irregular against its neighbours: the job has been slow from the start"]
+        cand = _bare_candidate(u, u.share, meta)
+        cand.evidence = ev
+        cands.append(cand)
+    slow = float(1 + (max(float(np.median(x[np.asarray(u.ranks)])) for u in units) - 1) * 0.5)
+    return Verdict(meta.job, "irregular", [], slow, cands[:top], {"source": "commops", "persistent": True,
+                                                                   "typical_compute_s": round(typical, 6)})

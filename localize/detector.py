@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from localize.features import FEATURES, Ops, detector_matrix, slot_history, step_scale
+from localize.forest import ArrayForest
+from localize.features import Ops, detector_matrix, slot_history, step_scale
 
 DEFAULT_THRESHOLD = 0.5
 
@@ -41,14 +42,14 @@ def tune_threshold(proba: np.ndarray, normal: np.ndarray, base: float = DEFAULT_
 
 
 class ForestDetector:
-    """A scikit-learn random forest on `features.FEATURES`."""
+    """The random forest (as arrays, `localize.forest`) on `features.FEATURES`."""
 
-    def __init__(self, model: object) -> None:
+    def __init__(self, model: ArrayForest) -> None:
         self.model = model
 
     def detect(self, ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:
         x = detector_matrix(ops, steps, ref_steps)
-        proba = self.model.predict_proba(x)[:, 1] if len(x) else np.zeros(0)  # type: ignore[attr-defined]
+        proba = self.model.predict_proba(x)
         step = ops.df["step"].to_numpy(np.int64)
         normal = np.isin(step, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(step), bool)
         thr = tune_threshold(proba, normal)
@@ -69,13 +70,6 @@ def three_sigma(ops: Ops, ref_steps: np.ndarray | None, k: float = 3.0) -> Detec
     score = (ops.elapsed - m) / np.maximum(s, 1e-9)
     score = np.where(np.isnan(m), 0.0, score)
     return Detection(score > k, score, k, "3-sigma")
-
-
-def training_frame(x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
-    """Features and labels as one frame (for inspection and for the training log)."""
-    df = pd.DataFrame(x, columns=list(FEATURES))
-    df["label"] = y.astype(np.int8)
-    return df
 
 
 def rule_detect(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:

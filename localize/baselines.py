@@ -32,8 +32,8 @@ def _argmax_rank(values: np.ndarray, ranks: np.ndarray) -> int | None:
 
 def baseline_ranks(ops: Ops, irregular: np.ndarray, ref: np.ndarray) -> dict[str, int | None]:
     """The rank each baseline blames for the irregular steps."""
-    step = ops.df["step"].to_numpy(np.int64)
-    rank = ops.df["rank"].to_numpy(np.int64)
+    step = ops.step
+    rank = ops.rank
     irr = np.isin(step, irregular)
     out: dict[str, int | None] = {}
     flagged = three_sigma(ops, ref).abnormal & irr

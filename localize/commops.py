@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from collector.meta import JobMeta
+from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detector import Detection, rule_detect
 from localize.features import Ops, prepare_ops, slot_history, step_scale
@@ -57,7 +58,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     ucode, uniq = pd.factorize(ukey)
     names: list[str] = []
     members: dict[str, list[int]] = {}
-    rank = ops.df["rank"].to_numpy(np.int64)
+    rank = ops.rank
     first_inst = pd.Series(np.arange(ops.n_inst)).groupby(ucode).first().to_numpy()
     for i in first_inst:
         g = str(gnames[ops.inst_group[i]])
@@ -80,7 +81,7 @@ def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray
     """
     late = ops.late_row
     n = ops.n_inst
-    is_send = (ops.df["op"].to_numpy() == "send")
+    is_send = ops.opcode == OPS.index("send")
     send_row = np.full(n, -1, dtype=np.int64)
     send_row[ops.inst[is_send]] = np.flatnonzero(is_send)
     n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=n)
@@ -97,7 +98,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top), None
     ops = prepare_ops(df[COLUMNS])
-    all_steps = np.unique(ops.df["step"].to_numpy(np.int64))
+    all_steps = np.unique(ops.step)
     ref = np.setdiff1d(all_steps, irr)
     detector = load_detector()
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
@@ -112,7 +113,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     # (the instance its chain ends at); delays further down a chain are its propagation
     origin = graph.root_inst == np.arange(ops.n_inst)
     to_rank = (graph.suspect | graph.orphan) & origin & (graph.root_rank >= 0)
-    world = max(meta.world_size, int(ops.df["rank"].max()) + 1)
+    world = max(meta.world_size, int(ops.rank.max()) + 1)
     rank_blame = np.bincount(graph.root_rank[to_rank], weights=graph.delay[to_rank], minlength=world)[:world]
     comm_w = np.where(graph.comm, graph.delay, 0.0)
     comm_total = float(comm_w.sum())

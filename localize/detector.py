@@ -50,7 +50,7 @@ class ForestDetector:
     def detect(self, ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:
         x = detector_matrix(ops, steps, ref_steps)
         proba = self.model.predict_proba(x)
-        step = ops.df["step"].to_numpy(np.int64)
+        step = ops.step
         normal = np.isin(step, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(step), bool)
         thr = tune_threshold(proba, normal)
         return Detection(proba >= thr, proba, thr, "random-forest")
@@ -58,7 +58,7 @@ class ForestDetector:
 
 def three_sigma(ops: Ops, ref_steps: np.ndarray | None, k: float = 3.0) -> Detection:
     """Baseline: elapsed above mean + k*std of the same operator slot over normal steps."""
-    step = ops.df["step"].to_numpy(np.int64)
+    step = ops.step
     use = np.isin(step, ref_steps) if ref_steps is not None and len(ref_steps) else np.ones(len(step), bool)
     g = pd.Series(ops.elapsed[use]).groupby(ops.slot[use]).agg(["mean", "std"])
     n_slot = int(ops.slot.max(initial=-1)) + 1

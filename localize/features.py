@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.schema import COLLECTIVE_OPS, OPS
 
@@ -65,12 +67,26 @@ class Ops:
     inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
     slot: np.ndarray  # per row: slot code
     pair: np.ndarray  # per row: (group, src, dst) code — same for every seq of one operator stream
+    opcode: np.ndarray  # per row: index into collector.schema.OPS
+    step: np.ndarray  # per row: step (int64)
+    rank: np.ndarray  # per row: rank (int64)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
 
 
-def _codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    codes, uniques = pd.factorize(np.asarray(values), sort=True)
-    return codes.astype(np.int64), np.asarray(uniques)
+def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of a string column without materializing Python strings per row."""
+    arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
+    enc = pc.dictionary_encode(arr)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
+    return np.asarray(enc.indices, dtype=np.int64), np.asarray(enc.dictionary.to_pylist(), dtype=object)
+
+
+def op_codes(values: pd.Series) -> np.ndarray:
+    """Per row: index of the op into OPS (unknown ops get len(OPS))."""
+    codes, names = _codes(values)
+    lut = np.array([OPS.index(n) if n in OPS else len(OPS) for n in names], dtype=np.int64)
+    return lut[codes] if len(codes) else codes
 
 
 def _group_reduce(keys: np.ndarray, n: int, values: np.ndarray, how: str) -> np.ndarray:
@@ -120,9 +136,9 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     end = df["end_ns"].to_numpy(np.int64)
     elapsed = np.maximum(end - start, 0).astype(np.float64) * 1e-9
     gcode, groups = _codes(df["group"])
-    op = df["op"].to_numpy()
-    is_p2p = ~np.isin(op, COLLECTIVE_OPS)
-    is_send = op == "send"
+    opcode = op_codes(df["op"])
+    is_p2p = opcode >= len(COLLECTIVE_OPS)
+    is_send = opcode == OPS.index("send")
     peer = df["peer"].to_numpy(np.int64)
     seq = df["seq"].to_numpy(np.int64)
     src = np.where(is_p2p, np.where(is_send, rank, peer), -1)
@@ -160,39 +176,46 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     inst_dst = np.full(n_inst, -1, dtype=np.int64)
     inst_dst[inst] = dst
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
-    opcode = pd.Categorical(op, categories=list(OPS)).codes.astype(np.int64)
     base = pd.factorize((pair.astype(np.int64) * 16 + opcode) * (w + 1) + rank)[0].astype(np.int64)
     ordinal = pd.Series(base).groupby([base, step]).cumcount().to_numpy(np.int64)
     slot = pd.factorize(base * 1_000_003 + ordinal)[0].astype(np.int64)
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
     return Ops(df, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
-               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair.astype(np.int64), first)
+               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair.astype(np.int64), opcode, step, rank, first)
 
 
 def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-row (median, q1, q3) of the row's slot over reference steps (normal iterations).
 
     `scale` (per row) divides elapsed first: the rolling step-time baseline, so slow drift
-    of iteration time does not read as abnormal (auto-tuning without retraining).
+    of iteration time does not read as abnormal (auto-tuning without retraining). A slot
+    occurs once per step, so its history is one row of a slots x steps matrix.
     """
     e = ops.elapsed if scale is None else ops.elapsed / scale
-    step = ops.df["step"].to_numpy(np.int64)
-    use = np.ones(len(e), dtype=bool) if ref_steps is None or len(ref_steps) == 0 else np.isin(step, ref_steps)
-    s = pd.Series(e[use]).groupby(ops.slot[use])
-    q = s.quantile([0.25, 0.5, 0.75]).unstack()
+    use = np.ones(len(e), dtype=bool) if ref_steps is None or len(ref_steps) == 0 else np.isin(ops.step, ref_steps)
     n_slot = int(ops.slot.max(initial=-1)) + 1
-    med = np.full(n_slot, np.nan)
-    q1 = np.full(n_slot, np.nan)
-    q3 = np.full(n_slot, np.nan)
-    idx = q.index.to_numpy(np.int64)
-    med[idx], q1[idx], q3[idx] = q[0.5].to_numpy(), q[0.25].to_numpy(), q[0.75].to_numpy()
-    # slots never seen in reference steps fall back to the instance minimum (transfer time)
-    miss = np.isnan(med[ops.slot])
+    scode, _ = pd.factorize(ops.step[use], sort=True)
+    n_cols = int(scode.max(initial=-1)) + 1
+    mat = np.full((n_slot, max(n_cols, 1)), np.nan)
+    mat[ops.slot[use], scode] = e[use]
+    mat.sort(axis=1)  # NaN last
+    k = (~np.isnan(mat)).sum(axis=1)
+    rows = np.arange(n_slot)
+
+    def q(p: float) -> np.ndarray:
+        pos = np.maximum(k - 1, 0) * p
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
+        w = pos - lo
+        return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
+
+    med, q1, q3 = q(0.5), q(0.25), q(0.75)
     m, a, b = med[ops.slot], q1[ops.slot], q3[ops.slot]
-    fb = ops.inst_min[ops.inst] if scale is None else ops.inst_min[ops.inst] / scale
-    m = np.where(miss, fb, m)
-    a = np.where(miss, fb, a)
-    b = np.where(miss, fb, b)
+    # slots never seen in reference steps fall back to the instance minimum (transfer time)
+    miss = np.isnan(m)
+    if miss.any():
+        fb = ops.inst_min[ops.inst] if scale is None else ops.inst_min[ops.inst] / scale
+        m, a, b = np.where(miss, fb, m), np.where(miss, fb, a), np.where(miss, fb, b)
     return m, a, b
 
 
@@ -202,13 +225,12 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
     Groups of one kind do the same operator with the same payload at the same step; if
     every copy of one group is slow while its sibling groups are not, the transfer itself is.
     """
-    names = ops.groups[ops.inst_group]
-    kind = pd.Series(names).str.replace(r"[-_]?\d+$", "", regex=True).to_numpy()
-    kcode = pd.factorize(kind)[0].astype(np.int64)
+    gkind = pd.Series(ops.groups.astype(str)).str.replace(r"[-_]?\d+$", "", regex=True)
+    kcode = pd.factorize(gkind)[0].astype(np.int64)[ops.inst_group]
     nbytes = np.zeros(ops.n_inst, dtype=np.int64)
     nbytes[ops.inst] = ops.df["nbytes"].to_numpy(np.int64)
     opc = np.zeros(ops.n_inst, dtype=np.int64)
-    opc[ops.inst] = pd.Categorical(ops.df["op"].to_numpy(), categories=list(OPS)).codes
+    opc[ops.inst] = ops.opcode
     key = pd.factorize(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919))[0]
     ref = pd.Series(ops.inst_min).groupby(key).transform("median").to_numpy()
     return ops.inst_min / np.maximum(ref, 1e-9)
@@ -220,19 +242,34 @@ def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
         return np.ones(len(ops.elapsed))
     base = steps.set_index("step")["baseline_s"].astype(float)
     med = float(np.nanmedian(base.to_numpy())) or 1.0
-    s = ops.df["step"].map(base / med).to_numpy(np.float64)
-    return np.where(np.isfinite(s) & (s > 0), s, 1.0)
+    return _per_step(ops, (base / med).astype(np.float64))
+
+
+def _per_step(ops: Ops, values: pd.Series) -> np.ndarray:
+    """Per row: the value of its step (1.0 where unknown), by array lookup rather than a map."""
+    idx = values.index.to_numpy(np.int64)
+    if len(idx) == 0:
+        return np.ones(len(ops.step))
+    lo = min(int(idx.min()), int(ops.step.min(initial=0)))
+    hi = max(int(idx.max()), int(ops.step.max(initial=0)))
+    lut = np.ones(hi - lo + 1)
+    v = values.to_numpy(np.float64)
+    lut[idx - lo] = np.where(np.isfinite(v) & (v > 0), v, 1.0)
+    return lut[ops.step - lo]
 
 
 def step_ratio(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
     if steps is None or steps.empty or "ratio" not in steps:
         return np.ones(len(ops.elapsed))
-    r = ops.df["step"].map(steps.set_index("step")["ratio"].astype(float)).to_numpy(np.float64)
-    return np.where(np.isfinite(r), r, 1.0)
+    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64))
 
 
 def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> np.ndarray:
-    """The feature matrix of DESIGN.md's detector: own history, group peers, size, type, step."""
+    """The feature matrix of DESIGN.md's detector: own history, group peers, size, type, step.
+
+    Column-major float32 (features x rows, transposed view returned) so each feature is
+    written once, in place.
+    """
     e = ops.elapsed
     scale = step_scale(ops, steps)
     med, q1, q3 = slot_history(ops, ref_steps, scale)
@@ -240,24 +277,21 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)
     eps = 1e-9
     inst = ops.inst
-    spread = np.maximum(ops.inst_max - ops.inst_min, eps)[inst]
-    opc = pd.Categorical(ops.df["op"].to_numpy(), categories=list(OPS)).codes.astype(np.float64)
-    is_p2p = ops.inst_p2p[inst].astype(np.float64)
-    cols = [
-        np.log10(e + 1e-7),
-        en / np.maximum(med, eps),
-        (en - med) / (iqr / 1.349),
-        (en - q1) / iqr,
-        np.maximum(en - q3, 0) / iqr,
-        (e - ops.inst_min[inst]) / spread,
-        e / np.maximum(ops.inst_mean[inst], eps),
-        e / np.maximum(ops.inst_min[inst], eps),
-        ops.wait / np.maximum(e, eps),
-        np.log10(ops.df["nbytes"].to_numpy(np.float64) + 1),
-        opc,
-        is_p2p,
-        step_ratio(ops, steps),
-        peer_group_min_ratio(ops)[inst],
-    ]
-    x = np.column_stack(cols).astype(np.float32)
-    return np.nan_to_num(x, nan=0.0, posinf=1e3, neginf=-1e3)
+    imin = ops.inst_min[inst]
+    out = np.empty((len(FEATURES), len(e)), dtype=np.float32)
+    out[0] = np.log10(e + 1e-7)
+    out[1] = en / np.maximum(med, eps)
+    out[2] = (en - med) / (iqr / 1.349)
+    out[3] = (en - q1) / iqr
+    out[4] = np.maximum(en - q3, 0) / iqr
+    out[5] = (e - imin) / np.maximum(ops.inst_max - ops.inst_min, eps)[inst]
+    out[6] = e / np.maximum(ops.inst_mean, eps)[inst]
+    out[7] = e / np.maximum(imin, eps)
+    out[8] = ops.wait / np.maximum(e, eps)
+    out[9] = np.log10(ops.df["nbytes"].to_numpy(np.float64) + 1)
+    out[10] = ops.opcode
+    out[11] = ops.inst_p2p[inst]
+    out[12] = step_ratio(ops, steps)
+    out[13] = peer_group_min_ratio(ops)[inst]
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1e3, neginf=-1e3)
+    return out.T

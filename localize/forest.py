@@ -47,23 +47,33 @@ class ArrayForest:
         return cls(feature, threshold, left, right, proba, int(depth))
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        """Mean P(abnormal) over trees, per row of x (float32 features)."""
+        """Mean P(abnormal) over trees, per row of x (float32 features).
+
+        Rows that reach a leaf leave the working set, so each level only touches the rows
+        still descending; features are read column-major through one flat index.
+        """
         n = x.shape[0]
         t_count = self.feature.shape[0]
         if n == 0:
             return np.zeros(0)
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        flat = np.ascontiguousarray(x.T, dtype=np.float32).ravel()  # free when x is a transposed view
         out = np.zeros(n, dtype=np.float64)
-        rows = np.arange(n)
         for t in range(t_count):  # a handful of trees; each level is one vectorized step
-            node = np.zeros(n, dtype=np.int32)
             f_t, th_t, l_t, r_t = self.feature[t], self.threshold[t], self.left[t], self.right[t]
-            for _ in range(self.depth):
+            leaf_of = np.zeros(n, dtype=np.int32)
+            rows = np.arange(n)
+            node = np.zeros(n, dtype=np.int32)
+            for _ in range(self.depth + 1):
                 f = f_t[node]
                 inner = f >= 0
-                v = x[rows, np.maximum(f, 0)]
-                node = np.where(inner, np.where(v <= th_t[node], l_t[node], r_t[node]), node)
-            out += self.proba[t][node]
+                if not inner.all():
+                    leaf_of[rows[~inner]] = node[~inner]
+                    rows, node, f = rows[inner], node[inner], f[inner]
+                if rows.size == 0:
+                    break
+                v = flat[f.astype(np.int64) * n + rows]
+                node = np.where(v <= th_t[node], l_t[node], r_t[node])
+            out += self.proba[t][leaf_of]
         return out / t_count
 
     def save(self, path: Path) -> None:

@@ -23,8 +23,8 @@ def compute_excess(df: pd.DataFrame, world: int) -> tuple[np.ndarray, float]:
     """Per rank: median over steps of its compute time over the typical rank's (1 = typical),
     and the typical rank's compute per step (seconds)."""
     ops = prepare_ops(df)
-    rank = ops.df["rank"].to_numpy(np.int64)
-    step = ops.df["step"].to_numpy(np.int64)
+    rank = ops.rank
+    step = ops.step
     scode, steps = pd.factorize(step, sort=True)
     n_steps = len(steps)
     comp = np.bincount(rank * n_steps + scode, weights=ops.gap, minlength=world * n_steps).reshape(world, n_steps)

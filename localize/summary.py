@@ -70,11 +70,11 @@ MAX_RANKS = 1024  # budget of ranks fetched in full
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """The summary of one node's (or any set of ranks') CommOps rows, in SUMMARY_SCHEMA."""
     ops = prepare_ops(df)
-    steps = ops.df["step"].to_numpy(np.int64)
+    steps = ops.step
     uniq = np.unique(steps)
     # the node's own step table, for drift normalization; history from all its steps
     det = rule_detect(ops, None, uniq)
-    rank = ops.df["rank"].to_numpy(np.int64)
+    rank = ops.rank
     end = ops.df["end_ns"].to_numpy(np.int64)
     tot = pd.DataFrame({"rank": rank, "step": steps, "ops": 1, "elapsed_s": ops.elapsed, "compute_s": ops.gap,
                         "step_end_ns": end}).groupby(["rank", "step"], sort=True).agg(
@@ -83,7 +83,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     tot["group"] = "*"
     tot["abnormal"] = 0
     tot["abnormal_s"] = 0.0
-    ab = pd.DataFrame({"rank": rank, "step": steps, "group": ops.df["group"].to_numpy(), "ops": 1,
+    ab = pd.DataFrame({"rank": rank, "step": steps, "group": ops.groups[ops.group_code], "ops": 1,
                        "abnormal": det.abnormal.astype(np.int32), "elapsed_s": ops.elapsed,
                        "abnormal_s": np.where(det.abnormal, ops.elapsed, 0.0)})
     per = ab.groupby(["rank", "step", "group"], sort=True).sum().reset_index()

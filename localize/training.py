@@ -121,7 +121,7 @@ def job_matrix(cfg: Any) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]
     ref = np.setdiff1d(table["step"].to_numpy(np.int64), irr)
     x = detector_matrix(ops, table, ref)
     base = {"3-sigma": three_sigma(ops, ref).abnormal, "robust-rule": rule_detect(ops, table, ref).abnormal,
-            "_normal": np.isin(ops.df["step"].to_numpy(np.int64), ref)}
+            "_normal": np.isin(ops.step, ref)}
     return x, y, base
 
 

@@ -43,7 +43,7 @@ class WaitGraph:
 
 def _prev_same_pair(ops: Ops) -> np.ndarray:
     """Per row: the previous row of the same rank and operator stream (-1 if none)."""
-    rank = ops.df["rank"].to_numpy(np.int64)
+    rank = ops.rank
     key = rank * (int(ops.pair.max(initial=0)) + 1) + ops.pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
     prev = np.full(len(key), -1, dtype=np.int64)
@@ -93,7 +93,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     comm = in_steps & complete & multi & (comm_excess > 0)
     suspect = in_steps & complete & multi & ~comm & ~late_abn & (frac_others >= 0.5)
     orphan = in_steps & ~complete & (n_abn >= size) & (expected_size - size == 1)
-    rank = ops.df["rank"].to_numpy(np.int64)
+    rank = ops.rank
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
 

@@ -21,6 +21,7 @@ from localize.features import Ops, prepare_ops, slot_history, step_scale
 from localize.model_store import load_detector
 from localize.persistent import persistent_imbalance
 from localize.network import NetCandidate, resolve_network, slow_units
+from localize.groupkinds import group_kinds
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView
 from localize.verdict import Candidate, Verdict
@@ -96,7 +97,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     """Run detection, the wait graph and the ranking on CommOps rows of the window."""
     irr = np.asarray(view.irregular_steps, dtype=np.int64)
     if len(df) == 0 or len(irr) == 0:
-        return persistent_verdict(df, meta, top), None
+        return persistent_verdict(df, meta, top, view.group_kind), None
     ops = prepare_ops(df[COLUMNS])
     all_steps = np.unique(ops.step)
     ref = np.setdiff1d(all_steps, irr)
@@ -120,7 +121,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     analysed = np.isin(ops.inst_step, irr) & (ops.inst_size >= expected)
     slow = slow_units(unit_of_inst, unit_names, graph.comm, analysed)
     net = resolve_network(members, slow, meta, top=top)
-    units = explain_rank_blame(rank_blame, meta, top=top)
+    kinds = group_kinds(ops, view.group_kind)
+    units = explain_rank_blame(rank_blame, meta, kinds, top=top)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     primaries = [_rank_candidate(u, rank_total / total, graph, ops, meta) for u in units]
@@ -231,14 +233,14 @@ def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | 
     path that starts from abnormal-operator summaries)."""
     df = trace.commops(columns=COLUMNS, steps=steps)
     if timeline.status != "irregular" or not timeline.irregular_steps:
-        return persistent_verdict(df, trace.meta, top)
+        return persistent_verdict(df, trace.meta, top, timeline.group_kind)
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)
     return verdict
 
 
-def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5) -> Verdict:
+def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict[str, str] | None = None) -> Verdict:
     """No δ-irregular step: healthy, unless some ranks were slow from the first step."""
-    units, x, typical = persistent_imbalance(df, meta, top)
+    units, x, typical = persistent_imbalance(df, meta, top, hint)
     if not units:
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops"})
     cands = []

@@ -13,16 +13,16 @@ import numpy as np
 import pandas as pd
 
 from collector.meta import JobMeta
-from localize.features import prepare_ops
+from localize.features import Ops, prepare_ops
+from localize.groupkinds import group_kinds
 from localize.ranking import RankUnit, explain_rank_blame
 
 MIN_EXCESS = 0.15  # a rank must compute at least this much longer than the typical rank
 
 
-def compute_excess(df: pd.DataFrame, world: int) -> tuple[np.ndarray, float]:
+def compute_excess(ops: Ops, world: int) -> tuple[np.ndarray, float]:
     """Per rank: median over steps of its compute time over the typical rank's (1 = typical),
     and the typical rank's compute per step (seconds)."""
-    ops = prepare_ops(df)
     rank = ops.rank
     step = ops.step
     scode, steps = pd.factorize(step, sort=True)
@@ -36,13 +36,15 @@ def compute_excess(df: pd.DataFrame, world: int) -> tuple[np.ndarray, float]:
     return x, float(np.median(ref))
 
 
-def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5) -> tuple[list[RankUnit], np.ndarray, float]:
+def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
+                         hint: dict[str, str] | None = None) -> tuple[list[RankUnit], np.ndarray, float]:
     """Units that compute clearly longer than the rest in most steps (empty when balanced)."""
     world = max(meta.world_size, int(df["rank"].max()) + 1) if len(df) else meta.world_size
     if len(df) == 0:
         return [], np.ones(world), 0.0
-    x, typical = compute_excess(df, world)
+    ops = prepare_ops(df)
+    x, typical = compute_excess(ops, world)
     blame = np.maximum(x - 1 - MIN_EXCESS, 0.0) * typical
     if blame.sum() <= 0:
         return [], x, typical
-    return explain_rank_blame(blame, meta, top=top), x, typical
+    return explain_rank_blame(blame, meta, group_kinds(ops, hint), top=top), x, typical

@@ -30,11 +30,7 @@ class RankUnit:
     detail: dict[str, object] = field(default_factory=dict)
 
 
-def _group_kind(name: str) -> str:
-    return name.split("-")[0].split("_")[0].lower()
-
-
-def layout_units(meta: JobMeta, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Per rank: host index, pipeline stage, model replica (connected over tp/cp/pp/ep groups)."""
     hosts = meta.hosts()
     hidx = {h: i for i, h in enumerate(hosts)}
@@ -49,7 +45,7 @@ def layout_units(meta: JobMeta, world: int) -> tuple[np.ndarray, np.ndarray, np.
         return x
 
     for name, members in meta.groups.items():
-        kind = _group_kind(name)
+        kind = kinds.get(name, "")
         mem = [m for m in members if 0 <= m < world]
         if kind == "pp":
             for pos, m in enumerate(mem):
@@ -62,39 +58,38 @@ def layout_units(meta: JobMeta, world: int) -> tuple[np.ndarray, np.ndarray, np.
     return host, stage, np.unique(replica, return_inverse=True)[1], hosts
 
 
-def _coverage(b: np.ndarray, ranks: np.ndarray) -> float:
-    vals = b[ranks]
-    top = vals.max(initial=0.0)
-    return float((vals >= 0.3 * top).mean()) if top > 0 else 0.0
+def _coverage(b: np.ndarray, ranks: np.ndarray, top: float) -> float:
+    """Share of the unit's ranks carrying a good part (30%) of the most blamed rank's blame."""
+    return float((b[ranks] >= 0.3 * top).mean()) if top > 0 else 0.0
 
 
-def explain_rank_blame(blame: np.ndarray, meta: JobMeta, steps_blame: dict[int, np.ndarray] | None = None,
-                       top: int = 5) -> list[RankUnit]:
+def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
         return []
-    host, stage, replica, hosts = layout_units(meta, world)
+    host, stage, replica, hosts = layout_units(meta, world, kinds)
     b = blame.astype(np.float64).copy()
     out: list[RankUnit] = []
     while len(out) < top and b.sum() > MIN_SHARE * total:
         options: list[RankUnit] = []
         r = int(np.argmax(b))
+        top_b = float(b[r])
         options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
         h = host[r]
         if h >= 0:
             hr = np.flatnonzero(host == h)
             if len(hr) > 1:
-                options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr), hosts[h]))
+                options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr, top_b), hosts[h]))
         if stage.max() > 0:
             sr = np.flatnonzero(stage == stage[r])
             if len(np.unique(host[sr])) > 1:
-                options.append(RankUnit("config", sr.tolist(), float(b[sr].sum()) / total, _coverage(b, sr),
+                options.append(RankUnit("config", sr.tolist(), float(b[sr].sum()) / total, _coverage(b, sr, top_b),
                                         f"pipeline stage {int(stage[r])}", {"stage": int(stage[r])}))
         n_rep = int(replica.max()) + 1
         if n_rep > 1:
-            rep_cov = np.array([_coverage(b, np.flatnonzero(replica == k)) for k in range(n_rep)])
+            rep_cov = np.array([_coverage(b, np.flatnonzero(replica == k), top_b) for k in range(n_rep)])
             rep_sum = np.bincount(replica, weights=b, minlength=n_rep)
             good = (rep_cov >= COVERAGE) & (rep_sum >= 0.1 * rep_sum.max())
             if good.sum() >= 2 and replica[r] in np.flatnonzero(good):

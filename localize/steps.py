@@ -73,4 +73,4 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
     irr = [int(s) for s in table.loc[table["irregular"].astype(bool), "step"]]
     normal = table.loc[~table["irregular"].astype(bool), "duration_s"]
     slow = float(table.loc[table["irregular"].astype(bool), "duration_s"].median() / normal.median()) if irr and len(normal) else 1.0
-    return StepView(trace.meta.job, trace.meta, table, irr, slow, "irregular" if irr else "healthy")
+    return StepView(trace.meta.job, trace.meta, table, irr, slow, "irregular" if irr else "healthy", {})

@@ -53,6 +53,24 @@ def _prev_same_pair(ops: Ops) -> np.ndarray:
     return prev
 
 
+def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
+    """Per row: its gap may hold a lost record (so it is not pure compute).
+
+    A collective stream numbers its operators consecutively; a jump in seq between two rows of
+    one rank's stream means records in between were lost, and every gap of that rank between
+    the two rows may contain a lost operator's time.
+    """
+    seq = ops.df["seq"].to_numpy(np.int64)
+    has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
+    hole = np.zeros(len(seq), dtype=bool)
+    hole[has] = seq[has] - seq[prev[has]] > 1
+    mark = np.zeros(len(seq) + 1, dtype=np.int64)
+    idx = np.flatnonzero(hole)
+    np.add.at(mark, prev[idx] + 1, 1)
+    np.add.at(mark, idx + 1, -1)
+    return np.cumsum(mark)[:-1] > 0
+
+
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges)."""
     out = np.full(len(lo), -1, dtype=np.int64)
@@ -99,6 +117,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
 
     # backtracking: what the suspect did since its previous operator of the same stream
     prev = _prev_same_pair(ops)
+    cu = np.cumsum(_unreliable_gaps(ops, prev))
     cg = np.cumsum(ops.gap)
     # delay a row received: waiting for others, or a transfer slower than normal
     received = ops.wait + comm_excess[inst]
@@ -108,13 +127,15 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     seg_compute = np.where(has_prev, cg - cg[p], np.nan)
     cw_before = np.r_[0.0, cw[:-1]]
     seg_wait = np.where(has_prev, cw_before - cw[p], np.nan)
-    valid = np.isfinite(seg_compute)
+    valid = np.isfinite(seg_compute) & (cu - cu[p] == 0)
     sc = np.nan_to_num(seg_compute)
     sw = np.nan_to_num(seg_wait)
     n_valid = np.bincount(inst, weights=valid.astype(np.float64), minlength=n)
     sum_sc = np.bincount(inst, weights=sc, minlength=n)
     sum_sw = np.bincount(inst, weights=sw, minlength=n)
     lv = valid[late]
+    # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
+    suspect &= lv | (size < 2)
     peers_n = np.maximum(n_valid - lv, 1)
     excess_compute = np.where(lv & (n_valid >= 2), sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
     excess_wait = np.where(lv & (n_valid >= 2), sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)

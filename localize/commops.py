@@ -129,8 +129,15 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     alternates: list[Candidate] = []
     if net and comm_total > 0:
         best = net[0].score
-        primaries.append(_net_candidate(net[0], comm_total / total * best, meta))
-        alternates = [_net_candidate(c, comm_total / total * c.score * 0.5, meta) for c in net[1:]]
+        # devices that explain the slow transfers equally well cannot be told apart: share
+        tied = sum(1 for c in net if c.score >= best - 1e-6)
+        lead = _net_candidate(net[0], comm_total / total * best / tied, meta)
+        if tied > 1:
+            lead.evidence.append(f"{tied - 1} other device(s) explain the slow transfers equally well; "
+                                 "CommOps alone cannot tell them apart (flows or a probe can)")
+        primaries.append(lead)
+        alternates = [_net_candidate(c, comm_total / total * c.score * (1 / tied if c.score >= best - 1e-6 else 0.5), meta)
+                      for c in net[1:]]
     candidates = _merge(primaries, alternates, top)
     status = "irregular"
     analysis = Analysis(ops, detection, graph, rank_blame, units, net, comm_total, unit_names)

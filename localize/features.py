@@ -99,25 +99,32 @@ def _group_reduce(keys: np.ndarray, n: int, values: np.ndarray, how: str) -> np.
     return out
 
 
-def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray) -> np.ndarray:
+def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
+                   step: np.ndarray) -> np.ndarray:
     """The key that pairs a send with its recv in each (group, src, dst) stream.
 
-    Producers that number both ends alike are matched by seq; a stream whose send and recv
-    numbers disagree (each end counting on its own) is matched by order — p2p is FIFO per pair.
+    Producers that number both ends alike are matched by seq. A stream whose send and recv
+    numbers disagree (each end counting on its own) is matched by order within each step —
+    p2p is FIFO per pair — and a step of such a stream with a lost record (sends and recvs do
+    not pair up) is left unmatched rather than paired wrongly.
     """
     idx = np.flatnonzero(is_p2p)
     if idx.size == 0:
         return seq
-    d = pd.DataFrame({"s": pair[idx], "send": is_send[idx], "seq": seq[idx]})
+    d = pd.DataFrame({"s": pair[idx], "send": is_send[idx], "seq": seq[idx], "step": step[idx]})
     sends = d[d["send"]].drop_duplicates(["s", "seq"])
     recvs = d[~d["send"]].drop_duplicates(["s", "seq"])
     shared = sends.merge(recvs, on=["s", "seq"]).groupby("s").size()
     n_min = np.minimum(sends.groupby("s").size(), recvs.groupby("s").size()).reindex(shared.index.union(d["s"].unique()))
     agree = (shared.reindex(n_min.index).fillna(0) >= 0.5 * n_min.fillna(0)) & (n_min.fillna(0) > 0)
-    ordinal = d.sort_values("seq", kind="stable").groupby(["s", "send"]).cumcount().reindex(d.index).to_numpy(np.int64)
     use_seq = agree.reindex(d["s"]).fillna(False).to_numpy(bool)
+    ordinal = d.sort_values("seq", kind="stable").groupby(["s", "step", "send"]).cumcount().reindex(d.index).to_numpy(np.int64)
+    n_send = d.groupby(["s", "step"])["send"].transform("sum").to_numpy(np.int64)
+    n_all = d.groupby(["s", "step"])["send"].transform("size").to_numpy(np.int64)
+    paired = 2 * n_send == n_all
+    by_order = np.where(paired, (d["step"].to_numpy(np.int64) + 1) * 1_000_000 + ordinal, -(idx + 1))
     out = seq.copy()
-    out[idx] = np.where(use_seq, seq[idx], ordinal)
+    out[idx] = np.where(use_seq, seq[idx], by_order)
     return out
 
 
@@ -146,7 +153,8 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
     pair_key = (gcode * w + (src + 1)) * w + (dst + 1)
     pair, _ = pd.factorize(pair_key)
-    seq = _p2p_match_key(pair, is_p2p, is_send, seq)
+    step = df["step"].to_numpy(np.int64)
+    seq = _p2p_match_key(pair, is_p2p, is_send, seq, step)
     seq0 = seq - seq.min(initial=0)
     inst, _ = pd.factorize(pair.astype(np.int64) * (int(seq0.max(initial=0)) + 1) + seq0)
     inst = inst.astype(np.int64)
@@ -164,7 +172,6 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     if len(df) > 1:
         same = rank[1:] == rank[:-1]
         gap[1:] = np.where(same, np.maximum(start[1:] - end[:-1], 0) * 1e-9, 0.0)
-    step = df["step"].to_numpy(np.int64)
     inst_group = np.zeros(n_inst, dtype=np.int64)
     inst_group[inst] = gcode
     inst_step = np.zeros(n_inst, dtype=np.int64)

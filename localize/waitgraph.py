@@ -110,7 +110,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     multi = size >= 2
     comm = in_steps & complete & multi & (comm_excess > 0)
     suspect = in_steps & complete & multi & ~comm & ~late_abn & (frac_others >= 0.5)
-    orphan = in_steps & ~complete & (n_abn >= size) & (expected_size - size == 1)
+    orphan = in_steps & ~complete & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
     rank = ops.rank
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)

@@ -93,8 +93,13 @@ def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray
     return np.where(slow, ex, 0.0)
 
 
-def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -> tuple[Verdict, Analysis | None]:
-    """Run detection, the wait graph and the ranking on CommOps rows of the window."""
+def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
+                partial: set[str] | None = None) -> tuple[Verdict, Analysis | None]:
+    """Run detection, the wait graph and the ranking on CommOps rows of the window.
+
+    `partial`: groups whose members were not all fetched (summary path); their operators
+    keep their place in each rank's timeline but are never judged.
+    """
     irr = np.asarray(view.irregular_steps, dtype=np.int64)
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind), None
@@ -108,6 +113,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5) -
     med, _, q3 = slot_history(ops, ref, scale)
     comm_excess = _comm_excess(ops, abnormal, med * scale)
     expected, members_sum, unit_names, unit_of_inst, members = _instance_layout(ops, meta)
+    if partial:
+        skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
+        expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
     graph = build_waitgraph(ops, abnormal, irr, expected, comm_excess, members_sum)
 
     # cross-iteration blame: each root is charged the delay it imposed where it originated

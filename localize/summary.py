@@ -190,16 +190,14 @@ def localize_from_summary(trace: Trace, top: int = 5) -> tuple[Verdict, FetchPla
     parts = [trace.commops(columns=COLUMNS, ranks=plan.ranks, steps=(s, s)) for s in plan.fetch_steps]
     df = pd.concat(parts, ignore_index=True)
     plan.rows_fetched = len(df)
-    sub_groups = {g: m for g, m in trace.meta.groups.items() if g in set(plan.groups)}
-    sub_meta = JobMeta(trace.meta.job, trace.meta.world_size, trace.meta.ranks, sub_groups, trace.meta.parallelism,
-                       trace.meta.topology, trace.meta.extra)
+    fetched = set(plan.ranks)
+    partial = {g for g, m in trace.meta.groups.items() if not set(m) <= fetched}
     worst = [s for s in plan.fetch_steps if s in set(plan.irregular)]
     sub_table = table[table["step"].isin(plan.fetch_steps)]
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
-    view = StepView(trace.meta.job, sub_meta, sub_table, worst, slow, "irregular")
-    df = df[df["group"].isin(set(plan.groups)) | df["op"].isin(["send", "recv"])]
-    verdict, _ = analyse_ops(df, sub_meta, view, top)
+    view = StepView(trace.meta.job, trace.meta, sub_table, worst, slow, "irregular")
+    verdict, _ = analyse_ops(df, trace.meta, view, top, partial)
     verdict.irregular_steps = plan.irregular
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan

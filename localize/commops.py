@@ -116,35 +116,46 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
         expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
-    graph = build_waitgraph(ops, abnormal, irr, expected, comm_excess, members_sum)
+    graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref)
 
     # cross-iteration blame: each root is charged the delay it imposed where it originated
-    # (the instance its chain ends at); delays further down a chain are its propagation
+    # (the instance its chain ends at; delays further down a chain are its propagation), in
+    # the irregular steps beyond what the same root costs in an average normal step
     origin = graph.root_inst == np.arange(ops.n_inst)
+    in_irr = np.isin(ops.inst_step, irr)
+    in_ref = np.isin(ops.inst_step, ref)
+    norm = len(irr) / max(len(ref), 1)
     to_rank = (graph.suspect | graph.orphan) & origin & (graph.root_rank >= 0)
     world = max(meta.world_size, int(ops.rank.max()) + 1)
-    rank_blame = np.bincount(graph.root_rank[to_rank], weights=graph.delay[to_rank], minlength=world)[:world]
-    comm_w = np.where(graph.comm, graph.delay, 0.0)
-    comm_total = float(comm_w.sum())
+
+    def per_rank(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
+
+    rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * per_rank(to_rank & in_ref), 0.0)
+    comm_w = np.where(graph.comm & in_irr, graph.delay, 0.0)
+    comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[graph.comm & in_ref].sum()), 0.0)
     analysed = np.isin(ops.inst_step, irr) & (ops.inst_size >= expected)
-    slow = slow_units(unit_of_inst, unit_names, graph.comm, analysed)
+    slow = slow_units(unit_of_inst, unit_names, graph.comm & in_irr, analysed)
     net = resolve_network(members, slow, meta, top=top)
     kinds = group_kinds(ops, view.group_kind)
     units = explain_rank_blame(rank_blame, meta, kinds, top=top)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
+    if total <= 0:
+        return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), [],
+                       {"source": "commops", "note": "no operator delay stands out in the irregular steps"}), None
     primaries = [_rank_candidate(u, rank_total / total, graph, ops, meta) for u in units]
     alternates: list[Candidate] = []
     if net and comm_total > 0:
         best = net[0].score
         # devices that explain the slow transfers equally well cannot be told apart: share
         tied = sum(1 for c in net if c.score >= best - 1e-6)
-        lead = _net_candidate(net[0], comm_total / total * best / tied, meta)
+        lead = _net_candidate(net[0], comm_total / total * best, meta)
         if tied > 1:
             lead.evidence.append(f"{tied - 1} other device(s) explain the slow transfers equally well; "
                                  "CommOps alone cannot tell them apart (flows or a probe can)")
         primaries.append(lead)
-        alternates = [_net_candidate(c, comm_total / total * c.score * (1 / tied if c.score >= best - 1e-6 else 0.5), meta)
+        alternates = [_net_candidate(c, comm_total / total * c.score * (1.0 if c.score >= best - 1e-6 else 0.5), meta)
                       for c in net[1:]]
     candidates = _merge(primaries, alternates, top)
     status = "irregular"

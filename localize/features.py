@@ -195,16 +195,28 @@ def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | Non
     """Per-row (median, q1, q3) of the row's slot over reference steps (normal iterations).
 
     `scale` (per row) divides elapsed first: the rolling step-time baseline, so slow drift
-    of iteration time does not read as abnormal (auto-tuning without retraining). A slot
-    occurs once per step, so its history is one row of a slots x steps matrix.
+    of iteration time does not read as abnormal (auto-tuning without retraining).
     """
     e = ops.elapsed if scale is None else ops.elapsed / scale
+    m, a, b = slot_quantiles(ops, e, ref_steps)
+    # slots never seen in reference steps fall back to the instance minimum (transfer time)
+    miss = np.isnan(m)
+    if miss.any():
+        fb = ops.inst_min[ops.inst] if scale is None else ops.inst_min[ops.inst] / scale
+        m, a, b = np.where(miss, fb, m), np.where(miss, fb, a), np.where(miss, fb, b)
+    return m, a, b
+
+
+def slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (median, q1, q3) of any per-row value over the row's slot in reference steps
+    (NaN where the slot has none). A slot occurs once per step, so its history is one row of
+    a slots x steps matrix."""
     use = np.ones(len(e), dtype=bool) if ref_steps is None or len(ref_steps) == 0 else np.isin(ops.step, ref_steps)
     n_slot = int(ops.slot.max(initial=-1)) + 1
     scode, _ = pd.factorize(ops.step[use], sort=True)
     n_cols = int(scode.max(initial=-1)) + 1
     mat = np.full((n_slot, max(n_cols, 1)), np.nan)
-    mat[ops.slot[use], scode] = e[use]
+    mat[ops.slot[use], scode] = e[use]  # NaN values (unmeasurable) simply do not count
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)
@@ -217,13 +229,7 @@ def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | Non
         return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
 
     med, q1, q3 = q(0.5), q(0.25), q(0.75)
-    m, a, b = med[ops.slot], q1[ops.slot], q3[ops.slot]
-    # slots never seen in reference steps fall back to the instance minimum (transfer time)
-    miss = np.isnan(m)
-    if miss.any():
-        fb = ops.inst_min[ops.inst] if scale is None else ops.inst_min[ops.inst] / scale
-        m, a, b = np.where(miss, fb, m), np.where(miss, fb, a), np.where(miss, fb, b)
-    return m, a, b
+    return med[ops.slot], q1[ops.slot], q3[ops.slot]
 
 
 def peer_group_min_ratio(ops: Ops) -> np.ndarray:

@@ -84,7 +84,7 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
         kind, key = dev
         out.append(NetCandidate(kind, key if kind != "gpu" else int(key), score,  # type: ignore[arg-type]
                                 len(hit), len(names), sorted(hit, key=lambda n: -slow[n])[:3]))
-    out.sort(key=lambda c: (-round(c.score, 6), c.carried_units, KIND_ORDER[c.kind]))
+    out.sort(key=lambda c: (-round(c.score, 6), c.carried_units, KIND_ORDER[c.kind], str(c.key)))
     return out[:top]
 
 

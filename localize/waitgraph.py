@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localize.features import Ops
+from localize.features import Ops, slot_quantiles
 
 
 @dataclass
@@ -88,7 +88,7 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
 
 
 def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
-                    comm_excess: np.ndarray, members_sum: np.ndarray) -> WaitGraph:
+                    comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None) -> WaitGraph:
     """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
 
     `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
@@ -104,7 +104,12 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     n_abn = np.bincount(inst, weights=abnormal.astype(np.float64), minlength=n)
     others = np.maximum(size - 1, 1)
     frac_others = (n_abn - late_abn) / others
-    sum_wait = np.bincount(inst, weights=ops.wait, minlength=n)
+    # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
+    wait_x = ops.wait
+    if ref_steps is not None and len(ref_steps):
+        typical, _, _ = slot_quantiles(ops, ops.wait, ref_steps)
+        wait_x = np.maximum(ops.wait - np.nan_to_num(typical), 0.0)
+    sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
     delay_wait = sum_wait / others
     complete = size >= expected_size
     multi = size >= 2
@@ -120,7 +125,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     cu = np.cumsum(_unreliable_gaps(ops, prev))
     cg = np.cumsum(ops.gap)
     # delay a row received: waiting for others, or a transfer slower than normal
-    received = ops.wait + comm_excess[inst]
+    received = wait_x + comm_excess[inst]
     cw = np.cumsum(received)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
@@ -139,6 +144,14 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     peers_n = np.maximum(n_valid - lv, 1)
     excess_compute = np.where(lv & (n_valid >= 2), sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
     excess_wait = np.where(lv & (n_valid >= 2), sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
+    # the two ends of a p2p transfer do different work: judge the sender against its own
+    # history (the same operator in normal steps) instead of against the receiver
+    if ref_steps is not None and len(ref_steps) and ops.inst_p2p.any():
+        h_sc, _, _ = slot_quantiles(ops, np.where(valid, seg_compute, np.nan), ref_steps)
+        h_sw, _, _ = slot_quantiles(ops, np.where(valid, seg_wait, np.nan), ref_steps)
+        ok = ops.inst_p2p & lv & np.isfinite(h_sc[late]) & np.isfinite(h_sw[late])
+        excess_compute = np.where(ok, sc[late] - h_sc[late], excess_compute)
+        excess_wait = np.where(ok, sw[late] - h_sw[late], excess_wait)
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
     # every instance points back along waiting, flagged or not: chains pass through operators

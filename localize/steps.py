@@ -34,15 +34,20 @@ class StepView:
 
 
 def judge(durations: pd.Series, delta: float = 1.1) -> pd.DataFrame:
-    """δ-irregular steps: duration over delta x the median of the previous WINDOW normal steps."""
+    """δ-irregular steps: duration over delta x the median of the previous WINDOW normal steps.
+
+    Until three normal steps are known, the baseline is the median of the faster half of all
+    steps, so a fault in the first steps (or a short first step) cannot set the baseline.
+    """
     d = durations.sort_index()
     vals = d.to_numpy(np.float64)
     base = np.full(len(vals), np.nan)
     irregular = np.zeros(len(vals), dtype=bool)
+    fast = vals[vals <= np.median(vals)] if len(vals) else vals
+    start = float(np.median(fast)) if len(fast) else 0.0
     normal: list[float] = []
     for i, v in enumerate(vals):  # one iteration per training step, not per operator
-        ref = normal[-WINDOW:] if normal else list(vals[: min(len(vals), WINDOW)])
-        base[i] = float(np.median(ref))
+        base[i] = float(np.median(normal[-WINDOW:])) if len(normal) >= 3 else start
         irregular[i] = v > delta * base[i]
         if not irregular[i]:
             normal.append(float(v))

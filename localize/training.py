@@ -22,8 +22,8 @@ from localize.features import FEATURES, detector_matrix, prepare_ops
 from localize.forest import ArrayForest
 from localize.steps import judge, step_durations
 
-N_TREES = 12
-MAX_DEPTH = 9
+N_TREES = 8
+MAX_DEPTH = 7
 MAX_ROWS = 240_000
 
 # (gpus, tp, pp, ep, cp) layouts for training; held-out evaluation adds others
@@ -130,7 +130,8 @@ def f1(y: np.ndarray, p: np.ndarray) -> float:
     return 2 * tp / max(float(y.sum() + p.sum()), 1.0)
 
 
-def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layout: int = 4) -> tuple[ArrayForest, dict[str, Any]]:
+def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layout: int = 4,
+          eval_per_layout: int = 3) -> tuple[ArrayForest, dict[str, Any]]:
     """Fit the forest on training jobs, score it and the baselines on held-out jobs."""
     from sklearn.ensemble import RandomForestClassifier
 
@@ -155,7 +156,7 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
                                    random_state=seed, n_jobs=1, class_weight="balanced_subsample")
     model.fit(x_all, y_all)
     forest = ArrayForest.from_sklearn(model)
-    scores = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, 3, (1.3, 5.0)), say)
+    scores = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, eval_per_layout, (1.3, 5.0)), say)
     card = {"features": list(FEATURES), "trees": N_TREES, "max_depth": MAX_DEPTH, "seed": seed,
             "train_jobs": [j.name for j in train_jobs], "train_rows": int(len(y_all)),
             "train_layouts": [list(t) for t in TRAIN_LAYOUTS], "eval_layouts": [list(t) for t in EVAL_LAYOUTS],

@@ -23,7 +23,7 @@ from localize.persistent import persistent_imbalance
 from localize.network import NetCandidate, resolve_network, slow_units
 from localize.groupkinds import group_kinds
 from localize.ranking import RankUnit, explain_rank_blame
-from localize.steps import StepView
+from localize.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
 from localize.waitgraph import WaitGraph, build_waitgraph
 
@@ -257,7 +257,7 @@ def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
 def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
     """The CommOps localizer of DESIGN.md: full records of the window (see summary.py for the
     path that starts from abnormal-operator summaries)."""
-    df = trace.commops(columns=COLUMNS, steps=steps)
+    df = with_steps(trace.commops(columns=COLUMNS, steps=steps))
     if timeline.status != "irregular" or not timeline.irregular_steps:
         return persistent_verdict(df, trace.meta, top, timeline.group_kind)
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)

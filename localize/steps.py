@@ -55,6 +55,39 @@ def judge(durations: pd.Series, delta: float = 1.1) -> pd.DataFrame:
                          "ratio": vals / base, "irregular": irregular, "pattern": ""})
 
 
+def infer_steps(df: pd.DataFrame) -> np.ndarray:
+    """Per row: the training step, for records logged without step markers (step = -1).
+
+    The gradient sync — the collectives with the largest payload — closes every step; on each
+    rank's own clock, a step ends where a run of those operators ends.
+    """
+    rank = df["rank"].to_numpy(np.int64)
+    start = df["start_ns"].to_numpy(np.int64)
+    order = np.lexsort((start, rank))
+    is_coll = ~df["op"].isin(["send", "recv"]).to_numpy(bool)
+    nbytes = df["nbytes"].to_numpy(np.int64)
+    big = nbytes[is_coll].max(initial=0)
+    anchor = (is_coll & (nbytes == big))[order]
+    r = rank[order]
+    last_of_rank = np.r_[r[1:] != r[:-1], True]
+    nxt_anchor = np.r_[anchor[1:], False]
+    burst_end = anchor & (~nxt_anchor | last_of_rank)
+    ends_before = np.cumsum(burst_end) - burst_end
+    first = np.r_[True, r[1:] != r[:-1]]
+    base = np.maximum.accumulate(np.where(first, ends_before, 0))
+    out = np.empty(len(df), dtype=np.int64)
+    out[order] = ends_before - base
+    return out
+
+
+def with_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The records with a usable step column (inferred when the logger wrote none)."""
+    if len(df) and (df["step"].to_numpy() < 0).all() and {"op", "nbytes"} <= set(df.columns):
+        df = df.copy()
+        df["step"] = infer_steps(df).astype(np.int32)
+    return df
+
+
 def step_durations(df: pd.DataFrame) -> pd.Series:
     """Median over ranks of each step's length on the rank's own clock."""
     last = df[df["step"] >= 0].groupby(["rank", "step"])["end_ns"].max().unstack("step").sort_index(axis=1)
@@ -74,6 +107,7 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         tl = build.build_timeline(trace, steps=steps)
         return StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
                         dict(tl.group_kind))
+    df = with_steps(df)
     table = judge(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
     irr = [int(s) for s in table.loc[table["irregular"].astype(bool), "step"]]
     normal = table.loc[~table["irregular"].astype(bool), "duration_s"]

@@ -18,10 +18,10 @@ from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detector import Detection, rule_detect
 from localize.features import Ops, prepare_ops, slot_history, step_scale
-from localize.model_store import load_detector
-from localize.persistent import persistent_imbalance
-from localize.network import NetCandidate, resolve_network, slow_units
 from localize.groupkinds import group_kinds
+from localize.model_store import load_detector
+from localize.network import NetCandidate, resolve_network, slow_units
+from localize.persistent import persistent_imbalance
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
@@ -56,7 +56,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     members_sum = np.where(p2p, ops.inst_src + ops.inst_dst, msum[ops.inst_group])
     # units: a collective group, or one p2p stream (group, src, dst)
     ukey = np.where(p2p, (ops.inst_group * 65_536 + ops.inst_src) * 65_536 + ops.inst_dst, ops.inst_group)
-    ucode, uniq = pd.factorize(ukey)
+    ucode, _ = pd.factorize(ukey)
     names: list[str] = []
     members: dict[str, list[int]] = {}
     rank = ops.rank
@@ -110,7 +110,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal = detection.abnormal
     scale = step_scale(ops, view.steps)
-    med, _, q3 = slot_history(ops, ref, scale)
+    med, _, _ = slot_history(ops, ref, scale)
     comm_excess = _comm_excess(ops, abnormal, med * scale)
     expected, members_sum, unit_names, unit_of_inst, members = _instance_layout(ops, meta)
     if partial:
@@ -158,11 +158,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         alternates = [_net_candidate(c, comm_total / total * c.score * (1.0 if c.score >= best - 1e-6 else 0.5), meta)
                       for c in net[1:]]
     candidates = _merge(primaries, alternates, top)
-    status = "irregular"
     analysis = Analysis(ops, detection, graph, rank_blame, units, net, comm_total, unit_names)
     extra = {"source": "commops", "detector": detection.method, "abnormal_ops": int(abnormal.sum()),
              "operators": len(ops.df)}
-    return Verdict(meta.job, status, [int(s) for s in irr], float(view.slowdown), candidates, extra), analysis
+    return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra), analysis
 
 
 def _merge(primaries: list[Candidate], alternates: list[Candidate], top: int) -> list[Candidate]:

@@ -22,8 +22,8 @@ from localize.features import FEATURES, detector_matrix, prepare_ops
 from localize.forest import ArrayForest
 from localize.steps import judge, step_durations
 
-N_TREES = 8
-MAX_DEPTH = 7
+N_TREES = 12
+MAX_DEPTH = 9
 MAX_ROWS = 240_000
 
 # (gpus, tp, pp, ep, cp) layouts for training; held-out evaluation adds others
@@ -158,7 +158,7 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
     forest = ArrayForest.from_sklearn(model)
     scores = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, eval_per_layout, (1.3, 5.0)), say)
     card = {"features": list(FEATURES), "trees": N_TREES, "max_depth": MAX_DEPTH, "seed": seed,
-            "train_jobs": [j.name for j in train_jobs], "train_rows": int(len(y_all)),
+            "train_jobs": [j.name for j in train_jobs], "train_rows": len(y_all),
             "train_layouts": [list(t) for t in TRAIN_LAYOUTS], "eval_layouts": [list(t) for t in EVAL_LAYOUTS],
             "heldout_f1": scores}
     return forest, card
@@ -166,7 +166,8 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
 
 def evaluate(forest: ArrayForest, jobs: list[Job], say: Callable[[str], None]) -> dict[str, float]:
     """Row-level F1 on held-out jobs: the forest (auto-tuned threshold) and the baselines."""
-    ys, preds = [], {"random-forest": [], "3-sigma": [], "robust-rule": []}  # type: dict[str, list[np.ndarray]]
+    ys: list[np.ndarray] = []
+    preds: dict[str, list[np.ndarray]] = {"random-forest": [], "3-sigma": [], "robust-rule": []}
     for j in jobs:
         x, y, base = job_matrix(j.cfg)
         proba = forest.predict_proba(x)

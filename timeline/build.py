@@ -20,7 +20,6 @@ from timeline.steps import (
     job_step_durations,
     judge_steps,
     slowdown,
-    step_durations_per_rank,
 )
 
 COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
@@ -52,8 +51,7 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         if steps is not None:
             df = df[(df["step"] >= steps[0]) & (df["step"] <= steps[1] + 1)]
     kinds = infer_group_kinds(df, trace.meta, notes)
-    per_rank = step_durations_per_rank(df)
-    durations = job_step_durations(per_rank)
+    durations = job_step_durations(df, trace.meta)
     if steps is not None:
         durations = durations[(durations.index >= steps[0]) & (durations.index <= steps[1])]
     table = judge_steps(durations, delta) if len(durations) else empty_steps()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
+from scipy.sparse.linalg import lsqr
 
 from collector.meta import JobMeta
 from collector.schema import P2P_OPS
@@ -19,7 +21,12 @@ COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns",
 
 
 def instance_ids(df: pd.DataFrame) -> np.ndarray:
-    """Instance number of every row: (group, seq) for collectives, (group, src, dst, seq) for p2p."""
+    """Instance number of every row: (group, seq) for collectives, (group, src, dst, seq) for p2p.
+
+    When most sends find no recv with the same seq (a producer that numbers the two sides of a
+    pair differently), p2p copies are paired in FIFO order instead: the n-th send from src to
+    dst in a group meets the n-th recv, which is how point-to-point channels deliver.
+    """
     rank = df["rank"].to_numpy(np.int64)
     peer = df["peer"].to_numpy(np.int64)
     p2p = _is_p2p(df["op"])
@@ -27,7 +34,16 @@ def instance_ids(df: pd.DataFrame) -> np.ndarray:
     src = np.where(p2p, np.where(send, rank, peer), -1)
     dst = np.where(p2p, np.where(send, peer, rank), -1)
     keys = pd.DataFrame({"g": codes(df["group"]), "src": src, "dst": dst, "seq": df["seq"].to_numpy()})
-    return keys.groupby(["g", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
+    ids = keys.groupby(["g", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
+    if p2p.any():
+        copies = np.bincount(ids[p2p])[ids[p2p]]
+        if (copies == 2).mean() < 0.5:
+            keys["side"] = send
+            keys["seq"] = np.where(p2p, keys.sort_values("seq", kind="stable")
+                                   .groupby(["g", "src", "dst", "side"], sort=False).cumcount()
+                                   .reindex(keys.index).to_numpy(), keys["seq"].to_numpy())
+            ids = keys.groupby(["g", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
+    return ids
 
 
 def host_codes(meta: JobMeta, rank: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -41,34 +57,60 @@ def host_codes(meta: JobMeta, rank: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return table[rank], hosts
 
 
-def estimate_clock_offsets(df: pd.DataFrame, meta: JobMeta, max_iterations: int = 60,
-                           tolerance_ns: float = 1000.0) -> pd.Series:
-    """Per-host clock offset in ns (median host = 0), from when collectives complete.
+def estimate_clock_offsets(df: pd.DataFrame, meta: JobMeta) -> pd.Series:
+    """Per-host clock offset in ns, from when operator copies complete.
 
     All copies of a collective finish at nearly the same true time (nobody finishes before the
-    last rank arrives), and so do a send and its recv, so a host whose copies consistently end
-    later on its own clock runs ahead by that much. Hosts that share no operator (directly
-    or through others) cannot be related; each such island is centred on its own median. Alternating refinement removes the bias of mixed-host instance medians.
+    last rank arrives): per host pair, the median difference of their copies' ends is their
+    clock offset. A recv never completes before its send, but may complete later (the receiver
+    posted late), so per host pair the smallest recv-minus-send end difference is the offset.
+    The pair estimates form a sparse least-squares system whose minimum-norm solution centres
+    every connected set of hosts on zero (hosts sharing no operator cannot be related).
     """
-    inst = instance_ids(df)
     host, names = host_codes(meta, df["rank"].to_numpy(np.int64))
-    end = df["end_ns"].to_numpy(np.float64)
-    n_hosts = pd.Series(host).groupby(inst).transform("nunique").to_numpy()
-    keep = n_hosts > 1
-    offsets = np.zeros(len(names))
-    if not keep.any():
-        return pd.Series(offsets.astype(np.int64), index=names, name="offset_ns")
-    inst, host, end = inst[keep], host[keep], end[keep]
-    seen = np.unique(host)
-    for _ in range(max_iterations):
-        corrected = end - offsets[host]
-        ref = pd.Series(corrected).groupby(inst).transform("median").to_numpy()
-        resid = pd.Series(corrected - ref).groupby(host).median()
-        offsets[resid.index.to_numpy()] += resid.to_numpy()
-        offsets[seen] -= np.median(offsets[seen])
-        if np.abs(resid.to_numpy()).max() < tolerance_ns:
-            break
+    p2p = _is_p2p(df["op"])
+    pairs = pd.concat([_collective_pairs(df[~p2p], host[~p2p]), _p2p_pairs(df[p2p], host[p2p])])
+    if pairs.empty:
+        return pd.Series(np.zeros(len(names), dtype=np.int64), index=names, name="offset_ns")
+    m = len(pairs)
+    w = np.sqrt(pairs["n"].to_numpy(np.float64))
+    rows = np.repeat(np.arange(m), 2)
+    cols = np.column_stack([pairs["a"].to_numpy(), pairs["b"].to_numpy()]).ravel()
+    vals = np.column_stack([w, -w]).ravel()
+    system = sparse.csr_matrix((vals, (rows, cols)), shape=(m, len(names)))
+    offsets = lsqr(system, pairs["d"].to_numpy(np.float64) * w, atol=1e-12, btol=1e-12)[0]
     return pd.Series(np.round(offsets).astype(np.int64), index=names, name="offset_ns")
+
+
+def _collective_pairs(df: pd.DataFrame, host: np.ndarray) -> pd.DataFrame:
+    """Host pairs (a, b) with d ≈ offset[a] - offset[b]: each host's copy vs the instance's lowest host."""
+    per = (
+        pd.DataFrame({"inst": instance_ids(df), "host": host, "end": df["end_ns"].to_numpy(np.float64)})
+        .groupby(["inst", "host"], sort=True)["end"].median().reset_index()
+    )
+    by = per.groupby("inst", sort=False)
+    ref_host = by["host"].transform("first").to_numpy()
+    ref_end = by["end"].transform("first").to_numpy()
+    cross = per["host"].to_numpy() != ref_host
+    return (
+        pd.DataFrame({"a": per["host"].to_numpy()[cross], "b": ref_host[cross],
+                      "d": per["end"].to_numpy()[cross] - ref_end[cross]})
+        .groupby(["a", "b"], sort=False)["d"].agg(d="median", n="size").reset_index()
+    )
+
+
+def _p2p_pairs(df: pd.DataFrame, host: np.ndarray) -> pd.DataFrame:
+    """Host pairs (recv host a, send host b) with d = the smallest recv-minus-send end difference."""
+    inst = instance_ids(df)
+    send = _op_is(df["op"], "send")
+    rows = pd.DataFrame({"inst": inst, "host": host, "end": df["end_ns"].to_numpy(np.float64)})
+    both = rows[send].merge(rows[~send], on="inst", suffixes=("_s", "_r"))
+    both = both[both["host_s"].to_numpy() != both["host_r"].to_numpy()]
+    return (
+        pd.DataFrame({"a": both["host_r"].to_numpy(), "b": both["host_s"].to_numpy(),
+                      "d": both["end_r"].to_numpy() - both["end_s"].to_numpy()})
+        .groupby(["a", "b"], sort=False)["d"].agg(d="min", n="size").reset_index()
+    )
 
 
 def match_instances(

@@ -1,8 +1,10 @@
 """Per-step durations that survive unsynchronized clocks, hidden step numbers, and δ-irregularity.
 
-Start times are only ever compared on one rank's own clock: a rank's step k lasts from its
-first operator of step k to its first operator of step k+1. Ranks are then combined with a
-median, so per-host clock offsets (and any constant clock rate error) cancel out.
+Times of different hosts are never compared raw. Per rank, a step lasts from its first
+operator of step k to its first of step k+1 on its own clock (`step_durations_per_rank`, what
+localization compares across ranks). For the job, host clocks are first aligned on the
+operators they share (`timeline.instances.estimate_clock_offsets`), and the job's step ends
+when its last rank ends it, as the training loop sees it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from collector.meta import JobMeta
 from timeline.columns import codes
+from timeline.instances import estimate_clock_offsets, host_codes
 
 #: Normal steps the rolling baseline looks back over (Holmes' sliding window).
 WINDOW = 10
@@ -51,11 +55,42 @@ def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def job_step_durations(per_rank: pd.DataFrame) -> pd.Series:
-    """One duration per step: the median over ranks of their own-clock durations (robust to outliers)."""
-    if per_rank.empty:
+def job_step_durations(df: pd.DataFrame, meta: JobMeta, samples: int = 3) -> pd.Series:
+    """One duration per step: from the job's step end to the next, on a common clock.
+
+    A step ends when its last rank finishes it. Ranks cut the same stretch of time into steps
+    at different points of the pipeline (a late stage's own step k+1 holds part of a slow step
+    k), so per-rank periods smear one slow step over two. Instead each host's clock offset is
+    estimated on a few sampled steps and interpolated between them (which also follows clocks
+    drifting apart at a steady rate), and a step ends at the latest corrected end of any rank.
+    Needs rank, group, op, seq, peer, step, start_ns, end_ns.
+    """
+    known = df[df["step"].to_numpy() >= 0]
+    if known.empty:
         return pd.Series(dtype="float64", name="duration_s")
-    return per_rank.median(axis=1, skipna=True).rename("duration_s")
+    agg = known.groupby(["step", "rank"], sort=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
+    steps = agg.index.get_level_values("step").to_numpy(np.int64)
+    ranks = agg.index.get_level_values("rank").to_numpy(np.int64)
+    host, _ = host_codes(meta, ranks)
+    offset = _offsets_by_step(known, meta, np.unique(steps), samples)
+    base = float(agg["first"].min())
+    shift = offset.to_numpy()[np.searchsorted(offset.index.to_numpy(), steps), host]
+    end = pd.Series(agg["last"].to_numpy(np.float64) - base - shift).groupby(steps).max()
+    first_start = float((agg["first"].to_numpy(np.float64) - base - shift)[steps == steps.min()].min())
+    full = pd.RangeIndex(int(end.index.min()), int(end.index.max()) + 1, name="step")
+    end = end.reindex(full)
+    prev = end.shift(1)
+    prev.iloc[0] = first_start
+    return ((end - prev) / 1e9).rename("duration_s")
+
+
+def _offsets_by_step(known: pd.DataFrame, meta: JobMeta, steps: np.ndarray, samples: int) -> pd.DataFrame:
+    """Step × host clock offsets (ns): estimated on `samples` evenly spread steps, linear between."""
+    picks = steps[np.unique(np.linspace(0, len(steps) - 1, min(samples, len(steps))).round().astype(int))]
+    step_col = known["step"].to_numpy()
+    est = np.vstack([estimate_clock_offsets(known[step_col == s], meta).to_numpy(np.float64) for s in picks])
+    table = np.column_stack([np.interp(steps, picks, est[:, h]) for h in range(est.shape[1])])
+    return pd.DataFrame(table, index=pd.Index(steps, name="step"))
 
 
 def infer_steps(df: pd.DataFrame) -> np.ndarray:

@@ -19,8 +19,10 @@ from timeline.instances import estimate_clock_offsets, host_codes
 #: Normal steps the rolling baseline looks back over (Holmes' sliding window).
 WINDOW = 10
 #: Irregular steps at most this many steps apart belong to one episode.
-EPISODE_GAP = 2
-#: A contiguous episode whose slowest/fastest ratio stays under this is one persistent level.
+EPISODE_GAP = 4
+#: An episode with at least this share of its steps irregular, whose 90th/10th percentile
+#: ratios stay within PERSISTENT_SPREAD of each other, is one persistent level.
+PERSISTENT_DENSITY = 0.9
 PERSISTENT_SPREAD = 1.25
 #: Largest anchor-cycle length (anchor operators per step) that step inference tries.
 MAX_CYCLE = 256
@@ -196,9 +198,9 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
 def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray) -> np.ndarray:
     """Name each irregular step's pattern: spike, fluctuation or persistent ("" when normal).
 
-    Irregular steps at most EPISODE_GAP apart form an episode. A lone step or a pair is a spike;
-    an unbroken run of three or more at a steady level is persistent degradation; anything
-    else (gaps, or a level that swings) is fluctuation.
+    Irregular steps at most EPISODE_GAP apart form an episode. One or two irregular steps are
+    spikes; an episode that is (almost) unbroken at a steady level is persistent degradation;
+    anything else (normal steps in between, or a level that swings) is fluctuation.
     """
     out = np.full(len(steps), "", dtype=object)
     idx = np.flatnonzero(irregular)
@@ -208,13 +210,11 @@ def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarra
     breaks = np.flatnonzero(np.diff(s) > EPISODE_GAP) + 1
     for ep in np.split(np.arange(idx.size), breaks):  # one iteration per episode
         rows = idx[ep]
-        span = int(s[ep[-1]] - s[ep[0]] + 1)
-        contiguous = span == ep.size
-        r = ratio[rows]
-        steady = float(np.nanmax(r) / np.nanmin(r)) <= PERSISTENT_SPREAD
-        if contiguous and ep.size <= 2:
+        density = ep.size / float(s[ep[-1]] - s[ep[0]] + 1)
+        lo, hi = np.nanquantile(ratio[rows], [0.1, 0.9])
+        if ep.size <= 2:
             out[rows] = "spike"
-        elif contiguous and steady:
+        elif density >= PERSISTENT_DENSITY and hi / lo <= PERSISTENT_SPREAD:
             out[rows] = "persistent"
         else:
             out[rows] = "fluctuation"

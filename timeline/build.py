@@ -13,9 +13,9 @@ from collector.meta import JobMeta
 from collector.traceio import Trace
 from timeline.columns import read_commops
 from timeline.groups import infer_group_kinds
-from timeline.instances import estimate_clock_offsets
 from timeline.model import Timeline, empty_steps
 from timeline.steps import (
+    clock_offsets_by_step,
     infer_steps,
     job_step_durations,
     judge_steps,
@@ -51,14 +51,15 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         if steps is not None:
             df = df[(df["step"] >= steps[0]) & (df["step"] <= steps[1] + 1)]
     kinds = infer_group_kinds(df, trace.meta, notes)
-    durations = job_step_durations(df, trace.meta)
+    offsets = clock_offsets_by_step(df, trace.meta)
+    durations = job_step_durations(df, trace.meta, offsets)
     if steps is not None:
         durations = durations[(durations.index >= steps[0]) & (durations.index <= steps[1])]
     table = judge_steps(durations, delta) if len(durations) else empty_steps()
     if len(durations) and len(durations) < 3:
         notes.append(f"only {len(durations)} step(s): too few for a rolling baseline")
     irregular = [int(s) for s in table.loc[table["irregular"], "step"]]
-    notes.append(_clock_note(df, trace.meta))
+    notes.append(_clock_note(offsets))
     expected = expected_step_seconds(trace.meta)
     if expected is None:
         notes.append("no expected step time: meta has no model {params, tokens_per_step} and "
@@ -77,6 +78,7 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         status="irregular" if irregular else "healthy",
         expected_step_s=expected,
         notes=[n for n in notes if n],
+        delta=delta,
     )
 
 
@@ -108,15 +110,12 @@ def _read(trace: Trace, steps: tuple[int, int] | None) -> pd.DataFrame:
     return read_commops(trace, COLUMNS, expr=expr)
 
 
-def _clock_note(df: pd.DataFrame, meta: JobMeta) -> str:
-    """How far apart host clocks are, estimated from one step's collectives (informational)."""
-    known = df["step"].to_numpy()
-    if len(meta.hosts()) < 2 or not (known >= 0).any():
+def _clock_note(offsets: pd.DataFrame) -> str:
+    """How far apart host clocks are (informational: durations are measured on aligned clocks)."""
+    if offsets.empty or offsets.shape[1] < 2:
         return ""
-    first = int(known[known >= 0].min())
-    offsets = estimate_clock_offsets(df[known == first], meta)
-    span = float(offsets.max() - offsets.min()) / 1e6 if len(offsets) else 0.0
+    span = float((offsets.max(axis=1) - offsets.min(axis=1)).max()) / 1e6
     if span < 1.0:
         return ""
-    return (f"host clocks disagree by up to {span:.0f} ms (estimated from collective completions); "
-            "durations use each rank's own clock, so this does not affect them")
+    return (f"host clocks disagree by up to {span:.0f} ms; step times are measured after aligning "
+            "them on the operators hosts share")

@@ -45,6 +45,7 @@ class Timeline:
     status: Status = "healthy"
     expected_step_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    delta: float = 1.1  # the δ steps were judged with
 
     def since(self) -> int | None:
         """First irregular step, or None when the job is healthy."""
@@ -77,6 +78,7 @@ class Timeline:
             "since_step": self.since(),
             "irregular_steps": [int(s) for s in self.irregular_steps],
             "slowdown": round(float(self.slowdown), 4),
+            "delta": self.delta,
             "expected_step_s": _num(self.expected_step_s),
             "world_size": self.meta.world_size,
             "group_kind": dict(sorted(self.group_kind.items())),

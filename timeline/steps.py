@@ -57,14 +57,14 @@ def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def job_step_durations(df: pd.DataFrame, meta: JobMeta, samples: int = 3) -> pd.Series:
+def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | None = None) -> pd.Series:
     """One duration per step: from the job's step end to the next, on a common clock.
 
     A step ends when its last rank finishes it. Ranks cut the same stretch of time into steps
     at different points of the pipeline (a late stage's own step k+1 holds part of a slow step
     k), so per-rank periods smear one slow step over two. Instead each host's clock offset is
-    estimated on a few sampled steps and interpolated between them (which also follows clocks
-    drifting apart at a steady rate), and a step ends at the latest corrected end of any rank.
+    estimated on a few sampled steps and interpolated between them (`clock_offsets_by_step`,
+    computed here unless given), and a step ends at the latest corrected end of any rank.
     Needs rank, group, op, seq, peer, step, start_ns, end_ns.
     """
     known = df[df["step"].to_numpy() >= 0]
@@ -74,7 +74,7 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, samples: int = 3) -> pd.
     steps = agg.index.get_level_values("step").to_numpy(np.int64)
     ranks = agg.index.get_level_values("rank").to_numpy(np.int64)
     host, _ = host_codes(meta, ranks)
-    offset = _offsets_by_step(known, meta, np.unique(steps), samples)
+    offset = clock_offsets_by_step(known, meta) if offsets is None else offsets
     base = float(agg["first"].min())
     shift = offset.to_numpy()[np.searchsorted(offset.index.to_numpy(), steps), host]
     end = pd.Series(agg["last"].to_numpy(np.float64) - base - shift).groupby(steps).max()
@@ -86,11 +86,16 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, samples: int = 3) -> pd.
     return ((end - prev) / 1e9).rename("duration_s")
 
 
-def _offsets_by_step(known: pd.DataFrame, meta: JobMeta, steps: np.ndarray, samples: int) -> pd.DataFrame:
-    """Step × host clock offsets (ns): estimated on `samples` evenly spread steps, linear between."""
+def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, samples: int = 3) -> pd.DataFrame:
+    """Step × host clock offsets (ns), estimated on `samples` evenly spread steps, linear between.
+
+    Linear interpolation follows clocks that drift apart at a steady rate. Columns are host
+    indexes in `meta.hosts()` order.
+    """
+    step_col = df["step"].to_numpy()
+    steps = np.unique(step_col[step_col >= 0])
     picks = steps[np.unique(np.linspace(0, len(steps) - 1, min(samples, len(steps))).round().astype(int))]
-    step_col = known["step"].to_numpy()
-    est = np.vstack([estimate_clock_offsets(known[step_col == s], meta).to_numpy(np.float64) for s in picks])
+    est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
     table = np.column_stack([np.interp(steps, picks, est[:, h]) for h in range(est.shape[1])])
     return pd.DataFrame(table, index=pd.Index(steps, name="step"))
 

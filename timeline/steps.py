@@ -50,7 +50,7 @@ def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
     nxt = first.shift(-1)
     dur = nxt - first
     gap = (nxt - last).median(axis=0, skipna=True).fillna(0.0).clip(lower=0.0)
-    open_end = dur.isna() & first.notna() & nxt.isna()
+    open_end = first.notna() & first.bfill().shift(-1).isna()  # the rank's last step
     dur = dur.where(~open_end, last - first + gap)
     out: pd.DataFrame = dur / 1e9
     out.columns.name = "rank"

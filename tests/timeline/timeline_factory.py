@@ -1,8 +1,9 @@
 """Tiny hand-built CommOps traces with known step durations and per-host clock offsets.
 
-Megatron rank order tp-cp-ep-dp-pp; per step and microbatch each rank runs per layer a tp
-all_reduce / cp all_gather / ep all_to_all, then recv from the previous stage and send to the
-next; then the dp reduce_scatter and all_gather. Every member of a collective ends it at the
+Megatron rank order tp-cp-ep-dp-pp; per step each rank runs every microbatch's forward, then
+every microbatch's backward (per layer a tp all_reduce / cp all_gather or reduce_scatter / ep
+all_to_all; activations down and gradients up the pipeline by send/recv), then the dp
+reduce_scatter and all_gather, whose end is the end of the step. Every member of a collective ends it at the
 same true time; start times jitter a little. Logged times are on each host's own clock.
 """
 
@@ -98,31 +99,36 @@ def make_trace(
         for r in range(world):
             c = coords[r]
             ev: list[tuple[str, str, int, int, float, float]] = []  # kind, op, peer, nbytes, t, len
-            for mb in range(microbatches):
-                base = mb * slots
-                for layer in range(layers):
-                    pos = base + layer
-                    if dims.get("tp", 1) > 1:
-                        ev.append(("tp", "all_reduce", -1, 1 << 18, pos, 0.2))
-                    if dims.get("cp", 1) > 1:
-                        ev.append(("cp", "all_gather", -1, 1 << 17, pos + 0.3, 0.2))
-                    if dims.get("ep", 1) > 1:
-                        ev.append(("ep", "all_to_all", -1, 1 << 19, pos + 0.6, 0.2))
-                # the activation passes down the pipeline at the microbatch's end: a stage's
-                # send and the next stage's recv are one instance and end together
-                if pp > 1 and c["pp"] > 0:
-                    ev.append(("pp", "recv", r - world // pp, 1 << 20, base + slots - 1, 0.3))
-                if pp > 1 and c["pp"] < pp - 1:
-                    ev.append(("pp", "send", r + world // pp, 1 << 20, base + slots - 1, 0.3))
+            stride = world // pp
+            # forward passes, then backward passes (GPipe order): activations flow down the
+            # pipeline at the end of each forward microbatch, gradients up after each backward;
+            # a send and its recv are one instance and end together
+            for phase in ("F", "B"):
+                for mb in range(microbatches):
+                    base = (mb + (microbatches if phase == "B" else 0)) * slots
+                    for layer in range(layers):
+                        pos = base + layer
+                        if dims.get("tp", 1) > 1:
+                            ev.append(("tp", "all_reduce", -1, 1 << 18, pos, 0.2))
+                        if dims.get("cp", 1) > 1:
+                            op = "all_gather" if phase == "F" else "reduce_scatter"
+                            ev.append(("cp", op, -1, 1 << 17, pos + 0.3, 0.2))
+                        if dims.get("ep", 1) > 1:
+                            ev.append(("ep", "all_to_all", -1, 1 << 19, pos + 0.6, 0.2))
+                    down = 1 if phase == "F" else -1
+                    if pp > 1 and 0 <= c["pp"] - down < pp:
+                        ev.append(("pp", "recv", r - down * stride, 1 << 20, base + slots - 1, 0.3))
+                    if pp > 1 and 0 <= c["pp"] + down < pp:
+                        ev.append(("pp", "send", r + down * stride, 1 << 20, base + slots - 1, 0.3))
             if dims.get("dp", 1) > 1:
-                end_pos = microbatches * slots
+                end_pos = 2 * microbatches * slots
                 if dp_buckets:
                     for b in range(dp_buckets):
                         ev.append(("dp", "all_reduce", -1, 1 << 24, end_pos + 0.3 * b, 0.25))
                 else:
                     ev.append(("dp", "reduce_scatter", -1, 1 << 25, end_pos, 0.4))
                     ev.append(("dp", "all_gather", -1, 1 << 25, end_pos + 0.5, 0.4))
-            total = microbatches * slots + 2
+            total = max(pos + length for *_, pos, length in ev)  # the step's last op ends it
             for kind, op, peer, nbytes, pos, length in ev:
                 g = gname[(kind, member_of[(kind, r)])]
                 key: Any = (g, r, peer, r) if op == "send" else (g, peer, r, r) if op == "recv" else (g, r)
@@ -147,7 +153,7 @@ def make_trace(
     return Trace.open(out)
 
 
-def true_kinds(dims: dict[str, int]) -> dict[str, str]:
-    """Group name (kind naming) -> kind, for checking inference."""
+def kinds_by_members(dims: dict[str, int]) -> list[tuple[str, list[int]]]:
+    """(kind, members) of every group of the layout, to check inference independently of names."""
     _, groups, _ = layout(dims)
-    return {f"{k}-{i}": k for k, gl in groups.items() for i in range(len(gl))}
+    return [(k, m) for k, gl in groups.items() for m in gl]

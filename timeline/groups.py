@@ -27,45 +27,57 @@ _HINT = re.compile(r"^(dp|tp|pp|ep|cp)(?![a-z])", re.IGNORECASE)
 def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
     """One row per group: size, hosts spanned, rank stride, ops per rank per step, op mix, bytes.
 
-    Needs columns rank, group, op, nbytes, step. Linear: a handful of groupbys.
+    Needs columns rank, group, op, nbytes, step. Integer codes and bincounts only: linear,
+    plus one sort of (group, rank) pairs.
     """
+    if df.empty:
+        return pd.DataFrame()
+    g, names = _group_codes(df["group"])
+    n_groups = len(names)
     rank = df["rank"].to_numpy(np.int64)
     host, _ = host_codes(meta, rank)
     op = df["op"]
-    rows = pd.DataFrame(
-        {
-            "group": df["group"].to_numpy(),
-            "rank": rank,
-            "host": host,
-            "nbytes": df["nbytes"].to_numpy(np.float64),
-            "p2p": np.asarray(op.isin(P2P_OPS).to_numpy(), dtype=bool),
-            "a2a": np.asarray((op == "all_to_all").to_numpy(), dtype=bool),
-            "ar": np.asarray((op == "all_reduce").to_numpy(), dtype=bool),
-            "ag": np.asarray((op == "all_gather").to_numpy(), dtype=bool),
-            "rs": np.asarray((op == "reduce_scatter").to_numpy(), dtype=bool),
-        }
-    )
+    rows = np.bincount(g, minlength=n_groups).astype(np.float64)
+
+    def share(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(g, weights=mask.astype(np.float64), minlength=n_groups) / np.maximum(rows, 1)
+
+    pairs = np.unique(g * (int(rank.max()) + 1) + rank)
+    pg, pr = pairs // (int(rank.max()) + 1), pairs % (int(rank.max()) + 1)
+    size = np.bincount(pg, minlength=n_groups)
+    gaps = np.where(pg[1:] == pg[:-1], np.diff(pr), np.iinfo(np.int64).max)
+    stride = np.full(n_groups, np.iinfo(np.int64).max)
+    np.minimum.at(stride, pg[1:], gaps)
+    stride[stride == np.iinfo(np.int64).max] = 0
+    hosts = np.bincount(np.unique(g * (int(host.max()) + 1) + host) // (int(host.max()) + 1), minlength=n_groups)
     step = df["step"].to_numpy(np.int64)
-    known = step >= 0
-    n_steps = max(int(np.unique(step[known]).size), 1) if known.any() else 1
-    by = rows.groupby("group", sort=True, observed=True)
-    feat = by.agg(
-        rows=("rank", "size"),
-        size=("rank", "nunique"),
-        hosts=("host", "nunique"),
-        nbytes=("nbytes", "mean"),
-        p2p=("p2p", "mean"),
-        a2a=("a2a", "mean"),
-        ar=("ar", "mean"),
-        ag=("ag", "mean"),
-        rs=("rs", "mean"),
+    n_steps = max(int(np.unique(step[step >= 0]).size), 1)
+    feat = pd.DataFrame(
+        {
+            "rows": rows,
+            "size": size,
+            "hosts": hosts,
+            "nbytes": np.bincount(g, weights=df["nbytes"].to_numpy(np.float64), minlength=n_groups) / np.maximum(rows, 1),
+            "p2p": share(np.asarray(op.isin(P2P_OPS).to_numpy(), dtype=bool)),
+            "a2a": share(np.asarray((op == "all_to_all").to_numpy(), dtype=bool)),
+            "ar": share(np.asarray((op == "all_reduce").to_numpy(), dtype=bool)),
+            "ag": share(np.asarray((op == "all_gather").to_numpy(), dtype=bool)),
+            "rs": share(np.asarray((op == "reduce_scatter").to_numpy(), dtype=bool)),
+            "stride": stride,
+        },
+        index=pd.Index(names, name="group"),
     )
+    feat = feat[feat["rows"] > 0]
     feat["per_step"] = feat["rows"] / feat["size"] / n_steps
-    members = rows[["group", "rank"]].drop_duplicates().sort_values(["group", "rank"])
-    gaps = members.groupby("group", sort=True, observed=True)["rank"].diff()
-    feat["stride"] = gaps.groupby(members["group"], observed=True).min().reindex(feat.index).fillna(0).astype(int)
-    feat.index = feat.index.astype(str)
-    return feat
+    return feat.sort_index()
+
+
+def _group_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer code of each row's group and the group names."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64), [str(c) for c in col.cat.categories]
+    codes, uniques = pd.factorize(col)
+    return codes.astype(np.int64), [str(u) for u in uniques]
 
 
 def infer_group_kinds(df: pd.DataFrame, meta: JobMeta, notes: list[str] | None = None) -> dict[str, str]:

@@ -9,7 +9,6 @@ from typing import Any
 from collector.errors import UserError
 from collector.traceio import Trace
 from laggard.cliutil import add_format, parse_steps, print_json, verb_parser
-from timeline.build import build_timeline
 from timeline.model import Timeline
 from timeline.render import HEADERS, render_plain, step_rows, summary_lines
 
@@ -37,6 +36,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.delta <= 1.0:
         raise UserError(f"--delta {args.delta} must be above 1", "use e.g. --delta 1.1 (10% slower than typical)")
+    from timeline.build import build_timeline  # heavy (pandas, scipy): only when this verb runs
+
     tl = build_timeline(Trace.open(args.trace), steps=parse_steps(args.steps), delta=args.delta)
     if args.format == "json":
         print_json(tl.to_dict())

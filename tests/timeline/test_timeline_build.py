@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from timeline_factory import make_trace
 
 from collector.errors import TraceError, UserError
 from collector.traceio import Trace
+from tests.timeline.timeline_factory import make_trace
 from timeline.build import build_timeline, expected_step_seconds
 
 DIMS = {"tp": 2, "pp": 2, "dp": 2}

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from timeline_factory import make_trace
 
 from laggard.cli import main
 from tests.conftest import run_cli
+from tests.timeline.timeline_factory import make_trace
 
 STEPS = [1.0] * 5 + [1.8] + [1.0] * 4
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from timeline_factory import kinds_by_members, make_trace
 
+from tests.timeline.timeline_factory import kinds_by_members, make_trace
 from timeline.build import COLUMNS
 from timeline.columns import read_commops
 from timeline.groups import infer_group_kinds

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from timeline_factory import make_trace
 
+from tests.timeline.timeline_factory import make_trace
 from timeline.build import COLUMNS
 from timeline.columns import read_commops
 from timeline.instances import estimate_clock_offsets, instance_ids, match_instances

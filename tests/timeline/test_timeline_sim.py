@@ -6,6 +6,7 @@ Tuning used seeds 1-4 and 21; these tests use others.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -54,12 +55,17 @@ def test_hidden_steps_give_count_and_durations(tmp_path: Path) -> None:
     assert any("inferred 20 steps" in n for n in tl.notes)
 
 
-def test_group_kinds_of_a_6d_layout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("opaque", [False, True])
+def test_group_kinds_of_a_6d_layout(tmp_path: Path, opaque: bool) -> None:
+    """Kinds by membership: with opaque names ("pg-3f2a...") and no parallelism in meta too."""
     cfg = SimConfig(gpus=64, tp=2, pp=2, cp=2, ep=2, steps=3, seed=34, virtual_stages=2)
-    _, tl = _run(cfg, tmp_path)
-    for group, kind in tl.group_kind.items():
-        assert group.split("-")[0] == kind  # the simulator names groups by kind; inference never reads them
-    assert sorted(tl.kinds_summary()) == ["cp", "dp", "ep", "pp", "tp"]
+    simulate_trace(cfg, tmp_path / "named")
+    named = Trace.open(tmp_path / "named").meta.groups
+    want = {tuple(m): g.split("-")[0] for g, m in named.items()}
+    _, tl = _run(replace(cfg, opaque_groups=opaque), tmp_path / "t")
+    got = {tuple(tl.meta.groups[g]): k for g, k in tl.group_kind.items()}
+    assert got == want
+    assert not tl.meta.parallelism or not opaque
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from timeline_factory import make_trace
 
+from tests.timeline.timeline_factory import make_trace
 from timeline.build import COLUMNS
 from timeline.columns import read_commops
 from timeline.steps import (

@@ -148,7 +148,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     alternates: list[Candidate] = []
     if net and comm_total > 0:
         best = net[0].score
-        # devices that explain the slow transfers equally well cannot be told apart: share
+        # devices that explain the slow transfers equally well cannot be told apart
         tied = sum(1 for c in net if c.score >= best - 1e-6)
         lead = _net_candidate(net[0], comm_total / total * best, meta)
         if tied > 1:
@@ -157,6 +157,13 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         primaries.append(lead)
         alternates = [_net_candidate(c, comm_total / total * c.score * (1.0 if c.score >= best - 1e-6 else 0.5), meta)
                       for c in net[1:]]
+        # a second network fault: slow units the best device does not carry, explained apart
+        rest = {u: w for u, w in slow.items() if u not in set(net[0].carried)}
+        if sum(rest.values()) >= 0.25 * sum(slow.values()):
+            second = resolve_network(members, rest, meta, top=1)
+            if second:
+                share = sum(rest.values()) / sum(slow.values())
+                primaries.append(_net_candidate(second[0], comm_total / total * share * second[0].score, meta))
     candidates = _merge(primaries, alternates, top)
     analysis = Analysis(ops, detection, graph, rank_blame, units, net, comm_total, unit_names)
     extra = {"source": "commops", "detector": detection.method, "abnormal_ops": int(abnormal.sum()),

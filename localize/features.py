@@ -26,7 +26,7 @@ from collector.schema import COLLECTIVE_OPS, OPS
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
-    "log_elapsed",
+    "log_elapsed_norm",
     "ratio_own_median",
     "z_own",
     "quartile_pos",
@@ -294,7 +294,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     inst = ops.inst
     imin = ops.inst_min[inst]
     out = np.empty((len(FEATURES), len(e)), dtype=np.float32)
-    out[0] = np.log10(e + 1e-7)
+    out[0] = np.log10(en + 1e-7)  # elapsed against the rolling step-time baseline
     out[1] = en / np.maximum(med, eps)
     out[2] = (en - med) / (iqr / 1.349)
     out[3] = (en - q1) / iqr

@@ -142,7 +142,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[graph.comm & in_ref].sum()), 0.0)
     analysed = np.isin(ops.inst_step, irr) & (ops.inst_size >= expected)
     slow = slow_units(unit_of_inst, unit_names, graph.comm & in_irr, analysed)
-    net = resolve_network(members, slow, meta, top=top)
+    net = resolve_network(members, slow, meta, top=max(top, 64))  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)
     units = explain_rank_blame(rank_blame, meta, kinds, top=top)
     rank_total = float(rank_blame.sum())

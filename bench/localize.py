@@ -164,6 +164,31 @@ def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path,
     return pd.DataFrame(rows), pd.DataFrame(base_rows)
 
 
+def healthy_sweep(n: int, steps: int, workdir: Path) -> tuple[int, int]:
+    """False alarms over `n` healthy jobs: every layout, skew, drift of +-20%, row loss, lost ranks."""
+    from simulator.config import SimConfig
+    from simulator.writer import simulate_trace
+
+    rng = np.random.default_rng(3000)
+    alarms = 0
+    layouts = list(LAYOUTS.values())
+    for i in range(n):
+        tp, pp, cp, ep, vpp = layouts[i % len(layouts)]
+        gpus = int(rng.choice([32, 64, 128])) if tp * pp * cp <= 8 else 64
+        cfg = SimConfig(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=vpp, steps=steps,
+                        seed=int(rng.integers(1 << 30)), clock_skew_ms=float(rng.uniform(0, 200)),
+                        drift=float(rng.uniform(-0.2, 0.2)), row_loss=float(rng.choice([0.0, 0.0, 0.01])),
+                        missing_ranks=int(rng.choice([0, 0, 1])), job=f"healthy-{i}")
+        out = workdir / f"h{i}"
+        simulate_trace(cfg, out, counterfactual=False)
+        v = localize_trace(Trace.open(out), ("commops",))
+        if v.status != "healthy":
+            alarms += 1
+            print(f"  false alarm: {cfg.job} tp{tp} pp{pp} -> {v.candidates[0].device() if v.candidates else v.status}")
+        shutil.rmtree(out, ignore_errors=True)
+    return alarms, n
+
+
 def two_faults(gpus: int, steps: int, workdir: Path, n: int) -> float:
     """Share of two-fault traces (a slow GPU and a slow NIC) with both roots in the top 2."""
     from simulator.config import FaultSpec, SimConfig
@@ -290,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-gpus", type=int, default=8192)
     ap.add_argument("--latency-steps", type=int, default=12)
     ap.add_argument("--two-faults", type=int, default=4)
+    ap.add_argument("--healthy", type=int, default=40, help="extra healthy jobs for the false-alarm rate")
     ap.add_argument("--layouts", default="", help="comma-separated indices into LAYOUTS (default all)")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
@@ -320,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\n== baselines (top-1 on the same faulty traces; a rank on the faulty device counts) ==")
             print(base.groupby("kind")[["laggard", *BASELINES]].mean().round(2).to_string())
             print(base[["laggard", *BASELINES]].mean().round(3).to_string())
+        if args.healthy:
+            alarms, n = healthy_sweep(args.healthy, args.steps, work)
+            print(f"\n== false alarms over {n} more healthy jobs: {alarms} ({alarms / n:.1%}) ==", flush=True)
         if args.two_faults:
             print(f"\n== two concurrent faults (gpu + nic, 128 GPUs): both in top-2: "
                   f"{two_faults(128, args.steps, work, args.two_faults):.2f} ==")

@@ -109,8 +109,18 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         build = None
     if build is not None and hasattr(build, "build_timeline"):
         tl = build.build_timeline(trace, steps=steps)
-        return StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
+        view = StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
                         dict(tl.group_kind))
+        if not view.irregular_steps and len(tl.steps) >= 3:
+            # a fault covering most of the window can become its own baseline: judge again
+            # against the steps before it (the faster half), as the fallback does
+            again = judge(tl.steps.set_index("step")["duration_s"].astype(float))
+            irr = [int(s) for s in again.loc[again["irregular"], "step"]]
+            if irr:
+                normal = again.loc[~again["irregular"], "duration_s"]
+                slow = float(again.loc[again["irregular"], "duration_s"].median() / normal.median())
+                view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind))
+        return view
     df = with_steps(df)
     table = judge(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
     irr = [int(s) for s in table.loc[table["irregular"].astype(bool), "step"]]

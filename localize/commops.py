@@ -194,7 +194,9 @@ def _merge(primaries: list[Candidate], alternates: list[Candidate], top: int) ->
     floor = min((c.score for c in primaries), default=1.0)
     for c in alternates:
         c.score = min(c.score, 0.95 * floor)
-    return _dedupe(primaries + sorted(alternates, key=lambda c: -c.score))[:top]
+    ranked = _dedupe(primaries + sorted(alternates, key=lambda c: -c.score))
+    # candidates that explain under 1% of the delay are noise, not suspects
+    return [c for i, c in enumerate(ranked) if i == 0 or c.score >= 0.01][:top]
 
 
 def _dedupe(cands: list[Candidate]) -> list[Candidate]:

@@ -1,11 +1,16 @@
-"""Helpers shared by the CLI verbs: output formats, step ranges, trace opening."""
+"""Helpers shared by the CLI verbs: output formats, step ranges, exit codes, progress bars."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from collector.errors import UserError
 
@@ -47,3 +52,47 @@ def verb_parser(sub: Any, name: str, help: str, description: str, examples: str)
         name, help=help, description=description,
         epilog="examples:\n" + examples.strip("\n"), formatter_class=Formatter,
     )
+
+
+def add_fail_on_irregular(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fail-on-irregular", action="store_true",
+        help="exit 1 when the job is irregular or stuck (for CI and cron checks)",
+    )
+
+
+def exit_status(status: str, args: argparse.Namespace) -> int:
+    """0, or 1 when an irregularity (or hang) was found and --fail-on-irregular was given."""
+    return 1 if getattr(args, "fail_on_irregular", False) and status in ("irregular", "hang") else 0
+
+
+class Stages:
+    """Names the stage of long work on a rich progress bar; see `progress`."""
+
+    def __init__(self, bar: Progress, task: TaskID) -> None:
+        self._bar = bar
+        self._task = task
+        self._started = False
+
+    def next(self, what: str) -> None:
+        """Finish the current stage and show `what` as the one now running."""
+        self._bar.update(self._task, description=what, advance=1 if self._started else 0)
+        self._started = True
+
+    def advance(self, n: float = 1) -> None:
+        self._bar.update(self._task, advance=n)
+
+
+@contextmanager
+def progress(description: str, total: float | None = None) -> Iterator[Stages]:
+    """A rich progress bar on stderr for long work; silent when stderr is not a terminal."""
+    console = Console(stderr=True)
+    bar = Progress(
+        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+        stages = Stages(bar, task)
+        yield stages
+        bar.update(task, completed=total or 0)

@@ -8,6 +8,7 @@ browser log entries (failed resource loads land there) and failed network reques
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -113,10 +114,8 @@ class Browser:
         return PageResult(_problems(self.events), base64.b64decode(shot["data"]))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, TimeoutError, OSError):
             self.send("Browser.close", timeout=10)
-        except (RuntimeError, TimeoutError, OSError):
-            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

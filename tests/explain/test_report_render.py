@@ -16,7 +16,13 @@ from explain.report.html import render_html
 from explain.report.markdown import render_markdown
 from explain.report.model import Report, confidence_label, irregular_windows
 from localize.verdict import Verdict
-from tests.explain.report_helpers import SLOW_RANK, make_diagnosis, make_timeline, make_trace, make_verdict
+from tests.explain.report_helpers import (
+    SLOW_RANK,
+    make_diagnosis,
+    make_timeline,
+    make_trace,
+    make_verdict,
+)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +129,7 @@ def test_flow_evidence_flags_the_slow_host(tmp_path: Path) -> None:
 
     trace = Trace.open(make_trace(tmp_path / "t"))
     rows = []
-    for r, info in trace.meta.ranks.items():
+    for _r, info in trace.meta.ranks.items():
         gbps = 50.0 if info.host == "node-1" else 400.0
         for i in range(5):
             rows.append({"start_ns": i * 10**9, "end_ns": i * 10**9 + 10**6, "src_ip": info.ip,

@@ -51,14 +51,13 @@ def run(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
+    trace = Trace.open(args.trace)
     # the stages are imported here so that `laggard --help` stays fast
     from explain.diagnose import diagnose
     from localize.combine import localize_trace
     from timeline.build import build_timeline
 
-    with progress("reading trace", total=5) as stages:
-        trace = Trace.open(args.trace)
-        stages.next("building the timeline")
+    with progress("building the timeline", total=4) as stages:
         timeline = build_timeline(trace, steps) if trace.has("commops") else None
         stages.next("localizing the root cause")
         verdict = localize_trace(trace, None, steps, args.top)

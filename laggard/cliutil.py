@@ -7,12 +7,12 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def add_format(parser: argparse.ArgumentParser, choices: tuple[str, ...] = ("text", "json")) -> None:
@@ -67,7 +67,7 @@ def exit_status(status: str, args: argparse.Namespace) -> int:
 
 
 class Stages:
-    """Names the stage of long work on a rich progress bar; see `progress`."""
+    """Advances a rich progress bar (call it with a count) and names the stage running."""
 
     def __init__(self, bar: Progress, task: TaskID) -> None:
         self._bar = bar
@@ -79,20 +79,27 @@ class Stages:
         self._bar.update(self._task, description=what, advance=1 if self._started else 0)
         self._started = True
 
-    def advance(self, n: float = 1) -> None:
+    def __call__(self, n: float = 1) -> None:
         self._bar.update(self._task, advance=n)
 
 
 @contextmanager
-def progress(description: str, total: float | None = None) -> Iterator[Stages]:
-    """A rich progress bar on stderr for long work; silent when stderr is not a terminal."""
+def progress(label: str, total: float | None = None) -> Iterator[Stages]:
+    """A rich progress bar on stderr for long work; silent when stderr is not a terminal.
+
+    Yields a `Stages`: call it with a count to advance (`bar(len(batch))`), or `.next(what)`
+    to finish one named stage and start the next.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
     bar = Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
         console=console, transient=True, disable=not console.is_terminal,
     )
     with bar:
-        task = bar.add_task(description, total=total)
+        task = bar.add_task(label, total=total)
         stages = Stages(bar, task)
         yield stages
         bar.update(task, completed=total or 0)

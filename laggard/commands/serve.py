@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     from laggard.service.app import create_app
 
-    app = create_app(args.db, interval_s=args.interval, max_body=args.max_body)
+    app = create_app(args.db, interval_s=args.interval, max_body=args.max_body, isolate=True)
     print(f"laggard serve: http://{args.host}:{args.port} (state in {args.db})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0

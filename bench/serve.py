@@ -1,0 +1,191 @@
+"""Load test of `laggard serve` on loopback: the sidecars of a 16,384-GPU job (2,048 nodes).
+
+Every node posts one abnormal-operator summary every 10 s, staggered over the period, for a
+bounded time; a slow GPU is injected so the summaries carry realistic waits (its TP peers, and
+the DP peers of its node, report abnormal operators). Sidecars retry a failed post like a real
+one would (posts are idempotent). Prints the offered and sustained rate, ingest latency
+percentiles, how late posts started against their schedule, and summaries lost (stored vs sent),
+then localizes once and prints the top candidate against the injected rank.
+
+    python -m bench.serve               # 2,048 nodes x 3 periods of 10 s
+    python -m bench.serve --quick       # 256 nodes x 2 periods
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+GPUS_PER_NODE, PP = 8, 4
+TP_OPS_PER_STEP = 4
+STEP_S, SLOW_STEP_S = 2.0, 2.6
+JOB = "bench-16k"
+
+
+def layout(nodes: int) -> tuple[int, int]:
+    world = nodes * GPUS_PER_NODE
+    return world, world // (GPUS_PER_NODE * PP)  # world, dp
+
+
+def node_groups(node: int, nodes: int) -> dict[str, list[int]]:
+    """Megatron order tp-dp-pp: rank = tp + 8 * (dp + DP * pp)."""
+    _, dp_size = layout(nodes)
+    dp, pp = node % dp_size, node // dp_size
+    groups = {f"tp-{node}": list(range(node * 8, node * 8 + 8))}
+    for t in range(GPUS_PER_NODE):
+        groups[f"dp-{t}-{pp}"] = [t + 8 * (d + dp_size * pp) for d in range(dp_size)]
+        groups[f"pp-{t}-{dp}"] = [t + 8 * (dp + dp_size * p) for p in range(PP)]
+    return groups
+
+
+def summary(node: int, window: int, nodes: int, slow_rank: int, period: float, rng: np.random.Generator) -> dict[str, Any]:
+    world, dp_size = layout(nodes)
+    slow_node = slow_rank // 8
+    faulty = window >= 1  # the GPU turns slow after the first window
+    steps_per_window = int(period / STEP_S)
+    first = window * steps_per_window
+    ranks = list(range(node * 8, node * 8 + 8))
+    ops = []
+    if faulty:
+        same_stage = node // dp_size == slow_node // dp_size
+        for step in range(first, first + steps_per_window):
+            if node == slow_node:  # TP peers wait on the slow GPU in every TP all-reduce
+                for k in range(TP_OPS_PER_STEP):
+                    ops += [{"rank": r, "group": f"tp-{node}", "op": "all_reduce", "seq": step * TP_OPS_PER_STEP + k,
+                             "elapsed": 0.15 + rng.random() * 0.01, "step": step, "score": 0.97}
+                            for r in ranks if r != slow_rank]
+            elif same_stage:  # DP peers wait on the slow node's ranks in the gradient reduce-scatter
+                ops += [{"rank": r, "group": f"dp-{r % 8}-{node // dp_size}", "op": "reduce_scatter", "seq": step,
+                         "elapsed": 0.6 + rng.random() * 0.02, "step": step, "score": 0.93} for r in ranks]
+    dur = SLOW_STEP_S if faulty else STEP_S
+    t0 = 1_760_000_000_000_000_000 + int(window * period * 1e9)
+    return {"job": JOB, "node": f"node-{node}", "window": window, "window_start_ns": t0,
+            "window_end_ns": t0 + int(period * 1e9), "world_size": world, "ranks": ranks,
+            "gpus": {r: r % 8 for r in ranks}, "groups": node_groups(node, nodes) if window == 0 else {},
+            "steps": [{"step": s, "duration_s": dur * (1 + 0.01 * rng.random())}
+                      for s in range(first, first + steps_per_window)],
+            "ops": ops}
+
+
+async def sidecars(base: str, nodes: int, windows: int, period: float, slow_rank: int,
+                   concurrency: int) -> dict[str, Any]:
+    rng = np.random.default_rng(7)
+    bodies = {(w, n): json.dumps(summary(n, w, nodes, slow_rank, period, rng)).encode()
+              for w in range(windows) for n in range(nodes)}
+    offsets = rng.random(nodes) * period  # each node's phase within the period
+    latency: list[float] = []
+    lateness: list[float] = []
+    failed: list[tuple[int, int]] = []
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+        start = time.perf_counter() + 0.5
+
+        async def post(w: int, n: int) -> None:
+            due = start + w * period + offsets[n]
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            async with sem:
+                for _attempt in range(4):
+                    t = time.perf_counter()
+                    try:
+                        r = await client.post("/v1/summaries", content=bodies[(w, n)],
+                                              headers={"content-type": "application/json"})
+                        if r.status_code == 202:
+                            latency.append(time.perf_counter() - t)
+                            lateness.append(t - due)
+                            return
+                    except httpx.TransportError:
+                        pass
+                    await asyncio.sleep(0.5)
+                failed.append((w, n))
+
+        await asyncio.gather(*(post(w, n) for w in range(windows) for n in range(nodes)))
+        elapsed = time.perf_counter() - start
+    return {"latency": np.array(latency), "lateness": np.array(lateness), "failed": failed, "elapsed": elapsed,
+            "bytes": sum(map(len, bodies.values())), "sent": len(bodies)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=2048)
+    ap.add_argument("--windows", type=int, default=3, help="periods each node posts in (bounded run)")
+    ap.add_argument("--period", type=float, default=10.0, help="seconds between a node's posts")
+    ap.add_argument("--concurrency", type=int, default=256, help="posts in flight at most")
+    ap.add_argument("--quick", action="store_true", help="256 nodes, 2 periods")
+    ap.add_argument("--localize-every", type=float, default=10.0, help="the service's --interval")
+    args = ap.parse_args()
+    if args.quick:
+        args.nodes, args.windows = 256, 2
+    world, dp_size = layout(args.nodes)
+    slow_rank = (args.nodes // 3) * 8 + 5
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="laggard-bench-serve-") as tmp:
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        server = subprocess.Popen(
+            [sys.executable, "-m", "laggard", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--db", str(Path(tmp) / "state.db"), "--interval", str(args.localize_every)],
+            env=env, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            else:
+                print("server did not start", file=sys.stderr)
+                return 1
+            budget = args.windows * args.period + 120
+            res = asyncio.run(asyncio.wait_for(
+                sidecars(base, args.nodes, args.windows, args.period, slow_rank, args.concurrency), budget))
+            stored = httpx.get(f"{base}/v1/jobs/{JOB}/stats", timeout=30).json()["summaries"]
+            t = time.perf_counter()
+            verdict = httpx.post(f"{base}/v1/jobs/{JOB}/localize", timeout=300).json()
+            localize_s = time.perf_counter() - t
+            metrics = httpx.get(base + "/metrics", timeout=30).text
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    lat, late = res["latency"] * 1e3, res["lateness"] * 1e3
+    ok = len(lat)
+    top = verdict.get("candidates", [{}])[0] if verdict.get("candidates") else {}
+    print(f"job: {world:,} GPUs on {args.nodes:,} nodes (tp 8, pp {PP}, dp {dp_size}); "
+          f"each node posts every {args.period:g} s for {args.windows} periods; slow GPU rank {slow_rank}")
+    print(f"summaries sent:       {res['sent']:,} ({res['bytes'] / 1e6:.1f} MB) in {res['elapsed']:.1f} s")
+    print(f"offered rate:         {args.nodes / args.period:.1f} summaries/s")
+    print(f"sustained rate:       {ok / res['elapsed']:.1f} summaries/s accepted")
+    print(f"ingest latency:       p50 {np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
+          f"max {lat.max():.1f} ms")
+    print(f"start lateness:       p99 {np.percentile(late, 99):.1f} ms behind schedule (client backlog)")
+    print(f"summaries lost:       {res['sent'] - stored} (sent {res['sent']:,}, stored {stored:,}, "
+          f"posts that never got 202: {len(res['failed'])})")
+    print(f"localization:         {localize_s:.2f} s over {verdict.get('summaries', 0):,} summaries; top candidate "
+          f"{top.get('kind')} rank {top.get('rank')} score {top.get('score')} "
+          f"({'correct' if top.get('rank') == slow_rank else 'WRONG'}); status {verdict.get('status')}, "
+          f"slowdown {verdict.get('slowdown')}")
+    print(f"metrics exposition:   {len(metrics.splitlines())} lines")
+    return 0 if res["sent"] == stored and not res["failed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -56,6 +56,7 @@ class Service:
         self.windows = windows
         self._dirty: set[str] = set(self.store.jobs_with_summaries())  # re-localize after a restart
         self._dirty_lock = threading.Lock()
+        self._groups: dict[str, dict[str, list[int]]] = {}
         for job, n in self.store.counts().items():
             self.metrics.received[job] = n
         self.metrics.rejected.update(self.store.rejected())
@@ -80,7 +81,14 @@ class Service:
             raise self.reject(422, "invalid", f"{where}: {err.get('msg')}" + (
                 f" ({len(errors)} problems)" if len(errors) > 1 else "")) from exc
         if summary.groups:
-            self.store.add_groups(summary.job, summary.groups)
+            # every node of a DP group sends the same membership: store only what is new
+            if summary.job not in self._groups:
+                self._groups[summary.job] = self.store.groups(summary.job)
+            known = self._groups[summary.job]
+            fresh = {g: m for g, m in summary.groups.items() if known.get(g) != sorted(m)}
+            if fresh:
+                self.store.add_groups(summary.job, fresh)
+                known.update({g: sorted(m) for g, m in fresh.items()})
         new = self.store.add_summary(summary.job, summary.node, summary.window,
                                      summary.model_dump_json(exclude={"groups"}))
         if new:

@@ -72,6 +72,6 @@ class Summary(BaseModel):
         if stray:
             raise ValueError(f"ops of rank(s) {stray[:5]} that are not on node {self.node} (ranks {sorted(ranks)[:8]})")
         for g, members in self.groups.items():
-            if len(members) > self.world_size or any(not 0 <= m < self.world_size for m in members):
+            if members and (len(members) > self.world_size or min(members) < 0 or max(members) >= self.world_size):
                 raise ValueError(f"group {g} has members outside 0..world_size-1")
         return self

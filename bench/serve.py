@@ -146,6 +146,12 @@ async def sidecars(port: int, nodes: int, windows: int, period: float, slow_rank
             "bytes": sum(map(len, bodies.values())), "sent": len(bodies)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -185,8 +191,10 @@ def main() -> int:
                 print("server did not start", file=sys.stderr)
                 return 1
             budget = args.windows * args.period + 120
+            cpu0 = cpu_seconds(server.pid)
             res = asyncio.run(asyncio.wait_for(
                 sidecars(port, args.nodes, args.windows, args.period, slow_rank, args.concurrency), budget))
+            ingest_cpu = cpu_seconds(server.pid) - cpu0
             stored = httpx.get(f"{base}/v1/jobs/{JOB}/stats", timeout=30).json()["summaries"]
             t = time.perf_counter()
             verdict = httpx.post(f"{base}/v1/jobs/{JOB}/localize", timeout=300).json()
@@ -205,6 +213,10 @@ def main() -> int:
     print(f"sustained rate:       {ok / res['elapsed']:.1f} summaries/s accepted")
     print(f"ingest latency:       p50 {np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
           f"max {lat.max():.1f} ms")
+    per = ingest_cpu / max(ok, 1)
+    print(f"server CPU:           {per * 1e3:.2f} ms per summary in the ingest process "
+          f"(capacity about {1 / per:.0f} summaries/s per free core; this machine has {os.cpu_count()} "
+          f"cores, load average {os.getloadavg()[0]:.1f})")
     print(f"start lateness:       p99 {np.percentile(late, 99):.1f} ms behind schedule (client backlog)")
     print(f"summaries lost:       {res['sent'] - stored} (sent {res['sent']:,}, stored {stored:,}, "
           f"posts that never got 202: {len(res['failed'])})")

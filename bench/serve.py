@@ -39,14 +39,15 @@ def layout(nodes: int) -> tuple[int, int]:
     return world, world // (GPUS_PER_NODE * PP)  # world, dp
 
 
-def node_groups(node: int, nodes: int) -> dict[str, list[int]]:
-    """Megatron order tp-dp-pp: rank = tp + 8 * (dp + DP * pp)."""
+def node_groups(node: int, nodes: int) -> dict[str, str]:
+    """Megatron order tp-dp-pp: rank = tp + 8 * (dp + DP * pp); each group as 'start:stop:step'."""
     _, dp_size = layout(nodes)
     dp, pp = node % dp_size, node // dp_size
-    groups = {f"tp-{node}": list(range(node * 8, node * 8 + 8))}
+    groups = {f"tp-{node}": f"{node * 8}:{node * 8 + 8}:1"}
     for t in range(GPUS_PER_NODE):
-        groups[f"dp-{t}-{pp}"] = [t + 8 * (d + dp_size * pp) for d in range(dp_size)]
-        groups[f"pp-{t}-{dp}"] = [t + 8 * (dp + dp_size * p) for p in range(PP)]
+        first = t + 8 * dp_size * pp
+        groups[f"dp-{t}-{pp}"] = f"{first}:{first + 8 * dp_size}:8"
+        groups[f"pp-{t}-{dp}"] = f"{t + 8 * dp}:{t + 8 * (dp + dp_size * PP)}:{8 * dp_size}"
     return groups
 
 

@@ -82,10 +82,11 @@ class Service:
                 f" ({len(errors)} problems)" if len(errors) > 1 else "")) from exc
         if summary.groups:
             # every node of a DP group sends the same membership: store only what is new
+            groups = summary.members()
             if summary.job not in self._groups:
                 self._groups[summary.job] = self.store.groups(summary.job)
             known = self._groups[summary.job]
-            fresh = {g: m for g, m in summary.groups.items() if known.get(g) != sorted(m)}
+            fresh = {g: m for g, m in groups.items() if known.get(g) != sorted(m)}
             if fresh:
                 self.store.add_groups(summary.job, fresh)
                 known.update({g: sorted(m) for g, m in fresh.items()})

@@ -56,10 +56,16 @@ class Summary(BaseModel):
     world_size: int = Field(ge=1, le=1_000_000)
     ranks: list[int] = Field(min_length=1, max_length=MAX_RANKS_PER_NODE)
     gpus: dict[int, int] = Field(default_factory=dict, description="rank -> local GPU index")
-    groups: dict[str, list[int]] = Field(default_factory=dict, max_length=MAX_GROUPS,
-                                         description="members of the groups the node's ranks are in")
+    groups: dict[str, list[int] | str] = Field(
+        default_factory=dict, max_length=MAX_GROUPS,
+        description="members of the groups the node's ranks are in: a list, or 'start:stop:step' "
+                    "(a Python range; Megatron groups are arithmetic, so a DP group of 512 is one string)")
     steps: list[StepTime] = Field(default_factory=list, max_length=MAX_STEPS)
     ops: list[AbnormalOp] = Field(default_factory=list, max_length=MAX_OPS)
+
+    def members(self) -> dict[str, list[int]]:
+        """Group membership with ranges expanded (the validator already expanded them)."""
+        return {g: m for g, m in self.groups.items() if isinstance(m, list)}
 
     @model_validator(mode="after")
     def _consistent(self) -> Summary:
@@ -71,7 +77,20 @@ class Summary(BaseModel):
         stray = sorted({o.rank for o in self.ops} - ranks)
         if stray:
             raise ValueError(f"ops of rank(s) {stray[:5]} that are not on node {self.node} (ranks {sorted(ranks)[:8]})")
-        for g, members in self.groups.items():
+        for g, spec in list(self.groups.items()):
+            members = spec if isinstance(spec, list) else _range(g, spec)
+            self.groups[g] = members
             if members and (len(members) > self.world_size or min(members) < 0 or max(members) >= self.world_size):
                 raise ValueError(f"group {g} has members outside 0..world_size-1")
         return self
+
+
+def _range(group: str, spec: str) -> list[int]:
+    try:
+        start, stop, step = (int(x) for x in spec.split(":"))
+        members = list(range(start, stop, step))
+    except ValueError as exc:
+        raise ValueError(f"group {group}: '{spec}' is neither a list of ranks nor 'start:stop:step'") from exc
+    if not members:
+        raise ValueError(f"group {group}: range '{spec}' is empty")
+    return members

@@ -161,3 +161,16 @@ def test_laggard_serve_runs_uvicorn_on_loopback(tmp_path: Path, summaries: list[
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_groups_may_be_ranges(tmp_path: Path, summaries: list[dict[str, Any]]) -> None:
+    s = copy.deepcopy(summaries[0])
+    s["groups"] = {"dp-x": "0:32:8", "tp-x": list(range(8))}
+    with _client(tmp_path / "s.db") as c:
+        assert c.post("/v1/summaries", json=s).status_code == 202
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        assert svc.store.groups(s["job"])["dp-x"] == [0, 8, 16, 24]
+        bad = {**s, "window": 77, "groups": {"dp-y": "0:abc"}}
+        r = c.post("/v1/summaries", json=bad)
+        assert r.status_code == 422 and "start:stop:step" in r.json()["detail"]["detail"]
+        assert c.post("/v1/summaries", json={**s, "window": 78, "groups": {"dp-z": "0:99999:8"}}).status_code == 422

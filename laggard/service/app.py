@@ -90,8 +90,8 @@ class Service:
             if fresh:
                 self.store.add_groups(summary.job, fresh)
                 known.update({g: sorted(m) for g, m in fresh.items()})
-        new = self.store.add_summary(summary.job, summary.node, summary.window,
-                                     summary.model_dump_json(exclude={"groups"}))
+        stored = summary.model_dump_json(exclude={"groups"}) if summary.groups else body.decode()
+        new = self.store.add_summary(summary.job, summary.node, summary.window, stored)
         if new:
             self.metrics.received[summary.job] = self.metrics.received.get(summary.job, 0) + 1
             with self._dirty_lock:

@@ -78,7 +78,9 @@ class Service:
             if err.get("type") == "json_invalid":
                 raise self.reject(400, "not_json", f"body is not JSON: {err.get('msg')}") from exc
             where = ".".join(str(p) for p in err.get("loc", ()))
-            raise self.reject(422, "invalid", f"{where}: {err.get('msg')}" + (
+            got = err.get("input")
+            shown = f" (got {got!r})" if isinstance(got, str | int | float) and len(repr(got)) < 80 else ""
+            raise self.reject(422, "invalid", f"{where}: {err.get('msg')}{shown}" + (
                 f" ({len(errors)} problems)" if len(errors) > 1 else "")) from exc
         if summary.groups:
             # every node of a DP group sends the same membership: store only what is new

@@ -121,6 +121,7 @@ async def sidecars(port: int, nodes: int, windows: int, period: float, slow_rank
     offsets = rng.random(nodes) * period  # each node's phase within the period
     latency: list[float] = []
     lateness: list[float] = []
+    sent_at: list[float] = []
     failed: list[tuple[int, int]] = []
     conns = Connections("127.0.0.1", port, concurrency)
     start = time.perf_counter() + 0.5
@@ -134,6 +135,7 @@ async def sidecars(port: int, nodes: int, windows: int, period: float, slow_rank
                 if await conns.post("/v1/summaries", bodies[(w, n)]) == 202:
                     latency.append(time.perf_counter() - t)
                     lateness.append(t - due)
+                    sent_at.append(t - start)
                     return
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 pass
@@ -143,7 +145,7 @@ async def sidecars(port: int, nodes: int, windows: int, period: float, slow_rank
     await asyncio.gather(*(post(w, n) for w in range(windows) for n in range(nodes)))
     elapsed = time.perf_counter() - start
     conns.close()
-    return {"latency": np.array(latency), "lateness": np.array(lateness), "failed": failed, "elapsed": elapsed,
+    return {"latency": np.array(latency), "sent_at": np.array(sent_at), "lateness": np.array(lateness), "failed": failed, "elapsed": elapsed,
             "bytes": sum(map(len, bodies.values())), "sent": len(bodies)}
 
 
@@ -215,6 +217,10 @@ def main() -> int:
     print(f"ingest latency:       p50 {np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
           f"max {lat.max():.1f} ms")
     per = ingest_cpu / max(ok, 1)
+    at = res["sent_at"]
+    spans = [f"{a:.0f}-{a + 5:.0f}s: {np.percentile(lat[(at >= a) & (at < a + 5)], 99):.0f}"
+             for a in np.arange(0, at.max(), 5.0) if ((at >= a) & (at < a + 5)).any()]
+    print(f"p99 latency (ms) by time sent: {', '.join(spans)}")
     print(f"server CPU:           {per * 1e3:.2f} ms per summary in the ingest process "
           f"(capacity about {1 / per:.0f} summaries/s per free core; this machine has {os.cpu_count()} "
           f"cores, load average {os.getloadavg()[0]:.1f})")

@@ -55,11 +55,11 @@ def report_from_verdict(verdict: Verdict, meta: JobMeta | None, diagnosis: Any |
         irregular_steps=[int(s) for s in verdict.irregular_steps],
         since_step=min(verdict.irregular_steps) if verdict.irregular_steps else None,
         candidates=cands,
-        confidence=str(diag.get("confidence") or confidence_label(cands)) if cands else "none",
-        evidence=evidence + _lines(diag, ("evidence",)),
-        checks=_lines(diag, ("checks", "probes", "what_to_check", "to_check")),
-        actions=_lines(diag, ("actions", "remediation", "remediations", "what_to_do", "to_do")),
-        explanation=_text(diag, ("summary", "explanation", "conclusion", "answer")),
+        confidence=confidence_label(cands),
+        evidence=evidence + _diag_evidence(diag),
+        checks=[_probe_line(p) for p in diag.get("probes", [])],
+        actions=[_action_line(a) for a in diag.get("remediation", [])],
+        explanation=_explanation(diag),
         diagnosis=diag,
         notes=[str(n) for n in verdict.extra.get("notes", [])],
     )
@@ -150,32 +150,37 @@ def _diagnosis_dict(diagnosis: Any | None) -> dict[str, Any]:
     return dict(to_dict()) if callable(to_dict) else {}
 
 
-def _as_line(item: Any) -> str:
-    if isinstance(item, dict):
-        head = next((str(item[k]) for k in ("text", "title", "action", "description", "name", "check")
-                     if item.get(k)), "")
-        cmd = item.get("command") or item.get("cmd")
-        why = item.get("why") or item.get("reason")
-        parts = [p for p in (head, f"`{cmd}`" if cmd else "", f"({why})" if why else "") if p]
-        if item.get("requires_approval") or item.get("needs_approval"):
-            parts.append("[needs approval]")
-        return " ".join(parts) if parts else str(item)
-    return str(item)
+def _probe_line(p: dict[str, Any]) -> str:
+    """A read-only probe the diagnosis chose: what, where, the command, and what it found."""
+    where = f" on {p['host']}" if p.get("host") else ""
+    cmd = " ".join(p.get("argv") or [])
+    found = "; ".join(str(f) for f in p.get("findings") or []) or p.get("summary") or ""
+    return f"{p.get('probe', 'probe')}{where}: `{cmd}`" + (f" — {found}" if found else "")
 
 
-def _lines(diag: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
-    for k in keys:
-        v = diag.get(k)
-        if isinstance(v, list) and v:
-            return [_as_line(x) for x in v]
-        if isinstance(v, str) and v:
-            return [v]
-    return []
+def _action_line(a: dict[str, Any]) -> str:
+    """A remediation proposal; anything not yet applied waits for a person's approval."""
+    target = ", ".join(f"{k} {v}" for k, v in (a.get("target") or {}).items())
+    cmds = "; ".join(" ".join(argv) for argv in a.get("argvs") or [])
+    status = a.get("status", "proposed")
+    gate = " [needs approval: rerun with --approve]" if status == "proposed" else f" [{status}]"
+    return (f"{a.get('action', 'action')}" + (f" ({target})" if target else "") + f": {a.get('why', '')}"
+            + (f" — `{cmds}`" if cmds else "") + gate)
 
 
-def _text(diag: dict[str, Any], keys: tuple[str, ...]) -> str:
-    for k in keys:
-        v = diag.get(k)
-        if isinstance(v, str) and v:
-            return v
-    return ""
+def _explanation(diag: dict[str, Any]) -> str:
+    cause = diag.get("cause")
+    if not cause:
+        return ""
+    conf = diag.get("confidence")
+    head = f"Most likely cause: {cause.get('title')} ({cause.get('category')})"
+    if isinstance(conf, int | float):
+        head += f", confidence {conf:.2f}, " + ("confirmed by a probe" if diag.get("confirmed") else "not confirmed by a probe")
+    claims = [c["text"] for c in diag.get("claims", []) if isinstance(c, dict) and c.get("text")]
+    return "\n".join([head + ".", str(cause.get("text", "")), *claims]).strip()
+
+
+def _diag_evidence(diag: dict[str, Any]) -> list[str]:
+    """Evidence the diagnosis added beyond the verdict (log lines, alerts)."""
+    return [f"{e.get('source')}: {e.get('text')}" for e in diag.get("evidence", [])
+            if isinstance(e, dict) and e.get("source") not in ("verdict", "candidate", "probe") and e.get("text")]

@@ -6,12 +6,15 @@ irregular steps marked underneath.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from explain.report.model import Report
 
 BARS = "▁▂▃▄▅▆▇█"
-WIDTH = 80
+WIDTH = 80  # sparkline columns
+LINE = 100  # wrap prose here
 
 
 def sparkline(values: np.ndarray, width: int = WIDTH) -> str:
@@ -47,7 +50,8 @@ def render_markdown(report: Report) -> str:
     out += ["", "## What to check", "", *_bullets(r.checks, "nothing to check")]
     out += ["", "## What to do", "", *_bullets(r.actions, "nothing to do")]
     if r.explanation:
-        out += ["", "## Explanation", "", r.explanation]
+        out += ["", "## Explanation", ""]
+        out += [w for para in r.explanation.splitlines() for w in (textwrap.wrap(para, LINE) or [""])]
     if r.steps is not None and not r.steps.empty:
         durations = r.steps["duration_s"].to_numpy(dtype=float)
         line = sparkline(durations)
@@ -82,4 +86,8 @@ def render_markdown(report: Report) -> str:
 
 
 def _bullets(items: list[str], empty: str) -> list[str]:
-    return [f"- {i}" for i in items] if items else [f"_{empty}_"] if empty else []
+    """Bullets wrapped to the terminal width, continuation lines indented under the text."""
+    if not items:
+        return [f"_{empty}_"] if empty else []
+    return [line for i in items for line in textwrap.wrap(i, LINE, initial_indent="- ", subsequent_indent="  ",
+                                                          break_on_hyphens=False, break_long_words=False)]

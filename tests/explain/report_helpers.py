@@ -77,7 +77,16 @@ def make_verdict() -> Verdict:
 
 
 def make_diagnosis() -> dict:
-    return {"summary": "GPU 5 on node-0 computes slowly (thermal throttling) and its peers wait on it.",
-            "confidence": "high",
-            "checks": [{"command": "nvidia-smi -q -d PERFORMANCE -i 5", "why": "look for clock throttling"}],
-            "actions": [{"action": "drain node-0 and restart from the last checkpoint", "requires_approval": True}]}
+    """The shape of explain.diagnose.Diagnosis.to_dict() (the fields the report reads)."""
+    return {"job": "toy", "status": "irregular", "confidence": 0.8, "confirmed": True,
+            "cause": {"entry": "gpu-thermal-throttle", "title": "GPU thermal throttling", "category": "gpu",
+                      "text": "GPU 5 on node-0 computes slowly (thermal throttling) and its peers wait on it."},
+            "claims": [{"text": "clocks of GPU 5 are throttled", "evidence": ["E1"]}],
+            "evidence": [{"id": "E1", "source": "verdict", "text": "job toy is irregular"},
+                         {"id": "E2", "source": "logs", "text": "node-0: GPU 5 clocks throttled (thermal)"}],
+            "probes": [{"id": "P1", "probe": "gpu_clocks", "host": "node-0", "args": {"gpu": 5},
+                        "argv": ["nvidia-smi", "-q", "-d", "PERFORMANCE", "-i", "5"], "rc": 0,
+                        "findings": ["SM clock 900 MHz of 1980 MHz: thermal slowdown active"], "summary": "throttled"}],
+            "remediation": [{"action": "drain_slurm", "why": "take the node out of scheduling until the cooling is repaired",
+                             "target": {"host": "node-0"}, "argvs": [["scontrol", "update", "NodeName=node-0", "State=DRAIN"]],
+                             "status": "proposed"}]}

@@ -38,8 +38,12 @@ def test_answers_come_from_the_inputs(report: Report) -> None:
     assert report.lost_s == pytest.approx(5 * 0.2)
     assert report.gpu_hours_lost == pytest.approx(1.0 * 16 / 3600)
     assert report.root and report.root["rank"] == SLOW_RANK and report.confidence == "high"
-    assert report.checks and "nvidia-smi" in report.checks[0]
-    assert report.actions and "[needs approval]" in report.actions[0]
+    assert report.checks == ["gpu_clocks on node-0: `nvidia-smi -q -d PERFORMANCE -i 5` — SM clock 900 MHz of "
+                             "1980 MHz: thermal slowdown active"]
+    assert report.actions and report.actions[0].startswith("drain_slurm (host node-0): take the node out")
+    assert "needs approval" in report.actions[0] and "`scontrol update NodeName=node-0 State=DRAIN`" in report.actions[0]
+    assert report.explanation.startswith("Most likely cause: GPU thermal throttling (gpu), confidence 0.80, confirmed")
+    assert "logs: node-0: GPU 5 clocks throttled (thermal)" in report.evidence
 
 
 def test_wait_path_ends_at_the_straggler(report: Report) -> None:
@@ -76,7 +80,7 @@ def test_html_is_self_contained_and_has_every_figure(report: Report) -> None:
 
 def test_html_escapes_what_it_quotes() -> None:
     v = Verdict("<job>", "irregular", [3], 1.5, [])
-    r = report_from_verdict(v, None, {"summary": "<script>alert(1)</script>"}, world_size=8)
+    r = report_from_verdict(v, None, {"cause": {"title": "<script>alert(1)</script>"}}, world_size=8)
     html = render_html(r)
     assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;job&gt;" in html
 

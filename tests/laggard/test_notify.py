@@ -24,7 +24,8 @@ from tests.laggard.receiver import Receiver
 def report() -> Report:
     v = Verdict("run7", "irregular", [40, 41, 42], 1.8,
                 [Candidate("gpu", 0.93, ["last to arrive"], rank=12, host="node-1", gpu=4)])
-    r = report_from_verdict(v, None, {"checks": ["nvidia-smi -q -i 4"]}, world_size=1024)
+    r = report_from_verdict(v, None, {"probes": [{"probe": "gpu_clocks", "host": "node-1", "argv": ["nvidia-smi", "-q", "-i", "4"]}]},
+                            world_size=1024)
     r.lost_s = 36.0
     return r
 

@@ -21,10 +21,11 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
@@ -33,11 +34,12 @@ from starlette.concurrency import run_in_threadpool
 from explain.report.build import report_from_verdict
 from explain.report.html import render_html
 from explain.report.markdown import render_markdown
-from explain.report.model import irregular_windows
-from laggard.service.localizer import localize_summaries
+from explain.report.model import Report, irregular_windows
+from laggard.service.localizer import Batch, batch_from_summaries, localize_batch
 from laggard.service.metrics import Metrics
 from laggard.service.schema import Summary
 from laggard.service.store import Store
+from localize.verdict import Verdict
 
 MAX_BODY = 4 << 20  # bytes: a node's abnormal operators for 10 s fit easily; more is a bug upstream
 RECENT_WINDOWS = 30  # localize over the last 30 windows (5 minutes at 10 s)
@@ -114,10 +116,26 @@ class Service:
     def save(self, result: Localized | None) -> dict[str, Any] | None:
         if result is None:
             return None
-        self.store.save_job(result.job, result.verdict, result.report, result.markdown, result.html)
+        self.store.save_job(result.job, result.verdict, result.report, result.markdown)
         self.metrics.set_verdict(result.job, result.verdict, result.report)
         self.metrics.localize_s[result.job] = result.seconds
         return result.verdict
+
+    async def html(self, job: str) -> str | None:
+        """The job's HTML report: cached, or rendered now (in the worker when there is one)."""
+        cached = self.store.rendered(job, "html")
+        if cached:
+            return cached
+        state = self.store.job(job)
+        if state is None:
+            return None
+        if self.pool is None:
+            text = await run_in_threadpool(render_job_html, state.verdict, state.report)
+        else:
+            loop = asyncio.get_running_loop()
+            text = await loop.run_in_executor(self.pool, render_job_html, state.verdict, state.report)
+        self.store.save_html(job, state.updated_ns, text)
+        return text
 
     def take_dirty(self) -> list[str]:
         with self._dirty_lock:
@@ -131,33 +149,68 @@ class Localized:
     verdict: dict[str, Any]
     report: dict[str, Any]
     markdown: str
-    html: str
     seconds: float
 
 
+@dataclass
+class _JobCache:
+    """What a worker already parsed of one job: the last row read, and columns per window."""
+
+    rowid: int = 0
+    world: int = 0
+    windows: dict[int, list[Batch]] = field(default_factory=dict)
+
+
+_CACHE: dict[tuple[str, str], _JobCache] = {}
+
+
 def localize_job(db: str, job: str, windows: int) -> Localized | None:
-    """Verdict and rendered report of one job from its recent summaries (runs in a worker process)."""
+    """Verdict and report of one job from its recent summaries (runs in the worker process).
+
+    Only summaries stored since the last round are parsed; older windows stay cached as
+    columns, so a round costs the new posts plus vectorized work, not a re-read of everything."""
+    cache = _CACHE.setdefault((db, job), _JobCache())
     store = Store(db)
     try:
-        summaries = store.recent(job, windows)
+        rows = store.rows_since(job, cache.rowid)
         groups = store.groups(job)
     finally:
         store.close()
-    if not summaries:
+    if rows:
+        cache.rowid = rows[-1][0]
+        parsed = [json.loads(body) for _, body in rows]
+        cache.world = int(parsed[-1]["world_size"])
+        for w in sorted({int(p["window"]) for p in parsed}):
+            cache.windows.setdefault(w, []).append(batch_from_summaries([p for p in parsed if p["window"] == w]))
+    if not cache.windows:
         return None
+    newest = max(cache.windows)
+    for w in [w for w in cache.windows if w <= newest - windows]:
+        del cache.windows[w]
     t0 = time.perf_counter()
-    verdict, steps = localize_summaries(summaries, groups)
-    world = max(int(s["world_size"]) for s in summaries)
-    report = report_from_verdict(verdict, None, None, world_size=world)
+    batch = Batch.concat([b for w in sorted(cache.windows) for b in cache.windows[w]])
+    verdict, steps = localize_batch(job, batch, groups)
+    report = service_report(verdict.to_dict(), steps, cache.world)
+    return Localized(job, verdict.to_dict(), report.to_dict(), render_markdown(report), time.perf_counter() - t0)
+
+
+def service_report(verdict: dict[str, Any], steps: pd.DataFrame, world: int) -> Report:
+    """The report the service serves: the verdict, the step times, and where they came from."""
+    report = report_from_verdict(Verdict.from_dict(verdict), None, None, world_size=world)
     if not steps.empty:
         report.steps = steps
         report.windows = irregular_windows(steps)
-        irr = steps[steps["irregular"]]
+        irr = steps[steps["irregular"].astype(bool)]
         report.lost_s = float((irr["duration_s"] - irr["baseline_s"]).clip(lower=0).sum())
-    report.notes.append(f"from {len(summaries)} sidecar summaries of {verdict.extra['nodes']} nodes "
-                        f"(windows {verdict.extra['windows'][0]}..{verdict.extra['windows'][1]})")
-    md, html = render_markdown(report), render_html(report)
-    return Localized(job, verdict.to_dict(), report.to_dict(), md, html, time.perf_counter() - t0)
+    extra = verdict
+    report.notes.append(f"from {extra.get('summaries')} sidecar summaries of {extra.get('nodes')} nodes "
+                        f"(windows {extra['windows'][0]}..{extra['windows'][1]})")
+    return report
+
+
+def render_job_html(verdict: dict[str, Any], report: dict[str, Any]) -> str:
+    """HTML of a stored report, rendered when someone asks for it (figures cost seconds)."""
+    return render_html(service_report(verdict, pd.DataFrame(report.get("steps", [])), int(report["world_size"])))
 
 
 def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BODY, isolate: bool = False) -> FastAPI:
@@ -216,10 +269,10 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
         return state.verdict
 
     @app.get("/v1/jobs/{job}/report")
-    def report(job: str, format: str = "html") -> Response:
+    async def report(job: str, format: str = "html") -> Response:
         if format not in ("html", "md", "json"):
             raise HTTPException(400, detail={"reason": "bad_format", "detail": "format is html, md or json"})
-        text = svc.store.rendered(job, format)
+        text = await svc.html(job) if format == "html" else svc.store.rendered(job, format)
         if text is None:
             raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no report for job {job} yet"})
         if format == "html":

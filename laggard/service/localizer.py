@@ -11,6 +11,7 @@ this module should call it instead.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,12 +24,11 @@ BASELINE_Q = 0.25
 MAX_HOPS = 8
 
 
-def step_table(summaries: list[dict[str, Any]], delta: float = DELTA) -> pd.DataFrame:
+def step_table(node_steps: pd.DataFrame, delta: float = DELTA) -> pd.DataFrame:
     """Per step: the slowest node's duration, a baseline, and δ-irregularity."""
-    rows = [(s["step"], s["duration_s"]) for x in summaries for s in x.get("steps", [])]
-    if not rows:
+    if node_steps.empty:
         return pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
-    df = pd.DataFrame(rows, columns=["step", "duration_s"]).groupby("step")["duration_s"].max().reset_index()
+    df = node_steps.groupby("step")["duration_s"].max().reset_index()
     # a low quantile of the steps so far: a persistent slowdown does not become the new normal
     prior = df["duration_s"].shift(1).expanding(min_periods=3).quantile(BASELINE_Q)
     df["baseline_s"] = prior.fillna(df["duration_s"].quantile(BASELINE_Q))
@@ -38,14 +38,42 @@ def step_table(summaries: list[dict[str, Any]], delta: float = DELTA) -> pd.Data
     return df
 
 
-def localize_summaries(summaries: list[dict[str, Any]], groups: dict[str, list[int]], top: int = 5,
-                       delta: float = DELTA) -> tuple[Verdict, pd.DataFrame]:
-    """A verdict for one job from its recent summaries and group membership, and its step table."""
-    job = str(summaries[0]["job"])
-    steps = step_table(summaries, delta)
-    node_of = {r: s["node"] for s in summaries for r in s["ranks"]}
-    gpu_of = {int(r): int(g) for s in summaries for r, g in s.get("gpus", {}).items()}
-    blame = _blame(summaries, groups, node_of)
+@dataclass
+class Batch:
+    """Summaries as columns: what localization needs, parsed once per summary."""
+
+    ops: pd.DataFrame  # rank, group, op, seq, elapsed, step, peer
+    steps: pd.DataFrame  # step, duration_s (one row per node and step)
+    ranks: pd.DataFrame  # rank, node, gpu
+    posts: pd.DataFrame  # node, window
+
+    @classmethod
+    def concat(cls, parts: list[Batch]) -> Batch:
+        return cls(*(pd.concat([getattr(b, f) for b in parts], ignore_index=True) for f in
+                     ("ops", "steps", "ranks", "posts")))
+
+
+def batch_from_summaries(summaries: list[dict[str, Any]]) -> Batch:
+    """The one pass over posted JSON; everything after it is vectorized."""
+    cols = ["rank", "group", "op", "seq", "elapsed", "step", "peer"]
+    ops = pd.DataFrame([tuple(o.get(c, -1) for c in cols) for s in summaries for o in s.get("ops", [])], columns=cols)
+    steps = pd.DataFrame([(t["step"], t["duration_s"]) for s in summaries for t in s.get("steps", [])],
+                         columns=["step", "duration_s"])
+    ranks = pd.DataFrame([(r, s["node"], int(s.get("gpus", {}).get(str(r), s.get("gpus", {}).get(r, -1))))
+                          for s in summaries for r in s["ranks"]], columns=["rank", "node", "gpu"])
+    posts = pd.DataFrame([(s["node"], s["window"]) for s in summaries], columns=["node", "window"])
+    return Batch(ops.astype({"rank": np.int64, "seq": np.int64, "step": np.int64, "peer": np.int64,
+                             "elapsed": np.float64}), steps, ranks, posts)
+
+
+def localize_batch(job: str, batch: Batch, groups: dict[str, list[int]], top: int = 5,
+                   delta: float = DELTA) -> tuple[Verdict, pd.DataFrame]:
+    """A verdict from a job's summaries in columns (see `Batch`), and its step table."""
+    steps = step_table(batch.steps, delta)
+    last = batch.ranks.drop_duplicates("rank", keep="last")
+    node_of = dict(zip(last["rank"].tolist(), last["node"].tolist(), strict=True))
+    gpu_of = {r: g for r, g in zip(last["rank"].tolist(), last["gpu"].tolist(), strict=True) if g >= 0}
+    blame = _blame(_ops(batch.ops), groups, node_of)
     irregular = [int(s) for s in steps.loc[steps["irregular"], "step"]] if len(steps) else []
     status: Status = "irregular" if irregular or (steps.empty and not blame.empty) else "healthy"
     slowdown = 1.0
@@ -66,16 +94,14 @@ def localize_summaries(summaries: list[dict[str, Any]], groups: dict[str, list[i
             else:
                 cands.append(Candidate("nic", share, ["every member waited: the transfer itself was slow; " + ev],
                                        host=device, source="summaries"))
-    windows = [int(s["window"]) for s in summaries]
-    extra = {"source": "summaries", "nodes": len({s["node"] for s in summaries}),
-             "windows": [min(windows), max(windows)], "summaries": len(summaries)}
+    windows = batch.posts["window"]
+    extra = {"source": "summaries", "nodes": int(batch.posts["node"].nunique()),
+             "windows": [int(windows.min()), int(windows.max())], "summaries": len(batch.posts)}
     return Verdict(job, status, irregular, slowdown, cands, extra), steps
 
 
-def _ops(summaries: list[dict[str, Any]]) -> pd.DataFrame:
-    cols = ["rank", "group", "op", "seq", "elapsed", "step", "peer"]
-    rows = [tuple(o.get(c, -1) for c in cols) for s in summaries for o in s.get("ops", [])]
-    df = pd.DataFrame(rows, columns=cols)
+def _ops(df: pd.DataFrame) -> pd.DataFrame:
+    """Abnormal rows keyed by operator instance: (group, seq) or, for send/recv, (group, seq, src, dst)."""
     if df.empty:
         return df
     p2p = df["peer"].to_numpy() >= 0
@@ -88,9 +114,8 @@ def _ops(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
-def _blame(summaries: list[dict[str, Any]], groups: dict[str, list[int]], node_of: dict[int, str]) -> pd.DataFrame:
+def _blame(ops: pd.DataFrame, groups: dict[str, list[int]], node_of: dict[int, str]) -> pd.DataFrame:
     """Seconds of waiting each root (a rank, or a node's NIC) caused, most first."""
-    ops = _ops(summaries)
     out_cols = ["kind", "device", "blame_s", "n", "groups", "first", "last"]
     if ops.empty:
         return pd.DataFrame(columns=out_cols)

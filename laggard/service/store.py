@@ -87,23 +87,27 @@ class Store:
                 "SELECT COUNT(*), COUNT(DISTINCT node), MAX(window) FROM summaries WHERE job = ?", (job,)).fetchone()
         return {"summaries": int(n), "nodes": int(nodes), "last_window": int(last) if last is not None else -1}
 
-    def recent(self, job: str, windows: int) -> list[dict[str, Any]]:
-        """The summaries of the job's last `windows` windows."""
+    def rows_since(self, job: str, rowid: int) -> list[tuple[int, str]]:
+        """(rowid, body) of the job's summaries stored after `rowid`, oldest first."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT body FROM summaries WHERE job = ? AND window > "
-                "(SELECT MAX(window) FROM summaries WHERE job = ?) - ?", (job, job, windows)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+            return self._db.execute("SELECT rowid, body FROM summaries WHERE job = ? AND rowid > ? ORDER BY rowid",
+                                    (job, rowid)).fetchall()
 
     def jobs_with_summaries(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT job FROM summaries").fetchall()]
 
-    def save_job(self, job: str, verdict: dict[str, Any], report: dict[str, Any], markdown: str, html: str) -> None:
+    def save_job(self, job: str, verdict: dict[str, Any], report: dict[str, Any], markdown: str) -> None:
+        """The latest verdict and report; the HTML is rendered later, when first asked for."""
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
-                (job, time.time_ns(), json.dumps(verdict), json.dumps(report, default=str), markdown, html))
+                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, '')",
+                (job, time.time_ns(), json.dumps(verdict), json.dumps(report, default=str), markdown))
+
+    def save_html(self, job: str, updated_ns: int, html: str) -> None:
+        """Cache the rendered page, unless a newer verdict arrived meanwhile."""
+        with self._lock:
+            self._db.execute("UPDATE jobs SET html = ? WHERE job = ? AND updated_ns = ?", (html, job, updated_ns))
 
     def job(self, job: str) -> JobState | None:
         with self._lock:

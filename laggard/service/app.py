@@ -213,6 +213,10 @@ def render_job_html(verdict: dict[str, Any], report: dict[str, Any]) -> str:
     return render_html(service_report(verdict, pd.DataFrame(report.get("steps", [])), int(report["world_size"])))
 
 
+def _warm() -> None:
+    """Run in the worker once at startup so its imports are done before the first localization."""
+
+
 def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BODY, isolate: bool = False) -> FastAPI:
     """The app; `isolate` localizes in a worker process (what `laggard serve` does)."""
     svc = Service(db, max_body=max_body, isolate=isolate)
@@ -225,6 +229,8 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                 for job in svc.take_dirty():
                     await svc.localize_async(job)
 
+        if svc.pool is not None:  # start the worker (imports take seconds) before taking load
+            await asyncio.get_running_loop().run_in_executor(svc.pool, _warm)
         task = asyncio.create_task(loop()) if interval_s > 0 else None
         yield
         if task:

@@ -174,7 +174,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=2048)
     ap.add_argument("--windows", type=int, default=3, help="periods each node posts in (bounded run)")
     ap.add_argument("--period", type=float, default=10.0, help="seconds between a node's posts")
-    ap.add_argument("--concurrency", type=int, default=256, help="posts in flight at most")
+    ap.add_argument("--concurrency", type=int, default=64, help="connections (posts in flight) at most")
     ap.add_argument("--quick", action="store_true", help="256 nodes, 2 periods")
     ap.add_argument("--localize-every", type=float, default=10.0, help="the service's --interval")
     args = ap.parse_args()

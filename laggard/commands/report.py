@@ -10,9 +10,6 @@ from typing import Any
 
 from collector.errors import UserError
 from collector.traceio import Trace
-from explain.report.build import build_report
-from explain.report.html import render_html
-from explain.report.markdown import render_markdown
 from laggard.cliutil import add_fail_on_irregular, exit_status, parse_steps, progress, verb_parser
 
 SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
@@ -52,8 +49,11 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
     trace = Trace.open(args.trace)
-    # the stages are imported here so that `laggard --help` stays fast
+    # the stages (and matplotlib) are imported here so that every `laggard` command starts fast
     from explain.diagnose import diagnose
+    from explain.report.build import build_report
+    from explain.report.html import render_html
+    from explain.report.markdown import render_markdown
     from localize.combine import localize_trace
     from timeline.build import build_timeline
 

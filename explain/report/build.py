@@ -98,7 +98,9 @@ def _add_waits(report: Report, trace: Trace, timeline: Any | None) -> None:
     slow, normal = _gantt_steps(report, ops)
     if slow is None or normal is None:
         return
-    ranks = [r for hop in report.path for r in hop.ranks[:4]][:GANTT_RANKS] or sorted(ops["rank"].unique())[:8]
+    # up to 4 ranks per level, spread over the level (a link's root ranks sit on two hosts)
+    ranks = [r for hop in report.path for r in hop.ranks[:: max(1, len(hop.ranks) // 4)][:4]][:GANTT_RANKS]
+    ranks = ranks or sorted(ops["rank"].unique())[:8]
     report.gantt_steps = (slow, normal)
     report.gantt_slow = gantt_rows(ops, slow, ranks)
     report.gantt_normal = gantt_rows(ops, normal, ranks)

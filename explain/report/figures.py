@@ -85,7 +85,7 @@ def wait_graph(report: Report) -> str | None:
     if not report.path:
         return None
     hops = list(reversed(report.path))  # most distant waiters on the left, the root on the right
-    fig = Figure(figsize=(max(6.0, 2.6 * len(hops)), 2.4))
+    fig = Figure(figsize=(2.6 * len(hops) + 0.4, 2.4))
     ax = fig.add_subplot()
     ax.set_xlim(0, len(hops))
     ax.set_ylim(0, 1)
@@ -136,7 +136,7 @@ def gantt(report: Report) -> str | None:
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(ranks)), [f"rank {r}" + (" (root)" if r in roots else "") for r in ranks], fontsize=8)
     axes[0].invert_yaxis()
-    fig.legend(loc="lower center", ncol=min(len(seen), 9), fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.04))
+    fig.legend(loc="lower center", ncol=min(len(seen), 9), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
     return to_data_uri(fig)
 
 

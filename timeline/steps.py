@@ -27,8 +27,9 @@ PERSISTENT_DENSITY = 0.9
 PERSISTENT_SPREAD = 1.25
 #: Largest anchor-cycle length (anchor operators per step) that step inference tries.
 MAX_CYCLE = 256
-#: Fraction of anchor tokens allowed to break the period (reordered streams in real traces).
-PERIOD_TOLERANCE = 0.1
+#: Fraction of anchor comparisons allowed to break the period (lost rows, reordered streams):
+#: a lost anchor spoils two comparisons, while a wrong period spoils half or more.
+PERIOD_TOLERANCE = 0.25
 
 
 def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
@@ -155,10 +156,14 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     regular = pd.Series(since[starts]).groupby(a_rank[starts]).median()
     has = regular.index.to_numpy()
     own_tail = pd.Series(np.maximum(regular.to_numpy() - head[has], 0), index=has)
-    # ranks anchored on one group play one role; a lost head row only inflates a rank's tail,
-    # so the group's smallest is the structural one
+    # a lost head row only inflates a rank's tail, so the smallest among ranks playing the same
+    # role is the structural one: same anchor group for p2p anchors; for collective anchors,
+    # every rank with as many operators per step (a data-parallel group can lose rows together)
+    p2p_anchor = np.zeros(anchor_of.shape[0], dtype=bool)
+    p2p_anchor[a_rank[p2p]] = True
+    role = np.where(p2p_anchor[has], -1 - anchor_of[has], regular.to_numpy().round().astype(np.int64))
     tail = np.zeros(anchor_of.shape[0], dtype=np.int64)
-    tail[has] = own_tail.groupby(anchor_of[has]).transform("min").to_numpy(np.int64)
+    tail[has] = own_tail.groupby(role).transform("min").to_numpy(np.int64)
 
     # every row: cycle of the previous anchor (exclusive) and of the next anchor (inclusive)
     cyc = np.full(n, np.nan)

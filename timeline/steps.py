@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from collector.meta import JobMeta
+from collector.schema import P2P_OPS
 from timeline.columns import codes
-from timeline.instances import estimate_clock_offsets, host_codes
+from timeline.instances import estimate_clock_offsets, host_codes, instance_ids
 
 #: Normal steps the rolling baseline looks back over (Holmes' sliding window).
 WINDOW = 10
@@ -26,8 +27,9 @@ PERSISTENT_DENSITY = 0.9
 PERSISTENT_SPREAD = 1.25
 #: Largest anchor-cycle length (anchor operators per step) that step inference tries.
 MAX_CYCLE = 256
-#: Fraction of anchor tokens allowed to break the period (reordered streams in real traces).
-PERIOD_TOLERANCE = 0.1
+#: Fraction of anchor comparisons allowed to break the period (lost rows, reordered streams):
+#: a lost anchor spoils two comparisons, while a wrong period spoils half or more.
+PERIOD_TOLERANCE = 0.25
 
 
 def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
@@ -106,10 +108,13 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     Each rank repeats the same operator pattern every step. Its *anchor* is its least frequent
     group that still recurs (typically the data-parallel reduce-scatter/all-gather at the end
     of the step); the anchor's operators, each tagged with how many of the rank's operators
-    preceded it, repeat with a period of c anchor operators per step. Cycle ends (plus the
-    step's tail, measured against the head of the first step) are the step boundaries. Assumes
-    the trace starts at a step boundary, as the sidecar and simulator write it.
-    Needs columns rank, group, op, nbytes, peer, start_ns; linear after one sort.
+    preceded it, repeat with a period of c anchor operators per step. Collective anchors are
+    numbered by their seq, which all members share, so a row the logger lost shifts nothing;
+    point-to-point anchors by their order on the rank. A row takes the cycle of the anchors
+    around it; rows between two cycles go to the later one, except the step's tail (operators
+    after its last anchor, measured against the head of the first step). Assumes the trace
+    starts at a step boundary, as the sidecar and simulator write it.
+    Needs columns rank, group, op, seq, nbytes, peer, start_ns; linear after one sort.
     """
     n = len(df)
     if n == 0:
@@ -120,7 +125,6 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     gcode = codes(df["group"])[order]
     new_rank = np.r_[True, rank[1:] != rank[:-1]]
     rank_start = np.maximum.accumulate(np.where(new_rank, np.arange(n), 0))
-    rank_end = _rank_end(new_rank, n)
     pos = np.arange(n) - rank_start
 
     anchor_of = _anchor_groups(rank, gcode)
@@ -130,36 +134,62 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     a_pos = pos[a_idx]
     a_first = np.r_[True, a_rank[1:] != a_rank[:-1]]
     since = np.where(a_first, a_pos, a_pos - np.r_[0, a_pos[:-1]] - 1)
+    op = codes(df["op"])[order][a_idx]
     tok = pd.DataFrame(
-        {
-            "op": codes(df["op"])[order][a_idx],
-            "nbytes": df["nbytes"].to_numpy()[order][a_idx],
-            "peer": df["peer"].to_numpy()[order][a_idx],
-            "since": since,
-        }
-    ).groupby(["op", "nbytes", "peer", "since"], sort=False).ngroup().to_numpy()
-    cycle = _anchor_period(a_rank, tok, a_first)
-
-    # j-th anchor of its rank; cycle ends at j % c == c-1
-    a_j = np.arange(len(a_idx)) - np.maximum.accumulate(np.where(a_first, np.arange(len(a_idx)), 0))
+        {"op": op, "nbytes": df["nbytes"].to_numpy()[order][a_idx], "peer": df["peer"].to_numpy()[order][a_idx]}
+    ).groupby(["op", "nbytes", "peer"], sort=False).ngroup().to_numpy()
+    # anchor number j: seq since the group's first for collectives, order on the rank for p2p
+    ordinal = np.arange(len(a_idx)) - np.maximum.accumulate(np.where(a_first, np.arange(len(a_idx)), 0))
+    seq = df["seq"].to_numpy(np.int64)[order][a_idx]
+    first_seq = pd.Series(seq).groupby(gcode[a_idx]).transform("min").to_numpy()
+    p2p = np.asarray(df["op"].isin(P2P_OPS).to_numpy(), dtype=bool)[order][a_idx]
+    a_j = np.where(p2p, ordinal, seq - first_seq)
+    cycle = _anchor_period(a_rank, a_j, tok, since, a_first)
     c_a = cycle[a_rank]
+    a_cyc = a_j // c_a
+
     # head of the first step = operators before the first anchor; a regular cycle start has
     # head + tail operators before it, so tail = regular - head
     head = np.zeros(anchor_of.shape[0], dtype=np.int64)
     head[a_rank[a_first]] = a_pos[a_first]
     starts = (a_j % c_a == 0) & ~a_first
     regular = pd.Series(since[starts]).groupby(a_rank[starts]).median()
+    has = regular.index.to_numpy()
+    own_tail = pd.Series(np.maximum(regular.to_numpy() - head[has], 0), index=has)
+    # a lost head row only inflates a rank's tail, so the smallest among ranks playing the same
+    # role is the structural one: same anchor group for p2p anchors; for collective anchors,
+    # every rank with as many operators per step (a data-parallel group can lose rows together)
+    p2p_anchor = np.zeros(anchor_of.shape[0], dtype=bool)
+    p2p_anchor[a_rank[p2p]] = True
+    role = np.where(p2p_anchor[has], -1 - anchor_of[has], regular.to_numpy().round().astype(np.int64))
     tail = np.zeros(anchor_of.shape[0], dtype=np.int64)
-    tail[regular.index.to_numpy()] = np.maximum(regular.to_numpy().astype(np.int64) - head[regular.index.to_numpy()], 0)
-    ends = a_idx[a_j % c_a == c_a - 1]
-    boundary = ends + 1 + tail[rank[ends]]
-    boundary = boundary[boundary < rank_end[ends]]
-    marks = np.bincount(boundary, minlength=n + 1)[:n]
-    cum = np.cumsum(marks)
-    step_sorted = cum - cum[rank_start]
-    out = np.empty(n, dtype=np.int32)
-    out[order] = step_sorted
-    return out
+    tail[has] = own_tail.groupby(role).transform("min").to_numpy(np.int64)
+
+    # every row: cycle of the previous anchor (exclusive) and of the next anchor (inclusive)
+    cyc = np.full(n, np.nan)
+    cyc[a_idx] = a_cyc
+    anchor_pos = np.full(n, np.nan)
+    anchor_pos[a_idx] = pos[a_idx]
+    by_rank = pd.DataFrame({"cyc": cyc, "apos": anchor_pos}).groupby(rank, sort=False)
+    prev = by_rank.shift(1).groupby(rank, sort=False).ffill()
+    nxt = by_rank["cyc"].bfill().to_numpy()
+    prev_cyc = prev["cyc"].to_numpy()
+    after_prev = pos - prev["apos"].to_numpy() - 1  # rows since the previous anchor
+    in_tail = after_prev < tail[rank]
+    step = np.where(
+        is_anchor, cyc,
+        np.where(np.isnan(prev_cyc), nxt,  # the first step's head
+                 np.where(in_tail | (nxt == prev_cyc), prev_cyc,
+                          np.where(np.isnan(nxt), prev_cyc + 1, nxt))),
+    )
+    out = np.empty(n, dtype=np.float64)
+    out[order] = np.nan_to_num(step, nan=0)
+    # copies of one collective belong to one step: the median across its ranks outvotes a rank
+    # whose anchors or head rows were lost (p2p pairs are left alone: two copies cannot vote)
+    coll = ~np.asarray(df["op"].isin(P2P_OPS).to_numpy(), dtype=bool)
+    voted = pd.Series(out[coll]).groupby(instance_ids(df[coll])).transform("median").to_numpy()
+    out[coll] = np.ceil(voted)
+    return out.astype(np.int32)
 
 
 def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) -> pd.DataFrame:
@@ -256,33 +286,36 @@ def _anchor_groups(rank: np.ndarray, gcode: np.ndarray) -> np.ndarray:
     return anchor
 
 
-def _anchor_period(a_rank: np.ndarray, tok: np.ndarray, a_first: np.ndarray) -> np.ndarray:
-    """Per rank, the smallest c with tok[j] == tok[j+c] for (almost) all anchors j ≥ 1.
+def _anchor_period(a_rank: np.ndarray, a_j: np.ndarray, tok: np.ndarray, since: np.ndarray,
+                   a_first: np.ndarray) -> np.ndarray:
+    """Per rank, the smallest c with anchor j matching anchor j+c for (almost) all j.
 
-    Vectorized over all ranks at once, one pass per candidate c. The first anchor's token is
-    not compared: its preceding-operator count is the first step's head only.
+    Anchors match when op, size and peer agree and the counts of operators before them agree
+    within 10% (a lost row changes a count by one; a step's worth of operators versus none
+    is what tells equal-sized buckets of one step from the next step's). Anchors are found by
+    number j, not position, so a lost anchor costs a comparison, not the alignment. Vectorized
+    over all ranks at once, one pass per candidate c. The first anchor is not compared: the
+    operators before it are the first step's head only.
     """
     size = int(a_rank.max()) + 1
     per_rank = np.bincount(a_rank, minlength=size)
     period = np.maximum(per_rank, 1).astype(np.int64)  # no repetition found: the whole trace is one step
     found = np.zeros(size, dtype=bool)
-    comparable = ~a_first
+    span = int(a_j.max()) + MAX_CYCLE + 1
+    keys = a_rank * span + a_j
+    sorter = np.argsort(keys, kind="stable")
+    sorted_keys = keys[sorter]
     for c in range(1, min(MAX_CYCLE, int(per_rank.max()) // 2) + 1):
-        same = (a_rank[c:] == a_rank[:-c]) & comparable[:-c]
-        bad = same & (tok[c:] != tok[:-c])
-        n_cmp = np.bincount(a_rank[:-c][same], minlength=size)
-        n_bad = np.bincount(a_rank[:-c][bad], minlength=size)
+        at = np.minimum(np.searchsorted(sorted_keys, keys + c), len(keys) - 1)
+        src = np.flatnonzero((sorted_keys[at] == keys + c) & ~a_first)
+        dst = sorter[at[src]]
+        near = np.abs(since[dst] - since[src]) <= 1 + 0.1 * np.maximum(since[dst], since[src])
+        bad = (tok[dst] != tok[src]) | ~near
+        n_cmp = np.bincount(a_rank[src], minlength=size)
+        n_bad = np.bincount(a_rank[src][bad], minlength=size)
         ok = (n_cmp > 0) & (n_bad <= PERIOD_TOLERANCE * n_cmp) & ~found
         period[ok] = c
         found |= ok
         if found[per_rank > 0].all():
             break
     return period
-
-
-
-def _rank_end(new_rank: np.ndarray, n: int) -> np.ndarray:
-    """For each sorted row, the index one past its rank's last row."""
-    starts = np.flatnonzero(new_rank)
-    ends = np.r_[starts[1:], n]
-    return np.repeat(ends, np.diff(np.r_[starts, n]))

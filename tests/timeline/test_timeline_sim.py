@@ -55,6 +55,14 @@ def test_hidden_steps_give_count_and_durations(tmp_path: Path) -> None:
     assert any("inferred 20 steps" in n for n in tl.notes)
 
 
+def test_hidden_steps_with_lost_rows(tmp_path: Path) -> None:
+    """A logger without step markers that also drops 1% of its rows."""
+    cfg = scenario_config("gpu-straggler", seed=35, gpus=32, tp=4, pp=2, hide_steps=True, row_loss=0.01)
+    truth, tl = _run(cfg, tmp_path)
+    assert len(tl.steps) == cfg.steps
+    assert tl.irregular_steps == truth["irregular_steps"]
+
+
 @pytest.mark.parametrize("opaque", [False, True])
 def test_group_kinds_of_a_6d_layout(tmp_path: Path, opaque: bool) -> None:
     """Kinds by membership: with opaque names ("pg-3f2a...") and no parallelism in meta too."""

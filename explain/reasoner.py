@@ -70,6 +70,11 @@ def focus(verdict: Verdict) -> Candidate | None:
     return verdict.candidates[0] if verdict.candidates else None
 
 
+def from_the_start(verdict: Verdict) -> bool:
+    """The suspect was slow from the first step (no change to detect), as a configuration imbalance is."""
+    return bool(verdict.extra.get("persistent")) or (bool(verdict.irregular_steps) and min(verdict.irregular_steps) == 0)
+
+
 def shared_host(verdict: Verdict) -> bool:
     """Several near-top GPU candidates on one host point at the host rather than at one GPU."""
     top = verdict.candidates[0].score if verdict.candidates else 0.0
@@ -128,12 +133,16 @@ class DeterministicReasoner:
         query = " ".join([KIND_QUERY.get(k, k) for k in kinds] + [it.text for it in text_items])
         sims = dict(zip([e.id for e in self.retriever.entries], self.retriever.scores(query), strict=True))
         top_sim = max((sims.get(e.id, 0.0) for e in pool), default=0.0) or 1.0
+        # the localizer's own words about the suspect (e.g. "PCIe/NIC port of this GPU") weigh in separately
+        said = " ".join(cand.evidence[:3]) if cand else ""
+        said_sims = dict(zip([e.id for e in self.retriever.entries], self.retriever.scores(said), strict=True))
+        top_said = max((said_sims.get(e.id, 0.0) for e in pool), default=0.0) or 1.0
         want = KIND_PATTERN.get(kinds[0]) if kinds else None
         hyps = []
         for e in pool:
             cites = [it.id for it in text_items if e.id in it.entries]
             kind_rank = next((i for i, k in enumerate(kinds) if k in e.verdict_kinds), None)
-            score = (0.45 * e.prior + 0.35 * sims.get(e.id, 0.0) / top_sim
+            score = (0.45 * e.prior + 0.35 * sims.get(e.id, 0.0) / top_sim + 0.3 * said_sims.get(e.id, 0.0) / top_said
                      + (0.2 if want and e.pattern == want else 0.0)
                      + (0.1 if kind_rank == 0 else 0.0) + (0.5 if cites else 0.0)
                      + (0.3 if verdict.status == "hang" and e.pattern == "hang" else 0.0)
@@ -148,11 +157,23 @@ class DeterministicReasoner:
             cand_cites = [ev.id for ev in evidence if ev.source in ("verdict", "candidate")][:2]
             hyps.append(Hypothesis(e, round(score, 4), "; ".join(why) or "retrieved by similarity", cand_cites + cites))
         hyps.sort(key=lambda h: (-h.score, h.entry.id))
-        return hyps[:MAX_HYPOTHESES]
+        hyps = hyps[:MAX_HYPOTHESES]
+        if cand and cand.kind in ("gpu", "pcie", "host") and from_the_start(verdict) \
+                and not any(h.entry.category in ("config", "data") for h in hyps):
+            stage = [e for e in self.kb.by_kind("config") if e.pattern == "stage-slow"]
+            if stage:
+                best = max(stage, key=lambda e: (e.prior, e.id))
+                hyps.append(Hypothesis(best, round(0.45 * best.prior, 4),
+                                       "slow since the first step and not a degradation: a device that always does "
+                                       "more work (an unbalanced pipeline stage) fits if the hardware checks are clean",
+                                       [ev.id for ev in evidence if ev.source in ("verdict", "candidate")][:2]))
+        return hyps
 
     def plan(self, verdict: Verdict, hyps: Sequence[Hypothesis], inv: Inventory) -> tuple[list[tuple[Hypothesis, str]], list[PlannedProbe]]:
         """Critique each hypothesis; order the probes that could confirm them (most likely first)."""
         cand = focus(verdict)
+        # slow from the first step: a configuration cause is as likely as a device, so check less
+        budget = MAX_HYPOTHESIS_PROBES if from_the_start(verdict) else MAX_PROBES
         critiques = []
         plan: list[PlannedProbe] = []
         seen: set[tuple[str, str, str]] = set()
@@ -178,7 +199,7 @@ class DeterministicReasoner:
                 for p in e.probes:
                     for host, args in probe_targets(p, cand, inv) if cand else []:
                         key = (p, host, str(sorted(args.items())))
-                        if key not in seen and len(plan) < MAX_PROBES:
+                        if key not in seen and len(plan) < budget:
                             seen.add(key)
                             plan.append(PlannedProbe(p, host, args, e.id))
         return critiques, plan

@@ -132,3 +132,26 @@ def test_a_slow_host_blamed_on_its_gpus_is_corrected_by_probes(trace_factory, n_
     d, _, _ = _diag(path, Verdict("t1", "irregular", [4], 1.5, cands))
     assert d.category == "host" and d.confirmed
     assert any(p["probe"] == "cpu_top" for p in d.probes)
+
+
+def test_slow_since_the_start_with_clean_hardware_is_configuration(trace_factory) -> None:
+    path = trace_factory([{"kind": "stage", "factor": 1.6, "stage": 1, "active_steps": [0, 1, 2]}])
+    v = Verdict("t1", "irregular", [], 1.3, [Candidate("host", 1.0, host="node-1", evidence=["more compute in every step"])],
+                extra={"persistent": True})
+    d, _, _ = _diag(path, v)
+    assert d.cause["entry"] == "config-pipeline-stage-imbalance" and not d.confirmed
+    assert d.probes and all(p["findings"] == [] for p in d.probes)
+    # the same verdict with a real host fault behind it stays a host diagnosis
+    path2 = trace_factory([{"kind": "host", "factor": 2, "host": "node-1", "active_steps": [0, 1, 2]}], seed=7)
+    d2, _, _ = _diag(path2, v)
+    assert d2.category == "host" and d2.confirmed
+
+
+def test_hang_verdict_proposes_hang_causes_and_reads_logs(trace_factory) -> None:
+    log = "[rank 13] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=881, OpType=ALLREDUCE) ran for 600000 ms\n"
+    path = trace_factory([], logs={"node-1": log})
+    v = Verdict("t1", "hang", [], 1.0, [Candidate("gpu", 0.9, rank=13, host="node-1", gpu=5, evidence=["rank 13 never entered all_reduce seq 881"])])
+    d, _, _ = _diag(path, v)
+    assert d.hypotheses[0]["entry"] == "hang-nccl-timeout"
+    assert {h["entry"] for h in d.hypotheses} & {"gpu-fallen-off-bus", "hang-rank-crash", "host-oom-kill"}
+    assert any(e["source"] == "log" and "hang-nccl-timeout" in e["entries"] for e in d.evidence)

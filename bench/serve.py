@@ -241,6 +241,8 @@ def main() -> int:
           f"{top.get('kind')} rank {top.get('rank')} score {top.get('score')} "
           f"({'correct' if top.get('rank') == slow_rank else 'WRONG'}); status {verdict.get('status')}, "
           f"slowdown {verdict.get('slowdown')}")
+    keeps_up = ok / res["elapsed"] >= 0.95 * args.nodes / args.period and np.percentile(lat, 99) < args.period * 1e3
+    print(f"keeps up:             {'yes' if keeps_up else 'NO'} (sustained >= 95% of offered and p99 < one period)")
     print(f"metrics exposition:   {len(metrics.splitlines())} lines")
     return 0 if res["sent"] == stored and not res["failed"] else 1
 

@@ -1,0 +1,287 @@
+"""Training timelines from network flows alone (LLMPrism): jobs, parallelism, iterations.
+
+Nothing here needs the job's help: endpoints that exchange data (plus endpoints that share a
+host, since hosts are allocated whole) form one job; one-way edges that close a cycle of hosts
+are data-parallel rings, two-way edges between pairs of hosts are pipeline chains or, when they
+close cycles, expert all-to-all meshes; and the data-parallel synchronisation that ends every
+iteration marks the iteration boundaries. Tensor parallelism stays inside a host and never
+reaches the network, so it is invisible here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from collector.meta import JobMeta, _natural_key
+
+#: average packet size below which a directed edge carries only acknowledgements
+MIN_DATA_PACKET = 200
+#: reverse/forward byte ratio below which an edge is one-way (a ring edge)
+ONE_WAY = 0.2
+TP_NOTE = "tensor parallelism inside a host never reaches the network and is invisible to flows"
+
+
+@dataclass
+class FlowGroup:
+    """A communication group seen on the network, at host level (ring/chain order)."""
+
+    kind: str  # dp (ring), pp (chain), ep (mesh)
+    hosts: list[str]
+    edges: list[tuple[str, str]]  # directed endpoint (ip) edges that carry its data
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "hosts": self.hosts, "edges": len(self.edges)}
+
+
+@dataclass
+class FlowJob:
+    """One recognised job: its endpoints, hosts, groups and reconstructed iterations."""
+
+    name: str
+    endpoints: list[str]
+    hosts: list[str]
+    groups: list[FlowGroup]
+    iterations: pd.DataFrame  # step, start_ns, end_ns, duration_s, complete
+    notes: list[str] = field(default_factory=list)
+
+    def parallelism(self) -> dict[str, int]:
+        """Visible parallel degrees in hosts: ring length (dp), chain length (pp), mesh size (ep)."""
+        out: dict[str, int] = {}
+        for g in self.groups:
+            out[g.kind] = max(out.get(g.kind, 1), len(g.hosts))
+        return out
+
+    def to_dict(self) -> dict[str, object]:
+        it = self.iterations
+        return {
+            "job": self.name, "endpoints": len(self.endpoints), "hosts": self.hosts,
+            "parallelism": self.parallelism(), "groups": [g.to_dict() for g in self.groups],
+            "iterations": int(it["complete"].sum()) if len(it) else 0,
+            "median_iteration_s": float(it.loc[it["complete"], "duration_s"].median()) if it["complete"].any() else None,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class FlowTimeline:
+    jobs: list[FlowJob]
+    host_of: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+    def job(self, name: str | None = None) -> FlowJob | None:
+        """The named job, else the largest one."""
+        if name is not None:
+            for j in self.jobs:
+                if j.name == name:
+                    return j
+        return max(self.jobs, key=lambda j: len(j.endpoints)) if self.jobs else None
+
+
+def endpoint_hosts(meta: JobMeta | None, ips: np.ndarray) -> dict[str, str]:
+    """ip -> host, from meta.json ranks where known; an unknown endpoint is its own host."""
+    known = {r.ip: r.host for r in meta.ranks.values() if r.ip} if meta is not None else {}
+    return {ip: known.get(ip, ip) for ip in pd.unique(ips)}
+
+
+def data_edges(flows: pd.DataFrame) -> pd.DataFrame:
+    """Directed endpoint edges carrying data: bytes, packets, bursts, and the reverse bytes."""
+    e = flows.groupby(["src_ip", "dst_ip"], sort=False).agg(
+        bytes=("bytes", "sum"), packets=("packets", "sum"), bursts=("bytes", "size")).reset_index()
+    e = e[e["bytes"] >= MIN_DATA_PACKET * e["packets"]]
+    rev = e.set_index(["src_ip", "dst_ip"])["bytes"]
+    idx = pd.MultiIndex.from_arrays([e["dst_ip"], e["src_ip"]])
+    e = e.assign(rev_bytes=rev.reindex(idx).fillna(0).to_numpy())
+    return e.reset_index(drop=True)
+
+
+def recognize_jobs(edges: pd.DataFrame, host_of: dict[str, str]) -> list[list[str]]:
+    """Connected components (union-find) over data edges plus same-host endpoints."""
+    ips = sorted(host_of, key=_natural_key)
+    if not ips:
+        return []
+    index = {ip: i for i, ip in enumerate(ips)}
+    hosts = {h: i for i, h in enumerate(sorted(set(host_of.values())))}
+    n = len(ips)
+    # endpoints are nodes 0..n-1, hosts are nodes n..: every endpoint joins its host's node
+    src = np.concatenate([edges["src_ip"].map(index).to_numpy(dtype=np.int64), np.arange(n)])
+    dst = np.concatenate([edges["dst_ip"].map(index).to_numpy(dtype=np.int64),
+                          n + np.asarray([hosts[host_of[ip]] for ip in ips], dtype=np.int64)])
+    m = n + len(hosts)
+    graph = coo_matrix((np.ones(src.size), (src, dst)), shape=(m, m))
+    _, label = connected_components(graph, directed=False)
+    active = set(edges["src_ip"]) | set(edges["dst_ip"])
+    comps: dict[int, list[str]] = {}
+    for ip in ips:
+        comps.setdefault(int(label[index[ip]]), []).append(ip)
+    jobs = [c for c in comps.values() if active.intersection(c)]
+    return sorted(jobs, key=lambda c: _natural_key(host_of[c[0]]))
+
+
+def infer_groups(edges: pd.DataFrame, host_of: dict[str, str]) -> list[FlowGroup]:
+    """Rings from one-way edges, chains and meshes from two-way edges, all at host level."""
+    e = edges.assign(sh=edges["src_ip"].map(host_of), dh=edges["dst_ip"].map(host_of))
+    e = e[e["sh"] != e["dh"]]
+    one_way = e["rev_bytes"] < ONE_WAY * e["bytes"]
+    groups = _rings(e[one_way]) + _pairs(e[~one_way])
+    return sorted(groups, key=lambda g: ("dp pp ep".split().index(g.kind), _natural_key(g.hosts[0])))
+
+
+def _components(pairs: pd.DataFrame) -> list[pd.DataFrame]:
+    hosts = sorted(set(pairs["sh"]) | set(pairs["dh"]), key=_natural_key)
+    if not hosts:
+        return []
+    idx = {h: i for i, h in enumerate(hosts)}
+    a, b = pairs["sh"].map(idx).to_numpy(), pairs["dh"].map(idx).to_numpy()
+    graph = coo_matrix((np.ones(a.size), (a, b)), shape=(len(hosts), len(hosts)))
+    _, label = connected_components(graph, directed=False)
+    lab = pd.Series(label[a], index=pairs.index)
+    return [pairs[lab == k] for k in sorted(set(label[a].tolist()))]
+
+
+def _rings(e: pd.DataFrame) -> list[FlowGroup]:
+    out = []
+    for comp in _components(e):
+        succ = comp.groupby("sh")["dh"].agg(lambda s: sorted(set(s)))
+        hosts = sorted(set(comp["sh"]) | set(comp["dh"]), key=_natural_key)
+        order = [hosts[0]]
+        while len(order) < len(hosts):  # follow successors around the cycle
+            nxt = succ.get(order[-1], [])
+            step = next((h for h in nxt if h not in order), None)
+            if step is None:
+                break
+            order.append(step)
+        if len(order) < len(hosts):
+            order = hosts
+        out.append(FlowGroup("dp", order, list(zip(comp["src_ip"], comp["dst_ip"], strict=True))))
+    return out
+
+
+def _pairs(e: pd.DataFrame) -> list[FlowGroup]:
+    out = []
+    for comp in _components(e):
+        hosts = sorted(set(comp["sh"]) | set(comp["dh"]), key=_natural_key)
+        und = {tuple(sorted(p)) for p in zip(comp["sh"], comp["dh"], strict=True)}
+        deg = pd.Series([h for p in und for h in p]).value_counts()
+        edges = list(zip(comp["src_ip"], comp["dst_ip"], strict=True))
+        if len(und) >= len(hosts) or int(deg.max()) > 2:
+            out.append(FlowGroup("ep", hosts, edges))
+            continue
+        # a chain: walk from an end; stage 0 is the end whose data is sent first
+        ends = [h for h in hosts if deg.get(h, 0) == 1] or hosts[:1]
+        nbr: dict[str, list[str]] = {}
+        for a, b in und:
+            nbr.setdefault(a, []).append(b)
+            nbr.setdefault(b, []).append(a)
+        order = [ends[0]]
+        while len(order) < len(hosts):
+            step = next((h for h in nbr.get(order[-1], []) if h not in order), None)
+            if step is None:
+                break
+            order.append(step)
+        out.append(FlowGroup("pp", order, edges))
+    return out
+
+
+def _otsu_split(gaps: np.ndarray) -> float:
+    """Threshold between short (inside an iteration) and long (between iterations) gaps, in log space."""
+    x = np.sort(np.log(np.maximum(gaps, 1.0)))
+    if x.size < 2 or x[-1] - x[0] < np.log(3.0):
+        return 0.0  # one class: every gap separates iterations
+    best, thr = -1.0, 0.0
+    for i in range(1, x.size):
+        lo, hi = x[:i], x[i:]
+        score = lo.size * hi.size * (hi.mean() - lo.mean()) ** 2
+        if score > best:
+            best, thr = score, float(np.exp((x[i - 1] + x[i]) / 2))
+    return thr
+
+
+def _activity(flows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Merge burst intervals into activity intervals (overlapping or touching bursts join)."""
+    f = flows.sort_values("start_ns")
+    s, e = f["start_ns"].to_numpy(), f["end_ns"].to_numpy()
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    starts = np.flatnonzero(new)
+    return s[starts], np.maximum.reduceat(e, starts) if starts.size else e[:0]
+
+
+def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
+    """End times of the synchronisation bursts that close each iteration, for one group's flows."""
+    if flows.empty:
+        return np.zeros(0, dtype=np.int64)
+    s, e = _activity(flows)
+    if s.size == 1:
+        return e
+    gaps = (s[1:] - e[:-1]).astype(np.float64)
+    thr = _otsu_split(gaps)
+    boundary = np.flatnonzero(gaps > thr)  # interval i ends an iteration
+    return np.concatenate([e[boundary], e[-1:]])
+
+
+def _align(ref: np.ndarray, other: np.ndarray, period: float) -> np.ndarray:
+    """For each reference anchor, the nearest anchor of another group within half a period (else -1)."""
+    if other.size == 0:
+        return np.full(ref.size, -1, dtype=np.int64)
+    shift = np.median(other[np.clip(np.searchsorted(other, ref), 0, other.size - 1)] - ref) if ref.size else 0
+    shift = shift if abs(shift) < period / 2 else 0
+    pos = np.clip(np.searchsorted(other, ref + shift), 1, max(other.size - 1, 1))
+    cand = np.stack([other[pos - 1], other[np.minimum(pos, other.size - 1)]])
+    best = cand[np.argmin(np.abs(cand - (ref + shift)), axis=0), np.arange(ref.size)]
+    return np.where(np.abs(best - ref - shift) < period / 2, best, -1)
+
+
+def reconstruct_iterations(flows: pd.DataFrame, groups: list[FlowGroup]) -> pd.DataFrame:
+    """Iterations from the periodic data-parallel synchronisation (else from all of the job's bursts).
+
+    Each data-parallel ring gives the end of its last synchronisation burst per iteration; rings
+    are aligned by time and the iteration ends when the last ring finishes. The first iteration's
+    start is only the job's first burst, so it is marked incomplete.
+    """
+    rings = [g for g in groups if g.kind == "dp"] or [FlowGroup("all", [], [])]
+    anchors = []
+    for g in rings:
+        f = flows if not g.edges else flows.merge(pd.DataFrame(g.edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])
+        anchors.append(sync_anchors(f))
+    ref = max(anchors, key=lambda a: a.size)
+    cols = ["step", "start_ns", "end_ns", "duration_s", "complete"]
+    if ref.size == 0:
+        return pd.DataFrame(columns=cols)
+    period = float(np.median(np.diff(ref))) if ref.size > 1 else float("inf")
+    ends = ref.copy()
+    for a in anchors:
+        m = _align(ref, a, period)
+        ends = np.where(m > ends, m, ends)
+    first = int(flows["start_ns"].min())
+    starts = np.concatenate([[first], ends[:-1]])
+    return pd.DataFrame({
+        "step": np.arange(ends.size), "start_ns": starts, "end_ns": ends,
+        "duration_s": (ends - starts) / 1e9, "complete": np.arange(ends.size) > 0,
+    })
+
+
+def build_flow_timeline(flows: pd.DataFrame, meta: JobMeta | None = None) -> FlowTimeline:
+    """Recognise every job in a flow table, its groups, and its iterations."""
+    host_of = endpoint_hosts(meta, np.concatenate([flows["src_ip"].to_numpy(), flows["dst_ip"].to_numpy()]))
+    edges = data_edges(flows)
+    meta_ips = {r.ip for r in meta.ranks.values() if r.ip} if meta is not None else set()
+    jobs = []
+    for i, endpoints in enumerate(recognize_jobs(edges, host_of)):
+        ep = set(endpoints)
+        je = edges[edges["src_ip"].isin(ep) & edges["dst_ip"].isin(ep)]
+        jf = flows[flows["src_ip"].isin(ep) & flows["dst_ip"].isin(ep)]
+        jf = jf[jf.set_index(["src_ip", "dst_ip"]).index.isin(je.set_index(["src_ip", "dst_ip"]).index)]
+        groups = infer_groups(je, host_of)
+        name = meta.job if meta is not None and meta_ips and ep & meta_ips else f"job-{i}"
+        notes = [TP_NOTE]
+        if not any(g.kind == "dp" for g in groups):
+            notes.append("no data-parallel ring seen: iterations are cut at the longest pauses of all traffic")
+        hosts = sorted({host_of[x] for x in endpoints}, key=_natural_key)
+        jobs.append(FlowJob(name, endpoints, hosts, groups, reconstruct_iterations(jf, groups), notes))
+    return FlowTimeline(jobs, host_of)

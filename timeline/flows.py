@@ -23,6 +23,8 @@ from collector.meta import JobMeta, _natural_key
 MIN_DATA_PACKET = 200
 #: reverse/forward byte ratio below which an edge is one-way (a ring edge)
 ONE_WAY = 0.2
+#: pauses shorter than this are not told apart when looking for the pause between iterations
+GAP_FLOOR_NS = 1_000_000
 TP_NOTE = "tensor parallelism inside a host never reaches the network and is invisible to flows"
 
 
@@ -187,42 +189,74 @@ def _pairs(e: pd.DataFrame) -> list[FlowGroup]:
     return out
 
 
-def _otsu_split(gaps: np.ndarray) -> float:
-    """Threshold between short (inside an iteration) and long (between iterations) gaps, in log space."""
-    x = np.sort(np.log(np.maximum(gaps, 1.0)))
-    if x.size < 2 or x[-1] - x[0] < np.log(3.0):
-        return 0.0  # one class: every gap separates iterations
-    best, thr = -1.0, 0.0
-    for i in range(1, x.size):
-        lo, hi = x[:i], x[i:]
-        score = lo.size * hi.size * (hi.mean() - lo.mean()) ** 2
-        if score > best:
-            best, thr = score, float(np.exp((x[i - 1] + x[i]) / 2))
-    return thr
-
-
-def _activity(flows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Merge burst intervals into activity intervals (overlapping or touching bursts join)."""
+def _activity(flows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge burst intervals into activity intervals (overlapping bursts join): start, end, bytes."""
     f = flows.sort_values("start_ns")
-    s, e = f["start_ns"].to_numpy(), f["end_ns"].to_numpy()
+    s, e, b = f["start_ns"].to_numpy(), f["end_ns"].to_numpy(), f["bytes"].to_numpy()
     run_end = np.maximum.accumulate(e)
     new = np.ones(s.size, dtype=bool)
     new[1:] = s[1:] > run_end[:-1]
     starts = np.flatnonzero(new)
-    return s[starts], np.maximum.reduceat(e, starts) if starts.size else e[:0]
+    if not starts.size:
+        return s, e, b
+    return s[starts], np.maximum.reduceat(e, starts), np.add.reduceat(b, starts)
+
+
+def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The pause that separates iterations, and the bytes one iteration synchronises.
+
+    The threshold sits in the widest break (in log scale) between the sorted pauses, pauses
+    shorter than a burst gap counting as one; with no clear break every pause separates.
+    Cut there, segments are whole iterations or, with stalls, an iteration's small precursors
+    and its main part: the volume is the median of the segments that are not small.
+    """
+    g = np.sort(np.maximum(gaps, GAP_FLOOR_NS))
+    logs = np.log(g)
+    steps = np.diff(logs)
+    if steps.size == 0 or steps.max() < np.log(2.0):
+        thr = 0.0
+    else:
+        k = int(np.argmax(steps))
+        thr = float(np.sqrt(g[k] * g[k + 1]))
+    cum = np.concatenate([[0.0], np.cumsum(b, dtype=np.float64)])
+    cuts = np.concatenate([np.flatnonzero(gaps > thr), [b.size - 1]])
+    seg = np.diff(np.concatenate([[0.0], cum[cuts + 1]]))
+    big = seg[seg >= 0.25 * seg.max()]
+    return thr, float(np.median(big))
 
 
 def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
-    """End times of the synchronisation bursts that close each iteration, for one group's flows."""
+    """End times of the synchronisation bursts that close each iteration, for one group's flows.
+
+    Pauses inside an iteration (optimizer work between reduce-scatter and all-gather, a stall
+    after the first chunk while a straggler is awaited) can be as long as the pause between
+    iterations, but they come before the iteration's volume has been synchronised. So an
+    iteration ends at the first pause longer than the threshold after three quarters of
+    its volume have gone by.
+    """
     if flows.empty:
         return np.zeros(0, dtype=np.int64)
-    s, e = _activity(flows)
+    s, e, b = _activity(flows)
     if s.size == 1:
         return e
     gaps = (s[1:] - e[:-1]).astype(np.float64)
-    thr = _otsu_split(gaps)
-    boundary = np.flatnonzero(gaps > thr)  # interval i ends an iteration
-    return np.concatenate([e[boundary], e[-1:]])
+    thr, vol = _gap_threshold(gaps, b)
+    cum = np.cumsum(b, dtype=np.float64)
+    long_gap = np.flatnonzero(gaps > thr)  # interval i may end an iteration
+    out = []
+    base = 0.0
+    while True:
+        i = int(np.searchsorted(cum, base + 0.75 * vol))  # the interval that completes most of the volume
+        if i >= s.size - 1:
+            break
+        j = int(np.searchsorted(long_gap, i))
+        if j >= long_gap.size:
+            break
+        end = int(long_gap[j])
+        out.append(e[end])
+        base = float(cum[end])
+    out.append(e[-1])
+    return np.asarray(out, dtype=np.int64)
 
 
 def _align(ref: np.ndarray, other: np.ndarray, period: float) -> np.ndarray:

@@ -100,6 +100,7 @@ class _Walker:
     def __init__(self, buf: np.ndarray, big: bool, len_at: int, hdr: int, block_type: int | None, limit: int) -> None:
         self.buf, self.big, self.len_at, self.hdr, self.limit = buf, big, len_at, hdr, limit
         self.block_type = block_type
+        self.mv = buf.data
         self.fmt = (">" if big else "<") + "II"
         self.pos = 0
 
@@ -123,7 +124,7 @@ def _walk(w: _Walker, start: int, end: int, stats: ReadStats, what: str) -> Iter
     count = 0
     pcapng = w.block_type is not None
     while pos + w.hdr <= end:
-        btype, n = struct.unpack_from(w.fmt, w.buf, pos + w.len_at - 4) if pcapng else (None, struct.unpack_from(w.fmt[0] + "I", w.buf, pos + w.len_at)[0])
+        btype, n = struct.unpack_from(w.fmt, w.mv, pos + w.len_at - 4) if pcapng else (None, struct.unpack_from(w.fmt[0] + "I", w.mv, pos + w.len_at)[0])
         if pcapng and btype != w.block_type:
             break
         stride = w.stride(n)
@@ -263,7 +264,7 @@ def _iter_pcap(path: Path, buf: np.ndarray, stats: ReadStats) -> Iterator[Packet
     if buf.size < 24:
         raise UserError(f"{path}: pcap header truncated ({buf.size} of 24 bytes)", "capture again; the file is cut short")
     endian, nsec = PCAP_MAGIC[int.from_bytes(bytes(buf[:4]), "little")]
-    snaplen, network = struct.unpack_from(endian + "II", buf, 16)
+    snaplen, network = struct.unpack_from(endian + "II", buf.data, 16)
     link = network & 0x0FFFFFFF
     if link not in SUPPORTED_LINKS:
         raise UserError(f"{path}: unsupported link type {link}", "capture on an Ethernet, cooked (any) or raw-IP interface")
@@ -416,13 +417,13 @@ def _iter_pcapng(path: Path, buf: np.ndarray, stats: ReadStats) -> Iterator[Pack
     links: list[int] = []
     res: list[tuple[int, int]] = []  # per interface: (multiplier to ns, divisor)
     while pos + 12 <= end:
-        btype, blen = struct.unpack_from(endian + "II", buf, pos)
+        btype, blen = struct.unpack_from(endian + "II", buf.data, pos)
         if btype == PCAPNG_SHB:
             bom = bytes(buf[pos + 8:pos + 12])
             endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else ""
             if not endian:
                 raise UserError(f"{path}: corrupt pcapng section header at byte {pos}", "capture again")
-            (blen,) = struct.unpack_from(endian + "I", buf, pos + 4)
+            (blen,) = struct.unpack_from(endian + "I", buf.data, pos + 4)
             links, res = [], []
         if blen < 12 or blen % 4 or blen > MAX_CAPLEN + 64:
             stats.warnings.append(f"{path}: corrupt pcapng block at byte {pos} (length {blen}); kept the {stats.records} records before it")
@@ -431,7 +432,7 @@ def _iter_pcapng(path: Path, buf: np.ndarray, stats: ReadStats) -> Iterator[Pack
             stats.warnings.append(f"{path}: capture truncated at byte {pos} (block needs {blen} bytes, {end - pos} left); kept the {stats.records} complete records")
             return
         if btype == 1:  # interface description
-            link = struct.unpack_from(endian + "H", buf, pos + 8)[0]
+            link = struct.unpack_from(endian + "H", buf.data, pos + 8)[0]
             links.append(link)
             res.append(_tsresol(buf, pos + 16, pos + blen - 4, endian))
             pos += blen
@@ -465,7 +466,7 @@ def _iter_pcapng(path: Path, buf: np.ndarray, stats: ReadStats) -> Iterator[Pack
 def _tsresol(buf: np.ndarray, pos: int, end: int, endian: str) -> tuple[int, int]:
     """if_tsresol option of an interface block -> (multiplier, divisor) to nanoseconds."""
     while pos + 4 <= end:
-        code, length = struct.unpack_from(endian + "HH", buf, pos)
+        code, length = struct.unpack_from(endian + "HH", buf.data, pos)
         if code == 0:
             break
         if code == 9 and length >= 1:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from collector.meta import _natural_key
 from collector.traceio import Trace
-from localize.verdict import Candidate, Verdict
+from localize.verdict import Candidate, Status, Verdict
 from timeline.flows import FlowJob, FlowTimeline, build_flow_timeline
 
 K_SIGMA = 3.0
@@ -34,7 +34,7 @@ def slow_iterations(it: pd.DataFrame, k: float = K_SIGMA) -> tuple[pd.DataFrame,
     out = it.assign(baseline_s=np.nan, irregular=False)
     if d.size < 3:
         return out, float("nan")
-    base = float(np.quantile(d, 0.2))
+    base = float(np.quantile(d, 0.1))
     near = d[d <= base * (1 + 5 * SIGMA_FLOOR)]
     sigma = max(1.4826 * float(np.median(np.abs(near - np.median(near)))), SIGMA_FLOOR * base)
     out["baseline_s"] = base
@@ -118,11 +118,19 @@ def network_candidates(edges: pd.DataFrame, switch_of: dict[str, str | None], so
 
 
 def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps: set[int]) -> pd.Series:
-    """Per host: median over the given iterations of how late its first ring burst starts (ns).
+    """Per host: median over the given iterations of how late it starts synchronising (ns),
+    beyond how late its last pipeline input arrived.
 
-    A host's start is its earliest burst on any ring edge it touches; lateness is measured
-    against the median host of the same ring in the same iteration.
+    A host's start is its earliest burst on any ring edge it touches, measured against the
+    median host of the same ring in the same iteration. A host that starts late only because
+    its pipeline neighbour sent late is waiting, not slow (Holmes' back-tracing, on flows):
+    the lateness of its last incoming pipeline burst before its start is taken off.
     """
+    pp_edges = [e for g in job.groups if g.kind == "pp" for e in g.edges]
+    pp = f[f["step"].isin(steps)]
+    if pp_edges:
+        pp = pp.merge(pd.DataFrame(pp_edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])
+        pp = pp.assign(h=pp["dst_ip"].map(host_of))
     rows = []
     for g in job.groups:
         if g.kind != "dp":
@@ -132,13 +140,48 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
         if rf.empty:
             continue
         both = pd.concat([rf.assign(h=rf["src_ip"].map(host_of)), rf.assign(h=rf["dst_ip"].map(host_of))])
-        first = both.groupby(["step", "h"])["start_ns"].min().reset_index()
-        first["late"] = first["start_ns"] - first.groupby("step")["start_ns"].transform("median")
+        first = both.groupby(["step", "h"])["start_ns"].min().rename("sync").reset_index()
+        first["late"] = first["sync"] - first.groupby("step")["sync"].transform("median")
+        if pp_edges and len(pp):
+            x = pp.merge(first[["step", "h", "sync"]], on=["step", "h"])
+            last_in = x[x["end_ns"] <= x["sync"]].groupby(["step", "h"])["end_ns"].max().rename("input")
+            first = first.merge(last_in.reset_index(), on=["step", "h"], how="left")
+            in_late = first["input"] - first.groupby("step")["input"].transform("median")
+            first["late"] = first["late"] - in_late.clip(lower=0).fillna(0)
         rows.append(first)
     if not rows:
         return pd.Series(dtype=np.float64)
     allr = pd.concat(rows)
     return allr.groupby("h")["late"].median().sort_values(ascending=False)
+
+
+def endpoint_candidates(f: pd.DataFrame, irregular: set[int], host_hit: set[str], meta_ips: dict[str, tuple[int, str, int]],
+                        host_of: dict[str, str], source: str) -> list[Candidate]:
+    """One GPU's own network path (its NIC port or PCIe link): every edge of one endpoint slow.
+
+    Only for hosts not already blamed as a whole; the endpoint's rank comes from meta.json.
+    """
+    rates = edge_rates(f, {ip: ip for ip in host_of})
+    if rates.empty:
+        return []
+    edges = slow_edges(rates, irregular)
+    slow = edges[edges["slow"]]
+    out = []
+    for ip in sorted(set(slow["sh"]) | set(slow["dh"])):
+        if host_of.get(ip) in host_hit:
+            continue
+        touch = edges[(edges["sh"] == ip) | (edges["dh"] == ip)]
+        hit = touch[touch["slow"]]
+        peers = (set(hit["sh"]) | set(hit["dh"])) - {ip}
+        if len(hit) / len(touch) < NIC_SHARE or len(peers) < 2 or len(hit) < len(slow) * 0.5:
+            continue
+        ratio = float(hit["ratio"].median())
+        rank, host, gpu = meta_ips.get(ip, (None, host_of.get(ip), None))
+        out.append(Candidate("gpu", 1 - 1 / ratio, [
+            f"every flow of endpoint {ip} ({len(hit)} edges) runs {ratio:.1f}x slower while the other "
+            f"endpoints of {host} do not: that GPU's own path (PCIe link or NIC port) is slow"],
+            rank=rank, host=host, gpu=gpu, source=source))
+    return out
 
 
 def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int = 5,
@@ -161,6 +204,10 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     edges = slow_edges(rates, set(irregular)) if len(rates) else pd.DataFrame(columns=["sh", "dh", "ratio", "slow"])
     switch_of = {h: trace.meta.switch_of(h) for h in tl.host_of.values()}
     cands = network_candidates(edges, switch_of, source)
+    hit = {c.host for c in cands if c.host} | {h for c in cands for h in (c.hosts or [])}
+    hit |= {h for h, sw in switch_of.items() if sw and any(c.switch == sw for c in cands)}
+    meta_ips = {i.ip: (r, i.host, i.gpu) for r, i in trace.meta.ranks.items() if i.ip}
+    cands += endpoint_candidates(f, set(irregular), hit, meta_ips, tl.host_of, source)
     normal = set(it.loc[it["complete"] & ~it["irregular"], "step"].astype(int))
     if irregular:
         late = host_lateness(f, job, tl.host_of, set(irregular))
@@ -168,7 +215,7 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
         excess = float(it.loc[it["irregular"], "duration_s"].median() - base) * 1e9
         for h, lateness in late.items():
             extra = float(lateness - ref.get(h, 0.0))
-            if extra > LATE_SHARE * base * 1e9 and not any(c.host == h for c in cands):
+            if extra > LATE_SHARE * base * 1e9 and h not in hit:
                 cands.append(Candidate("host", min(1.0, extra / max(excess, 1.0)), [
                     f"in slow iterations {h}'s synchronisation bursts start {extra / 1e6:.1f} ms after its ring peers' "
                     "(peers' flows ran and stalled waiting for it)",
@@ -179,7 +226,7 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     cands.sort(key=lambda c: -c.score)
     durs = it.loc[it["irregular"], "duration_s"]
     slowdown = float(durs.median() / base) if irregular else 1.0
-    status = "irregular" if irregular or cands else "healthy"
+    status: Status = "irregular" if irregular or cands else "healthy"
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base
     return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary})

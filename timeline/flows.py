@@ -124,13 +124,64 @@ def recognize_jobs(edges: pd.DataFrame, host_of: dict[str, str]) -> list[list[st
     return sorted(jobs, key=lambda c: _natural_key(host_of[c[0]]))
 
 
-def infer_groups(edges: pd.DataFrame, host_of: dict[str, str]) -> list[FlowGroup]:
-    """Rings from one-way edges, chains and meshes from two-way edges, all at host level."""
+def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFrame | None = None) -> list[FlowGroup]:
+    """Rings from one-way edges, chains and meshes from two-way edges, all at host level.
+
+    A two-way pair whose directions run at the same time is a ring of two hosts (or an
+    all-to-all pair): it is a data-parallel ring when it synchronises about as rarely as the
+    rarest ring of the job, else an expert mesh.
+    """
     e = edges.assign(sh=edges["src_ip"].map(host_of), dh=edges["dst_ip"].map(host_of))
     e = e[e["sh"] != e["dh"]]
     one_way = e["rev_bytes"] < ONE_WAY * e["bytes"]
-    groups = _rings(e[one_way]) + _pairs(e[~one_way])
-    return sorted(groups, key=lambda g: ("dp pp ep".split().index(g.kind), _natural_key(g.hosts[0])))
+    rings = _rings(e[one_way])
+    two = e[~one_way]
+    pair_groups: list[FlowGroup] = []
+    if flows is not None and len(two):
+        sim, counts = _simultaneity(flows, two, host_of)
+        ring_counts = [_edge_intervals(flows, g.edges) for g in rings]
+        together = sim[sim >= 0.5].index
+        rarest = min([counts[p] for p in together] + ring_counts) if len(together) else 0
+        for pair in together:
+            kind = "dp" if counts[pair] <= 2 * rarest else "ep"
+            key = two[[tuple(sorted(x, key=_natural_key)) == pair for x in zip(two["sh"], two["dh"], strict=True)]]
+            pair_groups.append(FlowGroup(kind, list(pair), list(zip(key["src_ip"], key["dst_ip"], strict=True))))
+        taken = {tuple(g.hosts) for g in pair_groups}
+        two = two[[tuple(sorted(x, key=_natural_key)) not in taken for x in zip(two["sh"], two["dh"], strict=True)]]
+    groups = rings + pair_groups + _pairs(two)
+    return sorted(groups, key=lambda g: (["dp", "pp", "ep"].index(g.kind), _natural_key(g.hosts[0])))
+
+
+def _edge_intervals(flows: pd.DataFrame, edges: list[tuple[str, str]]) -> int:
+    """Activity intervals on one directed endpoint edge of a group (how often it synchronises)."""
+    src, dst = edges[0]
+    f = flows[(flows["src_ip"] == src) & (flows["dst_ip"] == dst)]
+    return int(_activity(f)[0].size) if len(f) else 0
+
+
+def _simultaneity(flows: pd.DataFrame, two: pd.DataFrame, host_of: dict[str, str]) -> tuple[pd.Series, dict]:
+    """Per two-way host pair: share of active time both directions run at once; interval counts."""
+    sims, counts = {}, {}
+    f = flows.assign(sh=flows["src_ip"].map(host_of), dh=flows["dst_ip"].map(host_of))
+    for a, b in {tuple(sorted(x, key=_natural_key)) for x in zip(two["sh"], two["dh"], strict=True)}:
+        one = two[(two["sh"] == a) & (two["dh"] == b)]
+        if one.empty:
+            continue
+        s_ip, d_ip = one.iloc[0]["src_ip"], one.iloc[0]["dst_ip"]  # one endpoint pair stands for the hosts
+        fw = f[(f["src_ip"] == s_ip) & (f["dst_ip"] == d_ip)]
+        bw = f[(f["src_ip"] == d_ip) & (f["dst_ip"] == s_ip)]
+        if fw.empty or bw.empty:
+            continue
+        t_f, t_b = _busy(fw), _busy(bw)
+        t_u = _busy(pd.concat([fw, bw]))
+        sims[(a, b)] = (t_f + t_b - t_u) / max(min(t_f, t_b), 1)
+        counts[(a, b)] = int(_activity(fw)[0].size)
+    return pd.Series(sims, dtype=np.float64), counts
+
+
+def _busy(f: pd.DataFrame) -> int:
+    s, e, _ = _activity(f)
+    return int((e - s).sum())
 
 
 def _components(pairs: pd.DataFrame) -> list[pd.DataFrame]:
@@ -311,7 +362,7 @@ def build_flow_timeline(flows: pd.DataFrame, meta: JobMeta | None = None) -> Flo
         je = edges[edges["src_ip"].isin(ep) & edges["dst_ip"].isin(ep)]
         jf = flows[flows["src_ip"].isin(ep) & flows["dst_ip"].isin(ep)]
         jf = jf[jf.set_index(["src_ip", "dst_ip"]).index.isin(je.set_index(["src_ip", "dst_ip"]).index)]
-        groups = infer_groups(je, host_of)
+        groups = infer_groups(je, host_of, jf)
         name = meta.job if meta is not None and meta_ips and ep & meta_ips else f"job-{i}"
         notes = [TP_NOTE]
         if not any(g.kind == "dp" for g in groups):

@@ -18,7 +18,7 @@ import pandas as pd
 from collector.meta import _natural_key
 from collector.traceio import Trace
 from localize.verdict import Candidate, Status, Verdict
-from timeline.flows import FlowJob, FlowTimeline, build_flow_timeline
+from timeline.flows import MIN_DATA_PACKET, FlowJob, FlowTimeline, build_flow_timeline
 
 K_SIGMA = 3.0
 SIGMA_FLOOR = 0.02  # relative: iteration noise below 2% is not trusted
@@ -121,8 +121,9 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
     """Per host: median over the given iterations of how late it starts synchronising (ns),
     beyond how late its last pipeline input arrived.
 
-    A host's start is its earliest burst on any ring edge it touches, measured against the
-    median host of the same ring in the same iteration. A host that starts late only because
+    A host's start is its earliest send on a ring edge (a present member pushes its first chunk
+    into its neighbour's buffers at once, so only a late member's own sends start late),
+    measured against the median host of the same ring in the same iteration. A host that starts late only because
     its pipeline neighbour sent late is waiting, not slow (Holmes' back-tracing, on flows):
     the lateness of its last incoming pipeline burst before its start is taken off.
     """
@@ -139,8 +140,8 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
         rf = f[f["step"].isin(steps)].merge(e, on=["src_ip", "dst_ip"])
         if rf.empty:
             continue
-        both = pd.concat([rf.assign(h=rf["src_ip"].map(host_of)), rf.assign(h=rf["dst_ip"].map(host_of))])
-        first = both.groupby(["step", "h"])["start_ns"].min().rename("sync").reset_index()
+        sends = rf.assign(h=rf["src_ip"].map(host_of))
+        first = sends.groupby(["step", "h"])["start_ns"].min().rename("sync").reset_index()
         first["late"] = first["sync"] - first.groupby("step")["sync"].transform("median")
         if pp_edges and len(pp):
             x = pp.merge(first[["step", "h", "sync"]], on=["step", "h"])
@@ -199,7 +200,8 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     it, base = slow_iterations(it.reset_index(drop=True))
     irregular = [int(s) for s in it.loc[it["irregular"], "step"]]
     ep = set(job.endpoints)
-    f = _per_iteration(flows[flows["src_ip"].isin(ep) & flows["dst_ip"].isin(ep)], it)
+    data = flows[flows["src_ip"].isin(ep) & flows["dst_ip"].isin(ep) & (flows["bytes"] >= MIN_DATA_PACKET * flows["packets"])]
+    f = _per_iteration(data, it)  # data bursts only: acknowledgements and control messages say nothing of timing
     rates = edge_rates(f, tl.host_of)
     edges = slow_edges(rates, set(irregular)) if len(rates) else pd.DataFrame(columns=["sh", "dh", "ratio", "slow"])
     switch_of = {h: trace.meta.switch_of(h) for h in tl.host_of.values()}

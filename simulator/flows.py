@@ -5,8 +5,8 @@ different hosts (ring neighbours for all-reduce, reduce-scatter, all-gather, bro
 every pair for all-to-all), every send a burst to its peer; traffic inside a host never reaches
 the network. Times are converted back to true time with truth.json's clock offsets, as a capture
 point on the fabric would see them. Inside a collective the data moves once the last member has
-arrived; before that, neighbours that are both present already exchange their first chunk and
-stall (a late member's edges start last). When a network fault slows one edge, the ring runs at
+arrived; before that, a member that is present already pushes its first chunk into its
+neighbour's buffers and stalls (so a late member's own sends start last). When a network fault slows one edge, the ring runs at
 that edge's pace: the slow edge is busy the whole time, the others send each chunk at line rate
 and wait.
 """
@@ -113,7 +113,7 @@ def _collective_intervals(ops: pd.DataFrame, edges: pd.DataFrame) -> pd.DataFram
                      [2 * (k - 1) / k, 1 / k, 1.0], (k - 1) / k)
     x["bytes"] = np.maximum(coef * x["nbytes"].to_numpy(), 1).astype(np.int64)
     x["t1"] = np.maximum(x["done"], x["last"] + 1)
-    x["early"] = x[["arr_src", "arr_dst"]].max(axis=1) < x["last"]
+    x["early"] = x["arr_src"] < x["last"]
     x["kind"] = "coll"
     return x[["group", "seq", "step", "src", "dst", "bytes", "last", "t1", "early", "arr_src", "arr_dst", "kind", "k"]]
 
@@ -144,10 +144,11 @@ def _shape(iv: pd.DataFrame, model: FaultModel | None, layout: Layout | None, me
     bottleneck = iv.groupby(["group", "seq", "kind"])["f"].transform("max").to_numpy()
     iv = iv.assign(busy=np.where(iv["kind"] == "coll", iv["f"].to_numpy() / bottleneck, 1.0))
     parts = []
-    # first chunk: both ends present before the last member -> a short early burst, then a stall
+    # first chunk: a sender present before the last member pushes its first chunk into the
+    # receiver's pre-posted buffers (NCCL FIFO slots, TCP socket buffers) -> an early burst, then a stall
     early = iv[iv["early"].to_numpy()]
     if len(early):
-        t = early[["arr_src", "arr_dst"]].max(axis=1).to_numpy()
+        t = early["arr_src"].to_numpy()
         dur = (early["t1"] - early["last"]).to_numpy() / np.maximum(2 * (early["k"].to_numpy() - 1), 1)
         parts.append(pd.DataFrame({"src": early["src"], "dst": early["dst"], "group": early["group"],
                                    "start": t, "end": t + dur * early["busy"].to_numpy(),

@@ -23,6 +23,8 @@ from collector.meta import JobMeta, _natural_key
 MIN_DATA_PACKET = 200
 #: reverse/forward byte ratio below which an edge is one-way (a ring edge)
 ONE_WAY = 0.2
+#: edges carrying less than this share of the busiest edge are one-off (setup) traffic, not groups
+MINOR_SHARE = 0.05
 #: pauses shorter than this are not told apart when looking for the pause between iterations
 GAP_FLOOR_NS = 1_000_000
 TP_NOTE = "tensor parallelism inside a host never reaches the network and is invisible to flows"
@@ -132,7 +134,8 @@ def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFra
     rarest ring of the job, else an expert mesh.
     """
     e = edges.assign(sh=edges["src_ip"].map(host_of), dh=edges["dst_ip"].map(host_of))
-    e = e[e["sh"] != e["dh"]]
+    e = e[(e["sh"] != e["dh"]) & (e["bytes"] >= ONE_WAY * e["rev_bytes"])]  # drop the minor side of one-way pairs
+    e = e[e["bytes"] >= MINOR_SHARE * e["bytes"].max()] if len(e) else e  # one-off transfers (setup broadcasts)
     one_way = e["rev_bytes"] < ONE_WAY * e["bytes"]
     rings = _rings(e[one_way])
     two = e[~one_way]
@@ -256,34 +259,40 @@ def _activity(flows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """The pause that separates iterations, and the bytes one iteration synchronises.
 
-    The threshold sits in the widest break (in log scale) between the sorted pauses, pauses
-    shorter than a burst gap counting as one; with no clear break every pause separates.
-    Cut there, segments are whole iterations or, with stalls, an iteration's small precursors
-    and its main part: the volume is the median of the segments that are not small.
+    Every iteration synchronises the same gradient volume, so a good threshold cuts the
+    activity into segments of even bytes. Among candidate thresholds (between consecutive
+    distinct pauses, pauses shorter than a burst gap counting as one) keep those whose
+    segments are about as even as the most even cut, and of these take the one in the widest
+    break between pauses (cutting between reduce-scatter and all-gather also gives even halves,
+    but at a pause no longer than its neighbours).
     """
-    g = np.sort(np.maximum(gaps, GAP_FLOOR_NS))
-    logs = np.log(g)
-    steps = np.diff(logs)
-    if steps.size == 0 or steps.max() < np.log(2.0):
-        thr = 0.0
-    else:
-        k = int(np.argmax(steps))
-        thr = float(np.sqrt(g[k] * g[k + 1]))
+    g = np.maximum(gaps, GAP_FLOOR_NS)
+    levels = np.unique(np.quantile(g, np.linspace(0.0, 1.0, 257))) if g.size > 256 else np.unique(g)
     cum = np.concatenate([[0.0], np.cumsum(b, dtype=np.float64)])
-    cuts = np.concatenate([np.flatnonzero(gaps > thr), [b.size - 1]])
-    seg = np.diff(np.concatenate([[0.0], cum[cuts + 1]]))
-    big = seg[seg >= 0.25 * seg.max()]
-    return thr, float(np.median(big))
+    if levels.size < 2:
+        return 0.0, float(np.median(b))
+    scored = []
+    for lo, hi in zip(levels[:-1].tolist(), levels[1:].tolist(), strict=True):
+        cuts = np.flatnonzero(g > lo)
+        if cuts.size < 4:
+            continue
+        seg = np.diff(cum[cuts + 1])  # whole segments between consecutive cuts (the first is partial)
+        scored.append((float(seg.std() / seg.mean()), float(np.log(hi / lo)), float(np.sqrt(lo * hi)), float(np.median(seg))))
+    if not scored:
+        return 0.0, float(np.median(b))
+    best = min(x[0] for x in scored)
+    _, _, thr, vol = max((x for x in scored if x[0] <= best + 0.02), key=lambda x: x[1])
+    return thr, vol
 
 
 def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
     """End times of the synchronisation bursts that close each iteration, for one group's flows.
 
-    Pauses inside an iteration (optimizer work between reduce-scatter and all-gather, a stall
-    after the first chunk while a straggler is awaited) can be as long as the pause between
-    iterations, but they come before the iteration's volume has been synchronised. So an
-    iteration ends at the first pause longer than the threshold after three quarters of
-    its volume have gone by.
+    Every iteration synchronises about the same volume V, and the pause that ends it (the
+    next forward and backward pass) comes when that volume has gone by. So each iteration
+    ends at the longest pause among those that fall between three quarters and one and a
+    quarter of V after the previous end. Pauses after the volume is complete count half: they
+    may be stalls after the next iteration's first chunks (peers waiting for a straggler).
     """
     if flows.empty:
         return np.zeros(0, dtype=np.int64)
@@ -291,22 +300,22 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
     if s.size == 1:
         return e
     gaps = (s[1:] - e[:-1]).astype(np.float64)
-    thr, vol = _gap_threshold(gaps, b)
-    cum = np.cumsum(b, dtype=np.float64)
-    long_gap = np.flatnonzero(gaps > thr)  # interval i may end an iteration
+    _, vol = _gap_threshold(gaps, b)
+    cum = np.cumsum(b, dtype=np.float64)  # cum[i]: bytes up to the end of interval i (gap i follows it)
+    after = np.append(gaps, np.inf)  # the end of the capture is the longest pause of all
     out = []
     base = 0.0
     while True:
-        i = int(np.searchsorted(cum, base + 0.75 * vol))  # the interval that completes most of the volume
-        if i >= s.size - 1:
+        lo, hi = (int(x) for x in np.searchsorted(cum, [base + 0.75 * vol, base + 1.25 * vol]))
+        if lo >= s.size:
             break
-        j = int(np.searchsorted(long_gap, i))
-        if j >= long_gap.size:
-            break
-        end = int(long_gap[j])
+        window = after[lo:max(hi, lo + 1)]
+        late = cum[lo:lo + window.size] > base + 1.05 * vol
+        end = lo + int(np.argmax(np.where(late, 0.5, 1.0) * window))
         out.append(e[end])
         base = float(cum[end])
-    out.append(e[-1])
+        if end == s.size - 1:
+            break
     return np.asarray(out, dtype=np.int64)
 
 
@@ -329,6 +338,7 @@ def reconstruct_iterations(flows: pd.DataFrame, groups: list[FlowGroup]) -> pd.D
     are aligned by time and the iteration ends when the last ring finishes. The first iteration's
     start is only the job's first burst, so it is marked incomplete.
     """
+    flows = flows[flows["bytes"] >= MIN_DATA_PACKET * flows["packets"]]  # data, not acknowledgements
     rings = [g for g in groups if g.kind == "dp"] or [FlowGroup("all", [], [])]
     anchors = []
     for g in rings:

@@ -24,7 +24,7 @@ K_SIGMA = 3.0
 SIGMA_FLOOR = 0.02  # relative: iteration noise below 2% is not trusted
 SLOW_EDGE = 1.5  # an edge is slow when its rate drops by this factor
 NIC_SHARE = 0.8  # share of a host's (switch's) edges that must be slow to blame the NIC (switch)
-LATE_SHARE = 0.05  # a straggler starts at least this share of an iteration after its peers
+LATE_SHARE = 0.02  # a straggler starts at least this share of an iteration after its peers
 MIN_RATE_PACKETS = 3
 
 
@@ -121,9 +121,12 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
     """Per host: median over the given iterations of how late it starts synchronising (ns),
     beyond how late its last pipeline input arrived.
 
-    A host's start is its earliest send on a ring edge (a present member pushes its first chunk
-    into its neighbour's buffers at once, so only a late member's own sends start late),
-    measured against the median host of the same ring in the same iteration. A host that starts late only because
+    Lateness is measured against the median host of the same ring in the same iteration, on
+    a host's first send and first receive on ring edges. A late member's own sends always
+    start late; sends into it start late too where the transport waits for the receiver
+    (rendezvous), but then so do its predecessor's sends. Scoring (send + min(receive, send))/2
+    puts the straggler first under either transport: its successor only receives late, its
+    predecessor only sends late. A host that starts late only because
     its pipeline neighbour sent late is waiting, not slow (Holmes' back-tracing, on flows):
     the lateness of its last incoming pipeline burst before its start is taken off.
     """
@@ -140,15 +143,21 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
         rf = f[f["step"].isin(steps)].merge(e, on=["src_ip", "dst_ip"])
         if rf.empty:
             continue
-        sends = rf.assign(h=rf["src_ip"].map(host_of))
-        first = sends.groupby(["step", "h"])["start_ns"].min().rename("sync").reset_index()
-        first["late"] = first["sync"] - first.groupby("step")["sync"].transform("median")
+        sends = rf.assign(h=rf["src_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("sync")
+        recvs = rf.assign(h=rf["dst_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("recv")
+        first = pd.concat([sends, recvs], axis=1).reset_index()
+        out_late = first["sync"] - first.groupby("step")["sync"].transform("median")
+        in_late = first["recv"] - first.groupby("step")["recv"].transform("median")
         if pp_edges and len(pp):
             x = pp.merge(first[["step", "h", "sync"]], on=["step", "h"])
             last_in = x[x["end_ns"] <= x["sync"]].groupby(["step", "h"])["end_ns"].max().rename("input")
             first = first.merge(last_in.reset_index(), on=["step", "h"], how="left")
-            in_late = first["input"] - first.groupby("step")["input"].transform("median")
-            first["late"] = first["late"] - in_late.clip(lower=0).fillna(0)
+            waited = first["input"] - first.groupby("step")["input"].transform("median")
+            out_late = out_late.to_numpy() - waited.clip(lower=0).fillna(0).to_numpy()
+            in_late = in_late.to_numpy()
+        out_late = np.asarray(out_late, dtype=np.float64)
+        in_late = np.nan_to_num(np.asarray(in_late, dtype=np.float64), nan=0.0)
+        first["late"] = (out_late + np.minimum(in_late, out_late)) / 2
         rows.append(first)
     if not rows:
         return pd.Series(dtype=np.float64)

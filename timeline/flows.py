@@ -289,10 +289,11 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
     """End times of the synchronisation bursts that close each iteration, for one group's flows.
 
     Every iteration synchronises about the same volume V, and the pause that ends it (the
-    next forward and backward pass) comes when that volume has gone by. So each iteration
-    ends at the longest pause among those that fall between three quarters and one and a
-    quarter of V after the previous end. Pauses after the volume is complete count half: they
-    may be stalls after the next iteration's first chunks (peers waiting for a straggler).
+    next forward and backward pass) comes when that volume has gone by. So among the long
+    pauses (at least half the longest) that fall between three quarters and one and a quarter
+    of V after the previous end, the iteration ends at the one closest to V: a stall just after
+    the next iteration's first chunks (peers waiting for a straggler) can be as long, but
+    comes after more than V.
     """
     if flows.empty:
         return np.zeros(0, dtype=np.int64)
@@ -302,7 +303,7 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
     gaps = (s[1:] - e[:-1]).astype(np.float64)
     _, vol = _gap_threshold(gaps, b)
     cum = np.cumsum(b, dtype=np.float64)  # cum[i]: bytes up to the end of interval i (gap i follows it)
-    after = np.append(gaps, np.inf)  # the end of the capture is the longest pause of all
+    after = np.append(gaps, gaps.max())  # the end of the capture counts as a long pause
     out = []
     base = 0.0
     while True:
@@ -310,8 +311,9 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
         if lo >= s.size:
             break
         window = after[lo:max(hi, lo + 1)]
-        late = cum[lo:lo + window.size] > base + 1.05 * vol
-        end = lo + int(np.argmax(np.where(late, 0.5, 1.0) * window))
+        long = window >= 0.5 * window.max()
+        miss = np.abs(cum[lo:lo + window.size] - (base + vol))
+        end = lo + int(np.argmin(np.where(long, miss, np.inf)))
         out.append(e[end])
         base = float(cum[end])
         if end == s.size - 1:

@@ -237,3 +237,21 @@ def _protos(col: pd.Series | None, dport: np.ndarray, n: int) -> np.ndarray:
         names = text.replace({"6": "tcp", "17": "udp", "rocev2": "roce"}).to_numpy(dtype=object)
     names = np.where((names == "udp") & (dport == ROCE_UDP_PORT), "roce", names)
     return np.where(np.isin(names, FLOW_PROTOS), names, "udp").astype(str)
+
+
+def write_flows_trace(out: Path, table: pa.Table, meta: dict | None, job: str) -> dict[str, int]:
+    """Write flows.parquet and a meta.json: the given one, or one rank per endpoint seen.
+
+    Without a meta.json each address stands for its own host (no topology): jobs and
+    parallelism are still recognised, but candidates name addresses instead of hosts.
+    """
+    from collector.meta import JobMeta
+    from collector.traceio import write_table
+
+    ips = sorted(set(table.column("src_ip").to_pylist()) | set(table.column("dst_ip").to_pylist()))
+    if meta is None:
+        meta = {"job": job, "world_size": len(ips),
+                "ranks": {str(i): {"host": ip, "gpu": 0, "ip": ip} for i, ip in enumerate(ips)}}
+    JobMeta.from_dict(meta, "--meta").save(out / "meta.json")
+    write_table(table, out / "flows.parquet", FLOWS_SCHEMA)
+    return {"bursts": table.num_rows, "endpoints": len(ips)}

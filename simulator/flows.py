@@ -261,3 +261,38 @@ def write_roce_pcap(bursts: Bursts, path: Path, max_packets: int = PCAP_PACKETS)
     o = np.argsort(t_all, kind="stable")
     write_pcap(path, t_all[o], [frames[j] for j in o.tolist()], wirelen=w_all[o], snaplen=PCAP_SNAPLEN)
     return int(o.size)
+
+
+def merge_fabric(trace_dirs: list[Path], out: Path) -> dict[str, list[str]]:
+    """Place several simulated jobs (with flows) on disjoint hosts of one fabric, as one capture.
+
+    Hosts are renumbered so the jobs do not overlap, addresses follow the new hosts, and the
+    fabric's meta.json lists every rank; returns, per job, the endpoints that are truly its own
+    (the answer job recognition must find).
+    """
+    from simulator.cluster import rank_ip
+
+    out.mkdir(parents=True, exist_ok=True)
+    tables, ranks, topology, truth = [], {}, {}, {}
+    offset = 0
+    for d in trace_dirs:
+        t = Trace.open(d)
+        hosts = t.meta.hosts()
+        new_host = {h: f"node-{offset + i}" for i, h in enumerate(hosts)}
+        ip_map = {}
+        for r, info in sorted(t.meta.ranks.items()):
+            h = offset + hosts.index(info.host)
+            ip_map[info.ip] = rank_ip(h, info.gpu)
+            ranks[str(len(ranks))] = {"host": new_host[info.host], "gpu": info.gpu, "ip": ip_map[info.ip]}
+        per_switch = int(t.meta.extra.get("hosts_per_switch", 4)) if t.meta.extra else 4
+        for h in new_host.values():
+            topology[h] = {"switch": f"tor-{int(h.split('-')[1]) // per_switch}"}
+        f = t.flows()
+        f["src_ip"], f["dst_ip"] = f["src_ip"].map(ip_map), f["dst_ip"].map(ip_map)
+        tables.append(f)
+        truth[t.meta.job] = sorted(ip_map.values())
+        offset += len(hosts)
+    flows = pd.concat(tables, ignore_index=True).sort_values("start_ns", kind="stable")
+    write_table(flows, out / "flows.parquet", FLOWS_SCHEMA)
+    JobMeta.from_dict({"job": "fabric", "world_size": len(ranks), "ranks": ranks, "topology": topology}).save(out / "meta.json")
+    return truth

@@ -172,16 +172,16 @@ def _pick(df: pd.DataFrame, name: str) -> str | None:
 
 def _times_ns(col: pd.Series, name: str, source: Path) -> np.ndarray:
     """Exporter time column -> ns since epoch: unit from the IPFIX name, else from the magnitude or ISO text."""
-    for unit, mul in UNIT_NS.items():
-        if str(name).endswith(unit):
-            return (pd.to_numeric(col).to_numpy(dtype=np.float64) * mul).round().astype(np.int64)
     if pd.api.types.is_numeric_dtype(col):
-        v = col.to_numpy(dtype=np.float64)
-        mag = float(np.nanmedian(np.abs(v))) if v.size else 0.0
-        mul = 1 if mag > 1e17 else 1_000 if mag > 1e14 else 1_000_000 if mag > 1e11 else 1_000_000_000
-        return (v * mul).round().astype(np.int64)
+        mul = next((m for unit, m in UNIT_NS.items() if str(name).endswith(unit)), 0)
+        if not mul:
+            mag = float(np.nanmedian(np.abs(col.to_numpy(dtype=np.float64)))) if len(col) else 0.0
+            mul = 1 if mag > 1e17 else 1_000 if mag > 1e14 else 1_000_000 if mag > 1e11 else 1_000_000_000
+        if pd.api.types.is_integer_dtype(col):  # exact: no float rounding of 19-digit times
+            return col.to_numpy(dtype=np.int64) * mul
+        return (col.to_numpy(dtype=np.float64) * mul).round().astype(np.int64)
     try:
-        return pd.to_datetime(col, utc=True).astype("int64").to_numpy()
+        return pd.to_datetime(col, utc=True).dt.as_unit("ns").astype("int64").to_numpy()
     except (ValueError, TypeError) as exc:
         raise UserError(f"{source}: column '{name}' is not a time", "use ns/us/ms/s since epoch or ISO 8601") from exc
 

@@ -257,7 +257,10 @@ def iter_packets(path: Path, stats: ReadStats | None = None) -> Iterator[PacketF
     finally:
         del buf
         if mm is not None:
-            mm.close()
+            try:
+                mm.close()
+            except BufferError:  # a view is still referenced (e.g. by a traceback): freed with it
+                pass
 
 
 def _iter_pcap(path: Path, buf: np.ndarray, stats: ReadStats) -> Iterator[PacketFields]:

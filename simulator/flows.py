@@ -146,13 +146,16 @@ def _shape(iv: pd.DataFrame, model: FaultModel | None, layout: Layout | None, me
     parts = []
     # first chunk: a sender present before the last member pushes its first chunk into the
     # receiver's pre-posted buffers (NCCL FIFO slots, TCP socket buffers) -> an early burst, then a stall
-    early = iv[iv["early"].to_numpy()]
+    rounds = np.maximum(2 * (iv["k"].to_numpy() - 1), 1)
+    first = np.where(iv["early"].to_numpy(), iv["bytes"].to_numpy() // rounds, 0)
+    iv = iv.assign(bytes=iv["bytes"].to_numpy() - first)  # the rest moves once everyone is there
+    early = iv[first > 0]
     if len(early):
         t = early["arr_src"].to_numpy()
-        dur = (early["t1"] - early["last"]).to_numpy() / np.maximum(2 * (early["k"].to_numpy() - 1), 1)
+        dur = (early["t1"] - early["last"]).to_numpy() / rounds[first > 0]
         parts.append(pd.DataFrame({"src": early["src"], "dst": early["dst"], "group": early["group"],
                                    "start": t, "end": t + dur * early["busy"].to_numpy(),
-                                   "bytes": (early["bytes"] / np.maximum(2 * (early["k"] - 1), 1)).astype(np.int64)}))
+                                   "bytes": first[first > 0]}))
     whole = iv["busy"].to_numpy() >= 0.999
     w = iv[whole]
     parts.append(pd.DataFrame({"src": w["src"], "dst": w["dst"], "group": w["group"],

@@ -9,6 +9,7 @@ fixed-width matrix of the first bytes of every packet.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import mmap
 import struct
@@ -257,10 +258,8 @@ def iter_packets(path: Path, stats: ReadStats | None = None) -> Iterator[PacketF
     finally:
         del buf
         if mm is not None:
-            try:
+            with contextlib.suppress(BufferError):  # a view still referenced (a traceback): freed with it
                 mm.close()
-            except BufferError:  # a view is still referenced (e.g. by a traceback): freed with it
-                pass
 
 
 def _iter_pcap(path: Path, buf: np.ndarray, stats: ReadStats) -> Iterator[PacketFields]:

@@ -146,17 +146,15 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
         sends = rf.assign(h=rf["src_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("sync")
         recvs = rf.assign(h=rf["dst_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("recv")
         first = pd.concat([sends, recvs], axis=1).reset_index()
-        out_late = first["sync"] - first.groupby("step")["sync"].transform("median")
-        in_late = first["recv"] - first.groupby("step")["recv"].transform("median")
+        out_late = (first["sync"] - first.groupby("step")["sync"].transform("median")).to_numpy(dtype=np.float64)
+        in_late = (first["recv"] - first.groupby("step")["recv"].transform("median")).to_numpy(dtype=np.float64)
         if pp_edges and len(pp):
             x = pp.merge(first[["step", "h", "sync"]], on=["step", "h"])
             last_in = x[x["end_ns"] <= x["sync"]].groupby(["step", "h"])["end_ns"].max().rename("input")
             first = first.merge(last_in.reset_index(), on=["step", "h"], how="left")
             waited = first["input"] - first.groupby("step")["input"].transform("median")
-            out_late = out_late.to_numpy() - waited.clip(lower=0).fillna(0).to_numpy()
-            in_late = in_late.to_numpy()
-        out_late = np.asarray(out_late, dtype=np.float64)
-        in_late = np.nan_to_num(np.asarray(in_late, dtype=np.float64), nan=0.0)
+            out_late = out_late - waited.clip(lower=0).fillna(0).to_numpy(dtype=np.float64)
+        in_late = np.nan_to_num(in_late, nan=0.0)
         first["late"] = (out_late + np.minimum(in_late, out_late)) / 2
         rows.append(first)
     if not rows:

@@ -65,7 +65,7 @@ def _edges(meta: JobMeta) -> pd.DataFrame:
     host = {r: i.host for r, i in meta.ranks.items()}
     rows = []
     for g, mem in meta.groups.items():
-        if len({host[m] for m in mem}) < 2 or g.startswith("pp-"):
+        if len({host[m] for m in mem}) < 2:
             continue
         k = len(mem)
         for i in range(k):  # ring neighbours
@@ -276,20 +276,23 @@ def merge_fabric(trace_dirs: list[Path], out: Path) -> dict[str, list[str]]:
     from simulator.cluster import rank_ip
 
     out.mkdir(parents=True, exist_ok=True)
-    tables, ranks, topology, truth = [], {}, {}, {}
+    tables: list[pd.DataFrame] = []
+    ranks: dict[str, dict] = {}
+    topology: dict[str, dict] = {}
+    truth: dict[str, list[str]] = {}
     offset = 0
     for d in trace_dirs:
         t = Trace.open(d)
         hosts = t.meta.hosts()
         new_host = {h: f"node-{offset + i}" for i, h in enumerate(hosts)}
         ip_map = {}
-        for r, info in sorted(t.meta.ranks.items()):
-            h = offset + hosts.index(info.host)
-            ip_map[info.ip] = rank_ip(h, info.gpu)
+        for _, info in sorted(t.meta.ranks.items()):
+            ip_map[info.ip] = rank_ip(offset + hosts.index(info.host), info.gpu)
             ranks[str(len(ranks))] = {"host": new_host[info.host], "gpu": info.gpu, "ip": ip_map[info.ip]}
-        per_switch = int(t.meta.extra.get("hosts_per_switch", 4)) if t.meta.extra else 4
-        for h in new_host.values():
-            topology[h] = {"switch": f"tor-{int(h.split('-')[1]) // per_switch}"}
+        switches = sorted({str(t.meta.switch_of(h)) for h in hosts})
+        sw_base = len({v["switch"] for v in topology.values()})
+        for name in hosts:
+            topology[new_host[name]] = {"switch": f"tor-{sw_base + switches.index(str(t.meta.switch_of(name)))}"}
         f = t.flows()
         f["src_ip"], f["dst_ip"] = f["src_ip"].map(ip_map), f["dst_ip"].map(ip_map)
         tables.append(f)

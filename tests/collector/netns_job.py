@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 JOB = Path(__file__).with_name("ddp_job.py")
 SUBNET = "198.18.77"
 TOOLS = {"ip": "iproute2", "tc": "iproute2", "tcpdump": "tcpdump"}
@@ -134,3 +136,19 @@ def _last_step(log: Path) -> int:
         return int(json.loads(lines[-1])["step"]) if lines else -1
     except (OSError, ValueError, KeyError):
         return -1
+
+
+def iteration_errors(ends_ns: np.ndarray, logs: list[list[dict]]) -> np.ndarray:
+    """Relative error of each reconstructed iteration against the ranks' own step times.
+
+    Each rank logs when its gradient all-reduce finished; the reference step end is the median
+    over ranks. Reconstructed iteration ends are matched to the nearest reference end, and
+    durations are compared between consecutive matches.
+    """
+    ref = np.median(np.array([[x["synced_ns"] for x in log] for log in logs], dtype=np.float64), axis=0)
+    ends = np.asarray(ends_ns, dtype=np.float64)
+    idx = np.abs(ref[None, :] - ends[:, None]).argmin(axis=1)
+    ok = np.diff(idx) == 1
+    got = np.diff(ends)[ok]
+    want = np.diff(ref[idx])[ok]
+    return np.abs(got - want) / want

@@ -118,17 +118,16 @@ def network_candidates(edges: pd.DataFrame, switch_of: dict[str, str | None], so
 
 
 def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps: set[int]) -> pd.Series:
-    """Per host: median over the given iterations of how late it starts synchronising (ns),
-    beyond how late its last pipeline input arrived.
+    """Per host: median over the given iterations of how late it starts synchronising (ns).
 
     Lateness is measured against the median host of the same ring in the same iteration, on
     a host's first send and first receive on ring edges. A late member's own sends always
     start late; sends into it start late too where the transport waits for the receiver
-    (rendezvous), but then so do its predecessor's sends. Scoring (send + min(receive, send))/2
+    (rendezvous), but then so do its predecessor's sends. Scoring (send + min(receive+, send))/2
     puts the straggler first under either transport: its successor only receives late, its
-    predecessor only sends late. A host that starts late only because
-    its pipeline neighbour sent late is waiting, not slow (Holmes' back-tracing, on flows):
-    the lateness of its last incoming pipeline burst before its start is taken off.
+    predecessor only sends late. A host that starts late only because its pipeline neighbour
+    sent late is waiting, not slow (Holmes' back-tracing, on flows): with pipeline inputs, its
+    send lateness is at most how much longer than its ring peers it worked after its last input.
     """
     pp_edges = [e for g in job.groups if g.kind == "pp" for e in g.edges]
     pp = f[f["step"].isin(steps)]
@@ -152,9 +151,10 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
             x = pp.merge(first[["step", "h", "sync"]], on=["step", "h"])
             last_in = x[x["end_ns"] <= x["sync"]].groupby(["step", "h"])["end_ns"].max().rename("input")
             first = first.merge(last_in.reset_index(), on=["step", "h"], how="left")
-            waited = first["input"] - first.groupby("step")["input"].transform("median")
-            out_late = out_late - waited.clip(lower=0).fillna(0).to_numpy(dtype=np.float64)
-        in_late = np.nan_to_num(in_late, nan=0.0)
+            own = first["sync"] - first["input"]  # time the host spent after its last pipeline input
+            own_late = (own - own.groupby(first["step"]).transform("median")).to_numpy(dtype=np.float64)
+            out_late = np.where(np.isnan(own_late), out_late, np.minimum(out_late, own_late))
+        in_late = np.clip(np.nan_to_num(in_late, nan=0.0), 0.0, None)
         first["late"] = (out_late + np.minimum(in_late, out_late)) / 2
         rows.append(first)
     if not rows:

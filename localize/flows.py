@@ -118,7 +118,9 @@ def network_candidates(edges: pd.DataFrame, switch_of: dict[str, str | None], so
 
 
 def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps: set[int]) -> pd.Series:
-    """Per host: median over the given iterations of how late it starts synchronising (ns).
+    """Per host: mean over the given iterations of how late it starts synchronising (ns).
+
+    The mean, not the median: a straggler need not be the cause of every slow iteration.
 
     Lateness is measured against the median host of the same ring in the same iteration, on
     a host's first send and first receive on ring edges. A late member's own sends always
@@ -160,7 +162,7 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
     if not rows:
         return pd.Series(dtype=np.float64)
     allr = pd.concat(rows)
-    return allr.groupby("h")["late"].median().sort_values(ascending=False)
+    return allr.groupby("h")["late"].mean().sort_values(ascending=False)
 
 
 def endpoint_candidates(f: pd.DataFrame, irregular: set[int], host_hit: set[str], meta_ips: dict[str, tuple[int, str, int]],

@@ -291,9 +291,9 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
     Every iteration synchronises about the same volume V, and the pause that ends it (the
     next forward and backward pass) comes when that volume has gone by. So among the long
     pauses (at least half the longest) that fall between three quarters and one and a quarter
-    of V after the previous end, the iteration ends at the one closest to V: a stall just after
-    the next iteration's first chunks (peers waiting for a straggler) can be as long, but
-    comes after more than V.
+    of V after the previous end, the iteration ends at the first one after nine tenths of V
+    (else the one closest to V): a stall just after the next iteration's first chunks (peers
+    waiting for a straggler) can be longer, but comes later.
     """
     if flows.empty:
         return np.zeros(0, dtype=np.int64)
@@ -311,9 +311,10 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
         if lo >= s.size:
             break
         window = after[lo:max(hi, lo + 1)]
+        at = cum[lo:lo + window.size] - base
         long = window >= 0.5 * window.max()
-        miss = np.abs(cum[lo:lo + window.size] - (base + vol))
-        end = lo + int(np.argmin(np.where(long, miss, np.inf)))
+        done = np.flatnonzero(long & (at >= 0.9 * vol))
+        end = lo + (int(done[0]) if done.size else int(np.argmin(np.where(long, np.abs(at - vol), np.inf))))
         out.append(e[end])
         base = float(cum[end])
         if end == s.size - 1:

@@ -110,7 +110,9 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     Each rank repeats the same operator pattern every step. Its *anchor* is its least frequent
     group that still recurs (typically the data-parallel reduce-scatter/all-gather at the end
     of the step); the anchor's operators, each tagged with how many of the rank's operators
-    preceded it, repeat with a period of c anchor operators per step. Collective anchors are
+    preceded it, repeat with a period of c anchor operators per step (stretched where a rank
+    repeats within a step, as a pipeline's last stage does every microbatch, so that every
+    rank counts the same number of steps). Collective anchors are
     numbered by their seq, which all members share, so a row the logger lost shifts nothing;
     point-to-point anchors by their order on the rank. A row takes the cycle of the anchors
     around it; rows between two cycles go to the later one, except the step's tail (operators

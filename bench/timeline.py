@@ -44,7 +44,8 @@ def run(gpus: int, steps: int, hidden: bool) -> None:
         err = max(abs(a / b - 1) for a, b in zip(res["durations"][1:], truth["step_time_s"][1:], strict=True))
         label = "hidden steps" if hidden else "step column"
         print(f"timeline {gpus:>6} GPUs x {steps} steps ({label}): {truth['rows']:,} rows in {res['wall']:.1f} s wall, "
-              f"{res['cpu']:.1f} s CPU ({truth['rows'] / res['wall'] / 1e6:.2f} M rows/s), peak RSS {res['rss_mib']:.0f} MiB; "
+              f"{res['cpu']:.1f} s CPU ({truth['rows'] / res['wall'] / 1e6:.2f} M rows/s wall, "
+              f"{truth['rows'] / res['cpu'] / 1e6:.2f} M rows/s per CPU-second), peak RSS {res['rss_mib']:.0f} MiB; "
               f"irregular steps match truth: {res['irregular'] == truth['irregular_steps']}; "
               f"max step-time error {100 * err:.3f}%")
     finally:

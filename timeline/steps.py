@@ -129,6 +129,7 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     gcode = codes(df["group"])[order]
     new_rank = np.r_[True, rank[1:] != rank[:-1]]
     rank_start = np.maximum.accumulate(np.where(new_rank, np.arange(n), 0))
+    rank_end = np.minimum.accumulate(np.where(np.r_[new_rank[1:], True], np.arange(1, n + 1), n)[::-1])[::-1]
     pos = np.arange(n) - rank_start
 
     anchor_of = _anchor_groups(rank, gcode)
@@ -169,25 +170,25 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     tail = np.zeros(anchor_of.shape[0], dtype=np.int64)
     tail[has] = own_tail.groupby(role.groupby(["p2p", "c", "n"]).ngroup().to_numpy()).transform("min").to_numpy(np.int64)
 
-    # every row: cycle of the previous anchor (exclusive) and of the next anchor (inclusive)
-    cyc = np.full(n, np.nan)
-    cyc[a_idx] = a_cyc
-    anchor_pos = np.full(n, np.nan)
-    anchor_pos[a_idx] = pos[a_idx]
-    by_rank = pd.DataFrame({"cyc": cyc, "apos": anchor_pos}).groupby(rank, sort=False)
-    prev = by_rank.shift(1).groupby(rank, sort=False).ffill()
-    nxt = by_rank["cyc"].bfill().to_numpy()
-    prev_cyc = prev["cyc"].to_numpy()
-    after_prev = pos - prev["apos"].to_numpy() - 1  # rows since the previous anchor
-    in_tail = after_prev < tail[rank]
+    # every row: cycle of the previous anchor (exclusive) and of the next anchor (inclusive),
+    # found by running max/min of anchor indexes, not crossing into another rank
+    idx = np.arange(n)
+    cyc_at = np.zeros(n, dtype=np.int64)
+    cyc_at[a_idx] = a_cyc
+    prev_i = np.r_[-1, np.maximum.accumulate(np.where(is_anchor, idx, -1))[:-1]]
+    next_i = np.minimum.accumulate(np.where(is_anchor, idx, n)[::-1])[::-1]
+    has_prev = prev_i >= rank_start
+    has_next = next_i < rank_end
+    prev_cyc = cyc_at[np.maximum(prev_i, 0)]
+    next_cyc = cyc_at[np.minimum(next_i, n - 1)]
+    in_tail = idx - prev_i - 1 < tail[rank]  # within the step's tail after the previous anchor
     step = np.where(
-        is_anchor, cyc,
-        np.where(np.isnan(prev_cyc), nxt,  # the first step's head
-                 np.where(in_tail | (nxt == prev_cyc), prev_cyc,
-                          np.where(np.isnan(nxt), prev_cyc + 1, nxt))),
+        is_anchor | ~has_prev, next_cyc,  # an anchor's own cycle; before any anchor: the first step's head
+        np.where(in_tail | (has_next & (next_cyc == prev_cyc)), prev_cyc,
+                 np.where(has_next, next_cyc, prev_cyc + 1)),
     )
     out = np.empty(n, dtype=np.float64)
-    out[order] = np.nan_to_num(step, nan=0)
+    out[order] = step
     # copies of one collective belong to one step: the median across its ranks outvotes a rank
     # whose anchors or head rows were lost (p2p pairs are left alone: two copies cannot vote)
     coll = ~np.asarray(df["op"].isin(P2P_OPS).to_numpy(), dtype=bool)

@@ -69,7 +69,7 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
     k), so per-rank periods smear one slow step over two. Instead each host's clock offset is
     estimated on a few sampled steps and interpolated between them (`clock_offsets_by_step`,
     computed here unless given), and a step ends at the latest corrected end of any rank.
-    Needs rank, group, op, seq, peer, step, start_ns, end_ns.
+    Needs rank, step, start_ns, end_ns (and group, op, seq, peer when offsets are not given).
     """
     known = df[df["step"].to_numpy() >= 0]
     if known.empty:
@@ -90,18 +90,28 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
     return ((end - prev) / 1e9).rename("duration_s")
 
 
-def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, samples: int = 3) -> pd.DataFrame:
+def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,
+                          samples: int = 3) -> pd.DataFrame:
     """Step × host clock offsets (ns), estimated on `samples` evenly spread steps, linear between.
 
-    Linear interpolation follows clocks that drift apart at a steady rate. Columns are host
-    indexes in `meta.hosts()` order.
+    `steps` are all the job's steps (default: those in `df`); `df` needs rows of the sampled
+    ones (`spread(steps, samples)`) only. Linear interpolation follows clocks that drift apart
+    at a steady rate. Columns are host indexes in `meta.hosts()` order.
     """
     step_col = df["step"].to_numpy()
-    steps = np.unique(step_col[step_col >= 0])
-    picks = steps[np.unique(np.linspace(0, len(steps) - 1, min(samples, len(steps))).round().astype(int))]
+    if steps is None:
+        steps = np.unique(step_col[step_col >= 0])
+    picks = spread(steps, samples)
     est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
     table = np.column_stack([np.interp(steps, picks, est[:, h]) for h in range(est.shape[1])])
     return pd.DataFrame(table, index=pd.Index(steps, name="step"))
+
+
+def spread(steps: np.ndarray, keep: int) -> np.ndarray:
+    """Up to `keep` evenly spread values of the sorted `steps`, first and last included."""
+    if len(steps) <= keep:
+        return steps
+    return steps[np.unique(np.linspace(0, len(steps) - 1, keep).round().astype(int))]
 
 
 def infer_steps(df: pd.DataFrame) -> np.ndarray:

@@ -493,7 +493,10 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
                  "(GSP_RM_CONTROL).", "unspecified launch failure"),
                 (74, "NVLink: fatal error detected on link 3(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
                  "an illegal memory access was encountered"),
-            ][int(rng.integers(4))]
+                (13, "Graphics SM Warp Exception on (GPC 2, TPC 1, SM 0): Out Of Range Address",
+                 "an illegal instruction was encountered"),
+                (62, "Internal micro-controller halt (PMU)", "unspecified launch failure"),
+            ][int(rng.integers(6))]
             job.kern(h, t, f"NVRM: Xid (PCI:0000:{bus}:00): {code}, pid={rk.pid}, name=python3, {text}", True)
             if code == 79 and rng.random() < 0.6:
                 job.kern(h, t + 0.01, f"NVRM: GPU at PCI:0000:{bus}:00: GPU-{rng.integers(1 << 32):08x}-"
@@ -523,10 +526,15 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
                          f"event[error]: module {rk.gpu}, Cable error, Bus stuck (I2C or data shorted)", True)
             job.nccl(h, rk, t + 0.5, f"NET/IB : Got async event : port error (port {1})", level="WARN", failure=True)
         else:
-            job.kern(h, t, f"mlx5_core 0000:{bus}:00.0: mlx5_eq_int:{int(rng.integers(400, 800))}:(pid 0): "
-                     + job.pick(["CQ error on CQN 0x%x, syndrome 0x1" % rng.integers(1 << 12),
-                                 "Unknown event type (0x2d)",
-                                 "hw_err_cnt increased (pcs_err_cnt=%d)" % rng.integers(100, 9999)]), True)
+            if rng.random() < 0.75:
+                job.kern(h, t, f"mlx5_core 0000:{bus}:00.0: mlx5_eq_int:{int(rng.integers(400, 800))}:(pid 0): "
+                         + job.pick(["CQ error on CQN 0x%x, syndrome 0x1" % rng.integers(1 << 12),
+                                     "Unknown event type (0x2d)",
+                                     "hw_err_cnt increased (pcs_err_cnt=%d)" % rng.integers(100, 9999)]), True)
+            else:
+                job.kern(h, t, f"infiniband {dev}: mlx5_handle_error_cqe:{int(rng.integers(300, 400))}:(pid "
+                         f"{int(rng.integers(1000, 9000))}): WC error: 12, Message: transport retry counter exceeded",
+                         True)
         # the faulty side and its ring neighbours see failed work completions
         n = len(job.hosts)
         peers = [job.hosts[(h.index - 1) % n], job.hosts[(h.index + 1) % n]] if n > 1 else []
@@ -546,7 +554,8 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
             job.kern(h, t, job.pick(["mce: [Hardware Error]: CPU 12: Machine Check Exception: 5 Bank 1: "
                                      "b200000000070005",
                                      "Kernel panic - not syncing: Fatal hardware error!",
-                                     "watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python3:4242]"]), True)
+                                     "watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python3:4242]",
+                                     "NMI watchdog: Watchdog detected hard LOCKUP on cpu 14"]), True)
         others = [x for x in job.hosts if x is not h]
         for o in others[:2]:
             ork = o.ranks[0]
@@ -607,7 +616,9 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
                               f"({tp}) x pipeline_model_parallel_size (1)",
                               f"AssertionError: num_attention_heads (64) must be a multiple of tensor model parallel "
                               f"size ({tp})",
-                              f"ValueError: The ranktable or rank is invalid, Reason:[rank {job.world + tp} out of range]"]))
+                              f"ValueError: The ranktable or rank is invalid, Reason:[rank {job.world + tp} out of range]",
+                              f"AssertionError: global batch size (1000) is not divisible by micro batch size ({tp}) "
+                              f"times data parallel size ({max(1, job.world // 8)})"]))
     elif name == "config_path":
         _user_error(job, t, [("/workspace/megatron/core/datasets/blended_megatron_dataset_builder.py", "build"),
                              ("/workspace/megatron/core/datasets/indexed_dataset.py", "__init__")],
@@ -649,7 +660,8 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
                     job.pick(["TypeError: 'NoneType' object is not subscriptable",
                               "AttributeError: 'NoneType' object has no attribute 'shape'",
                               "KeyError: 'exp_avg_sq'",
-                              "NotImplementedError: sharded state dict of type ShardedObject is not supported"]))
+                              "NotImplementedError: sharded state dict of type ShardedObject is not supported",
+                              "IndexError: list index out of range"]))
     elif name == "data_nan":
         for hh in job.hosts:
             for r in hh.ranks:

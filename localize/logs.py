@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.ensemble import IsolationForest
 
 from collector.logs import ParsedLogs, parse_logs
 from collector.traceio import Trace
@@ -230,6 +229,9 @@ def _rank_nodes(logs: ParsedLogs, counts: np.ndarray, mentioned: np.ndarray) -> 
     dev = np.abs(x - med) * weight
     distinct = dev.sum(axis=1)
     if n >= 3 and x.shape[1] and np.ptp(x, axis=0).any():
+        # slow to import, and only jobs with three or more nodes need it
+        from sklearn.ensemble import IsolationForest
+
         forest = IsolationForest(n_estimators=200, max_samples=min(n, 256), random_state=0)
         forest.fit(x)
         iso = -forest.score_samples(x)  # 0..1, higher = easier to isolate
@@ -364,6 +366,8 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
             if kind == "gpu":
                 rank, gpu = _gpu_of(trace, logs, node.host, lines)
             score = node.score * min(1.0, node.distinct / best)
+            if candidates:
+                score = min(score, candidates[-1].score)  # ranked best first; scores follow the ranking
             candidates.append(Candidate(kind=kind, score=round(score, 4), evidence=evidence, host=node.host, rank=rank,
                                         gpu=gpu, switch=trace.meta.switch_of(node.host), source="logs"))
     elif a.kind is not None:

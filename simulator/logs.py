@@ -173,7 +173,7 @@ def _init(job: _Job) -> None:
     master = job.hosts[0].name
     for h in job.hosts:
         t = float(rng.uniform(0, 2))
-        job.kern(h, t, "Started Session %d of User root." % rng.integers(1, 500), proc="systemd[1]")
+        job.kern(h, t, f"Started Session {int(rng.integers(1, 500))} of User root.", proc="systemd[1]")
         job.agent(h, t + 0.1, "", level="W", src="../run.py:793")
         job.agent(h, t + 0.1, "*****************************************", level="W", src="../run.py:793")
         job.agent(h, t + 0.1, "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, "
@@ -234,7 +234,7 @@ def _data(job: _Job) -> None:
             job.fw(h, rk, t + 0.1, f" > loading doc-idx mapping from {job.dataset}_train_indexmap_"
                    f"{int(rng.integers(1, 9)) * 1000}ns_2048sl_1234s_doc_idx.npy")
             job.fw(h, rk, t + 0.2, f"    loaded indexed file in {rng.uniform(0.001, 0.2):.3f} seconds")
-            job.fw(h, rk, t + 0.3, f"    total number of samples: {int(rng.integers(1e6, 9e7))}")
+            job.fw(h, rk, t + 0.3, f"    total number of samples: {int(rng.integers(1_000_000, 90_000_000))}")
             if rng.random() < 0.05:
                 job.fw(h, rk, t + 0.3, "WARNING: could not find the metadata file "
                        f"{job.ckpt}/latest_checkpointed_iteration.txt", level="WARNING")
@@ -399,8 +399,8 @@ def _watchdog(job: _Job, t: float, skip: set[int], timeout_ms: int, op: str | No
             ran = timeout_ms + int(rng.integers(1, 900))
             if job.rng.random() < 0.5:
                 job.c10(h, rk, tr, f"[Rank {rk.rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum="
-                        f"{seq}, OpType={op}, NumelIn={int(rng.integers(1e5, 1e8))}, NumelOut="
-                        f"{int(rng.integers(1e5, 1e8))}, Timeout(ms)={timeout_ms}) ran for {ran} milliseconds before "
+                        f"{seq}, OpType={op}, NumelIn={int(rng.integers(100_000, 100_000_000))}, NumelOut="
+                        f"{int(rng.integers(100_000, 100_000_000))}, Timeout(ms)={timeout_ms}) ran for {ran} milliseconds before "
                         "timing out.", failure=True)
             else:
                 job.c10(h, rk, tr, f"[PG ID 0 PG GUID 0(default_pg) Rank {rk.rank}] Watchdog caught collective "
@@ -501,7 +501,7 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
             if code == 79 and rng.random() < 0.6:
                 job.kern(h, t + 0.01, f"NVRM: GPU at PCI:0000:{bus}:00: GPU-{rng.integers(1 << 32):08x}-"
                          f"{rng.integers(1 << 16):04x}", True)
-                job.kern(h, t + 0.01, f"NVRM: GPU Board Serial Number: 1{rng.integers(1e11, 9e11):.0f}", True)
+                job.kern(h, t + 0.01, f"NVRM: GPU Board Serial Number: 1{rng.integers(100_000_000_000, 900_000_000_000):.0f}", True)
         else:
             code = int(rng.choice([48, 94, 95]))
             job.kern(h, t, f"NVRM: Xid (PCI:0000:{bus}:00): {code}, pid={rk.pid}, name=python3, "
@@ -528,9 +528,9 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
         else:
             if rng.random() < 0.75:
                 job.kern(h, t, f"mlx5_core 0000:{bus}:00.0: mlx5_eq_int:{int(rng.integers(400, 800))}:(pid 0): "
-                         + job.pick(["CQ error on CQN 0x%x, syndrome 0x1" % rng.integers(1 << 12),
+                         + job.pick([f"CQ error on CQN 0x{int(rng.integers(1 << 12)):x}, syndrome 0x1",
                                      "Unknown event type (0x2d)",
-                                     "hw_err_cnt increased (pcs_err_cnt=%d)" % rng.integers(100, 9999)]), True)
+                                     f"hw_err_cnt increased (pcs_err_cnt={int(rng.integers(100, 9999))})"]), True)
             else:
                 job.kern(h, t, f"infiniband {dev}: mlx5_handle_error_cqe:{int(rng.integers(300, 400))}:(pid "
                          f"{int(rng.integers(1000, 9000))}): WC error: 12, Message: transport retry counter exceeded",
@@ -570,11 +570,11 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
         _watchdog(job, t, set(), timeout, hosts=others)
     elif name == "host_oom":
         assert h is not None and rk is not None
-        job.kern(h, t, f"python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
+        job.kern(h, t, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
                  "oom_score_adj=0", True)
-        job.kern(h, t, f"Out of memory: Killed process {rk.pid} (python3) total-vm:{int(rng.integers(1e8, 3e8))}kB, "
-                 f"anon-rss:{int(rng.integers(1e8, 2e8))}kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:"
-                 f"{int(rng.integers(1e5, 9e5))}kB oom_score_adj:0", True)
+        job.kern(h, t, f"Out of memory: Killed process {rk.pid} (python3) total-vm:{int(rng.integers(100_000_000, 300_000_000))}kB, "
+                 f"anon-rss:{int(rng.integers(100_000_000, 200_000_000))}kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:"
+                 f"{int(rng.integers(100_000, 900_000))}kB oom_score_adj:0", True)
         job.agent(h, t + 1, f"Sending process {rk.pid} closing signal SIGTERM", level="W", src="api.py:719",
                   failure=True)
         _agent_fail(job, h, t + 2, rk, -9)
@@ -583,13 +583,13 @@ def _inject(job: _Job, plan: _Plan, t: float) -> None:
     elif name == "host_disk":
         assert h is not None and rk is not None
         dev = job.pick(["nvme0n1", "nvme1n1", "sda"])
-        job.kern(h, t, job.pick([f"blk_update_request: I/O error, dev {dev}, sector {int(rng.integers(1e6, 1e9))} op "
+        job.kern(h, t, job.pick([f"blk_update_request: I/O error, dev {dev}, sector {int(rng.integers(1_000_000, 1_000_000_000))} op "
                                  "0x0:(READ) flags 0x80700 phys_seg 1 prio class 0",
                                  f"{dev}: I/O {int(rng.integers(1, 999))} QID {int(rng.integers(1, 60))} timeout, "
                                  "aborting",
-                                 f"EXT4-fs error (device {dev}p1): ext4_find_entry:1455: inode #{int(rng.integers(1e5, 1e7))}"
+                                 f"EXT4-fs error (device {dev}p1): ext4_find_entry:1455: inode #{int(rng.integers(100_000, 10_000_000))}"
                                  ": comm python3: reading directory lblock 0"]), True)
-        job.kern(h, t + 0.5, f"Buffer I/O error on dev {dev}p1, logical block {int(rng.integers(1e5, 1e8))}, async "
+        job.kern(h, t + 0.5, f"Buffer I/O error on dev {dev}p1, logical block {int(rng.integers(100_000, 100_000_000))}, async "
                  "page read", True)
         job.traceback(h, rk, t + 1, [("/workspace/megatron/core/datasets/indexed_dataset.py", "__getitem__"),
                                      ("/usr/lib/python3.11/mmap.py", "read")],

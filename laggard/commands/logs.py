@@ -8,11 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from collector.logs import parse_logs
 from collector.traceio import Trace
 from laggard.cliutil import add_format, print_json, verb_parser
 from localize.logpool import POOL_ENV, EventPool, user_pool_path
-from localize.logs import analyze_logs, verdict_of
 
 
 def register(sub: Any) -> None:
@@ -50,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.pool and not args.pool.exists():
         raise UserError(f"{args.pool}: no such pool", "create it with `laggard logs learn OK_TRACE --pool FILE`")
     pool = EventPool.load(args.pool) if args.pool else None
+    # scikit-learn loads slowly: import the localizer only when it runs
+    from localize.logs import analyze_logs, verdict_of
+
     analysis = analyze_logs(trace, pool)
     verdict = verdict_of(trace, analysis, args.top)
     if args.format == "json":
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 def _learn(paths: list[Path], args: argparse.Namespace) -> int:
     if not paths:
         raise UserError("laggard logs learn needs traces of successful jobs", "e.g. laggard logs learn /data/run5")
+    from collector.logs import parse_logs
+
     target = args.pool or user_pool_path()
     pool = EventPool.load(target)
     added = 0

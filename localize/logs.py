@@ -28,11 +28,12 @@ from localize.verdict import Candidate, Verdict
 
 #: root-cause kind of a failure-indicating line, first match wins (hardware before symptoms)
 KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("gpu", re.compile(r"(?i)\bxid\b|nvrm|\becc\b|fallen off the bus|double bit|\bdbe\b|gsp|nvlink|row remap")),
+    ("gpu", re.compile(r"(?i)\bxid\b|nvrm|\becc\b|fallen off the bus|double bit|\bdbe\b|gsp|nvlink|row remap"
+                       r"|cuda error: (?!out of memory)")),
     ("nic", re.compile(r"(?i)mlx(?:\d|<NUM>)|\bcqe\b|cq error|link down|port error|ibv_|completion from peer|vendor err"
                        r"|pcs_err|\broce\b|cable")),
     ("host", re.compile(r"(?i)oom-kill|out of memory: killed|i/o error|ext4-fs|nvme|blk_update|machine check|mce:"
-                        r"|kernel panic|soft lockup|heartbeat|hardware error")),
+                        r"|kernel panic|lockup|heartbeat|hardware error|input/output error|exitcode: -9\b|sigkill")),
     ("data", re.compile(r"(?i)\bnan\b|\binf\b|diverg")),
 )
 HARDWARE = ("gpu", "nic", "host")
@@ -109,17 +110,17 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
         for h in hs:
             mentioned[h] += 1
     nodes, node_found = _rank_nodes(logs, counts, mentioned)
-    if not node_found and cand.any():
-        # nodes alike in counts (e.g. only two): the one with hardware errors of its own is the suspect
-        shape_kind = np.array([_kind_of([s]) or "" for s in logs.shapes], dtype=object)
-        hw = np.zeros(n_hosts)
-        for i in np.flatnonzero(cand & np.isin(shape_kind[logs.shape], HARDWARE)).tolist():
-            for h in named.get(i) or {int(logs.host[i])}:  # a report about a peer counts against the peer
+    # nodes with hardware errors of their own, or named by other nodes' hardware errors, come first
+    # (a report about a peer, e.g. "completion from peer 10.0.3.14 with error", counts against the peer)
+    hw = np.zeros(n_hosts)
+    for i in np.flatnonzero(cand).tolist():
+        if _kind_of([logs.text(i)]) in HARDWARE:
+            for h in named.get(i) or {int(logs.host[i])}:
                 hw[h] += 1
-        if hw.max() > 0:
-            best = logs.hosts[int(np.argmax(hw))]
-            nodes.sort(key=lambda nd: nd.host != best)
-            node_found = True
+    if hw.max() > 0:
+        where = {h: i for i, h in enumerate(logs.hosts)}
+        nodes.sort(key=lambda nd: -hw[where[nd.host]])
+        node_found = True
     failure = cand.copy()
     if node_found and nodes:
         # the suspicious node's own unknown events that no other node shows: precursors, e.g. ECC warnings
@@ -127,11 +128,15 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
         elsewhere = np.zeros(n_events, dtype=bool)
         elsewhere[np.unique(event[suspect & (logs.host != top)])] = True
         apart = suspect & (logs.host == top) & ~elsewhere[event]
+        # a warning that keeps coming back on that node (once could be a benign hiccup)
+        repeats = np.bincount(event[apart], minlength=n_events)
+        apart &= (repeats[event] >= 2) | cand
         failure |= apart
         nodes[0].events = sorted(set(nodes[0].events) | set(np.unique(event[apart]).tolist()))
 
     kind, category = _classify(logs, failure, nodes, node_found)
-    stage_name, iteration, anomalous = _when(logs, failure, flagged, stage, nodes, node_found)
+    stage_name, iteration, anomalous = _when(logs, cand if cand.any() else failure, flagged, stage, nodes,
+                                             node_found)
     return LogAnalysis(logs, suspect, failure, stage, nodes, node_found, kind, category, stage_name, iteration,
                        anomalous, len(pool.jobs))
 
@@ -276,9 +281,8 @@ def _classify(logs: ParsedLogs, failure: np.ndarray, nodes: list[NodeScore],
         return None, None
     if node_found:
         for node in nodes[:8]:
-            node.kind = _kind_of(list({logs.shapes[logs.shape[i]] for i in _node_lines(
-                logs, failure, node.host, node.events)})) or _kind_of(list({logs.shapes[logs.shape[i]] for i in
-                                                                           _node_lines(logs, failure, node.host, None)}))
+            node.kind = (_kind_of([logs.text(i) for i in _node_lines(logs, failure, node.host, node.events)])
+                         or _kind_of([logs.text(i) for i in _node_lines(logs, failure, node.host, None)]))
         top = nodes[0]
         if top.kind in HARDWARE:
             return top.kind, "network" if top.kind == "nic" else "hardware"

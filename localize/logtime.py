@@ -15,6 +15,7 @@ STAGES = ("init", "data loading", "training", "checkpoint", "teardown")
 STAGE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("teardown", re.compile(r"(?i)after training is done|destroy complete|worker group (?:successfully )?finished"
                             r"|training (?:is )?(?:done|finished|completed)|shutting down|exiting training")),
+    ("training", re.compile(r"(?i)successfully saved|saved checkpoint|checkpoint saved")),  # save done: back to training
     ("checkpoint", re.compile(r"(?i)sav\w* checkpoint|checkpoint\w* sav|writ\w* checkpoint|checkpoint shard upload"
                               r"|save_checkpoint")),
     ("data loading", re.compile(r"(?i)dataset|data ?loader|indexmap|indexed file|number of samples|load\w* checkpoint"

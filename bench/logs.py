@@ -142,8 +142,8 @@ def _gzipped(files: list[Path], where: Path) -> list[Path]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--per-failure", type=int, default=8, help="simulated jobs per failure type (default 8)")
-    ap.add_argument("--healthy", type=int, default=30, help="healthy jobs for the false-alarm rate (default 30)")
+    ap.add_argument("--per-failure", type=int, default=6, help="simulated jobs per failure type (default 6)")
+    ap.add_argument("--healthy", type=int, default=20, help="healthy jobs for the false-alarm rate (default 20)")
     ap.add_argument("--hosts", type=int, default=32, help="hosts in the throughput job (default 32)")
     ap.add_argument("--steps", type=int, default=400, help="iterations in the throughput job (default 400)")
     ap.add_argument("--seed", type=int, default=EVAL_SEED, help=f"first evaluation seed (default {EVAL_SEED})")

@@ -122,7 +122,7 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
         nodes.sort(key=lambda nd: -hw[where[nd.host]])
         node_found = True
     failure = cand.copy()
-    if node_found and nodes:
+    if node_found and nodes and n_hosts > 1:
         # the suspicious node's own unknown events that no other node shows: precursors, e.g. ECC warnings
         top = logs.hosts.index(nodes[0].host)
         elsewhere = np.zeros(n_events, dtype=bool)
@@ -357,9 +357,11 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
     logs = a.logs
     candidates: list[Candidate] = []
     if a.kind in HARDWARE and a.nodes:
-        best = max(a.nodes[0].distinct, 1e-9)
+        best = a.nodes[0].distinct
         for node in a.nodes[:top]:
             lines = _node_lines(logs, a.failure, node.host, node.events)
+            if not lines and node is a.nodes[0]:
+                lines = _node_lines(logs, a.failure, node.host, None)
             kind = node.kind or a.kind
             if node is not a.nodes[0] and not lines and not node.mentioned:
                 continue
@@ -369,7 +371,7 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
             rank = gpu = None
             if kind == "gpu":
                 rank, gpu = _gpu_of(trace, logs, node.host, lines)
-            score = node.score * min(1.0, node.distinct / best)
+            score = node.score * (min(1.0, node.distinct / best) if best > 1e-9 else 1.0)
             if candidates:
                 score = min(score, candidates[-1].score)  # ranked best first; scores follow the ranking
             candidates.append(Candidate(kind=kind, score=round(score, 4), evidence=evidence, host=node.host, rank=rank,

@@ -108,7 +108,7 @@ def _f1(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
 
 def throughput(root: Path, hosts: int, steps: int, pool: EventPool) -> dict[str, Any]:
     """Parse rate (CPU time and wall clock) on a healthy job's logs, plain and gzip, and the full analysis."""
-    d = make_trace(root, "throughput", 4242, hosts, "gpu_xid", steps=steps)
+    d = make_trace(root, "throughput", 4242, hosts, None, steps=steps)
     files = Trace.open(d).log_files()
     n_bytes = sum(f.stat().st_size for f in files)
     out: dict[str, Any] = {"hosts": hosts, "mbytes": round(n_bytes / 1e6, 1)}
@@ -147,6 +147,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=32, help="hosts in the throughput job (default 32)")
     ap.add_argument("--steps", type=int, default=400, help="iterations in the throughput job (default 400)")
     ap.add_argument("--seed", type=int, default=EVAL_SEED, help=f"first evaluation seed (default {EVAL_SEED})")
+    ap.add_argument("--throughput-only", action="store_true", help="only measure the parse rate")
     ap.add_argument("--write-pool", type=Path, help="rebuild the shipped pool from healthy simulated jobs and exit")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-logs-") as tmp:
@@ -159,7 +160,8 @@ def main() -> None:
             return
         pool = EventPool.default()
         print(f"pool: {len(pool)} shapes from {len(pool.jobs)} successful jobs")
-        for label, p in (("with pool (L4 cross-job)", pool), ("without pool (ablation)", EventPool())):
+        for label, p in (() if args.throughput_only else
+                         (("with pool (L4 cross-job)", pool), ("without pool (ablation)", EventPool()))):
             r = evaluate(root, p, args.per_failure, args.healthy if p is pool else 0, args.seed)
             print(f"\n{label}: {r['jobs']} failed jobs ({len(FAILURES)} failure types), seeds from {args.seed + 1}")
             print(f"  failure-indicating lines: precision {r['precision']:.3f} recall {r['recall']:.3f} "

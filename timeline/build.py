@@ -20,9 +20,14 @@ from timeline.steps import (
     job_step_durations,
     judge_steps,
     slowdown,
+    spread,
 )
 
 COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
+#: What step durations need of every row; the other columns are read for sampled steps only.
+NARROW = ("rank", "group", "step", "start_ns", "end_ns")
+#: Steps sampled for group kinds and clock offsets (first, middle, last).
+SAMPLED_STEPS = 3
 
 
 def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: float = 1.1) -> Timeline:
@@ -38,11 +43,12 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
             "add commops.parquet (sidecar, import or simulate); for flow-only traces use `laggard localize --flows`",
         )
     notes: list[str] = []
-    df = _read(trace, steps)
+    df = _read(trace, steps, NARROW)
     if df.empty:
         raise UserError(f"{trace.path}: no operator rows" + (f" in steps {steps[0]}:{steps[1]}" if steps else ""),
                         "check --steps against the steps the trace holds")
     if (df["step"].to_numpy() < 0).all():
+        df = _read(trace, steps, COLUMNS)  # inference needs every column of every row
         df["step"] = infer_steps(df)
         notes.append(
             f"step numbers were not recorded: inferred {int(df['step'].max()) + 1} steps from each rank's "
@@ -50,8 +56,11 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         )
         if steps is not None:
             df = df[(df["step"] >= steps[0]) & (df["step"] <= steps[1] + 1)]
-    kinds = infer_group_kinds(_sample_steps(df), trace.meta, notes)
-    offsets = clock_offsets_by_step(df, trace.meta)
+    step_col = df["step"].to_numpy()
+    all_steps = np.unique(step_col[step_col >= 0])
+    sample = _sample(trace, df, spread(all_steps, SAMPLED_STEPS))
+    kinds = infer_group_kinds(sample, trace.meta, notes)
+    offsets = clock_offsets_by_step(sample, trace.meta, all_steps, SAMPLED_STEPS)
     durations = job_step_durations(df, trace.meta, offsets)
     if steps is not None:
         durations = durations[(durations.index >= steps[0]) & (durations.index <= steps[1])]
@@ -100,28 +109,29 @@ def expected_step_seconds(meta: JobMeta) -> float | None:
     return 6.0 * params * tokens / (meta.world_size * peak * mfu)
 
 
-def _read(trace: Trace, steps: tuple[int, int] | None) -> pd.DataFrame:
-    """Needed columns; with a step range, that range plus the next step (to close the last one)
+def _read(trace: Trace, steps: tuple[int, int] | None, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Some columns; with a step range, that range plus the next step (to close the last one)
     and any rows without a step number (so hidden steps can still be inferred)."""
     if steps is None:
-        return read_commops(trace, COLUMNS)
+        return read_commops(trace, columns)
     hi = min(steps[1] + 1, 2**31 - 1)
     expr = (ds.field("step") < 0) | ((ds.field("step") >= steps[0]) & (ds.field("step") <= hi))
-    return read_commops(trace, COLUMNS, expr=expr)
+    return read_commops(trace, columns, expr=expr)
 
 
-def _sample_steps(df: pd.DataFrame, keep: int = 3) -> pd.DataFrame:
-    """Rows of a few evenly spread steps (every step runs the same groups), plus every row of
-    any group those steps miss, so group kinds cost a few steps' rows, not the whole trace."""
+def _sample(trace: Trace, df: pd.DataFrame, picks: np.ndarray) -> pd.DataFrame:
+    """Every column of a few sampled steps (every step runs the same groups), plus every row of
+    any group they miss: group kinds and clock offsets cost a few steps' rows, not the trace's."""
     step = df["step"].to_numpy()
-    steps = np.unique(step[step >= 0])
-    if len(steps) <= keep:
-        return df
-    picks = steps[np.linspace(0, len(steps) - 1, keep).round().astype(int)]
     chosen = np.isin(step, picks)
     group = df["group"]
-    seen = pd.unique(group[chosen])
-    return df[chosen | ~group.isin(seen).to_numpy()]
+    missing = [str(g) for g in pd.unique(group[~group.isin(pd.unique(group[chosen])).to_numpy()])]
+    if set(COLUMNS) <= set(df.columns):
+        return df[chosen | group.isin(missing).to_numpy()]
+    expr = ds.field("step").isin([int(s) for s in picks])
+    if missing:
+        expr = expr | ds.field("group").isin(missing)
+    return read_commops(trace, COLUMNS, expr=expr)
 
 
 def _clock_note(offsets: pd.DataFrame) -> str:

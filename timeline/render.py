@@ -82,16 +82,24 @@ def summary_lines(tl: Timeline) -> list[str]:
 
 
 def step_rows(tl: Timeline) -> list[tuple[str, ...]]:
-    """Table rows; long runs show only irregular steps and the first and last few ('…' between)."""
+    """Table rows; long traces show the first and last steps and the irregular ones (long
+    unbroken runs of those by their ends), '…' standing for the steps left out."""
     st = tl.steps
     if st.empty:
         return []
     top = float(np.nanmax(st["duration_s"]))
     keep = np.ones(len(st), dtype=bool)
     if len(st) > FULL_TABLE_STEPS:
+        irr = st["irregular"].to_numpy()
         keep[:] = False
         keep[:3] = keep[-3:] = True
-        keep |= st["irregular"].to_numpy()
+        # irregular steps, but only the first three and last two of a long unbroken run
+        run_start = np.flatnonzero(irr & ~np.r_[False, irr[:-1]])
+        run_end = np.flatnonzero(irr & ~np.r_[irr[1:], False])
+        for a, b in zip(run_start.tolist(), run_end.tolist(), strict=True):  # one per run
+            keep[a:b + 1] = True
+            if b - a + 1 > 6:
+                keep[a + 3:b - 1] = False
     rows: list[tuple[str, ...]] = []
     last = -1  # index of the previous row shown
     for i in np.flatnonzero(keep).tolist():

@@ -27,8 +27,11 @@ PERSISTENT_DENSITY = 0.9
 PERSISTENT_SPREAD = 1.25
 #: Largest anchor-cycle length (anchor operators per step) that step inference tries.
 MAX_CYCLE = 256
-#: Fraction of anchor tokens allowed to break the period (reordered streams in real traces).
-PERIOD_TOLERANCE = 0.1
+#: Fraction of anchor comparisons allowed to break the period (lost rows, reordered streams):
+#: a lost anchor spoils two comparisons, while a wrong period spoils half or more.
+PERIOD_TOLERANCE = 0.25
+#: For pipeline (send/recv) anchors, a shorter period must match almost as well as the best.
+PERIOD_SLACK = 0.05
 
 
 def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
@@ -66,7 +69,7 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
     k), so per-rank periods smear one slow step over two. Instead each host's clock offset is
     estimated on a few sampled steps and interpolated between them (`clock_offsets_by_step`,
     computed here unless given), and a step ends at the latest corrected end of any rank.
-    Needs rank, group, op, seq, peer, step, start_ns, end_ns.
+    Needs rank, step, start_ns, end_ns (and group, op, seq, peer when offsets are not given).
     """
     known = df[df["step"].to_numpy() >= 0]
     if known.empty:
@@ -87,18 +90,28 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
     return ((end - prev) / 1e9).rename("duration_s")
 
 
-def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, samples: int = 3) -> pd.DataFrame:
+def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,
+                          samples: int = 3) -> pd.DataFrame:
     """Step × host clock offsets (ns), estimated on `samples` evenly spread steps, linear between.
 
-    Linear interpolation follows clocks that drift apart at a steady rate. Columns are host
-    indexes in `meta.hosts()` order.
+    `steps` are all the job's steps (default: those in `df`); `df` needs rows of the sampled
+    ones (`spread(steps, samples)`) only. Linear interpolation follows clocks that drift apart
+    at a steady rate. Columns are host indexes in `meta.hosts()` order.
     """
     step_col = df["step"].to_numpy()
-    steps = np.unique(step_col[step_col >= 0])
-    picks = steps[np.unique(np.linspace(0, len(steps) - 1, min(samples, len(steps))).round().astype(int))]
+    if steps is None:
+        steps = np.unique(step_col[step_col >= 0])
+    picks = spread(steps, samples)
     est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
     table = np.column_stack([np.interp(steps, picks, est[:, h]) for h in range(est.shape[1])])
     return pd.DataFrame(table, index=pd.Index(steps, name="step"))
+
+
+def spread(steps: np.ndarray, keep: int) -> np.ndarray:
+    """Up to `keep` evenly spread values of the sorted `steps`, first and last included."""
+    if len(steps) <= keep:
+        return steps
+    return steps[np.unique(np.linspace(0, len(steps) - 1, keep).round().astype(int))]
 
 
 def infer_steps(df: pd.DataFrame) -> np.ndarray:
@@ -107,7 +120,9 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     Each rank repeats the same operator pattern every step. Its *anchor* is its least frequent
     group that still recurs (typically the data-parallel reduce-scatter/all-gather at the end
     of the step); the anchor's operators, each tagged with how many of the rank's operators
-    preceded it, repeat with a period of c anchor operators per step. Collective anchors are
+    preceded it, repeat with a period of c anchor operators per step (stretched where a rank
+    repeats within a step, as a pipeline's last stage does every microbatch, so that every
+    rank counts the same number of steps). Collective anchors are
     numbered by their seq, which all members share, so a row the logger lost shifts nothing;
     point-to-point anchors by their order on the rank. A row takes the cycle of the anchors
     around it; rows between two cycles go to the later one, except the step's tail (operators
@@ -124,6 +139,7 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     gcode = codes(df["group"])[order]
     new_rank = np.r_[True, rank[1:] != rank[:-1]]
     rank_start = np.maximum.accumulate(np.where(new_rank, np.arange(n), 0))
+    rank_end = np.minimum.accumulate(np.where(np.r_[new_rank[1:], True], np.arange(1, n + 1), n)[::-1])[::-1]
     pos = np.arange(n) - rank_start
 
     anchor_of = _anchor_groups(rank, gcode)
@@ -143,7 +159,9 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     first_seq = pd.Series(seq).groupby(gcode[a_idx]).transform("min").to_numpy()
     p2p = np.asarray(df["op"].isin(P2P_OPS).to_numpy(), dtype=bool)[order][a_idx]
     a_j = np.where(p2p, ordinal, seq - first_seq)
-    cycle = _anchor_period(a_rank, a_j, tok, since, a_first)
+    p2p_anchor = np.zeros(anchor_of.shape[0], dtype=bool)
+    p2p_anchor[a_rank[p2p]] = True
+    cycle = _common_step_count(_anchor_period(a_rank, a_j, tok, since, a_first, p2p_anchor), np.bincount(a_rank))
     c_a = cycle[a_rank]
     a_cyc = a_j // c_a
 
@@ -155,30 +173,32 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     regular = pd.Series(since[starts]).groupby(a_rank[starts]).median()
     has = regular.index.to_numpy()
     own_tail = pd.Series(np.maximum(regular.to_numpy() - head[has], 0), index=has)
-    # ranks anchored on one group play one role; a lost head row only inflates a rank's tail,
-    # so the group's smallest is the structural one
+    # a lost head row only inflates a rank's tail, so the smallest among ranks playing the same
+    # role (same anchor kind, period and operators per step) is the structural one: a whole
+    # data-parallel group can lose rows together
+    role = pd.DataFrame({"p2p": p2p_anchor[has], "c": cycle[has], "n": regular.to_numpy().round()})
     tail = np.zeros(anchor_of.shape[0], dtype=np.int64)
-    tail[has] = own_tail.groupby(anchor_of[has]).transform("min").to_numpy(np.int64)
+    tail[has] = own_tail.groupby(role.groupby(["p2p", "c", "n"]).ngroup().to_numpy()).transform("min").to_numpy(np.int64)
 
-    # every row: cycle of the previous anchor (exclusive) and of the next anchor (inclusive)
-    cyc = np.full(n, np.nan)
-    cyc[a_idx] = a_cyc
-    anchor_pos = np.full(n, np.nan)
-    anchor_pos[a_idx] = pos[a_idx]
-    by_rank = pd.DataFrame({"cyc": cyc, "apos": anchor_pos}).groupby(rank, sort=False)
-    prev = by_rank.shift(1).groupby(rank, sort=False).ffill()
-    nxt = by_rank["cyc"].bfill().to_numpy()
-    prev_cyc = prev["cyc"].to_numpy()
-    after_prev = pos - prev["apos"].to_numpy() - 1  # rows since the previous anchor
-    in_tail = after_prev < tail[rank]
+    # every row: cycle of the previous anchor (exclusive) and of the next anchor (inclusive),
+    # found by running max/min of anchor indexes, not crossing into another rank
+    idx = np.arange(n)
+    cyc_at = np.zeros(n, dtype=np.int64)
+    cyc_at[a_idx] = a_cyc
+    prev_i = np.r_[-1, np.maximum.accumulate(np.where(is_anchor, idx, -1))[:-1]]
+    next_i = np.minimum.accumulate(np.where(is_anchor, idx, n)[::-1])[::-1]
+    has_prev = prev_i >= rank_start
+    has_next = next_i < rank_end
+    prev_cyc = cyc_at[np.maximum(prev_i, 0)]
+    next_cyc = cyc_at[np.minimum(next_i, n - 1)]
+    in_tail = idx - prev_i - 1 < tail[rank]  # within the step's tail after the previous anchor
     step = np.where(
-        is_anchor, cyc,
-        np.where(np.isnan(prev_cyc), nxt,  # the first step's head
-                 np.where(in_tail | (nxt == prev_cyc), prev_cyc,
-                          np.where(np.isnan(nxt), prev_cyc + 1, nxt))),
+        is_anchor | ~has_prev, next_cyc,  # an anchor's own cycle; before any anchor: the first step's head
+        np.where(in_tail | (has_next & (next_cyc == prev_cyc)), prev_cyc,
+                 np.where(has_next, next_cyc, prev_cyc + 1)),
     )
     out = np.empty(n, dtype=np.float64)
-    out[order] = np.nan_to_num(step, nan=0)
+    out[order] = step
     # copies of one collective belong to one step: the median across its ranks outvotes a rank
     # whose anchors or head rows were lost (p2p pairs are left alone: two copies cannot vote)
     coll = ~np.asarray(df["op"].isin(P2P_OPS).to_numpy(), dtype=bool)
@@ -282,25 +302,30 @@ def _anchor_groups(rank: np.ndarray, gcode: np.ndarray) -> np.ndarray:
 
 
 def _anchor_period(a_rank: np.ndarray, a_j: np.ndarray, tok: np.ndarray, since: np.ndarray,
-                   a_first: np.ndarray) -> np.ndarray:
-    """Per rank, the smallest c with anchor j matching anchor j+c for (almost) all j.
+                   a_first: np.ndarray, p2p_anchor: np.ndarray) -> np.ndarray:
+    """Per rank, the anchor period c: anchor j matches anchor j+c for (almost) all j.
 
     Anchors match when op, size and peer agree and the counts of operators before them agree
     within 10% (a lost row changes a count by one; a step's worth of operators versus none
     is what tells equal-sized buckets of one step from the next step's). Anchors are found by
-    number j, not position, so a lost anchor costs a comparison, not the alignment. Vectorized
-    over all ranks at once, one pass per candidate c. The first anchor is not compared: the
-    operators before it are the first step's head only.
+    number j, not position, so a lost anchor costs a comparison, not the alignment. The period
+    is the smallest c within PERIOD_TOLERANCE (for point-to-point anchors, also within
+    PERIOD_SLACK of the best c: lost rows are rare, pipeline warm-up is every step). Vectorized
+    over all ranks, one pass per
+    candidate c, stopping once every rank has a perfect match. The first anchor is not
+    compared: the operators before it are the first step's head only.
     """
     size = int(a_rank.max()) + 1
     per_rank = np.bincount(a_rank, minlength=size)
-    period = np.maximum(per_rank, 1).astype(np.int64)  # no repetition found: the whole trace is one step
-    found = np.zeros(size, dtype=bool)
+    p2p = p2p_anchor[:size]
+    top = max(min(MAX_CYCLE, int(per_rank.max()) // 2), 1)
+    rate = np.full((top + 1, size), np.inf)
     span = int(a_j.max()) + MAX_CYCLE + 1
     keys = a_rank * span + a_j
     sorter = np.argsort(keys, kind="stable")
     sorted_keys = keys[sorter]
-    for c in range(1, min(MAX_CYCLE, int(per_rank.max()) // 2) + 1):
+    perfect = np.zeros(size, dtype=bool)
+    for c in range(1, top + 1):
         at = np.minimum(np.searchsorted(sorted_keys, keys + c), len(keys) - 1)
         src = np.flatnonzero((sorted_keys[at] == keys + c) & ~a_first)
         dst = sorter[at[src]]
@@ -308,9 +333,33 @@ def _anchor_period(a_rank: np.ndarray, a_j: np.ndarray, tok: np.ndarray, since: 
         bad = (tok[dst] != tok[src]) | ~near
         n_cmp = np.bincount(a_rank[src], minlength=size)
         n_bad = np.bincount(a_rank[src][bad], minlength=size)
-        ok = (n_cmp > 0) & (n_bad <= PERIOD_TOLERANCE * n_cmp) & ~found
-        period[ok] = c
-        found |= ok
-        if found[per_rank > 0].all():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate[c] = np.where(n_cmp > 0, n_bad / n_cmp, np.inf)
+        perfect |= rate[c] == 0
+        if perfect[per_rank > 0].all():
             break
-    return period
+    fits = rate <= PERIOD_TOLERANCE
+    # pipeline anchors: a stage's microbatch pattern repeats within the step except in warm-up
+    # and cool-down, so a shorter period must match almost as well as the best one
+    fits[:, p2p] &= rate[:, p2p] <= rate[:, p2p].min(axis=0) + PERIOD_SLACK
+    # no repetition found: the whole trace is one step
+    return np.where(fits.any(axis=0), fits.argmax(axis=0), np.maximum(per_rank, 1)).astype(np.int64)
+
+
+def _common_step_count(period: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """Stretch periods of ranks whose pattern repeats within a step to the job's step count.
+
+    The last pipeline stage of a job without data parallelism does the same recv, compute,
+    send for every microbatch: its own sequence repeats per microbatch. Every rank runs the same
+    number of steps, and the better-structured ranks (the low 10th percentile of cycle counts)
+    say how many; a rank with k times as many cycles gets a k times longer period.
+    """
+    period = period[: anchors.size].copy()
+    has = anchors > 0
+    cycles = np.where(has, anchors / np.maximum(period, 1), 0.0)
+    repeating = has & (cycles >= 2)
+    if not repeating.any():
+        return period
+    ref = float(np.quantile(cycles[repeating], 0.1))
+    k = np.where(repeating, np.maximum(np.round(cycles / ref), 1), 1).astype(np.int64)
+    return period * k

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from collector.traceio import Trace
-from simulator.config import SCENARIOS, SimConfig, scenario_config
+from simulator.config import SCENARIOS, FaultSpec, SimConfig, scenario_config
 from simulator.writer import simulate_trace
 from timeline.build import build_timeline
 
@@ -53,6 +53,24 @@ def test_hidden_steps_give_count_and_durations(tmp_path: Path) -> None:
     np.testing.assert_allclose(tl.steps["duration_s"].to_numpy()[1:], truth["step_time_s"][1:], rtol=1e-3)
     assert tl.irregular_steps == truth["irregular_steps"]
     assert any("inferred 20 steps" in n for n in tl.notes)
+
+
+@pytest.mark.parametrize("tp, pp", [(8, 2), (2, 8)])
+def test_hidden_steps_without_data_parallelism(tmp_path: Path, tp: int, pp: int) -> None:
+    """No dp collective marks the step end, and the last stage repeats itself every microbatch."""
+    cfg = SimConfig(gpus=16, tp=tp, pp=pp, steps=12, seed=36, hide_steps=True,
+                    faults=[FaultSpec.parse("gpu:rank=3,factor=2,steps=7:11")])
+    truth, tl = _run(cfg, tmp_path)
+    assert len(tl.steps) == cfg.steps
+    assert tl.irregular_steps == truth["irregular_steps"]
+
+
+def test_hidden_steps_with_lost_rows(tmp_path: Path) -> None:
+    """A logger without step markers that also drops 1% of its rows."""
+    cfg = scenario_config("gpu-straggler", seed=35, gpus=32, tp=4, pp=2, hide_steps=True, row_loss=0.01)
+    truth, tl = _run(cfg, tmp_path)
+    assert len(tl.steps) == cfg.steps
+    assert tl.irregular_steps == truth["irregular_steps"]
 
 
 @pytest.mark.parametrize("opaque", [False, True])

@@ -82,7 +82,9 @@ def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps:
         if not kinds:
             raise UserError(f"{trace.path}: no evidence this installation can localize from",
                             "add commops.parquet (see DESIGN.md)")
-    verdicts = [run_one(k, trace, steps, top) for k in kinds]
+    # each source lists more than asked, so a device named by several is merged, then cut
+    wide = top if len(kinds) == 1 else max(4 * top, 20)
+    verdicts = [run_one(k, trace, steps, wide) for k in kinds]
     return merge(trace.meta.job, verdicts, top)
 
 

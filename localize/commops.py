@@ -158,12 +158,13 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         best = net[0].score
         # devices that explain the slow transfers equally well cannot be told apart
         tied = sum(1 for c in net if c.score >= best - 1e-6)
-        lead = _net_candidate(net[0], comm_total / total * best, meta)
+        # indistinguishable devices share the finding's score, so other evidence can decide
+        lead = _net_candidate(net[0], comm_total / total * best / tied, meta)
         if tied > 1:
             lead.evidence.append(f"{tied - 1} other device(s) explain the slow transfers equally well; "
                                  "CommOps alone cannot tell them apart (flows or a probe can)")
         primaries.append(lead)
-        alternates = [_net_candidate(c, comm_total / total * c.score * (1.0 if c.score >= best - 1e-6 else 0.5), meta)
+        alternates = [_net_candidate(c, comm_total / total * c.score * (1 / tied if c.score >= best - 1e-6 else 0.5 / tied), meta)
                       for c in net[1:]]
         # a second network fault: slow units the best device does not carry, explained apart
         rest = {u: w for u, w in slow.items() if u not in set(net[0].carried)}
@@ -193,10 +194,10 @@ def _merge(primaries: list[Candidate], alternates: list[Candidate], top: int) ->
     primaries = sorted(primaries, key=lambda c: -c.score)
     floor = min((c.score for c in primaries), default=1.0)
     for c in alternates:
-        c.score = min(c.score, 0.95 * floor)
+        c.score = min(c.score, floor)
     ranked = _dedupe(primaries + sorted(alternates, key=lambda c: -c.score))
     # candidates that explain under 1% of the delay are noise, not suspects
-    return [c for i, c in enumerate(ranked) if i == 0 or c.score >= 0.01][:top]
+    return [c for i, c in enumerate(ranked) if i == 0 or c.score >= 0.01 * ranked[0].score][:top]
 
 
 def _dedupe(cands: list[Candidate]) -> list[Candidate]:

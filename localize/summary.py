@@ -62,8 +62,8 @@ SUMMARY_SCHEMA = pa.schema(
         pa.field("step_end_ns", pa.int64(), nullable=False),
     ]
 )
-MAX_STEPS = 3  # irregular steps fetched in full
-REF_STEPS = 3  # normal steps fetched for the operators' own history
+MAX_STEPS = 2  # irregular steps fetched in full
+REF_STEPS = 2  # normal steps fetched for the operators' own history
 MAX_RANKS = 1024  # budget of ranks fetched in full
 
 
@@ -187,8 +187,8 @@ def localize_from_summary(trace: Trace, top: int = 5) -> tuple[Verdict, FetchPla
     plan = plan_fetch(summary, trace.meta, table)
     if not plan.irregular:
         return Verdict(trace.meta.job, "healthy", [], 1.0, [], {"source": "commops", "from": "summary"}), plan
-    parts = [trace.commops(columns=COLUMNS, ranks=plan.ranks, steps=(s, s)) for s in plan.fetch_steps]
-    df = pd.concat(parts, ignore_index=True)
+    df = trace.commops(columns=COLUMNS, ranks=plan.ranks, steps=(plan.fetch_steps[0], plan.fetch_steps[-1]))
+    df = df[df["step"].isin(plan.fetch_steps)].reset_index(drop=True)
     plan.rows_fetched = len(df)
     fetched = set(plan.ranks)
     partial = {g for g, m in trace.meta.groups.items() if not set(m) <= fetched}

@@ -62,8 +62,8 @@ SUMMARY_SCHEMA = pa.schema(
         pa.field("step_end_ns", pa.int64(), nullable=False),
     ]
 )
-MAX_STEPS = 2  # irregular steps fetched in full
-REF_STEPS = 2  # normal steps fetched for the operators' own history
+MAX_STEPS = 3  # irregular steps fetched in full
+REF_STEPS = 3  # normal steps fetched for the operators' own history
 MAX_RANKS = 1024  # budget of ranks fetched in full
 
 

@@ -94,11 +94,12 @@ def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray
 
 
 def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
-                partial: set[str] | None = None) -> tuple[Verdict, Analysis | None]:
+                partial: set[str] | None = None, forest: bool = True) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
     `partial`: groups whose members were not all fetched (summary path); their operators
-    keep their place in each rank's timeline but are never judged.
+    keep their place in each rank's timeline but are never judged. `forest=False` judges
+    operators with the robust rule, as the sidecars do (the fast path).
     """
     irr = np.asarray(view.irregular_steps, dtype=np.int64)
     if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
@@ -110,7 +111,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     ops = prepare_ops(df[COLUMNS])
     all_steps = np.unique(ops.step)
     ref = np.setdiff1d(all_steps, irr)
-    detector = load_detector()
+    detector = load_detector() if forest else None
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal = detection.abnormal
     scale = step_scale(ops, view.steps)

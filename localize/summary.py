@@ -180,8 +180,11 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen)
 
 
-def localize_from_summary(trace: Trace, top: int = 5) -> tuple[Verdict, FetchPlan]:
-    """Localize from summaries, fetching full records only for the planned ranks and steps."""
+def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False) -> tuple[Verdict, FetchPlan]:
+    """Localize from summaries, fetching full records only for the planned ranks and steps.
+
+    The fetched operators are judged with the same robust rule the sidecars use (`forest`
+    switches to the random forest, about three times slower)."""
     summary = read_summary(trace)
     table = step_table(summary)
     plan = plan_fetch(summary, trace.meta, table)
@@ -197,7 +200,7 @@ def localize_from_summary(trace: Trace, top: int = 5) -> tuple[Verdict, FetchPla
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
     view = StepView(trace.meta.job, trace.meta, sub_table, worst, slow, "irregular")
-    verdict, _ = analyse_ops(df, trace.meta, view, top, partial)
+    verdict, _ = analyse_ops(df, trace.meta, view, top, partial, forest)
     verdict.irregular_steps = plan.irregular
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan

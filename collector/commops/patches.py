@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from collector.commops.recorder import COLLECTIVES, P2P, Recorder, make_batch_p2p, make_collective, make_p2p
+from collector.commops.recorder import (
+    COLLECTIVES,
+    P2P,
+    Recorder,
+    make_batch_p2p,
+    make_collective,
+    make_p2p,
+)
 
 _saved: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
 _handles: list[Any] = []

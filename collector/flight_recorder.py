@@ -154,6 +154,7 @@ def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> Non
     group_ranks = _pg_ranks(dump.get("pg_config"))
     seen_ns = 0
     for i, e in enumerate(dump["entries"]):
+        _check_entry(e, i, path)
         try:
             pname = str(e["profiling_name"])
             backend, _, rest = pname.partition(":")
@@ -191,6 +192,35 @@ def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> Non
                      ("nbytes", _nbytes(e)), ("start_ns", start), ("end_ns", max(end, start)), ("step", -1)):
             acc.rows[k].append(v)
     acc.pending["seen_ns"] = [s or seen_ns for s in acc.pending["seen_ns"]]
+
+
+_ENTRY_TYPES: tuple[tuple[str, tuple[type, ...], bool], ...] = (
+    ("profiling_name", (str,), True),
+    ("process_group", (list, tuple, str), True),
+    ("collective_seq_id", (int,), True),
+    ("p2p_seq_id", (int,), False),
+    ("time_created_ns", (int,), True),
+    ("time_discovered_started_ns", (int, type(None)), False),
+    ("time_discovered_completed_ns", (int, type(None)), False),
+    ("state", (str,), False),
+    ("input_sizes", (list, tuple), False),
+    ("input_dtypes", (list, tuple), False),
+)
+
+
+def _check_entry(e: Any, i: int, path: Path) -> None:
+    """Refuse entries whose fields have the wrong types, naming the first bad field."""
+    if not isinstance(e, dict):
+        raise UserError(f"{path}: entry {i} is a {type(e).__name__}, not a dict", "this is not a Flight Recorder dump")
+    for key, types, required in _ENTRY_TYPES:
+        if key not in e:
+            if required:
+                raise UserError(f"{path}: entry {i} has no '{key}'", "this is not a Flight Recorder dump (or a newer format)")
+            continue
+        v = e[key]
+        if isinstance(v, bool) or not isinstance(v, types):
+            raise UserError(f"{path}: entry {i} field '{key}' is a {type(v).__name__}",
+                            f"expected {' or '.join(t.__name__ for t in types)}; the dump is corrupt")
 
 
 def _pg_ranks(pg_config: Any) -> dict[str, list[int]]:
@@ -240,6 +270,9 @@ def import_flight_recorder(src: Path, out: Path, world_size: int | None = None, 
             raise UserError(f"{f}: a second dump for rank {r}", "keep one dump per rank in the directory")
         ranks.append(r)
         _add_dump(acc, r, load_dump(f), f)
+    if not acc.rows["rank"] and not acc.pending["rank"]:
+        raise UserError(f"{src}: no communication entries in the dump(s)",
+                        "dump after the job ran collectives, with TORCH_FR_BUFFER_SIZE > 0")
     world = max(world_size or 0, max(ranks) + 1, *(max(g) + 1 for g in acc.groups.values() if g))
     if "world" in acc.groups or world_size:
         acc.groups["world"] = set(range(world))

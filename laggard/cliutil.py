@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from collector.errors import UserError
@@ -47,3 +49,16 @@ def verb_parser(sub: Any, name: str, help: str, description: str, examples: str)
         name, help=help, description=description,
         epilog="examples:\n" + examples.strip("\n"), formatter_class=Formatter,
     )
+
+
+@contextmanager
+def progress(label: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr for long work; silent when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

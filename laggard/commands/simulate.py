@@ -1,0 +1,107 @@
+"""`laggard simulate`: build a training job, inject irregularities, write a trace with ground truth."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from collector.errors import UserError
+from laggard.cliutil import verb_parser
+from simulator.config import SCENARIOS, FaultSpec, SimConfig, scenario_config
+from simulator.writer import simulate_trace
+
+EXAMPLES = """\
+  laggard simulate --gpus 2048 --tp 8 --pp 8 --steps 50 --fault gpu:rank=77,factor=2 --out /tmp/t
+  laggard simulate --scenario link-slow --seed 3 --out /tmp/link
+  laggard simulate --gpus 128 --tp 2 --pp 2 --cp 2 --ep 4 --fault nic:host=node-3,factor=3,steps=5:19 --out /tmp/moe
+  laggard simulate --gpus 64 --tp 8 --fault gpu:rank=5,factor=3,steps=4:12,pattern=spike --flows --logs --out /tmp/all
+
+fault SPEC (several --fault at once are fine):
+  gpu:rank=R,factor=F          slow compute on one GPU
+  pcie:rank=R,factor=F         one GPU's PCIe path to its NIC is slow (its inter-host traffic)
+  host:host=node-3,factor=F    CPU contention / launch jitter on every GPU of a host
+  nic:host=node-3,factor=F     a host's NICs run F times slower
+  link:hosts=node-2+node-6,factor=F   the path between two hosts is slow
+  switch:switch=tor-1,factor=F        every flow through a ToR switch is slow
+  stage:stage=S,factor=F       pipeline stage S has F times the work (configuration)
+  seqlen:factor=F              some data-parallel replicas get F times longer sequences (data)
+  each may add ,steps=A:B (inclusive window) and ,pattern=persistent|spike|fluctuation
+
+scenarios: """ + ", ".join(SCENARIOS)
+
+
+def register(sub: Any) -> None:
+    p = verb_parser(
+        sub, "simulate", "simulate a training job with injected faults, writing a trace with ground truth",
+        "Simulates every communication operator of every rank of a DP x TP x PP x CP x EP job (Megatron\n"
+        "rank order, 1F1B or interleaved pipeline, 8 GPUs per host under ToR switches) with compute and\n"
+        "bandwidth noise, slow drift and unsynchronized host clocks. Delays propagate through every\n"
+        "dependency. Writes meta.json, commops.parquet and truth.json (the injected faults).",
+        EXAMPLES,
+    )
+    p.add_argument("--out", type=Path, required=True, help="trace directory to write")
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), help="a named preset; other flags override it")
+    p.add_argument("--gpus", type=int, help="world size (required without --scenario)")
+    for dim, text in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
+        p.add_argument(f"--{dim}", type=int, help=f"{text}-parallel size" + (" (default: gpus / (tp*pp*cp))" if dim == "dp" else " (default 1)"))
+    p.add_argument("--steps", type=int, help="training steps (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="random seed; same seed and flags give the same trace")
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC", help="inject a fault (see below)")
+    p.add_argument("--microbatches", type=int, help="microbatches per step (default 2*pp, at least 4)")
+    p.add_argument("--virtual-stages", type=int, help="model chunks per stage; >1 = interleaved 1F1B")
+    p.add_argument("--drift", type=float, help="relative compute-time drift over the run, e.g. 0.2")
+    p.add_argument("--clock-skew-ms", type=float, help="host clock offsets are uniform in +- this (default 50)")
+    p.add_argument("--missing-ranks", type=int, help="ranks whose logs are lost entirely")
+    p.add_argument("--row-loss", type=float, help="fraction of rows the logger drops")
+    p.add_argument("--hide-steps", action="store_true", help="write step=-1 (a logger without step markers)")
+    p.add_argument("--job", help="job name in meta.json")
+    p.add_argument("--flows", action="store_true", help="also write flows.parquet (network flow bursts)")
+    p.add_argument("--pcap", action="store_true", help="also write a small RoCEv2 pcap (implies --flows)")
+    p.add_argument("--logs", action="store_true", help="also write logs/<host>.log training logs")
+    p.add_argument("--log-failure", help="failure to inject into the logs (see simulator/logs.py)")
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> SimConfig:
+    overrides: dict[str, Any] = {
+        "gpus": args.gpus, "dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp,
+        "steps": args.steps, "seed": args.seed, "microbatches": args.microbatches,
+        "virtual_stages": args.virtual_stages, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
+        "missing_ranks": args.missing_ranks, "row_loss": args.row_loss, "job": args.job,
+        "hide_steps": args.hide_steps or None,
+    }
+    faults = [FaultSpec.parse(s) for s in args.fault]
+    if args.scenario:
+        cfg = scenario_config(args.scenario, **overrides)
+        if faults:
+            cfg.faults = faults
+        return cfg
+    if not args.gpus:
+        raise UserError("--gpus is required without --scenario", "e.g. --gpus 64 --tp 8, or --scenario gpu-straggler")
+    kw = {k: v for k, v in overrides.items() if v is not None}
+    return SimConfig(faults=faults, **kw)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = build_config(args).resolved()
+    from laggard.cliutil import progress
+
+    est_rows = cfg.gpus * cfg.steps * cfg.microbatches * cfg.virtual_stages * 2 * cfg.layers_per_chunk * 3
+    with progress("simulating", total=est_rows) as advance:
+        truth = simulate_trace(cfg, args.out, progress=advance)
+    if args.flows or args.pcap:
+        from simulator.flows import emit_flows
+
+        emit_flows(args.out, pcap=args.pcap)
+    if args.logs:
+        from simulator.logs import emit_logs
+
+        emit_logs(args.out, seed=cfg.seed, failure=args.log_failure)
+    par = " ".join(f"{k}={v}" for k, v in cfg.parallelism().items() if v > 1) or "dp=1"
+    faults = "; ".join(f"{f['kind']} {f.get('rank', f.get('host', f.get('hosts', f.get('switch', f.get('stage', '')))))} x{f['factor']}"
+                       for f in truth["faults"]) or "none"
+    print(f"wrote {args.out}: {cfg.gpus} GPUs ({par}), {cfg.steps} steps, {truth['rows']:,} operator rows; "
+          f"faults: {faults}; irregular steps: {truth['irregular_steps'] or 'none'}", file=sys.stderr)
+    return 0

@@ -123,7 +123,7 @@ def group_name(pg: Any) -> str:
         name, desc = str(pg[0]), str(pg[1])
     else:
         name, desc = str(pg), ""
-    if desc == "default_pg" or name in ("0", "default_pg") and desc in ("", "undefined"):
+    if desc == "default_pg" or (name in ("0", "default_pg") and desc in ("", "undefined")):
         return "world"
     if desc and desc != "undefined":
         return desc

@@ -75,7 +75,8 @@ def _comm_events(events: list[Any]) -> tuple[str, list[dict[str, Any]]]:
 
 def _row(kind: str, e: dict[str, Any]) -> tuple[str, str, int, int] | None:
     """(op, group, nbytes, peer) of one event, None if it is not a communication operator."""
-    args = e.get("args") if isinstance(e.get("args"), dict) else {}
+    raw_args = e.get("args")
+    args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
     name = str(e.get("name", ""))
     if kind == "nccl-kernel":
         m = _KERNEL.match(name)
@@ -110,7 +111,8 @@ def import_kineto(src: Path, out: Path, job: str | None = None) -> JobMeta:
     for f in files:
         data = load_trace(f)
         rank = _rank(f, data)
-        info = data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else {}
+        raw_info = data.get("distributedInfo")
+        info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
         world = max(world, int(info.get("world_size", 0) or 0), rank + 1)
         hosts[rank] = str(data.get("host_name", "unknown"))
         base = int(data.get("baseTimeNanoseconds", 0) or 0)

@@ -217,37 +217,37 @@ def _blame(ab: pd.DataFrame, meta: JobMeta) -> tuple[dict[int, float], dict[int,
         return blame, steps, notes
     flagged = set(zip(ab["rank"], ab["group"], ab["seq"], ab["peer"], strict=True))
     own = ab.sort_values("start_ns").groupby(["rank", "step"])
-    first_wait = {k: g.iloc[0] for k, g in own}  # each rank's first waiting op per step
+    first_wait = {k: g.iloc[0].to_dict() for k, g in own}  # each rank's first waiting op per step
     per_inst: dict[tuple[Any, ...], tuple[int, list[int]]] = {}
     weight: dict[tuple[Any, ...], float] = defaultdict(float)  # instance -> waited ms beyond normal
-    for r in ab.itertuples(index=False):
-        excess = max(0.0, (r.end_ns - r.start_ns - r.expected_ns) / 1e6)
-        if r.op in ("send", "recv"):
-            weight[(r.group, *((r.rank, r.peer) if r.op == "send" else (r.peer, r.rank)), r.seq)] += excess
+    for r in ab.to_dict("records"):
+        excess = max(0.0, (r["end_ns"] - r["start_ns"] - r["expected_ns"]) / 1e6)
+        if r["op"] in ("send", "recv"):
+            weight[(r["group"], *((r["rank"], r["peer"]) if r["op"] == "send" else (r["peer"], r["rank"])), r["seq"])] += excess
         else:
-            weight[(r.group, r.seq)] += excess
-        if r.op in ("send", "recv"):
-            src, dst = (r.rank, r.peer) if r.op == "send" else (r.peer, r.rank)
-            other = r.peer
-            if other >= 0 and (other, r.group, r.seq, r.rank) not in flagged:
-                per_inst[(r.group, src, dst, r.seq)] = (int(r.step), [int(other)])
+            weight[(r["group"], r["seq"])] += excess
+        if r["op"] in ("send", "recv"):
+            src, dst = (r["rank"], r["peer"]) if r["op"] == "send" else (r["peer"], r["rank"])
+            other = r["peer"]
+            if other >= 0 and (other, r["group"], r["seq"], r["rank"]) not in flagged:
+                per_inst[(r["group"], src, dst, r["seq"])] = (int(r["step"]), [int(other)])
         else:
-            members = meta.groups.get(str(r.group), [])
-            key = (r.group, r.seq)
+            members = meta.groups.get(str(r["group"]), [])
+            key = (r["group"], r["seq"])
             if key in per_inst:
                 continue
-            calm = [m for m in members if (m, r.group, r.seq, -1) not in flagged]
+            calm = [m for m in members if (m, r["group"], r["seq"], -1) not in flagged]
             if calm and len(calm) < len(members):
-                per_inst[key] = (int(r.step), calm)
+                per_inst[key] = (int(r["step"]), calm)
             elif not calm:
-                notes.append(f"every member of {r.group} waited in {r.op} #{r.seq}: the communication itself was slow")
+                notes.append(f"every member of {r["group"]} waited in {r["op"]} #{r["seq"]}: the communication itself was slow")
     for key, (step, suspects) in per_inst.items():
         for s in suspects:
             # a suspect that itself waited earlier in this step is a victim: pass the blame back
             w = first_wait.get((s, step))
             target = [s]
             if w is not None:
-                up = per_inst.get((w.group, w.seq)) if w.op not in ("send", "recv") else None
+                up = per_inst.get((w["group"], w["seq"])) if w["op"] not in ("send", "recv") else None
                 if up is not None and s not in up[1]:
                     target = up[1]
             for t in target:

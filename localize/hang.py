@@ -34,15 +34,16 @@ class Stall:
 def _frontiers(entered: pd.DataFrame) -> tuple[dict[tuple[int, str], int], dict[tuple[str, int, int, str], int]]:
     """Highest seq per (rank, group) for collectives, per (group, src, dst, side) for p2p."""
     coll = entered[~entered["op"].isin(["send", "recv"])]
-    cf = coll.groupby(["rank", "group"])["seq"].max()
+    cf = coll.groupby(["rank", "group"])["seq"].max().reset_index()
     p2p = entered[entered["op"].isin(["send", "recv"])]
     pf: dict[tuple[str, int, int, str], int] = {}
     if len(p2p):
         p2p = p2p.assign(src=p2p["rank"].where(p2p["op"] == "send", p2p["peer"]),
                          dst=p2p["peer"].where(p2p["op"] == "send", p2p["rank"]))
-        for (g, s, d, o), v in p2p.groupby(["group", "src", "dst", "op"])["seq"].max().items():
-            pf[(str(g), int(s), int(d), str(o))] = int(v)
-    return {(int(r), str(g)): int(v) for (r, g), v in cf.items()}, pf
+        front = p2p.groupby(["group", "src", "dst", "op"])["seq"].max().reset_index()
+        for x in front.to_dict("records"):
+            pf[(str(x["group"]), int(x["src"]), int(x["dst"]), str(x["op"]))] = int(x["seq"])
+    return {(int(x["rank"]), str(x["group"])): int(x["seq"]) for x in cf.to_dict("records")}, pf
 
 
 def _describe(rank: int, s: Stall) -> str:

@@ -135,7 +135,7 @@ def _dump_flight_recorder() -> None:
 
         from collector.commops.layout import atomic_write_bytes
 
-        atomic_write_bytes(Path(f"{prefix}{rec.rank}"), c10d._dump_fr_trace())
+        atomic_write_bytes(Path(f"{prefix}{rec.rank}"), c10d._dump_fr_trace())  # type: ignore[attr-defined]
     except Exception as exc:
         rec.error(exc)
 

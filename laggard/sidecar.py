@@ -240,7 +240,7 @@ def _blame(ab: pd.DataFrame, meta: JobMeta) -> tuple[dict[int, float], dict[int,
             if calm and len(calm) < len(members):
                 per_inst[key] = (int(r["step"]), calm)
             elif not calm:
-                notes.append(f"every member of {r["group"]} waited in {r["op"]} #{r["seq"]}: the communication itself was slow")
+                notes.append(f"every member of {r['group']} waited in {r['op']} #{r['seq']}: the communication itself was slow")
     for key, (step, suspects) in per_inst.items():
         for s in suspects:
             # a suspect that itself waited earlier in this step is a victim: pass the blame back

@@ -6,7 +6,7 @@ BASE := $(VENV)/.base-installed
 FULL := $(VENV)/.full-installed
 DEMO_TRACE ?= traces/gpu-straggler
 
-.PHONY: setup setup-full system-deps demo test lint bench clean
+.PHONY: setup setup-full system-deps demo test lint bench clean traces
 
 $(BASE): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -48,3 +48,6 @@ bench: $(FULL)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+traces: $(BASE)
+	LAGGARD=$(BIN)/laggard bash traces/regenerate.sh

@@ -12,6 +12,13 @@ from simulator.config import SimConfig
 GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp")
 
 
+def _opaque(name: str, seed: int) -> str:
+    """A process-group name that says nothing of its kind, as torch's default names do."""
+    import hashlib
+
+    return "pg-" + hashlib.sha1(f"{seed}:{name}".encode()).hexdigest()[:10]
+
+
 def rank_ip(host_index: int, gpu: int) -> str:
     """One RoCE NIC per GPU (rail-optimized): 10.<hi>.<lo>.<10+gpu>."""
     return f"10.{(host_index >> 8) & 255}.{host_index & 255}.{10 + gpu}"
@@ -72,6 +79,8 @@ class Layout:
             members[kind] = mem
             offset[kind] = len(names)
             names.extend(f"{kind}-{g}" for g in range(uniq.size))
+        if cfg.opaque_groups:
+            names = [_opaque(name, cfg.seed) for name in names]
         return cls(cfg, host, switch, group_of, members, names, offset)
 
     def active_kinds(self) -> list[str]:
@@ -113,10 +122,10 @@ class Layout:
         groups: dict[str, list[int]] = {}
         for kind in self.active_kinds():
             for g, mem in enumerate(self.members[kind]):
-                groups[f"{kind}-{g}"] = [int(x) for x in mem]
+                groups[self.names[self.offset[kind] + g]] = [int(x) for x in mem]
         n_hosts = int(self.host.max()) + 1
         topology = {self.host_name(h): {"switch": f"tor-{h // cfg.hosts_per_switch}"} for h in range(n_hosts)}
         return JobMeta(job=cfg.job, world_size=cfg.gpus, ranks=ranks, groups=groups,
-                       parallelism=cfg.parallelism(), topology=topology,
+                       parallelism={} if cfg.opaque_groups else cfg.parallelism(), topology=topology,
                        extra={"gpus_per_host": cfg.gpus_per_host, "schedule": "interleaved-1f1b" if cfg.virtual_stages > 1 else "1f1b",
                               "microbatches": cfg.microbatches, "virtual_stages": cfg.virtual_stages})

@@ -115,6 +115,7 @@ class SimConfig:
     row_loss: float = 0.0  # fraction of rows the logger loses
     missing_ranks: int = 0  # ranks whose logs are lost entirely
     hide_steps: bool = False  # write step=-1, as a logger without step markers would
+    opaque_groups: bool = False  # name groups like a runtime does ("pg-3f2a..."), and leave parallelism out of meta
     start_ns: int = 1_760_000_000_000_000_000
 
     def resolved(self) -> SimConfig:

@@ -56,6 +56,10 @@ def register(sub: Any) -> None:
     p.add_argument("--missing-ranks", type=int, help="ranks whose logs are lost entirely")
     p.add_argument("--row-loss", type=float, help="fraction of rows the logger drops")
     p.add_argument("--hide-steps", action="store_true", help="write step=-1 (a logger without step markers)")
+    p.add_argument("--opaque-groups", action="store_true",
+                   help="name process groups pg-<hash> and leave parallelism out of meta (timeline must infer kinds)")
+    p.add_argument("--gpus-per-host", type=int, help="GPUs per host (default 8)")
+    p.add_argument("--hosts-per-switch", type=int, help="hosts under each ToR switch (default 4)")
     p.add_argument("--job", help="job name in meta.json")
     p.add_argument("--flows", action="store_true", help="also write flows.parquet (network flow bursts)")
     p.add_argument("--pcap", action="store_true", help="also write a small RoCEv2 pcap (implies --flows)")
@@ -70,7 +74,8 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         "steps": args.steps, "seed": args.seed, "microbatches": args.microbatches,
         "virtual_stages": args.virtual_stages, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
         "missing_ranks": args.missing_ranks, "row_loss": args.row_loss, "job": args.job,
-        "hide_steps": args.hide_steps or None,
+        "hide_steps": args.hide_steps or None, "opaque_groups": args.opaque_groups or None,
+        "gpus_per_host": args.gpus_per_host, "hosts_per_switch": args.hosts_per_switch,
     }
     faults = [FaultSpec.parse(s) for s in args.fault]
     if args.scenario:

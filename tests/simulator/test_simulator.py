@@ -126,3 +126,12 @@ def test_cli_simulate_scenario_and_bad_flags(tmp_path: Path, cli) -> None:
     assert (tmp_path / "t" / "truth.json").exists()
     bad = cli("simulate", "--gpus", "64", "--fault", "gpu:rank=640", "--out", tmp_path / "x")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "rank 640" in bad.stderr
+
+
+def test_opaque_groups_hide_kinds(tmp_path: Path) -> None:
+    simulate_trace(SimConfig(gpus=32, tp=4, pp=2, gpus_per_host=4, steps=2, opaque_groups=True), tmp_path / "t")
+    trace = Trace.open(tmp_path / "t")
+    assert trace.meta.parallelism == {}
+    assert all(g.startswith("pg-") for g in trace.meta.groups)
+    assert set(trace.commops()["group"].unique()) <= set(trace.meta.groups)
+    assert trace.meta.ranks[5].host == "node-1"

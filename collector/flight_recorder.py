@@ -50,6 +50,10 @@ DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "In
 _PLAIN = (dict, list, tuple, str, int, float, bool, type(None), bytes, set, frozenset)
 
 
+class Refused(pickle.UnpicklingError):
+    """The pickle asked for something other than plain data."""
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Builds only what pickle's own opcodes build (dict, list, tuple, set, str, bytes, numbers).
 
@@ -58,10 +62,10 @@ class RestrictedUnpickler(pickle.Unpickler):
     """
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"the pickle wants to build {module}.{name}")
+        raise Refused(f"the pickle wants to build {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("the pickle uses persistent ids")
+        raise Refused("the pickle uses persistent ids")
 
 
 def load_dump(path: Path) -> dict[str, Any]:
@@ -82,10 +86,10 @@ def load_dump(path: Path) -> dict[str, Any]:
     else:
         try:
             data = RestrictedUnpickler(io.BytesIO(raw)).load()
-        except pickle.UnpicklingError as exc:
+        except Refused as exc:
             raise UserError(f"{path}: refused: {exc}",
                             "Flight Recorder dumps hold only plain data; do not import files from untrusted sources") from exc
-        except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError,
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError,
                 OverflowError, RecursionError, UnicodeDecodeError) as exc:
             raise UserError(f"{path}: not a Flight Recorder dump ({type(exc).__name__}); truncated or not a pickle",
                             "pass the files written to TORCH_FR_DUMP_TEMP_FILE<rank>") from exc

@@ -28,6 +28,8 @@ from collector.commops.layout import atomic_write_bytes
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.schema import COMMOPS_SCHEMA
+from collector.traceio import Trace
+from localize.hang import find_hang
 from localize.verdict import Candidate, Verdict
 
 SUMMARY_DIR = "summaries"
@@ -257,9 +259,13 @@ def _blame(ab: pd.DataFrame, meta: JobMeta) -> tuple[dict[int, float], dict[int,
 
 
 def central_localize(root: Path, top: int = 3, fetch: int = 2) -> tuple[Verdict, Movement]:
-    """Summaries first; then full shards only for the `fetch` top suspects' blamed steps."""
+    """A hang first (pending operators); else summaries, then full shards only for the `fetch`
+    top suspects' blamed steps."""
     meta = JobMeta.load(root / "meta.json")
     mv = Movement()
+    hang = find_hang(Trace.open(root))
+    if hang is not None:
+        return hang, mv
     ab, step_ns, shards = load_summaries(root, mv)
     blame, blamed_steps, notes = _blame(ab, meta)
     step_time = pd.Series({s: float(np.median(v)) for s, v in step_ns.items()}).sort_index()

@@ -87,7 +87,9 @@ def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
             front = max(coll_front.get((m, g), -1) for m in members.get(g, [int(row.rank)]))
             if int(row.seq) == front and any(coll_front.get((m, g), -1) < front for m in members.get(g, [])):
                 stalls.append(Stall(int(row.rank), g, str(row.op), int(row.seq), -1, int(row.step), 0.0))
-    if not stalls:
+    dumped = trace.meta.extra.get("dumped_ranks")
+    silent = sorted(set(trace.meta.ranks) - set(dumped)) if snapshot and isinstance(dumped, list) else []
+    if not stalls and not silent:
         return None
 
     waiting = {s.rank for s in stalls}
@@ -104,12 +106,22 @@ def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
                 if coll_front.get((m, s.group), -1) < s.seq:
                     blocked_on[m].append(s)
 
+    for r in silent:  # in a dump-on-failure snapshot, a rank that wrote nothing is hung or dead
+        blocked_on.setdefault(r, [])
     roots = [r for r in blocked_on if r not in waiting] or list(blocked_on)
     candidates = []
     total = sum(len(v) for v in blocked_on.values()) or 1
     for r in sorted(blocked_on, key=lambda r: (r not in roots, -len(blocked_on[r]), r)):
         blocks = blocked_on[r]
         waiters = sorted({s.rank for s in blocks})
+        if not blocks:
+            ev = [f"rank {r} wrote no Flight Recorder dump while the others did: hung or dead"]
+            score = 0.5 if r in roots else 0.1
+            info = trace.meta.ranks.get(r)
+            candidates.append(Candidate(kind="gpu", score=score, evidence=ev, rank=r,
+                                        host=info.host if info else None, gpu=info.gpu if info else None,
+                                        source="commops"))
+            continue
         ev = [_describe(r, s) for s in sorted(set(blocks), key=lambda s: (s.op in ("send", "recv"), s.group, s.seq, s.rank))[:3]]
         ev[0] += f"; rank(s) {', '.join(map(str, waiters))} waiting" + (
             f" up to {max(s.wait_s for s in blocks):.1f}s" if any(s.wait_s for s in blocks) else "")

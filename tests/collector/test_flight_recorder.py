@@ -77,10 +77,16 @@ def test_malformed_dumps_refused(tmp_path: Path, content: bytes, match: str) -> 
         import_flight_recorder(f, tmp_path / "out")
 
 
-def test_cli_refuses_hostile_dump_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("content,says", [
+    (pickle.dumps({"entries": [_Evil()]}), "refused: the pickle wants to build"),
+    (b'{"version": "2.10", "entries": [{"profiling_name": "nccl:all_re', "not valid JSON"),
+    (json.dumps({"entries": [{"profiling_name": "gloo:barrier", "process_group": 7, "collective_seq_id": 1,
+                              "time_created_ns": 1}]}).encode(), "field 'process_group' is a int"),
+])
+def test_cli_refuses_bad_dumps_with_one_line(tmp_path: Path, content: bytes, says: str) -> None:
     bad = tmp_path / "rank_3"
-    bad.write_bytes(pickle.dumps({"entries": [_Evil()]}))
+    bad.write_bytes(content)
     proc = run_cli("import", "flight-recorder", bad, "--out", tmp_path / "t")
     assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "refused" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "t").exists()

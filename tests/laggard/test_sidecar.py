@@ -1,0 +1,56 @@
+"""Node-local detection + progressive fetching on a simulated job laid out as the logger writes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.sidecar import shard_like_logger
+from collector.meta import JobMeta
+from laggard.sidecar import central_localize, summarize_node
+from simulator.config import FaultSpec, SimConfig
+from simulator.writer import simulate_trace
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow  # simulates a 32-GPU job and runs the CLI: seconds, not milliseconds
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("sidecar")
+    cfg = SimConfig(gpus=32, tp=4, pp=2, steps=30, seed=5,
+                    faults=[FaultSpec(kind="gpu", factor=2.5, rank=13, steps=(12, 21))])
+    simulate_trace(cfg, tmp / "sim")
+    shard_like_logger(tmp / "sim", tmp / "trace")
+    return tmp / "trace"
+
+
+def test_summaries_then_fetch_names_the_slow_gpu(sharded: Path) -> None:
+    meta = JobMeta.load(sharded / "meta.json")
+    for h in meta.hosts():
+        assert summarize_node(sharded, h, window=10)
+    verdict, mv = central_localize(sharded)
+    assert verdict.status == "irregular" and verdict.candidates[0].rank == 13
+    assert set(range(12, 22)) & set(verdict.irregular_steps)
+    d = mv.to_dict()
+    assert 0 < d["moved_bytes"] < d["full_bytes"] and d["fetched_files"] >= 1
+    assert all(f.startswith("rank-00013-") for f in mv.fetched_files[: d["fetched_files"] // 2 or 1])
+
+
+def test_windows_are_incremental(sharded: Path, tmp_path: Path) -> None:
+    host = JobMeta.load(sharded / "meta.json").hosts()[0]
+    out = sharded / "summaries" / host
+    before = sorted(p.name for p in out.glob("w-*.json"))
+    assert summarize_node(sharded, host, window=10) == []  # nothing new to summarize
+    assert sorted(p.name for p in out.glob("w-*.json")) == before
+    state = json.loads((out / "state.json").read_text())
+    assert state["next_step"] == 30 and state["baseline"]
+
+
+def test_cli_localize_prints_bytes_and_verdict(sharded: Path) -> None:
+    proc = run_cli("sidecar", "localize", sharded, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["candidates"][0]["rank"] == 13 and out["data_movement"]["reduction"] > 0

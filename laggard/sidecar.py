@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -39,14 +40,14 @@ COLS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "s
 # -- placeholder detector --------------------------------------------------------------------
 # PLACEHOLDER until localize/detector.py offers a node-local entry point: a robust own-history
 # rule. An operator copy is abnormal when its elapsed time is far above the rolling median of
-# the same (rank, group, op, nbytes) slot: > ratio x median and > median + k x MAD, and at least
+# the same (rank, group, op, nbytes, ordinal in step) slot: > ratio x median and > median + k x MAD, and at least
 # `floor_ns` longer (so microsecond jitter of tiny ops never counts).
 @dataclass
 class SlotBaseline:
     """Per-slot medians carried from window to window (drift: updated from normal windows)."""
 
-    median: dict[tuple[int, str, str, int], float] = field(default_factory=dict)
-    mad: dict[tuple[int, str, str, int], float] = field(default_factory=dict)
+    median: dict[tuple[int, str, str, int, int], float] = field(default_factory=dict)
+    mad: dict[tuple[int, str, str, int, int], float] = field(default_factory=dict)
 
 
 def detect_abnormal(df: pd.DataFrame, base: SlotBaseline, ratio: float = 2.0, k: float = 6.0,
@@ -55,8 +56,12 @@ def detect_abnormal(df: pd.DataFrame, base: SlotBaseline, ratio: float = 2.0, k:
     if df.empty:
         return np.zeros(0, bool), np.zeros(0)
     el = (df["end_ns"] - df["start_ns"]).to_numpy(np.float64)
-    code, index = pd.factorize(pd.MultiIndex.from_frame(df[["rank", "group", "op", "nbytes"]]))
-    uniq = [(int(k[0]), str(k[1]), str(k[2]), int(k[3])) for k in index]
+    # the same operator of the same rank in every step: its ordinal within the step tells a
+    # pipeline's warm-up recv from its steady-state recv
+    order = df.sort_values("start_ns", kind="stable").groupby(["rank", "group", "op", "step"]).cumcount()
+    keys = df[["rank", "group", "op", "nbytes"]].assign(ordinal=order.reindex(df.index).to_numpy())
+    code, index = pd.factorize(pd.MultiIndex.from_frame(keys))
+    uniq = [(int(k[0]), str(k[1]), str(k[2]), int(k[3]), int(k[4])) for k in index]
     win_med = pd.Series(el).groupby(code).transform("median").to_numpy()
     dev = np.abs(el - win_med)
     win_mad = pd.Series(dev).groupby(code).transform("median").to_numpy()
@@ -136,15 +141,14 @@ def summarize_node(root: Path, host: str, window: int = 10, final: bool = True) 
         ab = win[mask].assign(expected_ns=expected[mask].astype(np.int64))
         firsts = win.groupby(["rank", "step"])["start_ns"].min().unstack("rank")
         step_ns = firsts.diff(-1).abs().median(axis=1)  # per step: its duration on this host's ranks
-        summary = {
+        header = {
             "host": host, "ranks": ranks, "steps": [w0, w1], "rows": len(win),
             "detect_s": round(time.perf_counter() - t0, 4),
-            "abnormal": {c: ab[c].tolist() for c in [*COLS, "expected_ns"]},
             "step_ns": {str(int(s)): int(v) for s, v in step_ns.dropna().items()},
             "shards": [s for s in index if s["max_step"] >= w0 and s["min_step"] <= w1],
         }
-        path = outdir / f"w-{w0:07d}-{w1:07d}.json"
-        atomic_write_bytes(path, json.dumps(summary, separators=(",", ":")).encode())
+        path = outdir / f"w-{w0:07d}-{w1:07d}.parquet"
+        _write_summary(path, ab, header)
         written.append(path)
         state["next_step"] = w1 + 1
     state["baseline"] = [[list(k), base.median[k], base.mad.get(k, 0.0)] for k in base.median]
@@ -152,10 +156,35 @@ def summarize_node(root: Path, host: str, window: int = 10, final: bool = True) 
     return written
 
 
+SUMMARY_SCHEMA = pa.schema([
+    pa.field("rank", pa.int32()), pa.field("group", pa.dictionary(pa.int32(), pa.string())),
+    pa.field("op", pa.dictionary(pa.int8(), pa.string())), pa.field("seq", pa.int64()),
+    pa.field("peer", pa.int32()), pa.field("step", pa.int32()), pa.field("start_ns", pa.int64()),
+    pa.field("elapsed_ns", pa.int64()), pa.field("expected_ns", pa.int64()),
+])
+
+
+def _write_summary(path: Path, ab: pd.DataFrame, header: dict[str, Any]) -> None:
+    """Abnormal copies as compressed columns, the window's header in the file's metadata."""
+    ab = ab.sort_values(["group", "seq", "rank"])
+    table = pa.Table.from_pydict({
+        "rank": ab["rank"].to_numpy(np.int32), "group": ab["group"].astype(str).tolist(),
+        "op": ab["op"].astype(str).tolist(), "seq": ab["seq"].to_numpy(np.int64),
+        "peer": ab["peer"].to_numpy(np.int32), "step": ab["step"].to_numpy(np.int32),
+        "start_ns": ab["start_ns"].to_numpy(np.int64),
+        "elapsed_ns": (ab["end_ns"] - ab["start_ns"]).to_numpy(np.int64),
+        "expected_ns": ab["expected_ns"].to_numpy(np.int64),
+    }, schema=SUMMARY_SCHEMA.with_metadata({"laggard": json.dumps(header, separators=(",", ":"))}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=9, use_dictionary=True)
+    tmp.replace(path)
+
+
 def _load_baseline(state: dict[str, Any]) -> SlotBaseline:
     b = SlotBaseline()
     for key, med, mad in state.get("baseline", []):
-        k = (int(key[0]), str(key[1]), str(key[2]), int(key[3]))
+        k = (int(key[0]), str(key[1]), str(key[2]), int(key[3]), int(key[4]))
         b.median[k], b.mad[k] = float(med), float(mad)
     return b
 
@@ -193,15 +222,18 @@ class Movement:
 
 
 def load_summaries(root: Path, mv: Movement) -> tuple[pd.DataFrame, dict[int, list[int]], list[dict[str, Any]]]:
-    files = sorted((root / SUMMARY_DIR).glob("*/w-*.json"))
+    files = sorted((root / SUMMARY_DIR).glob("*/w-*.parquet"))
     if not files:
         raise TraceError(f"{root}: no node summaries", "run `laggard sidecar run TRACE` on every node first")
     parts, step_ns, shards = [], defaultdict(list), []
     for p in files:
-        raw = p.read_bytes()
-        mv.summary_bytes += len(raw)
-        s = json.loads(raw)
-        parts.append(pd.DataFrame(s["abnormal"], columns=[*COLS, "expected_ns"]))
+        mv.summary_bytes += p.stat().st_size
+        t = pq.read_table(p)
+        s = json.loads((t.schema.metadata or {})[b"laggard"])
+        df = t.to_pandas()
+        df["group"], df["op"] = df["group"].astype(str), df["op"].astype(str)
+        df["end_ns"] = df["start_ns"] + df["elapsed_ns"]
+        parts.append(df.drop(columns="elapsed_ns"))
         for k, v in s["step_ns"].items():
             step_ns[int(k)].append(int(v))
         shards += s["shards"]
@@ -296,18 +328,30 @@ def central_localize(root: Path, top: int = 3, fetch: int = 2) -> tuple[Verdict,
     return verdict, mv
 
 
+def _range_read_bytes(path: Path, columns: list[str]) -> int:
+    """Bytes a remote reader moves to read `columns` of a Parquet file: footer plus those column chunks."""
+    md = pq.ParquetFile(path).metadata
+    idx = [md.schema.names.index(c) for c in columns]
+    chunks = sum(md.row_group(i).column(j).total_compressed_size for i in range(md.num_row_groups) for j in idx)
+    return int(md.serialized_size) + 8 + int(chunks)
+
+
 def _confirm(root: Path, rank: int, steps: list[int], shards: list[dict[str, Any]], mv: Movement) -> tuple[float, str]:
-    """Fetch the suspect's own shards for its blamed steps (plus a few normal ones for a baseline):
-    does its compute before communicating run longer in the blamed steps?"""
-    lo, hi = steps[0] - 3, steps[-1] + 3
-    need = [s for s in shards if s["rank"] == rank and s["max_step"] >= lo and s["min_step"] <= hi]
+    """Fetch the suspect's own shards for its blamed steps (plus one normal shard for a baseline),
+    only the time columns: does its compute before communicating run longer in the blamed steps?"""
+    mine = sorted((s for s in shards if s["rank"] == rank), key=lambda s: s["min_step"])
+    need = [s for s in mine if s["max_step"] >= steps[0] and s["min_step"] <= steps[-1]]
     if not need:
         return 0.0, ""
+    before = [s for s in mine if s["max_step"] < steps[0]]
+    after = [s for s in mine if s["min_step"] > steps[-1]]
+    need += before[-1:] or after[:1]  # one normal shard for the rank's own baseline
+    cols = ["start_ns", "end_ns", "step"]
     for s in need:
-        mv.fetched_bytes += int(s["bytes"])
+        mv.fetched_bytes += _range_read_bytes(root / "commops" / s["file"], cols)
         mv.fetched_files.append(s["file"])
-    df = ds.dataset([root / "commops" / s["file"] for s in need], format="parquet").to_table(columns=COLS).to_pandas()
-    df = df[(df["step"] >= lo) & (df["step"] <= hi)].sort_values("start_ns")
+    df = ds.dataset([root / "commops" / s["file"] for s in need], format="parquet").to_table(columns=cols).to_pandas()
+    df = df.sort_values("start_ns")
     gap = (df["start_ns"] - df["end_ns"].shift()).clip(lower=0).fillna(0)
     per_step = gap.groupby(df["step"]).sum() / 1e6
     bad = per_step.reindex(steps).dropna()

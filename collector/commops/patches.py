@@ -40,7 +40,10 @@ def install(rec: Recorder, on_first_op: Callable[[Recorder], None]) -> None:
     wrapped: dict[str, Any] = {}
     for name, op, tpos, gpos in COLLECTIVES:
         if hasattr(c10d, name):
-            wrapped[name] = make_collective(rec, getattr(c10d, name), op, tpos, gpos)
+            try:
+                wrapped[name] = make_collective(rec, getattr(c10d, name), op, tpos, gpos)
+            except TypeError as exc:  # a torch whose signature we do not know: leave it unwrapped
+                rec.error(exc)
     batch_flag = [False]
     for name, op, peer_kw, group_peer_kw in P2P:
         wrapped[name] = make_p2p(rec, getattr(c10d, name), op, peer_kw, group_peer_kw, batch_flag)

@@ -8,6 +8,7 @@ Nothing here may raise into the training loop: bookkeeping errors are counted an
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -50,7 +51,7 @@ def payload_bytes(x: Any) -> int:
     if isinstance(x, (list, tuple)):
         return sum(payload_bytes(t) for t in x)
     try:
-        return int(x.numel()) * int(x.element_size())
+        return int(x.nbytes)
     except AttributeError:
         return 0
 
@@ -64,10 +65,10 @@ class Recorder:
         self.capacity = capacity
         self.mask = capacity - 1
         # main-thread ring: one producer (the training thread), read by the writer thread
-        self.ring: list[tuple[int, ...] | None] = [None] * capacity
+        self.ring: list[tuple[tuple[int, ...], int] | None] = [None] * capacity
         self.pos = [0]  # records ever written to `ring`
         # completion ring for async ops: callbacks run on backend threads, so it takes a lock
-        self.async_ring: list[tuple[int, ...] | None] = [None] * capacity
+        self.async_ring: list[tuple[tuple[int, ...], int] | None] = [None] * capacity
         self.async_pos = [0]
         self.async_lock = threading.Lock()
         self.step = [0]
@@ -133,7 +134,7 @@ class Recorder:
             with self.async_lock:
                 self.in_flight.pop(id(row), None)
                 if ok:
-                    self.async_ring[self.async_pos[0] & self.mask] = (*row, t1)
+                    self.async_ring[self.async_pos[0] & self.mask] = (row, t1)
                     self.async_pos[0] += 1
                 else:
                     self.failed.append(row)
@@ -283,52 +284,78 @@ def describe_group(pg: Any) -> tuple[str, list[int]]:
     return f"pg-{pg.group_name}", ranks
 
 
-def make_collective(rec: Recorder, orig: Callable[..., Any], op: str, tpos: int, gpos: int) -> Callable[..., Any]:
-    """Wrap one collective. The row is (gid, op, seq, peer, nbytes, start_ns, step[, end_ns])."""
-    code = OP_CODE[op]
-    ring, pos, mask, current, seqs, step = rec.ring, rec.pos, rec.mask, rec.current, rec.seq, rec.step
-    groups, cuda = rec.groups, rec.cuda_groups
-    now = _now
-    tname = ("tensor", "input_tensor", "input", "input_tensor_list")
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            g = kwargs["group"] if "group" in kwargs else (args[gpos] if len(args) > gpos else None)
-            gid = groups[g] if g in groups else rec.group_id(g)
-            s = seqs[gid] = seqs[gid] + 1
-            if tpos < 0:
-                nb = 0
-            else:
-                t = args[tpos] if len(args) > tpos else next(kwargs[k] for k in tname if k in kwargs)
-                nb = t.numel() * t.element_size() if t.__class__ is not list else payload_bytes(t)
-            row = (gid, code, s, -1, nb, now(), step[0])
-        except Exception as exc:
-            rec.error(exc)
-            return orig(*args, **kwargs)
-        if gid in cuda:
-            return run_cuda(rec, orig, row, args, kwargs)
-        current[0] = row
-        try:
-            out = orig(*args, **kwargs)
-        except BaseException:
-            current[0] = None
-            rec.failed.append(row)
-            if rec.on_failure is not None:
-                rec.on_failure()
-            raise
+_COLLECTIVE_BODY = """
+def {name}({decl}):
+    try:
+        gid = groups.get({group})
+        if gid is None:
+            gid = rec.group_id({group})
+        s = seqs[gid] = seqs[gid] + 1
+        row = (gid, code, s, -1, {nbytes}, now(), step[0])
+    except Exception as exc:
+        rec.error(exc)
+        return orig({call})
+    if gid in cuda:
+        return run_cuda(rec, orig, row, ({call_tuple}), {{{call_kw}}})
+    current[0] = row
+    try:
+        out = orig({call})
+    except BaseException:
         current[0] = None
-        if out is None:
-            i = pos[0]
-            ring[i & mask] = (*row, now())
-            pos[0] = i + 1
-        else:
-            out = rec.watch(out, row)
-        return out
+        rec.failed.append(row)
+        if rec.on_failure is not None:
+            rec.on_failure()
+        raise
+    current[0] = None
+    if out is None:
+        i = pos[0]
+        ring[i & mask] = (row, now())
+        pos[0] = i + 1
+    else:
+        out = rec.watch(out, row)
+    return out
+"""
 
-    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
-    wrapper.__name__ = getattr(orig, "__name__", op)
+
+def make_collective(rec: Recorder, orig: Callable[..., Any], op: str, tpos: int, gpos: int) -> Callable[..., Any]:
+    """Wrap one collective. A ring entry is ((gid, op, seq, peer, nbytes, start_ns, step), end_ns):
+    the row built before the call doubles as the in-flight marker, and is not copied after it.
+
+    The wrapper is generated with the wrapped function's own signature: forwarding *args/**kwargs
+    would cost more than everything else the wrapper does.
+    """
+    params = list(inspect.signature(orig).parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY) for p in params) or gpos >= len(params):
+        raise TypeError(f"cannot wrap {op}: unexpected signature {inspect.signature(orig)}")
+    defaults = [p.default for p in params]
+    decl, call, positional, keyword = [], [], [], []
+    for i, p in enumerate(params):
+        if p.kind is p.KEYWORD_ONLY and "*" not in decl:
+            decl.append("*")
+        decl.append(p.name if p.default is p.empty else f"{p.name}=_d[{i}]")
+        if p.kind is p.KEYWORD_ONLY:
+            call.append(f"{p.name}={p.name}")
+            keyword.append(f"{p.name!r}: {p.name}")
+        else:
+            call.append(p.name)
+            positional.append(p.name)
+    t = params[tpos].name if tpos >= 0 else ""
+    name = orig.__name__ if orig.__name__.isidentifier() else "wrapper"
+    src = _COLLECTIVE_BODY.format(
+        name=name, decl=", ".join(decl), group=params[gpos].name, call=", ".join(call),
+        call_tuple="".join(f"{x}, " for x in positional), call_kw=", ".join(keyword),
+        nbytes=f"{t}.nbytes if {t}.__class__ is not list else payload_bytes({t})" if t else "0")
+    env: dict[str, Any] = {
+        "_d": defaults, "groups": rec.groups, "rec": rec, "seqs": rec.seq, "code": OP_CODE[op],
+        "now": _now, "step": rec.step, "orig": orig, "cuda": rec.cuda_groups, "run_cuda": run_cuda,
+        "current": rec.current, "pos": rec.pos, "ring": rec.ring, "mask": rec.mask, "payload_bytes": payload_bytes,
+    }
+    exec(compile(src, f"<laggard commops wrapper of {name}>", "exec"), env)
+    wrapper = env[name]
+    wrapper.__wrapped__ = orig
     wrapper.__doc__ = getattr(orig, "__doc__", None)
-    return wrapper
+    wrapper.__qualname__ = orig.__qualname__
+    return wrapper  # type: ignore[no-any-return]
 
 
 def make_p2p(rec: Recorder, orig: Callable[..., Any], op: str, peer_kw: str, group_peer_kw: str,
@@ -354,7 +381,7 @@ def make_p2p(rec: Recorder, orig: Callable[..., Any], op: str, peer_kw: str, gro
             me = rec.rank
             s = rec.next_p2p_seq(gid, me, peer) if is_send else rec.next_p2p_seq(gid, peer, me)
             t = args[0] if args else kwargs["tensor"]
-            row = (gid, code, s, peer, t.numel() * t.element_size(), now(), step[0])
+            row = (gid, code, s, peer, t.nbytes, now(), step[0])
         except Exception as exc:
             rec.error(exc)
             return orig(*args, **kwargs)
@@ -375,7 +402,7 @@ def make_p2p(rec: Recorder, orig: Callable[..., Any], op: str, peer_kw: str, gro
         current[0] = None
         if out is None or out.__class__ is int:  # send returns None, recv returns the source rank
             i = pos[0]
-            ring[i & mask] = (*row, now())
+            ring[i & mask] = (row, now())
             pos[0] = i + 1
         else:
             out = rec.watch(out, row)
@@ -402,7 +429,7 @@ def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], batch_flag: list[boo
                 peer = int(p.peer)
                 s = rec.next_p2p_seq(gid, rec.rank, peer) if send else rec.next_p2p_seq(gid, peer, rec.rank)
                 rows.append((gid, SEND if send else RECV, s, peer,
-                             p.tensor.numel() * p.tensor.element_size(), t0, step[0]))
+                             p.tensor.nbytes, t0, step[0]))
         except Exception as exc:
             rec.error(exc)
             rows = []

@@ -68,7 +68,7 @@ class ShardWriter:
                 self.flush()
 
     # -- draining -------------------------------------------------------------------------
-    def _drain_main(self) -> list[tuple[int, ...]]:
+    def _drain_main(self) -> list[tuple[tuple[int, ...], int]]:
         """Records the training thread published since the last drain, minus any it overwrote."""
         rec, cap = self.rec, self.rec.capacity
         n1 = rec.pos[0]
@@ -80,7 +80,7 @@ class ShardWriter:
         self.consumed = n1
         return [r for r in snap[valid - lo:] if r is not None]
 
-    def _drain_async(self) -> list[tuple[int, ...]]:
+    def _drain_async(self) -> list[tuple[tuple[int, ...], int]]:
         rec, cap = self.rec, self.rec.capacity
         with rec.async_lock:
             n = rec.async_pos[0]
@@ -94,7 +94,7 @@ class ShardWriter:
         keep = []
         for row, start, end in cuda:
             if end.query():
-                out.append((*row, row[5] + int(start.elapsed_time(end) * 1e6)))
+                out.append((row, row[5] + int(start.elapsed_time(end) * 1e6)))
             else:
                 keep.append((row, start, end))
         if keep:
@@ -122,8 +122,10 @@ class ShardWriter:
         finally:
             self.lock.release()
 
-    def _write_shard(self, rows: list[tuple[int, ...]]) -> None:
-        a = np.array(rows, dtype=np.int64)  # gid, op, seq, peer, nbytes, start, step, end
+    def _write_shard(self, entries: list[tuple[tuple[int, ...], int]]) -> None:
+        a = np.empty((len(entries), 8), dtype=np.int64)  # gid, op, seq, peer, nbytes, start, step, end
+        a[:, :7] = np.array([e[0] for e in entries], dtype=np.int64)
+        a[:, 7] = np.fromiter((e[1] for e in entries), dtype=np.int64, count=len(entries))
         names = pa.array(self.rec.group_names, pa.string())
         n = len(a)
         table = pa.Table.from_arrays(

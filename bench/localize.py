@@ -15,7 +15,6 @@ import argparse
 import shutil
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from localize.features import detector_matrix, prepare_ops
 from localize.model_store import load_detector
 from localize.steps import judge, step_durations
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
-from localize.verdict import Candidate, Verdict
+from localize.verdict import Candidate
 
 # name -> (tp, pp, cp, ep, virtual stages); dims counted as in Holmes (dp, tp, pp, cp, ep, vpp)
 LAYOUTS = {

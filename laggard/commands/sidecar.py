@@ -15,9 +15,9 @@ def register(sub: Any) -> None:
         sub, "sidecar", "node-local operator detection and progressive central localization",
         "run: on a node, read that node's CommOps shards (written by collector.commops) window by\n"
         "  window, flag abnormal operators against their own history and write a compact summary\n"
-        "  to TRACE/summaries/<host>/. --follow keeps going while the job runs.\n"
-        "localize: centrally, read the summaries, blame the ranks the others waited for, and fetch\n"
-        "  full shards only for the top suspects; prints a verdict and the bytes moved.",
+        "  to TRACE/summary/ (localize/summary's format). --follow keeps going while the job runs.\n"
+        "localize: centrally, check for a hang, then localize from the summaries, fetching full\n"
+        "  records only for the ranks and steps they point at; prints a verdict and the bytes moved.",
         "  laggard sidecar run /data/run7 --host node-3 --follow\n"
         "  laggard sidecar run /data/run7 --all-hosts          # every host, once (tests, replays)\n"
         "  laggard sidecar localize /data/run7 --format json",
@@ -36,8 +36,7 @@ def register(sub: Any) -> None:
     run_p.set_defaults(func=run)
     loc = verbs.add_parser("localize", help="central localization from summaries", formatter_class=Formatter)
     loc.add_argument("trace", type=Path)
-    loc.add_argument("--top", type=int, default=3, help="candidates to report (default 3)")
-    loc.add_argument("--fetch", type=int, default=2, help="suspects whose full shards to fetch (default 2)")
+    loc.add_argument("--top", type=int, default=5, help="candidates to report (default 5)")
     add_format(loc)
     loc.set_defaults(func=run)
 
@@ -54,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
                 n = follow_node(args.trace, h, args.window, args.poll, args.idle_exit)
             else:
                 n = len(summarize_node(args.trace, h, args.window, final=True))
-            print(f"{h}: {n} window summary(ies) in {args.trace / 'summaries' / h}")
+            print(f"{h}: {n} window summary(ies) in {args.trace / 'summary'}")
         return 0
-    verdict, mv = central_localize(args.trace, top=args.top, fetch=args.fetch)
+    verdict, mv = central_localize(args.trace, top=args.top)
     if args.format == "json":
         print_json(verdict.to_dict())
         return 0

@@ -8,6 +8,7 @@ the imported dumps and the logger's own pending records must name rank 2.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,12 +39,14 @@ def test_straggler_is_named_first(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     assert validate_trace(out) == []
     assert len(list((out / "commops").glob("rank-0000[0-3]-*.parquet"))) >= 4
-    for host in JobMeta.load(out / "meta.json").hosts():
-        summarize_node(out, host, window=10)
-    verdict, _ = central_localize(out)
-    v = verdict.to_dict()
-    assert v["status"] == "irregular" and v["candidates"][0]["rank"] == 1, v
-    assert set(range(10, 20)) & set(v["irregular_steps"])
+    full = json.loads(run_cli("localize", out, "--format", "json", check=True).stdout)  # every shard
+    assert full["status"] == "irregular" and full["candidates"][0]["rank"] == 1, full
+    assert set(range(10, 20)) & set(full["irregular_steps"])
+    for host in JobMeta.load(out / "meta.json").hosts():  # the sidecar path: summaries, then fetch
+        assert summarize_node(out, host, window=10)
+    verdict, mv = central_localize(out)
+    assert verdict.status == "irregular" and verdict.candidates[0].rank == 1, verdict.to_dict()
+    assert 0 < mv.moved < mv.full_bytes
 
 
 def test_hang_is_attributed_from_flight_recorder_and_from_live_shards(tmp_path: Path) -> None:

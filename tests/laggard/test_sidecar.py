@@ -36,17 +36,18 @@ def test_summaries_then_fetch_names_the_slow_gpu(sharded: Path) -> None:
     assert set(range(12, 22)) & set(verdict.irregular_steps)
     d = mv.to_dict()
     assert 0 < d["moved_bytes"] < d["full_bytes"] and d["fetched_files"] >= 1
-    assert all(f.startswith("rank-00013-") for f in mv.fetched_files[: d["fetched_files"] // 2 or 1])
+    assert any(f.startswith("rank-00013-") for f in mv.fetched_files)
+    assert d["fetched_files"] < len(list((sharded / "commops").glob("*.parquet")))
 
 
 def test_windows_are_incremental(sharded: Path, tmp_path: Path) -> None:
     host = JobMeta.load(sharded / "meta.json").hosts()[0]
-    out = sharded / "summaries" / host
-    before = sorted(p.name for p in out.glob("w-*.json"))
+    out = sharded / "summary"
+    before = sorted(p.name for p in out.glob(f"{host}-w*.parquet"))
+    assert len(before) == 3  # 30 steps in windows of 10
     assert summarize_node(sharded, host, window=10) == []  # nothing new to summarize
-    assert sorted(p.name for p in out.glob("w-*.json")) == before
-    state = json.loads((out / "state.json").read_text())
-    assert state["next_step"] == 30 and state["baseline"]
+    assert sorted(p.name for p in out.glob(f"{host}-w*.parquet")) == before
+    assert json.loads((out / f".{host}.state.json").read_text())["next_step"] == 30
 
 
 def test_cli_localize_prints_bytes_and_verdict(sharded: Path) -> None:
@@ -54,3 +55,4 @@ def test_cli_localize_prints_bytes_and_verdict(sharded: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["candidates"][0]["rank"] == 13 and out["data_movement"]["reduction"] > 0
+    assert run_cli("localize", sharded, "--format", "json", check=True).returncode == 0  # same trace, full path

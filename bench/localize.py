@@ -15,6 +15,7 @@ import argparse
 import shutil
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from localize.features import detector_matrix, prepare_ops
 from localize.model_store import load_detector
 from localize.steps import judge, step_durations
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
-from localize.verdict import Candidate
+from localize.verdict import Candidate, Verdict
 
 # name -> (tp, pp, cp, ep, virtual stages); dims counted as in Holmes (dp, tp, pp, cp, ep, vpp)
 LAYOUTS = {

@@ -18,10 +18,10 @@ from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detector import Detection, rule_detect
 from localize.features import Ops, prepare_ops, slot_history, step_scale
-from localize.groupkinds import group_kinds
 from localize.model_store import load_detector
-from localize.network import NetCandidate, resolve_network, slow_units
 from localize.persistent import persistent_imbalance
+from localize.network import NetCandidate, resolve_network, slow_units
+from localize.groupkinds import group_kinds
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView
 from localize.verdict import Candidate, Verdict

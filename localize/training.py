@@ -157,7 +157,7 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
     forest = ArrayForest.from_sklearn(model)
     scores = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, 3, (1.3, 5.0)), say)
     card = {"features": list(FEATURES), "trees": N_TREES, "max_depth": MAX_DEPTH, "seed": seed,
-            "train_jobs": [j.name for j in train_jobs], "train_rows": len(y_all),
+            "train_jobs": [j.name for j in train_jobs], "train_rows": int(len(y_all)),
             "train_layouts": [list(t) for t in TRAIN_LAYOUTS], "eval_layouts": [list(t) for t in EVAL_LAYOUTS],
             "heldout_f1": scores}
     return forest, card

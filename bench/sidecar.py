@@ -125,8 +125,10 @@ def shard_like_logger(sim: Path, out: Path, steps_per_shard: int = 10) -> None:
                        shard_path(out, int(rank), int(chunk)), compression="zstd")
 
 
-def bench_bytes(gpus: int, steps: int) -> dict[str, object]:
+def bench_bytes(gpus: int, steps: int, layers: int, window: int) -> dict[str, object]:
     """Simulate a job with one slow GPU, run every node's sidecar, then central localization."""
+    import pyarrow.parquet as pq
+
     from collector.meta import JobMeta
     from laggard.sidecar import central_localize, summarize_node
     from simulator.config import FaultSpec, SimConfig
@@ -135,20 +137,22 @@ def bench_bytes(gpus: int, steps: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         sim, root = Path(tmp) / "sim", Path(tmp) / "trace"
         bad = gpus // 3 + 1
-        cfg = SimConfig(gpus=gpus, tp=8, pp=4, steps=steps, seed=7,
+        cfg = SimConfig(gpus=gpus, tp=8, pp=4, steps=steps, seed=7, layers_per_chunk=layers,
                         faults=[FaultSpec(kind="gpu", factor=2.0, rank=bad, steps=(steps // 2, steps // 2 + 9))])
         simulate_trace(cfg, sim)
         shard_like_logger(sim, root)
         meta = JobMeta.load(root / "meta.json")
         t0 = time.perf_counter()
         for h in meta.hosts():
-            summarize_node(root, h, window=10)
+            summarize_node(root, h, window=window)
         t_nodes = time.perf_counter() - t0
         t0 = time.perf_counter()
         verdict, mv = central_localize(root)
         t_central = time.perf_counter() - t0
         top = verdict.candidates[0].rank if verdict.candidates else None
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in (root / "commops").glob("*.parquet"))
         return {**mv.to_dict(), "gpus": gpus, "steps": steps, "injected_rank": bad, "top1_rank": top,
+                "rows": rows, "layers": layers, "window": window,
                 "node_detect_s_total": round(t_nodes, 2), "hosts": len(meta.hosts()),
                 "central_s": round(t_central, 3)}
 
@@ -161,6 +165,9 @@ def main() -> int:
     ap.add_argument("--job-steps", type=int, default=150)
     ap.add_argument("--gpus", type=int, default=256)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--layers", type=int, nargs="+", default=[2, 8],
+                    help="simulated layers per pipeline stage (more layers, more operators per step)")
+    ap.add_argument("--window", type=int, default=20, help="sidecar detection window in steps")
     a = ap.parse_args()
     if a.only in (None, "hotpath"):
         h = bench_hotpath(a.calls)
@@ -170,9 +177,10 @@ def main() -> int:
               f"on this machine ({h['empty_call_ns']:.0f} ns); around a real gloo all_reduce (world 1, "
               f"{h['allreduce_base_ns'] / 1e3:.1f} us each) it adds {h['allreduce_added_ns'] / 1e3:.2f} us "
               f"incl. the background writer")
-    if a.only in (None, "bytes"):
-        b = bench_bytes(a.gpus, a.steps)
-        print(f"bytes moved ({b['gpus']} GPUs, {b['steps']} steps, {b['hosts']} hosts): "
+    for layers in a.layers if a.only in (None, "bytes") else []:
+        b = bench_bytes(a.gpus, a.steps, layers, a.window)
+        print(f"bytes moved ({b['gpus']} GPUs tp8 pp4, {layers} layers/stage, {b['steps']} steps, {b['rows']:,} "
+              f"operator rows, {b['hosts']} hosts, {b['window']}-step windows): "
               f"{b['moved_bytes']:,} B (summaries {b['summary_bytes']:,} + fetched {b['fetched_bytes']:,} "
               f"from {b['fetched_files']} shard(s)) vs {b['full_bytes']:,} B full logs = "
               f"{float(b['reduction']):.2%} less (target >= 99%); top-1 rank {b['top1_rank']} "

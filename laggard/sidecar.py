@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -24,7 +27,7 @@ from collector.commops.layout import atomic_write_bytes
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, write_table
+from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.hang import find_hang
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
@@ -53,7 +56,7 @@ def step_range(path: Path) -> tuple[int, int]:
     return lo, hi
 
 
-def summarize_node(root: Path, host: str, window: int = 10, final: bool = True) -> list[Path]:
+def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) -> list[Path]:
     """Summarize this host's ranks for every complete window of steps not yet summarized.
 
     A window is complete once a later step has been logged (or `final`, when the job is over).
@@ -87,12 +90,32 @@ def summarize_node(root: Path, host: str, window: int = 10, final: bool = True) 
         t0 = time.perf_counter()
         summary = summarize(win.reset_index(drop=True))
         path = outdir / f"{host}-w{w0:07d}-{w1:07d}.parquet"
-        outdir.mkdir(exist_ok=True)
-        write_table(summary, path, SUMMARY_SCHEMA)
+        write_summary(summary, path)
         written.append(path)
         state.update(next_step=w1 + 1, detect_s=round(time.perf_counter() - t0, 4))
     atomic_write_bytes(state_path, json.dumps(state).encode())
     return written
+
+
+#: what travels is what costs: durations in float32 (microsecond-exact up to minutes), sorted
+#: integers delta-encoded, no per-column statistics in the footer. Readers cast back to the
+#: float64 of SUMMARY_SCHEMA.
+_ENCODING = {"rank": "DELTA_BINARY_PACKED", "step": "DELTA_BINARY_PACKED", "ops": "DELTA_BINARY_PACKED",
+             "abnormal": "DELTA_BINARY_PACKED", "step_end_ns": "DELTA_BINARY_PACKED",
+             "elapsed_s": "BYTE_STREAM_SPLIT", "abnormal_s": "BYTE_STREAM_SPLIT", "compute_s": "BYTE_STREAM_SPLIT"}
+_FLOATS = ("elapsed_s", "abnormal_s", "compute_s")
+
+
+def write_summary(summary: pd.DataFrame, path: Path) -> None:
+    """One window's summary, compactly encoded, written atomically (dot-prefixed temp file)."""
+    table = pa.Table.from_pandas(summary.sort_values(["rank", "step", "group"]), schema=SUMMARY_SCHEMA,
+                                 preserve_index=False)
+    table = pa.table({n: pc.cast(table[n], pa.float32()) if n in _FLOATS else table[n] for n in table.column_names})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=19, write_statistics=False,
+                   use_dictionary=["group"], column_encoding=_ENCODING)
+    tmp.replace(path)
 
 
 def follow_node(root: Path, host: str, window: int, poll_s: float, stop_after_idle_s: float) -> int:

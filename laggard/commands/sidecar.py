@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     who = run_p.add_mutually_exclusive_group()
     who.add_argument("--host", default=None, help="host whose ranks to read (default: this machine's name)")
     who.add_argument("--all-hosts", action="store_true", help="summarize every host in meta.json, one after another")
-    run_p.add_argument("--window", type=int, default=10, help="steps per detection window (default 10)")
+    run_p.add_argument("--window", type=int, default=20, help="steps per detection window (default 20)")
     run_p.add_argument("--follow", action="store_true", help="keep summarizing while the job writes shards")
     run_p.add_argument("--poll", type=float, default=5.0, help="seconds between looks in --follow (default 5)")
     run_p.add_argument("--idle-exit", type=float, default=60.0,

@@ -1,9 +1,11 @@
 """End to end with real torchrun jobs (4 gloo ranks: DDP + TP-like + PP-like groups on CPU).
 
-Straggler: rank 1 burns CPU for a window of steps; the logger's shards go through node-local
+Straggler: rank 1 burns CPU (300 ms a step, several times this shared machine's hiccups) for
+a window of steps; the logger's shards go through node-local
 detection and central localization, which must name rank 1 first.
 Hang: rank 2 stops before its collectives; the others time out with the Flight Recorder on; both
 the imported dumps and the logger's own pending records must name rank 2.
+FSDP2: a 2-rank fully_shard job's all-gathers and reduce-scatters are recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from collector.meta import JobMeta
+from collector.traceio import Trace
 from collector.validate import validate_trace
 from laggard.sidecar import central_localize, summarize_node
 from tests.conftest import REPO, run_cli
@@ -35,7 +38,7 @@ def torchrun(out: Path, *args: str, env: dict[str, str] | None = None, port: int
 
 def test_straggler_is_named_first(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    p = torchrun(out, "--steps", "30", "--slow-rank", "1", "--slow-steps", "10:20", "--slow-ms", "150")
+    p = torchrun(out, "--steps", "30", "--slow-rank", "1", "--slow-steps", "10:20", "--slow-ms", "300")
     assert p.returncode == 0, p.stderr[-2000:]
     assert validate_trace(out) == []
     assert len(list((out / "commops").glob("rank-0000[0-3]-*.parquet"))) >= 4
@@ -61,3 +64,16 @@ def test_hang_is_attributed_from_flight_recorder_and_from_live_shards(tmp_path: 
     for trace in (imported, out):
         v = central_localize(trace)[0].to_dict()
         assert v["status"] == "hang" and v["candidates"][0]["rank"] == 2, (trace, v)
+
+
+def test_fsdp2_collectives_are_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO), LAGGARD_COMMOPS_DIR=str(out), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(25000 + os.getpid() % 5000), str(REPO / "tests" / "collector" / "jobs" / "fsdp2_train.py")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    df = Trace.open(out).commops()
+    per_step = df.groupby(["rank", "op", "step"]).size().unstack("op")
+    assert (per_step["all_gather"] >= 2).all() and (per_step["reduce_scatter"] >= 1).all()
+    assert sorted(df["step"].unique()) == [0, 1, 2]  # steps from optimizer.step()

@@ -115,8 +115,8 @@ class ShardWriter:
                 self._write_shard(rows)
             self._write_pending(final)
             self._write_rank_info()
-            if self.rank == 0:
-                self._write_meta()
+            if self.rank == 0 or final:  # whoever finishes last leaves the most complete meta.json
+                self._write_meta(force=final)
         except Exception as exc:
             self.rec.error(exc)
         finally:
@@ -194,10 +194,10 @@ class ShardWriter:
         }
         layout.atomic_write_bytes(self.root / "ranks" / f"rank-{self.rank:05d}.json", json.dumps(info).encode())
 
-    def _write_meta(self) -> None:
+    def _write_meta(self, force: bool = False) -> None:
         n = len(list((self.root / "ranks").glob("rank-*.json")))
         groups = len(self.rec.group_names)
-        if (n, groups) == (self.known_ranks, self.known_groups) and n >= self.world:
+        if not force and (n, groups) == (self.known_ranks, self.known_groups) and n >= self.world:
             return
         layout.write_meta(self.root, layout.merge_meta(self.root, self.job))
         self.known_ranks, self.known_groups = n, groups

@@ -56,3 +56,15 @@ def test_cli_localize_prints_bytes_and_verdict(sharded: Path) -> None:
     out = json.loads(proc.stdout)
     assert out["candidates"][0]["rank"] == 13 and out["data_movement"]["reduction"] > 0
     assert run_cli("localize", sharded, "--format", "json", check=True).returncode == 0  # same trace, full path
+
+
+def test_follow_mode_finishes_when_shards_stop_changing(sharded: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from laggard.sidecar import follow_node
+
+    copy = tmp_path / "t"
+    shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))
+    host = JobMeta.load(copy / "meta.json").hosts()[1]
+    assert follow_node(copy, host, window=10, poll_s=0.05, stop_after_idle_s=0.1) == 3
+    assert len(list((copy / "summary").glob(f"{host}-w*.parquet"))) == 3

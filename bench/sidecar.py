@@ -182,7 +182,7 @@ def main() -> int:
         print(f"bytes moved ({b['gpus']} GPUs tp8 pp4, {layers} layers/stage, {b['steps']} steps, {b['rows']:,} "
               f"operator rows, {b['hosts']} hosts, {b['window']}-step windows): "
               f"{b['moved_bytes']:,} B (summaries {b['summary_bytes']:,} + fetched {b['fetched_bytes']:,} "
-              f"from {b['fetched_files']} shard(s)) vs {b['full_bytes']:,} B full logs = "
+              f"= {b['fetched_rows']:,} requested rows) vs {b['full_bytes']:,} B full logs = "
               f"{float(b['reduction']):.2%} less (target >= 99%); top-1 rank {b['top1_rank']} "
               f"(injected {b['injected_rank']}); node detection {b['node_detect_s_total']} s over all hosts, "
               f"central {b['central_s']} s")

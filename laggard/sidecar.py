@@ -4,8 +4,8 @@ On each node, `summarize_node` reads only that node's CommOps shards (what colle
 wrote), window by window of steps, and runs the abnormal-operator detector of localize/summary
 on them; the compact summary (`summary/<host>-w<first>-<last>.parquet`) is all that travels.
 Centrally, `central_localize` checks for a hang, then localizes from the summaries, which plan
-which ranks and steps to fetch in full; the bytes that moves (summaries, plus Parquet footers
-and the needed columns of only the shards of those ranks and steps) are counted against
+which ranks and steps to fetch in full; the nodes keep their logs and ship only those rows.
+The bytes that moves (summaries plus the requested rows, compressed) are counted against
 shipping every shard.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ import pyarrow.parquet as pq
 from collector.commops.layout import atomic_write_bytes
 from collector.errors import TraceError
 from collector.meta import JobMeta
-from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.hang import find_hang
@@ -42,18 +41,6 @@ def _shards(root: Path, ranks: list[int] | None = None) -> list[Path]:
         return files
     want = {f"rank-{r:05d}" for r in ranks}
     return [p for p in files if p.name[:10] in want]
-
-
-def step_range(path: Path) -> tuple[int, int]:
-    """A shard's first and last step from its Parquet footer (no data read)."""
-    md = pq.ParquetFile(path).metadata
-    col = COMMOPS_SCHEMA.get_field_index("step")
-    lo, hi = 2**31, -1
-    for i in range(md.num_row_groups):
-        st = md.row_group(i).column(col).statistics
-        if st is not None and st.has_min_max:
-            lo, hi = min(lo, int(st.min)), max(hi, int(st.max))
-    return lo, hi
 
 
 def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) -> list[Path]:
@@ -78,12 +65,11 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     if df.empty:
         return []
     last = int(df["step"].max())
-    end = last + 1 if final else last  # without `final` the last logged step may still be running
     written = []
-    for w0 in range(int(state["next_step"]), end, window):
-        w1 = min(w0 + window, end) - 1
-        if not final and w1 >= last:
-            break
+    for w0 in range(int(state["next_step"]), last + 1, window):
+        w1 = min(w0 + window - 1, last)
+        if not final and w0 + window - 1 >= last:
+            break  # the window is not over yet (its last step may still be running)
         win = df[(df["step"] >= w0) & (df["step"] <= w1)]
         if win.empty:
             continue
@@ -136,8 +122,8 @@ class Movement:
 
     summary_bytes: int = 0
     fetched_bytes: int = 0
+    fetched_rows: int = 0
     full_bytes: int = 0
-    fetched_files: list[str] = field(default_factory=list)
 
     @property
     def moved(self) -> int:
@@ -147,15 +133,14 @@ class Movement:
         saved = 1 - self.moved / self.full_bytes if self.full_bytes else 0.0
         return {"summary_bytes": self.summary_bytes, "fetched_bytes": self.fetched_bytes,
                 "moved_bytes": self.moved, "full_bytes": self.full_bytes,
-                "reduction": round(saved, 5), "fetched_files": len(self.fetched_files)}
+                "reduction": round(saved, 5), "fetched_rows": self.fetched_rows}
 
 
-def range_read_bytes(path: Path, columns: list[str]) -> int:
-    """Bytes a remote reader moves to read `columns` of a Parquet file: footer plus those column chunks."""
-    md = pq.ParquetFile(path).metadata
-    idx = [md.schema.names.index(c) for c in columns]
-    chunks = sum(md.row_group(i).column(j).total_compressed_size for i in range(md.num_row_groups) for j in idx)
-    return int(md.serialized_size) + 8 + int(chunks)
+def shipped_bytes(table: pa.Table) -> int:
+    """Size of rows as a node would ship them: one zstd Parquet payload."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return int(sink.getvalue().size)
 
 
 def central_localize(root: Path, top: int = 5) -> tuple[Verdict, Movement]:
@@ -170,11 +155,13 @@ def central_localize(root: Path, top: int = 5) -> tuple[Verdict, Movement]:
         raise TraceError(f"{root}: no node summaries", "run `laggard sidecar run TRACE` on every node first")
     mv.summary_bytes = sum(p.stat().st_size for p in summaries)
     verdict, plan = localize_from_summary(trace, top)
-    steps = set(plan.fetch_steps)
-    for p in _shards(root, plan.ranks):
-        lo, hi = step_range(p)
-        if any(lo <= s <= hi for s in steps):
-            mv.fetched_bytes += range_read_bytes(p, list(COLUMNS))
-            mv.fetched_files.append(p.name)
+    if plan.ranks and plan.fetch_steps:
+        # what the nodes ship on request: the planned ranks' rows of the planned steps, compressed
+        lo, hi = min(plan.fetch_steps), max(plan.fetch_steps)
+        rows = trace.table("commops", filter_expr=ds.field("rank").isin(plan.ranks) & (ds.field("step") >= lo)
+                           & (ds.field("step") <= hi))
+        rows = rows.filter(pc.is_in(rows["step"], pa.array(plan.fetch_steps, pa.int32())))
+        mv.fetched_bytes = shipped_bytes(rows)
+        mv.fetched_rows = rows.num_rows
     verdict.extra["data_movement"] = mv.to_dict()
     return verdict, mv

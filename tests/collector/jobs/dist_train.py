@@ -43,8 +43,10 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=30.0)
     ap.add_argument("--attach", action="store_true")
     ap.add_argument("--no-ddp", action="store_true", help="plain all_reduce of grads (baseline)")
+    ap.add_argument("--toggle-every", type=int, default=0,
+                    help="bench: attach/detach the logger every N steps and report step times of both")
     a = ap.parse_args()
-    if a.attach:
+    if a.attach or a.toggle_every:
         from collector import commops
 
         commops.attach()
@@ -71,7 +73,12 @@ def main() -> None:
     act = torch.zeros(32, 64)
     peer = rank + 2 if stage == 0 else rank - 2
     t_loop = time.perf_counter()
+    times: dict[bool, list[float]] = {True: [], False: []}
     for step in range(a.steps):
+        if a.toggle_every and step and step % a.toggle_every == 0:  # between steps, not timed
+            on = (step // a.toggle_every) % 2 == 0
+            commops.attach() if on else commops.detach()
+        t_step = time.perf_counter()
         burn(a.compute_ms + (a.slow_ms if rank == a.slow_rank and step in slow else 0.0))
         if rank == a.hang_rank and step == a.hang_step:
             time.sleep(600)  # stuck before the collective; torchrun's SIGTERM ends it
@@ -99,11 +106,18 @@ def main() -> None:
             for p in head.parameters():
                 dist.all_reduce(p.grad, group=dp)
         opt.step()
+        if a.toggle_every and step % a.toggle_every:  # skip each block's first step (warm-up)
+            times[(step // a.toggle_every) % 2 == 0].append(time.perf_counter() - t_step)
     dist.barrier(group=dp)
     t_end = time.perf_counter()
     if rank == 0 and os.environ.get("DIST_TRAIN_REPORT"):
         print(f"dist_train steps={a.steps} setup_s={t_loop - t_start:.3f} "
               f"step_s={(t_end - t_loop) / max(a.steps, 1):.5f}", flush=True)
+        if a.toggle_every:
+            import statistics
+
+            print(f"toggled on_s={statistics.median(times[True]):.6f} off_s={statistics.median(times[False]):.6f} "
+                  f"n={len(times[True])},{len(times[False])}", flush=True)
     dist.destroy_process_group()
 
 

@@ -15,7 +15,6 @@ import argparse
 import shutil
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from localize.features import detector_matrix, prepare_ops
 from localize.model_store import load_detector
 from localize.steps import judge, step_durations
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
-from localize.verdict import Candidate, Verdict
+from localize.verdict import Candidate
 
 # name -> (tp, pp, cp, ep, virtual stages); dims counted as in Holmes (dp, tp, pp, cp, ep, vpp)
 LAYOUTS = {
@@ -116,7 +115,8 @@ def baseline_correct(rank: int | None, root: dict[str, Any], meta: Any) -> bool:
     return False
 
 
-def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path,
+             layouts: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     from simulator.config import FaultSpec, SimConfig
     from simulator.writer import simulate_trace
 
@@ -124,6 +124,8 @@ def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path) -> tuple[
     rng = np.random.default_rng(1000)
     for gpus in scales:
         for lname, (tp, pp, cp, ep, vpp) in LAYOUTS.items():
+            if layouts and lname not in layouts:
+                continue
             for kind in KINDS:
                 for s in range(seeds):
                     specs = fault_for(kind, gpus, tp, pp, rng, steps)
@@ -200,26 +202,26 @@ def latency(gpus: int, steps: int, workdir: Path) -> dict[str, float]:
     trace = Trace.open(out)
     df = trace.commops(columns=COLUMNS)
     # the sidecars' work, node by node (on the nodes in production; timed here for reference)
+    # every summary feature is per rank, so summarizing all nodes at once equals node by node
     t0 = time.perf_counter()
     c0 = time.process_time()
-    host_of = np.array([trace.meta.host_of(r) for r in range(gpus)])
-    parts = [summarize(g) for _, g in df.groupby(host_of[df["rank"].to_numpy()], sort=False)]
-    summary = pd.concat(parts, ignore_index=True)
+    summary = summarize(df)
     side_cpu = time.process_time() - c0
     side_s = time.perf_counter() - t0
     from collector.traceio import write_table
 
     write_table(summary, out / "summary.parquet", SUMMARY_SCHEMA)
     del df
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     v_sum, plan = localize_from_summary(Trace.open(out))
-    sum_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    sum_s, sum_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
     v_full = localize_trace(Trace.open(out), ("commops",))
-    full_s = time.perf_counter() - t0
+    full_s, full_cpu = time.perf_counter() - t0, time.process_time() - c0
     root = truth["faults"][0]["root"]
     res = {"gpus": gpus, "rows": truth["rows"], "simulate_s": sim_s, "sidecar_summarize_s": side_s,
-           "sidecar_cpu_s": side_cpu, "summary_path_s": sum_s, "full_trace_s": full_s,
+           "sidecar_cpu_s": side_cpu, "summary_path_s": sum_s, "summary_path_cpu_s": sum_cpu,
+           "full_trace_s": full_s, "full_trace_cpu_s": full_cpu,
            "summary_rows": len(summary), "rows_fetched": plan.rows_fetched, "ranks_fetched": len(plan.ranks),
            "summary_top1_ok": correct(v_sum.candidates[0] if v_sum.candidates else None, root),
            "full_top1_ok": correct(v_full.candidates[0] if v_full.candidates else None, root),
@@ -288,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-gpus", type=int, default=8192)
     ap.add_argument("--latency-steps", type=int, default=12)
     ap.add_argument("--two-faults", type=int, default=4)
+    ap.add_argument("--layouts", default="", help="comma-separated indices into LAYOUTS (default all)")
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--skip-latency", action="store_true")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-localize-"))
     try:
@@ -303,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {k:<14} {v:.3f}")
         if not args.skip_accuracy:
             print("== accuracy (top-1; healthy = no alarm) ==", flush=True)
-            acc, base = accuracy([int(s) for s in args.scales.split(",")], args.seeds, args.steps, work)
+            names = list(LAYOUTS)
+            pick = [names[int(i)] for i in args.layouts.split(",")] if args.layouts else None
+            acc, base = accuracy([int(s) for s in args.scales.split(",")], args.seeds, args.steps, work, pick)
             print(acc.pivot_table(index=["gpus", "layout"], columns="kind", values="ok", aggfunc="mean").round(2).to_string())
             faulty = acc[acc["kind"] != "healthy"]
             print("\ntop-1 by fault kind (all scales/layouts):")
@@ -320,9 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n== throughput (rows per CPU-second, one process) ==")
         for k, v in throughput(1024, work).items():
             print(f"  {k:<36} {v:,.0f}")
-        print(f"\n== latency at {args.latency_gpus} GPUs ==", flush=True)
-        for k, v in latency(args.latency_gpus, args.latency_steps, work).items():
-            print(f"  {k:<22} {v:.3f}" if isinstance(v, float) else f"  {k:<22} {v}")
+        if not args.skip_latency:
+            print(f"\n== latency at {args.latency_gpus} GPUs ==", flush=True)
+            for k, v in latency(args.latency_gpus, args.latency_steps, work).items():
+                print(f"  {k:<22} {v:.3f}" if isinstance(v, float) else f"  {k:<22} {v}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -27,7 +27,7 @@ def _argmax_rank(values: np.ndarray, ranks: np.ndarray) -> int | None:
     if len(values) == 0:
         return None
     s = pd.Series(values).groupby(ranks).sum()
-    return int(s.idxmax()) if len(s) and s.max() > 0 else None
+    return int(s.index[int(np.argmax(s.to_numpy()))]) if len(s) and s.max() > 0 else None
 
 
 def baseline_ranks(ops: Ops, irregular: np.ndarray, ref: np.ndarray) -> dict[str, int | None]:
@@ -44,11 +44,12 @@ def baseline_ranks(ops: Ops, irregular: np.ndarray, ref: np.ndarray) -> dict[str
     if coll.any():
         g = ops.group_code[coll]
         var = pd.Series(ops.elapsed[coll]).groupby(g).std().fillna(0)
-        target = int(var.idxmax())
+        target = int(var.index[int(np.argmax(var.to_numpy()))])
         sel = np.flatnonzero(coll & (ops.group_code == target))
         start = ops.df["start_ns"].to_numpy(np.int64)[sel]
-        last = pd.Series(start).groupby(ops.inst[sel]).idxmax().to_numpy()
-        out["hta-late-start"] = int(pd.Series(rank[sel][last]).value_counts().idxmax())
+        last = pd.Series(start).groupby(ops.inst[sel]).idxmax().to_numpy(np.int64)
+        counts = pd.Series(rank[sel][last]).value_counts()
+        out["hta-late-start"] = int(counts.index[0])
     else:
         out["hta-late-start"] = None
     return out

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from localize.forest import ArrayForest
 from localize.features import Ops, detector_matrix, slot_history, step_scale
+from localize.forest import ArrayForest
 
 DEFAULT_THRESHOLD = 0.5
 

@@ -26,7 +26,7 @@ from collector.schema import COLLECTIVE_OPS, OPS
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
-    "log_elapsed",
+    "log_elapsed_norm",
     "ratio_own_median",
     "z_own",
     "quartile_pos",
@@ -115,8 +115,10 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     sends = d[d["send"]].drop_duplicates(["s", "seq"])
     recvs = d[~d["send"]].drop_duplicates(["s", "seq"])
     shared = sends.merge(recvs, on=["s", "seq"]).groupby("s").size()
-    n_min = np.minimum(sends.groupby("s").size(), recvs.groupby("s").size()).reindex(shared.index.union(d["s"].unique()))
-    agree = (shared.reindex(n_min.index).fillna(0) >= 0.5 * n_min.fillna(0)) & (n_min.fillna(0) > 0)
+    streams = pd.Index(np.unique(d["s"].to_numpy()))
+    n_min = pd.concat([sends.groupby("s").size().reindex(streams), recvs.groupby("s").size().reindex(streams)],
+                      axis=1).min(axis=1).fillna(0)
+    agree = (shared.reindex(streams).fillna(0) >= 0.5 * n_min) & (n_min > 0)
     use_seq = agree.reindex(d["s"]).fillna(False).to_numpy(bool)
     ordinal = d.sort_values("seq", kind="stable").groupby(["s", "step", "send"]).cumcount().reindex(d.index).to_numpy(np.int64)
     n_send = d.groupby(["s", "step"])["send"].transform("sum").to_numpy(np.int64)
@@ -292,7 +294,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     inst = ops.inst
     imin = ops.inst_min[inst]
     out = np.empty((len(FEATURES), len(e)), dtype=np.float32)
-    out[0] = np.log10(e + 1e-7)
+    out[0] = np.log10(en + 1e-7)  # elapsed against the rolling step-time baseline
     out[1] = en / np.maximum(med, eps)
     out[2] = (en - med) / (iqr / 1.349)
     out[3] = (en - q1) / iqr

@@ -27,6 +27,7 @@ class NetCandidate:
     slow_units: int
     carried_units: int
     examples: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)  # every unit it carries
 
 
 def unit_devices(members: list[int], meta: JobMeta) -> set[tuple[str, object]]:
@@ -82,8 +83,8 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
             continue
         score = 2 * precision * recall / (precision + recall)
         kind, key = dev
-        out.append(NetCandidate(kind, key if kind != "gpu" else int(key), score,  # type: ignore[arg-type]
-                                len(hit), len(names), sorted(hit, key=lambda n: -slow[n])[:3]))
+        nkey: tuple[str, ...] | int = int(key) if isinstance(key, (int, np.integer)) else tuple(key)  # type: ignore[arg-type]
+        out.append(NetCandidate(kind, nkey, score, len(hit), len(names), sorted(hit, key=lambda n: -slow[n])[:3], names))
     out.sort(key=lambda c: (-round(c.score, 6), c.carried_units, KIND_ORDER[c.kind], str(c.key)))
     return out[:top]
 

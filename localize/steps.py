@@ -34,20 +34,62 @@ class StepView:
 
 
 def judge(durations: pd.Series, delta: float = 1.1) -> pd.DataFrame:
-    """δ-irregular steps: duration over delta x the median of the previous WINDOW normal steps."""
+    """δ-irregular steps: duration over delta x the median of the previous WINDOW normal steps.
+
+    Until three normal steps are known, the baseline is the median of the faster half of all
+    steps, so a fault in the first steps (or a short first step) cannot set the baseline.
+    """
     d = durations.sort_index()
     vals = d.to_numpy(np.float64)
     base = np.full(len(vals), np.nan)
     irregular = np.zeros(len(vals), dtype=bool)
+    fast = vals[vals <= np.median(vals)] if len(vals) else vals
+    start = float(np.median(fast)) if len(fast) else 0.0
     normal: list[float] = []
     for i, v in enumerate(vals):  # one iteration per training step, not per operator
-        ref = normal[-WINDOW:] if normal else list(vals[: min(len(vals), WINDOW)])
-        base[i] = float(np.median(ref))
+        base[i] = float(np.median(normal[-WINDOW:])) if len(normal) >= 3 else start
         irregular[i] = v > delta * base[i]
         if not irregular[i]:
             normal.append(float(v))
     return pd.DataFrame({"step": d.index.to_numpy(np.int64), "duration_s": vals, "baseline_s": base,
                          "ratio": vals / base, "irregular": irregular, "pattern": ""})
+
+
+def infer_steps(df: pd.DataFrame) -> np.ndarray:
+    """Per row: the training step, for records logged without step markers (step = -1).
+
+    The gradient sync — the collectives with the largest payload — closes every step; on each
+    rank's own clock, a step ends where a run of those operators ends.
+    """
+    rank = df["rank"].to_numpy(np.int64)
+    start = df["start_ns"].to_numpy(np.int64)
+    order = np.lexsort((start, rank))
+    is_coll = ~df["op"].isin(["send", "recv"]).to_numpy(bool)
+    nbytes = df["nbytes"].to_numpy(np.int64)
+    big = nbytes[is_coll].max(initial=0)
+    anchor = (is_coll & (nbytes == big))[order]
+    r = rank[order]
+    last_of_rank = np.r_[r[1:] != r[:-1], True]
+    nxt_anchor = np.r_[anchor[1:], False]
+    burst_end = anchor & (~nxt_anchor | last_of_rank)
+    ends_before = np.cumsum(burst_end) - burst_end
+    first = np.r_[True, r[1:] != r[:-1]]
+    base = np.maximum.accumulate(np.where(first, ends_before, 0))
+    out = np.empty(len(df), dtype=np.int64)
+    out[order] = ends_before - base
+    return out
+
+
+def with_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The records with a usable step column (inferred when the logger wrote none)."""
+    if len(df) and (df["step"].to_numpy() < 0).all() and {"op", "nbytes"} <= set(df.columns):
+        df = df.copy()
+        try:  # the timeline stage's inference, so step numbers agree with its step table
+            infer = importlib.import_module("timeline.steps").infer_steps
+            df["step"] = np.asarray(infer(df)).astype(np.int32)
+        except (ImportError, AttributeError, KeyError):
+            df["step"] = infer_steps(df).astype(np.int32)
+    return df
 
 
 def step_durations(df: pd.DataFrame) -> pd.Series:
@@ -69,6 +111,7 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         tl = build.build_timeline(trace, steps=steps)
         return StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
                         dict(tl.group_kind))
+    df = with_steps(df)
     table = judge(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
     irr = [int(s) for s in table.loc[table["irregular"].astype(bool), "step"]]
     normal = table.loc[~table["irregular"].astype(bool), "duration_s"]

@@ -130,7 +130,8 @@ def f1(y: np.ndarray, p: np.ndarray) -> float:
     return 2 * tp / max(float(y.sum() + p.sum()), 1.0)
 
 
-def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layout: int = 4) -> tuple[ArrayForest, dict[str, Any]]:
+def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layout: int = 4,
+          eval_per_layout: int = 3) -> tuple[ArrayForest, dict[str, Any]]:
     """Fit the forest on training jobs, score it and the baselines on held-out jobs."""
     from sklearn.ensemble import RandomForestClassifier
 
@@ -155,9 +156,9 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
                                    random_state=seed, n_jobs=1, class_weight="balanced_subsample")
     model.fit(x_all, y_all)
     forest = ArrayForest.from_sklearn(model)
-    scores = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, 3, (1.3, 5.0)), say)
+    scores = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, eval_per_layout, (1.3, 5.0)), say)
     card = {"features": list(FEATURES), "trees": N_TREES, "max_depth": MAX_DEPTH, "seed": seed,
-            "train_jobs": [j.name for j in train_jobs], "train_rows": int(len(y_all)),
+            "train_jobs": [j.name for j in train_jobs], "train_rows": len(y_all),
             "train_layouts": [list(t) for t in TRAIN_LAYOUTS], "eval_layouts": [list(t) for t in EVAL_LAYOUTS],
             "heldout_f1": scores}
     return forest, card
@@ -165,7 +166,8 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
 
 def evaluate(forest: ArrayForest, jobs: list[Job], say: Callable[[str], None]) -> dict[str, float]:
     """Row-level F1 on held-out jobs: the forest (auto-tuned threshold) and the baselines."""
-    ys, preds = [], {"random-forest": [], "3-sigma": [], "robust-rule": []}  # type: dict[str, list[np.ndarray]]
+    ys: list[np.ndarray] = []
+    preds: dict[str, list[np.ndarray]] = {"random-forest": [], "3-sigma": [], "robust-rule": []}
     for j in jobs:
         x, y, base = job_matrix(j.cfg)
         proba = forest.predict_proba(x)

@@ -22,6 +22,7 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the job generator and the forest (default 0)")
     p.add_argument("--out", type=Path, default=None, help="directory to write (default: the shipped model's)")
     p.add_argument("--jobs-per-layout", type=int, default=4, help="training jobs per layout (default 4)")
+    p.add_argument("--eval-jobs-per-layout", type=int, default=3, help="held-out jobs per layout (default 3)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run)
 
@@ -31,7 +32,12 @@ def run(args: argparse.Namespace) -> int:
     from localize.training import train
 
     quiet = args.format == "json"
-    forest, card = train(args.seed, None if quiet else (lambda m: print(m, file=sys.stderr)), args.jobs_per_layout)
+    if args.jobs_per_layout < 1 or args.eval_jobs_per_layout < 1:
+        from collector.errors import UserError
+
+        raise UserError("--jobs-per-layout and --eval-jobs-per-layout must be >= 1", "e.g. --jobs-per-layout 4")
+    forest, card = train(args.seed, None if quiet else (lambda m: print(m, file=sys.stderr)), args.jobs_per_layout,
+                         args.eval_jobs_per_layout)
     path = save_model(forest, card, args.out or MODEL_DIR)
     if quiet:
         print_json({"model": str(path), **card})

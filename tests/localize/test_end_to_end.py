@@ -116,3 +116,25 @@ def test_model_is_shipped_and_hash_checked(tmp_path: Path) -> None:
     (tmp_path / HASH_NAME).write_text("0" * 64 + "\n")
     with pytest.raises(UserError):
         load_model(tmp_path)
+
+
+def test_node_summaries_equal_whole_job_summary(traces: dict[str, Trace]) -> None:
+    # every summary column is per rank, so a sidecar summarizing its own node agrees with the whole
+    import pandas as pd
+
+    from localize.commops import COLUMNS
+    from localize.summary import summarize
+
+    t = traces["nic"]
+    df = t.commops(columns=COLUMNS)
+    whole = summarize(df).sort_values(["rank", "step", "group"]).reset_index(drop=True)
+    hosts = df["rank"].map(lambda r: t.meta.host_of(int(r)))
+    parts = pd.concat([summarize(g) for _, g in df.groupby(hosts)]).sort_values(["rank", "step", "group"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(whole, parts, check_dtype=False)
+
+
+def test_registry_skips_missing_localizers(traces: dict[str, Trace]) -> None:
+    from localize import combine
+
+    assert "commops" in combine.available(traces["gpu"])
+    assert combine._function(("localize.no_such_module", "f")) is None

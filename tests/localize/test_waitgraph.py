@@ -45,13 +45,14 @@ def test_backtracking_follows_waiting_across_groups() -> None:
     # rank 1 waits 6 ms in a recv from rank 9 (rank 9 sent late), then arrives late at tp-0;
     # rank 1's copy of tp-0 is the normal one, but its lateness is explained by the recv
     spec = [(r, "tp-0", "all_reduce", 0, -1, 0.0, 1.0) for r in range(4)]
-    spec += [(1, "pp-0", "recv", 0, 9, 1.5, 7.5), (9, "pp-0", "send", 0, 1, 7.0, 7.4)]
+    spec += [(1, "pp-0", "recv", 0, 9, -3.0, -2.0), (9, "pp-0", "send", 0, 1, -3.0, -2.5)]  # an earlier transfer
+    spec += [(1, "pp-0", "recv", 1, 9, 1.5, 7.5), (9, "pp-0", "send", 1, 1, 7.0, 7.4)]
     spec += [(9, "tp-2", "all_reduce", 0, -1, 0.0, 1.0), (8, "tp-2", "all_reduce", 0, -1, 0.2, 1.0)]
     spec += [(r, "tp-0", "all_reduce", 1, -1, 2.0 if r != 1 else 8.0, 8.5) for r in range(4)]
-    abnormal = {(r, "tp-0", 1) for r in (0, 2, 3)} | {(1, "pp-0", 0)}
+    abnormal = {(r, "tp-0", 1) for r in (0, 2, 3)} | {(1, "pp-0", 1)}
     ops, g = graph(rows(spec), abnormal)
     tp1 = int(ops.inst[((ops.df["seq"] == 1) & (ops.df["group"] == "tp-0")).to_numpy()][0])
-    recv = int(ops.inst[(ops.df["op"] == "recv").to_numpy()][0])
+    recv = int(ops.inst[((ops.df["op"] == "recv") & (ops.df["seq"] == 1)).to_numpy()][0])
     assert g.suspect[tp1] and g.suspect[recv]
     assert g.root_inst[tp1] == recv  # the chain ends at the late send
     assert g.root_rank[tp1] == 9
@@ -86,3 +87,20 @@ def test_p2p_streams_numbered_per_end_are_matched_by_order() -> None:
             (1, "pp-0", "recv", 5, 0, 0.0, 1.1), (1, "pp-0", "recv", 6, 0, 2.5, 3.1)]
     ops = prepare_ops(rows(spec))
     assert ops.n_inst == 2 and (ops.inst_size == 2).all()
+
+
+def test_steps_inferred_from_gradient_sync_bursts() -> None:
+    from localize.steps import infer_steps
+
+    spec = []
+    for s in range(3):
+        t = s * 100.0
+        for r in (0, 1):
+            spec += [(r, "tp-0", "all_reduce", 2 * s, -1, t + 1, t + 2), (r, "tp-0", "all_reduce", 2 * s + 1, -1, t + 3, t + 4)]
+            spec += [(r, "dp-0", "reduce_scatter", 2 * s, -1, t + 5, t + 9), (r, "dp-0", "all_gather", 2 * s + 1, -1, t + 10, t + 14)]
+    df = rows(spec, step=-1)
+    df.loc[df["group"] == "dp-0", "nbytes"] = 1 << 28
+    df = df.sample(frac=1.0, random_state=0)  # any row order
+    got = pd.Series(infer_steps(df), index=df.index).sort_index()
+    want = [s for s in range(3) for _ in range(8)]
+    assert got.tolist() == want

@@ -1,0 +1,408 @@
+"""diagnose(): turn a verdict into a diagnosis through three self-play rounds, probes and approval.
+
+Round 1 extracts keys and evidence and proposes hypotheses from the knowledge base; round 2
+critiques them and plans probes; round 3 runs the probes (stopping at the first confirmation)
+and attributes the cause. The same loop serves the deterministic reasoner and an LLM; whatever
+the LLM says is validated against the evidence, the whitelist and the inventory before it is
+used, and every probe and remediation step is written to the audit log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.traceio import Trace
+from explain.backends import LocalBackend, ProbeBackend
+from explain.dot import DiagramOfThought
+from explain.evidence import (
+    EvidenceItem,
+    alert_evidence,
+    clip,
+    log_evidence,
+    valid_citation,
+    verdict_evidence,
+)
+from explain.extract import Keys, extract_keys
+from explain.inventory import Inventory
+from explain.knowledge import KnowledgeBase, load_kb
+from explain.llm import (
+    SCHEMA_ATTRIBUTE,
+    SCHEMA_CRITIQUE,
+    SCHEMA_PROPOSE,
+    SYSTEM,
+    ChatModel,
+    check,
+    render_evidence,
+)
+from explain.probes import CATALOG, ProbeRejected, ProbeResult, build_call, interpret
+from explain.reasoner import (
+    Attribution,
+    DeterministicReasoner,
+    Hypothesis,
+    PlannedProbe,
+    attribute,
+    confirming,
+    focus,
+)
+from explain.remediation import AuditLog, Proposal, apply, build_proposal
+from explain.retrieval import Retriever
+from localize.verdict import Verdict
+
+Approver = Callable[[Proposal], bool]
+
+
+@dataclass
+class Diagnosis:
+    job: str
+    status: str
+    engine: str
+    cause: dict[str, Any] | None
+    confidence: float
+    confirmed: bool
+    device: str | None
+    keys: dict[str, Any]
+    evidence: list[dict[str, Any]]
+    hypotheses: list[dict[str, Any]]
+    claims: list[dict[str, Any]]
+    probes: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    remediation: list[dict[str, Any]]
+    dot: dict[str, Any]
+    dot_xml: str
+    flags: list[str] = field(default_factory=list)
+    backend: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def category(self) -> str | None:
+        return self.cause["category"] if self.cause else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job, "status": self.status, "engine": self.engine, "backend": self.backend,
+            "cause": self.cause, "category": self.category, "confidence": self.confidence,
+            "confirmed": self.confirmed, "device": self.device, "keys": self.keys, "evidence": self.evidence,
+            "hypotheses": self.hypotheses, "claims": self.claims, "probes": self.probes, "rejected": self.rejected,
+            "remediation": self.remediation, "flags": self.flags, "dot": self.dot, "dot_xml": self.dot_xml,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+@dataclass
+class Context:
+    """Everything the rounds share for one diagnosis."""
+
+    kb: KnowledgeBase
+    retriever: Retriever
+    verdict: Verdict
+    inventory: Inventory
+    evidence: list[EvidenceItem]
+    dot: DiagramOfThought
+    backend: ProbeBackend
+    audit: AuditLog
+    flags: list[str] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    results: list[ProbeResult] = field(default_factory=list)
+
+    def known_ids(self) -> set[str]:
+        return {e.id for e in self.evidence}
+
+
+_SHARED: dict[str, Any] = {}
+
+
+def shared_kb() -> tuple[KnowledgeBase, Retriever]:
+    """Load the KB and fit the retriever once per process (the eval runs many diagnoses)."""
+    if "kb" not in _SHARED:
+        from explain.retrieval import load_dense_encoder
+
+        kb = load_kb()
+        _SHARED["kb"] = kb
+        _SHARED["retriever"] = Retriever(kb, load_dense_encoder())
+    return _SHARED["kb"], _SHARED["retriever"]
+
+
+def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatModel | None = None, *,
+             backend: ProbeBackend | None = None, alert: str = "", audit: AuditLog | None = None,
+             approver: Approver | None = None, kb: KnowledgeBase | None = None,
+             retriever: Retriever | None = None, probe_timeout: float = 15.0) -> Diagnosis:
+    """Explain a verdict. Probes run on `backend` (default: local dry run, nothing executes);
+    remediation runs only if `approve` is True or `approver` says yes for that action."""
+    t0 = time.perf_counter()
+    if kb is None or retriever is None:
+        kb, retriever = shared_kb()
+    inv = Inventory.from_meta(trace.meta)
+    evidence = verdict_evidence(verdict)
+    evidence += log_evidence(trace.log_files(), kb)
+    evidence += alert_evidence(alert, kb)
+    ctx = Context(kb, retriever, verdict, inv, evidence, DiagramOfThought(verdict.job),
+                  backend or LocalBackend(dry_run=True), audit or AuditLog())
+    keys = round1_keys(ctx, alert, trace)
+    det = DeterministicReasoner(kb, retriever)
+    engine = det.name if llm is None else llm.name
+
+    # round 1: observation and hypotheses
+    obs = ctx.dot.add("proposition", 1, text=f"{verdict.status}: " + evidence[0].text,
+                      numbers={"slowdown": (verdict.slowdown, "x"), "irregular_steps": (len(verdict.irregular_steps), "steps")},
+                      cites=[e.id for e in evidence if e.source in ("verdict", "candidate")][:3])
+    hyps = det.propose(verdict, evidence)
+    if llm is not None:
+        hyps = llm_propose(ctx, llm, hyps, keys)
+    hyp_nodes = {}
+    for h in hyps:
+        hyp_nodes[h.entry.id] = ctx.dot.add("proposition", 1, (obs,), text=f"{h.entry.title}: {h.why}",
+                                            numbers={"score": (h.score, "")}, rules=[f"signature {h.entry.pattern}"],
+                                            cites=h.cites, author=engine)
+
+    # round 2: critique and plan
+    critiques, plan = det.plan(verdict, hyps, inv)
+    if llm is not None:
+        critiques, plan = llm_critique(ctx, llm, hyps, critiques, plan)
+    crit_nodes = {}
+    for h, text in critiques:
+        planned = [p for p in plan if p.for_entry == h.entry.id]
+        crit_nodes[h.entry.id] = ctx.dot.add(
+            "critique", 2, (hyp_nodes[h.entry.id],), text=text, rules=[f"confirmed_by: {', '.join(h.entry.confirmed_by) or '-'}"],
+            code=[" ".join(_argv(p, inv)) for p in planned if _argv(p, inv)], author=engine)
+
+    # round 3: probe, stop at the first confirmation, attribute
+    run_plan(ctx, plan, hyps, crit_nodes, probe_timeout)
+    att = attribute(kb, verdict, hyps, ctx.results)
+    if llm is not None:
+        att = llm_attribute(ctx, llm, hyps, att)
+    cand = focus(verdict)
+    parents = tuple(ctx.dot.nodes("verification")) or tuple(crit_nodes.values()) or (obs,)
+    final = ctx.dot.add("refinement", 3, parents,
+                        text=(f"cause: {att.entry.title} ({att.entry.category})" if att.entry else "no cause attributed")
+                        + ("; confirmed by probes" if att.confirmed else "; not confirmed by a probe"),
+                        numbers={"confidence": (att.confidence, "")}, rules=[att.entry.cause] if att.entry else [],
+                        cites=sorted({c for _, cs in att.claims for c in cs}), author=engine)
+    proposals = remediate(ctx, att, approve, approver, final)
+    claims = [{"text": t, "evidence": c} for t, c in att.claims]
+    return Diagnosis(
+        job=verdict.job, status=verdict.status, engine=engine,
+        cause=({"entry": att.entry.id, "title": att.entry.title, "category": att.entry.category,
+                "text": att.entry.cause, "references": list(att.entry.references)} if att.entry else None),
+        confidence=att.confidence, confirmed=att.confirmed, device=cand.device() if cand else None,
+        keys=keys.to_dict(), evidence=[e.to_dict() for e in ctx.evidence],
+        hypotheses=[{"entry": h.entry.id, "title": h.entry.title, "score": h.score, "why": h.why} for h in hyps],
+        claims=claims, probes=[r.to_dict() for r in ctx.results], rejected=ctx.rejected,
+        remediation=[p.to_dict() for p in proposals], dot=ctx.dot.to_dict(), dot_xml=ctx.dot.to_xml(),
+        flags=ctx.flags, backend=ctx.backend.name, elapsed_s=time.perf_counter() - t0,
+    )
+
+
+def _argv(p: PlannedProbe, inv: Inventory) -> list[str]:
+    try:
+        return build_call(p.name, p.host, p.args, inv).argv
+    except ProbeRejected:
+        return []
+
+
+def round1_keys(ctx: Context, alert: str, trace: Trace) -> Keys:
+    """Keys from the alert, the log lines found and the verdict's devices."""
+    text = "\n".join([alert] + [e.text for e in ctx.evidence if e.source in ("log", "alert")])
+    keys = extract_keys(text, ctx.inventory.hosts)
+    for c in ctx.verdict.candidates[:3]:
+        extra = Keys(hosts=[h for h in [c.host, *(c.hosts or [])] if h], ranks=[c.rank] if c.rank is not None else [])
+        keys = keys.merge(extra)
+    return keys
+
+
+def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothesis], crit_nodes: dict[str, str],
+             timeout: float) -> None:
+    """Run planned probes in order through the backend; stop once one confirms a hypothesis."""
+    cand = focus(ctx.verdict)
+    wanted = {h.entry.id for h in hyps} | {e.id for e in ctx.kb.by_kind(cand.kind)} if cand else set()
+    for p in plan:
+        try:
+            call = build_call(p.name, p.host, p.args, ctx.inventory)
+        except ProbeRejected as exc:
+            ctx.rejected.append({"probe": p.name, "host": p.host, "args": p.args, "reason": str(exc)})
+            ctx.flags.append(f"probe request rejected: {exc}")
+            ctx.audit.append("probe.rejected", job=ctx.verdict.job, probe=p.name, host=str(p.host), reason=str(exc))
+            continue
+        rc, out = ctx.backend.run(call.host, call.argv, timeout)
+        res = interpret(call, rc, out, f"P{len(ctx.results) + 1}")
+        if rc < 0:
+            res.summary = "not run (dry run)"
+        ctx.results.append(res)
+        ctx.audit.append("probe.run", job=ctx.verdict.job, probe=call.name, host=call.host, argv=call.argv,
+                         rc=rc, findings=res.findings, backend=ctx.backend.name)
+        ctx.evidence.append(EvidenceItem(res.id, "probe", f"{call.name} on {call.host}: {res.summary}", host=call.host))
+        parent = crit_nodes.get(p.for_entry)
+        ctx.dot.add("verification", 3, (parent,) if parent else (), text=f"{call.name} on {call.host}: {res.summary}",
+                    code=[" ".join(call.argv)], numbers={"exit_code": (rc, "")}, cites=[res.id],
+                    rules=[f"findings: {', '.join(res.findings) or 'none'}"])
+        if set(confirming(ctx.kb, [res])) & wanted:
+            break
+
+
+def remediate(ctx: Context, att: Attribution, approve: bool, approver: Approver | None, final: str) -> list[Proposal]:
+    if att.entry is None:
+        return []
+    cand = focus(ctx.verdict)
+    target: dict[str, Any] = {}
+    if cand is not None:
+        host = cand.host or (cand.hosts[0] if cand.hosts else None)
+        target = {"host": host, "gpu": cand.gpu}
+    props = [p for r in att.entry.remediation
+             if (p := build_proposal(r.action, r.why, target, ctx.inventory, att.entry.id)) is not None]
+    decide = approver or ((lambda _p: True) if approve else None)
+    if decide is not None and not att.confirmed and att.entry.probes:
+        ctx.flags.append("cause not confirmed by a probe: remediation left as a proposal")
+        decide = None
+    apply(props, ctx.backend, ctx.audit, decide, ctx.verdict.job)
+    if any(p.status == "executed" for p in props) and att.supported_by:
+        recheck(ctx, att, final)
+    return props
+
+
+def recheck(ctx: Context, att: Attribution, parent: str) -> None:
+    """After an executed remediation, re-run the probe that confirmed the cause and record the outcome."""
+    first = next(r for r in ctx.results if r.id == att.supported_by[0])
+    call = build_call(first.name, first.host, first.args, ctx.inventory)
+    rc, out = ctx.backend.run(call.host, call.argv, 15.0)
+    res = interpret(call, rc, out, f"P{len(ctx.results) + 1}")
+    ctx.results.append(res)
+    ctx.audit.append("probe.run", job=ctx.verdict.job, probe=call.name, host=call.host, argv=call.argv, rc=rc,
+                     findings=res.findings, backend=ctx.backend.name, purpose="verify remediation")
+    cleared = att.entry is not None and not set(res.findings) & set(att.entry.confirmed_by)
+    ctx.evidence.append(EvidenceItem(res.id, "probe", f"re-check {call.name} on {call.host}: {res.summary}", host=call.host))
+    ctx.dot.add("verification", 3, (parent,), text=("remediation verified: " if cleared else "remediation did not clear the fault: ")
+                + res.summary, code=[" ".join(call.argv)], cites=[res.id])
+
+
+# ---------------------------------------------------------------- LLM rounds (validated)
+
+def _offered(ctx: Context, hyps: Sequence[Hypothesis]) -> list[str]:
+    ids = [h.entry.id for h in hyps]
+    query = " ".join(e.text for e in ctx.evidence[:6])
+    ids += [h.entry.id for h in ctx.retriever.search(query, 6) if h.entry.id not in ids]
+    return ids[:8]
+
+
+def _ask(ctx: Context, llm: ChatModel, prompt: str, schema: dict[str, Any], what: str) -> dict[str, Any] | None:
+    try:
+        reply = llm.ask(SYSTEM, prompt, schema)
+    except Exception as exc:  # an unreachable or failing endpoint must not stop the diagnosis
+        ctx.flags.append(f"llm {what}: request failed ({type(exc).__name__}: {clip(str(exc), 120)}); deterministic used")
+        return None
+    errs = check(reply, schema)
+    if errs:
+        ctx.flags.append(f"llm {what}: reply does not match the schema ({'; '.join(errs[:3])}); deterministic used")
+        return None
+    return reply  # type: ignore[no-any-return]
+
+
+def _cites(ctx: Context, refs: Sequence[Any], what: str) -> list[str]:
+    known = ctx.known_ids()
+    good = [r for r in refs if valid_citation(r, known)]
+    bad = [str(r) for r in refs if not valid_citation(r, known)]
+    if bad:
+        ctx.flags.append(f"llm {what}: cited unknown evidence {', '.join(clip(b, 20) for b in bad[:4])}")
+    return good
+
+
+def llm_propose(ctx: Context, llm: ChatModel, det_hyps: list[Hypothesis], keys: Keys) -> list[Hypothesis]:
+    offered = _offered(ctx, det_hyps)
+    entries = "\n".join(f"- {eid}: {ctx.kb.entries[eid].title}" for eid in offered)
+    prompt = (f"Round 1. Evidence:\n{render_evidence(ctx.evidence)}\n\nKnowledge-base entries:\n{entries}\n\n"
+              'Reply {"keys": {"hosts": [], "ranks": [], "ports": [], "error_codes": []}, '
+              '"hypotheses": [{"entry": "<entry id>", "claim": "...", "evidence": ["E2"]}]} with up to 3 hypotheses.')
+    reply = _ask(ctx, llm, prompt, SCHEMA_PROPOSE, "round 1")
+    if reply is None:
+        return det_hyps
+    out: list[Hypothesis] = []
+    for h in reply.get("hypotheses", []):
+        eid = h.get("entry")
+        if eid not in offered:
+            ctx.flags.append(f"llm round 1: dropped hypothesis with unknown entry {clip(str(eid), 40)!r}")
+            continue
+        cites = _cites(ctx, h.get("evidence", []), "round 1")
+        if not cites:
+            ctx.flags.append(f"llm round 1: dropped hypothesis {eid}: no valid evidence cited")
+            continue
+        if eid not in [x.entry.id for x in out]:
+            det = next((d.score for d in det_hyps if d.entry.id == eid), 0.3)
+            out.append(Hypothesis(ctx.kb.entries[eid], det, clip(str(h.get("claim", "")), 200), cites))
+    if not out:
+        ctx.flags.append("llm round 1: no valid hypothesis; deterministic hypotheses used")
+        return det_hyps
+    return out
+
+
+def llm_critique(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det_crit: list[tuple[Hypothesis, str]],
+                 det_plan: list[PlannedProbe]) -> tuple[list[tuple[Hypothesis, str]], list[PlannedProbe]]:
+    relevant = [n for h in hyps for n in h.entry.probes]
+    probes = "\n".join(f"- {n}({', '.join(['host', *CATALOG[n].params])}): {CATALOG[n].summary}" for n in dict.fromkeys(relevant))
+    probes += "\nother probes: " + ", ".join(n for n in CATALOG if n not in relevant)
+    hosts = ", ".join(ctx.inventory.hosts[:64])
+    hyp_text = "\n".join(f"- {h.entry.id}: {h.entry.title}; confirmed by {', '.join(h.entry.confirmed_by) or 'nothing'} "
+                         f"from {', '.join(h.entry.probes) or 'no probe'}" for h in hyps)
+    prompt = (f"Round 2. Hypotheses:\n{hyp_text}\n\nEvidence:\n{render_evidence(ctx.evidence)}\n\n"
+              f"Probes you may request:\n{probes}\nHosts of this job: {hosts}\n\n"
+              'Reply {"critiques": [{"entry": "<id>", "critique": "...", "keep": true}], '
+              '"probes": [{"probe": "<name>", "host": "<host>", "gpu": 0}]} with at most 2 probes.')
+    reply = _ask(ctx, llm, prompt, SCHEMA_CRITIQUE, "round 2")
+    if reply is None:
+        return det_crit, det_plan
+    by_id = {h.entry.id: h for h in hyps}
+    crit = [(by_id[c["entry"]], clip(str(c["critique"]), 300)) for c in reply.get("critiques", []) if c.get("entry") in by_id]
+    crit += [(h, t) for h, t in det_crit if h.entry.id not in {c[0].entry.id for c in crit}]
+    plan: list[PlannedProbe] = []
+    for req in reply.get("probes", []):
+        extra = sorted(set(req) - {"probe", "host", "gpu", "iface"})
+        args: dict[str, Any] = {k: req[k] for k in ("gpu", "iface") if k in req and k in CATALOG.get(str(req.get("probe")), CATALOG["cpu_top"]).params}
+        try:
+            call = build_call(req.get("probe"), req.get("host"), args, ctx.inventory)
+        except ProbeRejected as exc:
+            ctx.rejected.append({"probe": clip(str(req.get("probe")), 60), "host": clip(str(req.get("host")), 60),
+                                 "reason": str(exc), "by": "llm"})
+            ctx.flags.append(f"llm round 2: rejected probe request ({exc})")
+            ctx.audit.append("probe.rejected", job=ctx.verdict.job, probe=clip(str(req.get("probe")), 60), reason=str(exc), by="llm")
+            continue
+        if extra:
+            ctx.flags.append(f"llm round 2: ignored fields {extra} in a probe request")
+        target = next((h.entry.id for h in hyps if call.name in h.entry.probes), hyps[0].entry.id if hyps else "")
+        plan.append(PlannedProbe(call.name, call.host, call.args, target))
+    if not plan and det_plan:
+        ctx.flags.append("llm round 2: no valid probe requested; deterministic probe plan used")
+        plan = det_plan
+    return crit, plan
+
+
+def llm_attribute(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det: Attribution) -> Attribution:
+    results = "\n".join(f"- {r.id}: {r.name} on {r.host}: findings {', '.join(r.findings) or 'none'}" for r in ctx.results) or "none"
+    prompt = (f"Round 3. Hypotheses: {', '.join(h.entry.id for h in hyps)}\nProbe results:\n{results}\n\n"
+              f"Evidence:\n{render_evidence(ctx.evidence)}\n\n"
+              'Reply {"cause": "<entry id>", "confidence": 0.0-1.0, "claims": [{"text": "...", "evidence": ["P1"]}]}.')
+    reply = _ask(ctx, llm, prompt, SCHEMA_ATTRIBUTE, "round 3")
+    if reply is None:
+        return det
+    claims = []
+    for c in reply.get("claims", []):
+        cites = _cites(ctx, c.get("evidence", []), "round 3")
+        if cites:
+            claims.append((clip(str(c["text"]), 300), cites))
+        else:
+            ctx.flags.append(f"llm round 3: dropped claim without valid evidence: {clip(str(c.get('text')), 60)!r}")
+    eid = reply.get("cause")
+    confirmed = confirming(ctx.kb, ctx.results)
+    if eid not in ctx.kb.entries:
+        ctx.flags.append(f"llm round 3: cause {clip(str(eid), 40)!r} is not a knowledge-base entry; deterministic attribution used")
+        return det
+    if confirmed and eid not in confirmed:
+        ctx.flags.append(f"llm round 3: cause {eid} contradicts probe findings; deterministic attribution used")
+        return det
+    if not confirmed and eid not in {h.entry.id for h in hyps}:
+        ctx.flags.append(f"llm round 3: cause {eid} has no supporting evidence; deterministic attribution used")
+        return det
+    entry = ctx.kb.entries[eid]
+    conf = float(reply.get("confidence", 0.0))
+    cap = det.confidence if det.entry is not None and det.entry.id == eid else (0.6 if eid in confirmed else 0.4)
+    conf = max(0.0, min(conf, cap))
+    return Attribution(entry, round(conf, 2), eid in confirmed, claims or det.claims, confirmed.get(eid, []))

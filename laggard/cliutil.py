@@ -1,15 +1,18 @@
-"""Helpers shared by the CLI verbs: output formats, step ranges, trace opening."""
+"""Helpers shared by the CLI verbs: output formats, step ranges, exit codes, progress bars."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def add_format(parser: argparse.ArgumentParser, choices: tuple[str, ...] = ("text", "json")) -> None:
@@ -51,14 +54,52 @@ def verb_parser(sub: Any, name: str, help: str, description: str, examples: str)
     )
 
 
-@contextmanager
-def progress(label: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr for long work; silent when stderr is not a terminal."""
-    if not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def add_fail_on_irregular(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fail-on-irregular", action="store_true",
+        help="exit 1 when the job is irregular or stuck (for CI and cron checks)",
+    )
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True) as bar:
+
+def exit_status(status: str, args: argparse.Namespace) -> int:
+    """0, or 1 when an irregularity (or hang) was found and --fail-on-irregular was given."""
+    return 1 if getattr(args, "fail_on_irregular", False) and status in ("irregular", "hang") else 0
+
+
+class Stages:
+    """Advances a rich progress bar (call it with a count) and names the stage running."""
+
+    def __init__(self, bar: Progress, task: TaskID) -> None:
+        self._bar = bar
+        self._task = task
+        self._started = False
+
+    def next(self, what: str) -> None:
+        """Finish the current stage and show `what` as the one now running."""
+        self._bar.update(self._task, description=what, advance=1 if self._started else 0)
+        self._started = True
+
+    def __call__(self, n: float = 1) -> None:
+        self._bar.update(self._task, advance=n)
+
+
+@contextmanager
+def progress(label: str, total: float | None = None) -> Iterator[Stages]:
+    """A rich progress bar on stderr for long work; silent when stderr is not a terminal.
+
+    Yields a `Stages`: call it with a count to advance (`bar(len(batch))`), or `.next(what)`
+    to finish one named stage and start the next.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    bar = Progress(
+        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    )
+    with bar:
         task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+        stages = Stages(bar, task)
+        yield stages
+        bar.update(task, completed=total or 0)

@@ -24,6 +24,7 @@ class Candidate:
     hosts: list[str] | None = None
     switch: str | None = None
     source: str | None = None  # which evidence produced it: commops, flows, logs
+    stage: int | None = None  # pipeline stage, for kind config (stage imbalance)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if v is not None}

@@ -174,7 +174,7 @@ class Engine:
             f = self.faults.group_factor(k, step)
             gf[k] = f if (f > 1.0).any() else None
         seq, p2p_seq = self.seq, self.p2p_seq
-        sent: dict[tuple[int, Chunk], tuple[np.ndarray, int]] = {}
+        sent: dict[tuple[int, Chunk], tuple[np.ndarray, int, int]] = {}
         ptr = [0] * cfg.pp
         remaining = sum(len(o) for o in self.orders)
         while remaining:
@@ -197,19 +197,16 @@ class Engine:
             self._optimizer(step, s, cm_all, gf, seq)
         self.step_end_ns[step] = self.t.max()
 
-    def _chunk(self, step: int, s: int, ch: Chunk, inbound: tuple[np.ndarray, int] | None,
+    def _chunk(self, step: int, s: int, ch: Chunk, inbound: tuple[np.ndarray, int, int] | None,
                cm_all: np.ndarray, jitter_ranks: np.ndarray, gf: dict[str, np.ndarray | None],
                seq: dict[str, np.ndarray], p2p_seq: dict[tuple[int, int], int],
-               sent: dict[tuple[int, Chunk], tuple[np.ndarray, int]]) -> None:
+               sent: dict[tuple[int, Chunk], tuple[np.ndarray, int, int]]) -> None:
         cfg = self.cfg
         R = self.stage_ranks[s]
         tt = self.t[R]
         pp_gid = self.gid["pp"][s]
         if inbound is not None:
-            ready, src = inbound
-            key = (src, s)
-            n = p2p_seq.get(key, 0)
-            p2p_seq[key] = n + 1
+            ready, src, n = inbound  # the recv carries the seq of the send it matches
             end = np.maximum(tt, ready) + self._draw(self._jit_pool, tt.size)
             self.rec.add(R, pp_gid, "recv", n, self.act_bytes, tt, end, step, peer=self.stage_ranks[src])
             tt = end
@@ -249,7 +246,7 @@ class Engine:
             transfer = self.act_bytes * inv * factor * self._draw(self._net_pool, tt.size)
             end = tt + transfer + LATENCY_NS
             self.rec.add(R, pp_gid, "send", n, self.act_bytes, tt, end, step, peer=peer)
-            sent[(s, ch)] = (end, s)
+            sent[(s, ch)] = (end, s, n)
             tt = end
         self.t[R] = tt
         if self.rec.rows >= self.flush_rows:

@@ -135,3 +135,14 @@ def test_opaque_groups_hide_kinds(tmp_path: Path) -> None:
     assert all(g.startswith("pg-") for g in trace.meta.groups)
     assert set(trace.commops()["group"].unique()) <= set(trace.meta.groups)
     assert trace.meta.ranks[5].host == "node-1"
+
+
+def test_send_and_recv_pair_on_seq(tmp_path: Path) -> None:
+    """Contract: p2p seq counts within the (group, src, dst) pair, so a send and its recv share it."""
+    simulate_trace(SimConfig(gpus=16, tp=4, pp=4, steps=2, seed=3), tmp_path / "t")
+    df = Trace.open(tmp_path / "t").commops()
+    sends = df[df["op"] == "send"].rename(columns={"rank": "src", "peer": "dst"})
+    recvs = df[df["op"] == "recv"].rename(columns={"rank": "dst", "peer": "src"})
+    pairs = sends.merge(recvs, on=["group", "src", "dst", "seq"], suffixes=("_s", "_r"))
+    assert len(pairs) == len(sends) == len(recvs)
+    assert (pairs["step_s"] == pairs["step_r"]).all()

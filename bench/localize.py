@@ -1,0 +1,377 @@
+"""Localization benchmark: accuracy, false alarms, latency, throughput, baselines, detector F1.
+
+    python -m bench.localize                 # default grid (64 and 256 GPUs, 5 layouts) + 8,192-GPU latency
+    python -m bench.localize --scales 64,256,1024 --seeds 2 --latency-gpus 8192
+
+Every trace is simulated here with seeds, magnitudes and start steps drawn from a seed the
+detector never saw in training (bench seed 1000+); faults, skew, drift, row loss and missing
+ranks vary trace to trace. Timings are wall-clock on this machine and CPU time of this
+process (the machine is shared; CPU time is what "per core" means).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collector.traceio import Trace
+from localize.baselines import BASELINES, baseline_ranks
+from localize.combine import localize_trace
+from localize.commops import COLUMNS
+from localize.detector import label_rows, rule_detect, tune_threshold
+from localize.features import detector_matrix, prepare_ops
+from localize.model_store import load_detector
+from localize.steps import judge, step_durations
+from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
+from localize.verdict import Candidate
+
+# name -> (tp, pp, cp, ep, virtual stages); dims counted as in Holmes (dp, tp, pp, cp, ep, vpp)
+LAYOUTS = {
+    "3D tp4-pp2": (4, 2, 1, 1, 1),
+    "3D tp2-pp4": (2, 4, 1, 1, 1),
+    "2D tp8 (no PP)": (8, 1, 1, 1, 1),
+    "2D pp4 (no TP)": (1, 4, 1, 1, 1),
+    "6D tp2-pp2-cp2-ep2-vpp2": (2, 2, 2, 2, 2),
+}
+KINDS = ("gpu", "pcie", "host", "nic", "link", "switch", "stage", "seqlen", "healthy")
+
+
+def fault_for(kind: str, cfg_gpus: int, tp: int, pp: int, rng: np.random.Generator, steps: int) -> list[str]:
+    hosts = cfg_gpus // 8
+    start = int(rng.integers(3, steps // 2))
+    pattern = str(rng.choice(["persistent", "persistent", "persistent", "spike", "fluctuation"]))
+    factor = float(rng.uniform(1.5, 3.5)) if kind in ("gpu", "host", "seqlen", "stage") else float(rng.uniform(2.0, 5.0))
+    tail = f",factor={factor:.2f},steps={start}:{steps - 1},pattern={pattern}"
+    if kind in ("gpu", "pcie"):
+        return [f"{kind}:rank={int(rng.integers(cfg_gpus))}{tail}"]
+    if kind in ("host", "nic"):
+        return [f"{kind}:host=node-{int(rng.integers(hosts))}{tail}"]
+    if kind == "link":
+        return [_ring_link(cfg_gpus, tp, pp, rng) + tail]
+    if kind == "switch":
+        return [f"switch:switch=tor-{int(rng.integers(max(1, hosts // 4)))}{tail}"]
+    if kind == "stage":
+        return [f"stage:stage={int(rng.integers(pp))},factor={1.3 + rng.uniform(0, 0.5):.2f}"] if pp > 1 else []
+    if kind == "seqlen":
+        return [f"seqlen:factor={factor:.2f},steps={start}:{steps - 1},pattern=fluctuation"]
+    return []
+
+
+def _ring_link(gpus: int, tp: int, pp: int, rng: np.random.Generator) -> str:
+    """A host pair that some ring or pipeline edge crosses (a link nothing uses slows nothing)."""
+    from simulator.cluster import Layout
+    from simulator.config import SimConfig
+
+    lay = Layout.build(SimConfig(gpus=gpus, tp=tp, pp=pp).resolved())
+    pairs = set()
+    for kind in ("dp", "pp"):
+        mem = lay.members[kind]
+        if mem.shape[1] < 2:
+            continue
+        a, b = lay.host[mem], lay.host[np.roll(mem, -1, axis=1)]
+        pairs |= {(int(x), int(y)) for x, y in zip(a.ravel(), b.ravel(), strict=True) if x != y}
+    if not pairs:
+        return f"link:hosts=node-0+node-{max(1, gpus // 8 - 1)}"
+    a, b = sorted(pairs)[int(rng.integers(len(pairs)))]
+    return f"link:hosts=node-{a}+node-{b}"
+
+
+def correct(c: Candidate | None, root: dict[str, Any]) -> bool:
+    if c is None or c.kind != root["kind"]:
+        return False
+    k = root["kind"]
+    if k == "gpu":
+        return c.rank == root["rank"]
+    if k in ("host", "nic"):
+        return c.host == root["host"]
+    if k == "link":
+        return sorted(c.hosts or []) == sorted(root["hosts"])
+    if k == "switch":
+        return c.switch == root["switch"]
+    return True
+
+
+def baseline_correct(rank: int | None, root: dict[str, Any], meta: Any) -> bool:
+    """Baselines name a rank; credit it when the rank sits on the faulty device."""
+    if rank is None:
+        return False
+    k = root["kind"]
+    host = meta.host_of(rank)
+    if k == "gpu":
+        return rank == root["rank"]
+    if k in ("host", "nic"):
+        return host == root["host"]
+    if k == "link":
+        return host in root["hosts"]
+    if k == "switch":
+        return meta.switch_of(host) == root["switch"]
+    return False
+
+
+def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path,
+             layouts: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from simulator.config import FaultSpec, SimConfig
+    from simulator.writer import simulate_trace
+
+    rows, base_rows = [], []
+    no_effect: list[str] = []
+    rng = np.random.default_rng(1000)
+    for gpus in scales:
+        for lname, (tp, pp, cp, ep, vpp) in LAYOUTS.items():
+            if layouts and lname not in layouts:
+                continue
+            for kind in KINDS:
+                for s in range(seeds):
+                    specs = fault_for(kind, gpus, tp, pp, rng, steps)
+                    if kind not in ("healthy",) and not specs:
+                        continue
+                    variant = int(rng.integers(4))  # 0 plain, 1 drift, 2 row loss, 3 missing rank
+                    cfg = SimConfig(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=vpp, steps=steps,
+                                    seed=int(rng.integers(1 << 30)), faults=[FaultSpec.parse(x) for x in specs],
+                                    clock_skew_ms=float(rng.uniform(10, 100)),
+                                    drift=float(rng.choice([-0.2, 0.2])) if variant == 1 else 0.02,
+                                    row_loss=0.01 if variant == 2 else 0.0, missing_ranks=1 if variant == 3 else 0,
+                                    job=f"{kind}-{gpus}-{s}")
+                    out = workdir / f"t{len(rows)}"
+                    truth = simulate_trace(cfg, out, counterfactual=bool(specs))
+                    if specs and kind != "stage" and not truth.get("irregular_steps"):
+                        # the fault never made a step 10% slower than its fault-free twin: the
+                        # right answer is "healthy", so it is counted apart, not as a miss
+                        no_effect.append(f"{gpus} {lname} {kind}")
+                        shutil.rmtree(out, ignore_errors=True)
+                        continue
+                    trace = Trace.open(out)
+                    t0 = time.perf_counter()
+                    v = localize_trace(trace, ("commops",))
+                    dt = time.perf_counter() - t0
+                    roots = [f["root"] for f in truth["faults"]]
+                    top = v.candidates[0] if v.candidates else None
+                    ok = (v.status == "healthy") if kind == "healthy" else any(correct(top, r) for r in roots)
+                    rows.append({"gpus": gpus, "layout": lname, "kind": kind, "variant": variant, "ok": ok,
+                                 "alarm": v.status != "healthy", "seconds": dt,
+                                 "got": top.device() if top else v.status, "want": roots[0] if roots else "healthy"})
+                    if kind != "healthy" and truth["faults"]:
+                        df = trace.commops(columns=COLUMNS)
+                        ops = prepare_ops(df)
+                        irr = np.asarray(v.irregular_steps or sorted(set(truth["faults"][0]["active_steps"])), dtype=np.int64)
+                        ref = np.setdiff1d(np.unique(ops.step), irr)
+                        got = baseline_ranks(ops, irr, ref)
+                        base_rows.append({"gpus": gpus, "layout": lname, "kind": kind, "laggard": ok,
+                                          **{b: baseline_correct(got[b], roots[0], trace.meta) for b in BASELINES}})
+                    shutil.rmtree(out, ignore_errors=True)
+                    print(f"  {gpus:>5} {lname:<24} {kind:<8} v{variant} {'ok ' if ok else 'MISS'} {rows[-1]['got']}"
+                          f" (want {rows[-1]['want']}) {dt:.1f}s", flush=True)
+    if no_effect:
+        print(f"  {len(no_effect)} injected fault(s) had no effect on step time (left out): {', '.join(no_effect)}")
+    return pd.DataFrame(rows), pd.DataFrame(base_rows)
+
+
+def healthy_sweep(n: int, steps: int, workdir: Path) -> tuple[int, int]:
+    """False alarms over `n` healthy jobs: every layout, skew, drift of +-20%, row loss, lost ranks."""
+    from simulator.config import SimConfig
+    from simulator.writer import simulate_trace
+
+    rng = np.random.default_rng(3000)
+    alarms = 0
+    layouts = list(LAYOUTS.values())
+    for i in range(n):
+        tp, pp, cp, ep, vpp = layouts[i % len(layouts)]
+        gpus = int(rng.choice([32, 64, 128])) if tp * pp * cp <= 8 else 64
+        cfg = SimConfig(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=vpp, steps=steps,
+                        seed=int(rng.integers(1 << 30)), clock_skew_ms=float(rng.uniform(0, 200)),
+                        drift=float(rng.uniform(-0.2, 0.2)), row_loss=float(rng.choice([0.0, 0.0, 0.01])),
+                        missing_ranks=int(rng.choice([0, 0, 1])), job=f"healthy-{i}")
+        out = workdir / f"h{i}"
+        simulate_trace(cfg, out, counterfactual=False)
+        v = localize_trace(Trace.open(out), ("commops",))
+        if v.status != "healthy":
+            alarms += 1
+            print(f"  false alarm: {cfg.job} tp{tp} pp{pp} -> {v.candidates[0].device() if v.candidates else v.status}")
+        shutil.rmtree(out, ignore_errors=True)
+    return alarms, n
+
+
+def two_faults(gpus: int, steps: int, workdir: Path, n: int) -> float:
+    """Share of two-fault traces (a slow GPU and a slow NIC) with both roots in the top 2."""
+    from simulator.config import FaultSpec, SimConfig
+    from simulator.writer import simulate_trace
+
+    rng = np.random.default_rng(2000)
+    hits = 0
+    for i in range(n):
+        g = int(rng.integers(gpus))
+        h = int(rng.integers(gpus // 8))
+        while h == g // 8:
+            h = int(rng.integers(gpus // 8))
+        cfg = SimConfig(gpus=gpus, tp=4, pp=4, steps=steps, seed=int(rng.integers(1 << 30)),
+                        faults=[FaultSpec.parse(f"gpu:rank={g},factor=2.5,steps=4:{steps - 1}"),
+                                FaultSpec.parse(f"nic:host=node-{h},factor=3,steps=4:{steps - 1}")])
+        out = workdir / f"two{i}"
+        truth = simulate_trace(cfg, out, counterfactual=False)
+        v = localize_trace(Trace.open(out), ("commops",))
+        roots = [f["root"] for f in truth["faults"]]
+        hits += all(any(correct(c, r) for c in v.candidates[:2]) for r in roots)
+        shutil.rmtree(out, ignore_errors=True)
+    return hits / max(n, 1)
+
+
+def latency(gpus: int, steps: int, workdir: Path) -> dict[str, float]:
+    """An irregular window at `gpus` GPUs: from summaries (fetching what they point at) and full."""
+    from simulator.config import FaultSpec, SimConfig
+    from simulator.writer import simulate_trace
+
+    out = workdir / "big"
+    cfg = SimConfig(gpus=gpus, tp=8, pp=4, steps=steps, seed=4242,
+                    faults=[FaultSpec.parse(f"gpu:rank={gpus // 3},factor=2,steps={steps // 2}:{steps - 1}")])
+    t0 = time.perf_counter()
+    truth = simulate_trace(cfg, out, counterfactual=False)
+    sim_s = time.perf_counter() - t0
+    trace = Trace.open(out)
+    df = trace.commops(columns=COLUMNS)
+    # the sidecars' work, node by node (on the nodes in production; timed here for reference)
+    # every summary feature is per rank, so summarizing all nodes at once equals node by node
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    summary = summarize(df)
+    side_cpu = time.process_time() - c0
+    side_s = time.perf_counter() - t0
+    from collector.traceio import write_table
+
+    write_table(summary, out / "summary.parquet", SUMMARY_SCHEMA)
+    del df
+    t0, c0 = time.perf_counter(), time.process_time()
+    v_sum, plan = localize_from_summary(Trace.open(out))
+    sum_s, sum_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
+    v_full = localize_trace(Trace.open(out), ("commops",))
+    full_s, full_cpu = time.perf_counter() - t0, time.process_time() - c0
+    root = truth["faults"][0]["root"]
+    res = {"gpus": gpus, "rows": truth["rows"], "simulate_s": sim_s, "sidecar_summarize_s": side_s,
+           "sidecar_cpu_s": side_cpu, "summary_path_s": sum_s, "summary_path_cpu_s": sum_cpu,
+           "full_trace_s": full_s, "full_trace_cpu_s": full_cpu,
+           "summary_rows": len(summary), "rows_fetched": plan.rows_fetched, "ranks_fetched": len(plan.ranks),
+           "summary_top1_ok": correct(v_sum.candidates[0] if v_sum.candidates else None, root),
+           "full_top1_ok": correct(v_full.candidates[0] if v_full.candidates else None, root),
+           "bytes_commops": sum(p.stat().st_size for p in [out / "commops.parquet"]),
+           "bytes_summary": (out / "summary.parquet").stat().st_size}
+    shutil.rmtree(out, ignore_errors=True)
+    return res
+
+
+def throughput(gpus: int, workdir: Path) -> dict[str, float]:
+    """Detection rows per CPU-second: forest (features + trees) and the node-local rule."""
+    from simulator.config import FaultSpec, SimConfig
+    from simulator.writer import simulate_trace
+
+    out = workdir / "tput"
+    simulate_trace(SimConfig(gpus=gpus, tp=8, pp=2, steps=12, seed=77,
+                             faults=[FaultSpec.parse("gpu:rank=5,factor=2,steps=6:11")]), out, counterfactual=False)
+    df = Trace.open(out).commops(columns=COLUMNS)
+    det = load_detector()
+    c0 = time.process_time()
+    ops = prepare_ops(df)
+    c1 = time.process_time()
+    table = judge(step_durations(ops.df))
+    ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
+    x = detector_matrix(ops, table, ref)
+    c2 = time.process_time()
+    proba = det.model.predict_proba(x) if det is not None else np.zeros(len(x))
+    tune_threshold(proba, np.isin(ops.step, ref))
+    c3 = time.process_time()
+    rule_detect(ops, table, ref)
+    c4 = time.process_time()
+    n = len(df)
+    shutil.rmtree(out, ignore_errors=True)
+    return {"rows": n, "prepare_rows_per_cpu_s": n / (c1 - c0), "forest_rows_per_cpu_s": n / (c3 - c0),
+            "forest_predict_only_rows_per_cpu_s": n / max(c3 - c2, 1e-9),
+            "rule_rows_per_cpu_s": n / (c1 - c0 + c4 - c3)}
+
+
+def drift_f1(workdir: Path) -> dict[str, float]:
+    """Detector F1 on the same job with and without +-20% drift of iteration time."""
+    from localize.training import f1, twin_rows
+    from simulator.config import FaultSpec, SimConfig
+
+    det = load_detector()
+    out: dict[str, float] = {}
+    for drift in (0.0, 0.2, -0.2):
+        cfg = SimConfig(gpus=64, tp=4, pp=2, steps=20, seed=31337, drift=drift,
+                        faults=[FaultSpec.parse("gpu:rank=9,factor=2,steps=8:19")])
+        df, clean = twin_rows(cfg)
+        df["_clean"] = clean
+        ops = prepare_ops(df)
+        y = label_rows(ops, ops.df["_clean"].to_numpy(np.float64))
+        table = judge(step_durations(ops.df))
+        ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
+        p = det.model.predict_proba(detector_matrix(ops, table, ref)) if det else np.zeros(len(y))
+        thr = tune_threshold(p, np.isin(ops.step, ref))
+        out[f"drift {drift:+.0%}"] = f1(y, p >= thr)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scales", default="64,256")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=14)
+    ap.add_argument("--latency-gpus", type=int, default=8192)
+    ap.add_argument("--latency-steps", type=int, default=12)
+    ap.add_argument("--two-faults", type=int, default=4)
+    ap.add_argument("--healthy", type=int, default=40, help="extra healthy jobs for the false-alarm rate")
+    ap.add_argument("--layouts", default="", help="comma-separated indices into LAYOUTS (default all)")
+    ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--skip-latency", action="store_true")
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="bench-localize-"))
+    try:
+        from localize.model_store import model_card
+
+        card = model_card()
+        print("== detector (held-out row-level F1, from the model card) ==")
+        for k, v in card.get("heldout_f1", {}).items():
+            print(f"  {k:<14} {v:.3f}")
+        print("== detector under drift (same job, F1) ==")
+        for k, v in drift_f1(work).items():
+            print(f"  {k:<14} {v:.3f}")
+        if not args.skip_accuracy:
+            print("== accuracy (top-1; healthy = no alarm) ==", flush=True)
+            names = list(LAYOUTS)
+            pick = [names[int(i)] for i in args.layouts.split(",")] if args.layouts else None
+            acc, base = accuracy([int(s) for s in args.scales.split(",")], args.seeds, args.steps, work, pick)
+            print(acc.pivot_table(index=["gpus", "layout"], columns="kind", values="ok", aggfunc="mean").round(2).to_string())
+            faulty = acc[acc["kind"] != "healthy"]
+            print("\ntop-1 by fault kind (all scales/layouts):")
+            print(faulty.groupby("kind")["ok"].agg(["mean", "count"]).round(3).to_string())
+            healthy = acc[acc["kind"] == "healthy"]
+            print(f"\nfalse alarms on healthy traces: {healthy['alarm'].mean():.3f} of {len(healthy)}")
+            print(f"median localization time per trace: {acc['seconds'].median():.2f} s")
+            print("\n== baselines (top-1 on the same faulty traces; a rank on the faulty device counts) ==")
+            print(base.groupby("kind")[["laggard", *BASELINES]].mean().round(2).to_string())
+            print(base[["laggard", *BASELINES]].mean().round(3).to_string())
+        if args.healthy:
+            alarms, n = healthy_sweep(args.healthy, args.steps, work)
+            print(f"\n== false alarms over {n} more healthy jobs: {alarms} ({alarms / n:.1%}) ==", flush=True)
+        if args.two_faults:
+            print(f"\n== two concurrent faults (gpu + nic, 128 GPUs): both in top-2: "
+                  f"{two_faults(128, args.steps, work, args.two_faults):.2f} ==")
+        print("\n== throughput (rows per CPU-second, one process) ==")
+        for k, v in throughput(1024, work).items():
+            print(f"  {k:<36} {v:,.0f}")
+        if not args.skip_latency:
+            print(f"\n== latency at {args.latency_gpus} GPUs ==", flush=True)
+            for k, v in latency(args.latency_gpus, args.latency_steps, work).items():
+                print(f"  {k:<22} {v:.3f}" if isinstance(v, float) else f"  {k:<22} {v}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,200 @@
+"""Sidecar benchmarks: logger cost on the hot path, step-time overhead in a real gloo job, and
+bytes moved by node-local detection + progressive fetching against shipping every shard.
+
+    python -m bench.sidecar                 # all three
+    python -m bench.sidecar --only hotpath|steps|bytes [--calls 100000] [--reps 3] [--gpus 256]
+
+Targets (issue 4): <= 1 us added per operator, <= 1% step time, >= 99% fewer bytes moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = REPO / "tests" / "collector" / "jobs" / "dist_train.py"
+
+
+def _init_world1() -> None:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+
+
+def bench_hotpath(calls: int) -> dict[str, float]:
+    """Added CPU cost of the wrapper itself (around a no-op collective) and around a real gloo
+    all_reduce (world size 1), per call, median of interleaved rounds."""
+    import torch
+    import torch.distributed as dist
+
+    from collector.commops.recorder import Recorder, make_collective
+
+    _init_world1()
+    rec = Recorder(1 << 16)
+    rec.rank = 0
+
+    def noop(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
+        return None
+
+    wrapped_noop = make_collective(rec, noop, "all_reduce", 0, 2)
+    t = torch.ones(16)
+    real = dist.all_reduce
+    wrapped_real = make_collective(rec, real, "all_reduce", 0, 2)
+
+    def per_call(fn: object, n: int) -> float:
+        """CPU time of this thread per call: on a shared machine wall time mostly measures the
+        other tenants (the training thread pays CPU time, not someone else's time slices)."""
+        f = fn  # local for speed
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            f(t)  # type: ignore[operator]
+        return (time.thread_time_ns() - t0) / n
+
+    rounds = 10
+    noop_d, real_d, real_base, empty = [], [], [], []
+    for _ in range(rounds):
+        b = per_call(noop, calls // rounds)
+        w = per_call(wrapped_noop, calls // rounds)
+        noop_d.append(w - b)
+        empty.append(b)
+    n_real = max(calls // 10, 1000)
+    for _ in range(rounds):
+        b = per_call(real, n_real // rounds)
+        w = per_call(wrapped_real, n_real // rounds)
+        real_d.append(w - b)
+        real_base.append(b)
+    return {"wrapper_added_ns": statistics.median(noop_d), "allreduce_added_ns": statistics.median(real_d),
+            "empty_call_ns": statistics.median(empty), "wrapper_spread_ns": max(noop_d) - min(noop_d),
+            "allreduce_base_ns": statistics.median(real_base), "calls": float(calls)}
+
+
+def _run_job(steps: int, out: Path, block: int) -> tuple[float, float]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), DIST_TRAIN_REPORT="1", OMP_NUM_THREADS="1",
+               LAGGARD_COMMOPS_DIR=str(out), LAGGARD_COMMOPS_FLUSH_S="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB), "--steps", str(steps), "--compute-ms", "20",
+           "--toggle-every", str(block)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    m = re.search(r"on_s=([0-9.]+) off_s=([0-9.]+)", p.stdout + p.stderr)
+    if p.returncode != 0 or not m:
+        raise RuntimeError(f"training job failed ({p.returncode}): {(p.stderr or p.stdout)[-800:]}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def bench_steps(reps: int, steps: int, block: int) -> dict[str, float]:
+    """Step time of the 4-rank gloo DDP+TP+PP job with the logger attached and detached in
+    alternating blocks of `block` steps inside the same processes (so the shared machine's load,
+    which drifts between runs, hits both alike); median per-step times over `reps` jobs."""
+    on, off = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(reps):
+            out = _run_job(steps, Path(tmp) / f"r{i}", block)
+            on.append(out[0])
+            off.append(out[1])
+    b, w = statistics.median(off), statistics.median(on)
+    return {"step_s_without": b, "step_s_with": w, "overhead": w / b - 1,
+            "overheads": [x / y - 1 for x, y in zip(on, off, strict=True)], "reps": float(reps)}
+
+
+def shard_like_logger(sim: Path, out: Path, steps_per_shard: int = 10) -> None:
+    """Lay a simulated trace out as the logger would: per-rank shards of `steps_per_shard` steps."""
+    import shutil
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from collector.commops.layout import shard_path
+
+    table = pq.read_table(sim / "commops.parquet")
+    table = table.append_column("chunk", pc.divide(table["step"], steps_per_shard))
+    (out / "commops").mkdir(parents=True, exist_ok=True)
+    shutil.copy(sim / "meta.json", out / "meta.json")
+    df = table.to_pandas()
+    for (rank, chunk), part in df.groupby(["rank", "chunk"], sort=True):
+        pq.write_table(__import__("pyarrow").Table.from_pandas(part.drop(columns="chunk"), preserve_index=False),
+                       shard_path(out, int(rank), int(chunk)), compression="zstd")
+
+
+def bench_bytes(gpus: int, steps: int, layers: int, window: int) -> dict[str, object]:
+    """Simulate a job with one slow GPU, run every node's sidecar, then central localization."""
+    import pyarrow.parquet as pq
+
+    from collector.meta import JobMeta
+    from laggard.sidecar import central_localize, summarize_node
+    from simulator.config import FaultSpec, SimConfig
+    from simulator.writer import simulate_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sim, root = Path(tmp) / "sim", Path(tmp) / "trace"
+        bad = gpus // 3 + 1
+        cfg = SimConfig(gpus=gpus, tp=8, pp=4, steps=steps, seed=7, layers_per_chunk=layers,
+                        faults=[FaultSpec(kind="gpu", factor=2.0, rank=bad, steps=(steps // 2, steps // 2 + 9))])
+        simulate_trace(cfg, sim)
+        shard_like_logger(sim, root)
+        meta = JobMeta.load(root / "meta.json")
+        t0 = time.perf_counter()
+        for h in meta.hosts():
+            summarize_node(root, h, window=window)
+        t_nodes = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        verdict, mv = central_localize(root)
+        t_central = time.perf_counter() - t0
+        top = verdict.candidates[0].rank if verdict.candidates else None
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in (root / "commops").glob("*.parquet"))
+        return {**mv.to_dict(), "gpus": gpus, "steps": steps, "injected_rank": bad, "top1_rank": top,
+                "rows": rows, "layers": layers, "window": window,
+                "node_detect_s_total": round(t_nodes, 2), "hosts": len(meta.hosts()),
+                "central_s": round(t_central, 3)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("hotpath", "steps", "bytes"))
+    ap.add_argument("--calls", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--job-steps", type=int, default=400)
+    ap.add_argument("--block", type=int, default=20, help="steps per on/off block of the logger")
+    ap.add_argument("--gpus", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--layers", type=int, nargs="+", default=[2, 8],
+                    help="simulated layers per pipeline stage (more layers, more operators per step)")
+    ap.add_argument("--window", type=int, default=20, help="sidecar detection window in steps")
+    a = ap.parse_args()
+    if a.only in (None, "hotpath"):
+        h = bench_hotpath(a.calls)
+        print(f"hot path ({a.calls:,} calls, CPU time): wrapper adds {h['wrapper_added_ns'] / 1e3:.2f} us per operator "
+              f"(target <= 1 us; spread over rounds {h['wrapper_spread_ns'] / 1e3:.2f} us) = "
+              f"{h['wrapper_added_ns'] / h['empty_call_ns']:.1f}x the cost of calling an empty Python function "
+              f"on this machine ({h['empty_call_ns']:.0f} ns); around a real gloo all_reduce (world 1, "
+              f"{h['allreduce_base_ns'] / 1e3:.1f} us each) it adds {h['allreduce_added_ns'] / 1e3:.2f} us "
+              f"incl. the background writer")
+    for layers in a.layers if a.only in (None, "bytes") else []:
+        b = bench_bytes(a.gpus, a.steps, layers, a.window)
+        print(f"bytes moved ({b['gpus']} GPUs tp8 pp4, {layers} layers/stage, {b['steps']} steps, {b['rows']:,} "
+              f"operator rows, {b['hosts']} hosts, {b['window']}-step windows): "
+              f"{b['moved_bytes']:,} B (summaries {b['summary_bytes']:,} + fetched {b['fetched_bytes']:,} "
+              f"= {b['fetched_rows']:,} requested rows) vs {b['full_bytes']:,} B full logs = "
+              f"{float(b['reduction']):.2%} less (target >= 99%); top-1 rank {b['top1_rank']} "
+              f"(injected {b['injected_rank']}); node detection {b['node_detect_s_total']} s over all hosts, "
+              f"central {b['central_s']} s")
+    if a.only in (None, "steps"):
+        s = bench_steps(a.reps, a.job_steps, a.block)
+        per_run = ", ".join(f"{x:+.1%}" for x in s["overheads"])
+        print(f"step time (4-rank gloo DDP+TP+PP, {a.reps} jobs x {a.job_steps} steps, logger on/off every "
+              f"{a.block} steps, median step): {s['step_s_without'] * 1e3:.2f} ms without, "
+              f"{s['step_s_with'] * 1e3:.2f} ms with the logger = {s['overhead']:+.2%} (target <= 1%; per job: {per_run})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Where the CommOps logger writes, and the small files beside the shards (no torch needed).
+
+A logger directory is a trace: `meta.json`, `commops/rank-XXXXX-NNNN.parquet` shards (the
+contract's COMMOPS_SCHEMA), `ranks/rank-XXXXX.json` (what each rank knows about itself and its
+groups) and `pending/rank-XXXXX.parquet` (operators entered but not completed at the last flush;
+the evidence for hang attribution). The Flight Recorder importer writes `pending.parquet` too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collector.errors import TraceError
+from collector.meta import JobMeta, RankInfo
+
+#: operators a rank entered and had not completed when it was last seen
+PENDING_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("group", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("peer", pa.int32(), nullable=False),
+        pa.field("nbytes", pa.int64(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("seen_ns", pa.int64(), nullable=False),  # when the rank was last seen waiting
+        pa.field("failed", pa.bool_(), nullable=False),  # the op raised (timeout, peer gone)
+    ]
+)
+
+
+def shard_path(root: Path, rank: int, index: int) -> Path:
+    return root / "commops" / f"rank-{rank:05d}-{index:04d}.parquet"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a dot-prefixed temp file (ignored by dataset discovery), then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def atomic_write_table(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def read_rank_infos(root: Path) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for p in sorted((root / "ranks").glob("rank-*.json")):
+        try:
+            info = json.loads(p.read_text())
+            out[int(info["rank"])] = info
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a file being replaced right now; the next merge picks it up
+    return out
+
+
+def merge_meta(root: Path, job: str | None = None) -> JobMeta:
+    """meta.json from every rank's self-description: world, ranks (host, gpu), all groups."""
+    infos = read_rank_infos(root)
+    if not infos:
+        raise TraceError(f"{root}: no ranks/rank-*.json", "point at the directory the CommOps logger wrote")
+    world = max(int(i.get("world_size", 0)) for i in infos.values())
+    world = max(world, max(infos) + 1)
+    ranks = {r: RankInfo(host=str(infos[r].get("host", "unknown")) if r in infos else "unknown",
+                         gpu=int(infos[r].get("gpu", 0)) if r in infos else 0)
+             for r in range(world)}
+    groups: dict[str, list[int]] = {}
+    for info in infos.values():
+        for name, members in info.get("groups", {}).items():
+            groups[str(name)] = [int(m) for m in members]
+    first = infos[min(infos)]
+    extra = {"source": "laggard-commops",
+             "commops_errors": sum(int(i.get("errors", 0)) for i in infos.values()),
+             "commops_dropped": sum(int(i.get("dropped", 0)) for i in infos.values())}
+    return JobMeta(job=job or str(first.get("job", "commops")), world_size=world, ranks=ranks,
+                   groups=dict(sorted(groups.items())), extra=extra)
+
+
+def write_meta(root: Path, meta: JobMeta) -> None:
+    atomic_write_bytes(root / "meta.json", json.dumps(meta.to_dict(), indent=1).encode())
+
+
+def read_pending(root: Path) -> pa.Table | None:
+    """Pending operators of a trace (live logger shards or an imported dump), or None."""
+    parts = []
+    single = root / "pending.parquet"
+    if single.is_file():
+        parts.append(pq.read_table(single, schema=PENDING_SCHEMA))
+    parts += [pq.read_table(p, schema=PENDING_SCHEMA) for p in sorted((root / "pending").glob("rank-*.parquet"))]
+    if not parts:
+        return None
+    return pa.concat_tables(parts)

@@ -1,0 +1,179 @@
+"""Per-host training logs -> structured events (Drain3 templates) at hundreds of thousands of lines/s.
+
+Raw lines are nearly all unique (timestamps, pids, losses), but their *shapes* are few. So every
+digit is first folded to '0' over the whole file at C speed, lines are factorized by that key, and
+only each new key is masked (IPs, hex ids, paths, numbers -> <IP>, <HEX>, <PATH>, <NUM>) and, if
+its masked shape is new too, fed to Drain3. Repeated lines cost a hash lookup.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from drain3.drain import Drain
+
+from collector.errors import TraceError
+
+_FOLD = bytes.maketrans(b"123456789", b"000000000")
+#: masks applied to each new digit-folded line, in order (IPs before numbers, paths before words)
+MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\d+\.\d+\.\d+\.\d+(?::\d+)?"), "<IP>"),
+    (re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?\b"
+                r"|\b(?=[a-fA-F]*\d)(?=\d*[a-fA-F])[0-9a-fA-F]{6,}\b"), "<HEX>"),
+    (re.compile(r"/[\w.\-]+(?:/[\w.\-]+)+"), "<PATH>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<NUM>"),
+)
+#: a framework progress line ("iteration 12/ 100", "step: 12", "step=12,"): it carries the iteration
+PROGRESS_SHAPE = re.compile(r"(?i)\b(?:iteration|iter|steps?)\s*[:=]?\s*<NUM>")
+NOT_PROGRESS = re.compile(r"(?i)checkpoint|saving|loading|loaded|skipping|timeout|watchdog|error|fail")
+_PROGRESS_NUMBER = r"(?i)\b(?:iteration|iter|steps?)\s*[:=]?\s*(?P<it>\d+)"
+
+
+def mask(line: str) -> str:
+    """The shape of one line: variable parts replaced by typed placeholders."""
+    for rx, token in MASKS:
+        line = rx.sub(token, line)
+    return line
+
+
+class TemplateCache:
+    """Drain3 behind two caches (folded line -> shape -> cluster), reusable across files and jobs."""
+
+    def __init__(self, sim_th: float = 0.7, depth: int = 4) -> None:
+        self.drain = Drain(depth=depth, sim_th=sim_th, parametrize_numeric_tokens=False)
+        self._key_shape: dict[bytes, int] = {}
+        self.shapes: list[str] = []
+        self._shape_index: dict[str, int] = {}
+        self.shape_cluster: list[int] = []
+
+    def shape_ids(self, keys: Sequence[bytes]) -> np.ndarray:
+        """Shape index of each distinct folded line; only unseen shapes reach Drain."""
+        out = np.empty(len(keys), dtype=np.int32)
+        for i, key in enumerate(keys):
+            sid = self._key_shape.get(key)
+            if sid is None:
+                shape = mask(key.decode("utf-8", "replace")).strip()
+                sid = self._shape_index.get(shape)
+                if sid is None:
+                    sid = len(self.shapes)
+                    self.shapes.append(shape)
+                    self._shape_index[shape] = sid
+                    cluster, _ = self.drain.add_log_message(shape or "<EMPTY>")
+                    self.shape_cluster.append(cluster.cluster_id)
+                self._key_shape[key] = sid
+            out[i] = sid
+        return out
+
+    def template(self, cluster_id: int) -> str:
+        return str(self.drain.id_to_cluster[cluster_id].get_template())
+
+
+@dataclass
+class ParsedLogs:
+    """Every line of a job's logs as an event, in file order (hosts one after another)."""
+
+    files: list[str]  # as cited in evidence: logs/node-3.log
+    hosts: list[str]
+    host: np.ndarray  # int32 [lines] index into hosts
+    line: np.ndarray  # int32 [lines] 1-based line number in its file
+    shape: np.ndarray  # int32 [lines] index into shapes
+    shapes: list[str]  # masked lines
+    shape_event: np.ndarray  # int32 [shapes] index into templates
+    templates: list[str]  # Drain templates (final, after all lines were seen)
+    iteration: np.ndarray  # int32 [lines] last iteration number printed on the host so far, -1 before any
+    progress: np.ndarray  # bool [lines] the line is a framework progress line
+    raw: list[list[bytes]] = field(repr=False, default_factory=list)  # per file, its lines
+
+    @property
+    def event(self) -> np.ndarray:
+        return self.shape_event[self.shape]
+
+    def __len__(self) -> int:
+        return int(self.host.size)
+
+    def text(self, i: int) -> str:
+        return self.raw[int(self.host[i])][int(self.line[i]) - 1].decode("utf-8", "replace")
+
+    def where(self, i: int) -> str:
+        return f"{self.files[int(self.host[i])]}:{int(self.line[i])}"
+
+
+def read_log(path: Path) -> bytes:
+    """A log file's bytes, gunzipped when it is gzip (by suffix or magic)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read log ({exc.strerror})", "check the path and permissions") from exc
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise TraceError(f"{path}: corrupt gzip log ({exc})", "re-fetch the log or gunzip it by hand") from exc
+    return data
+
+
+def host_of_file(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".log"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def parse_logs(paths: Sequence[Path], cache: TemplateCache | None = None, root: Path | None = None) -> ParsedLogs:
+    """Parse per-host logs (`logs/<host>.log[.gz]`) into events, iterations and progress flags."""
+    cache = cache or TemplateCache()
+    files, hosts, raws = [], [], []
+    host_parts, line_parts, shape_parts = [], [], []
+    for k, path in enumerate(paths):
+        data = read_log(path)
+        raw = data.split(b"\n")
+        if raw and raw[-1] == b"":
+            raw.pop()
+        folded = data.translate(_FOLD).split(b"\n")[: len(raw)]
+        codes, uniq = pd.factorize(np.array(folded, dtype=object))
+        shape_parts.append(cache.shape_ids(list(uniq))[codes] if len(raw) else np.empty(0, np.int32))
+        n = len(raw)
+        host_parts.append(np.full(n, k, dtype=np.int32))
+        line_parts.append(np.arange(1, n + 1, dtype=np.int32))
+        raws.append(raw)
+        files.append(str(path.relative_to(root)) if root is not None and path.is_relative_to(root) else path.name)
+        hosts.append(host_of_file(path))
+    host = np.concatenate(host_parts) if host_parts else np.empty(0, np.int32)
+    line = np.concatenate(line_parts) if line_parts else np.empty(0, np.int32)
+    shape = np.concatenate(shape_parts).astype(np.int32) if shape_parts else np.empty(0, np.int32)
+    # dense template ids over the clusters this parse used
+    clusters = np.asarray(cache.shape_cluster, dtype=np.int64)
+    used, shape_event = np.unique(clusters, return_inverse=True)
+    templates = [cache.template(int(c)) for c in used]
+    is_progress_shape = np.array([bool(PROGRESS_SHAPE.search(s)) and not NOT_PROGRESS.search(s)
+                                  for s in cache.shapes], dtype=bool)
+    progress = is_progress_shape[shape] if shape.size else np.zeros(0, bool)
+    iteration = _iterations(raws, host, line, progress)
+    return ParsedLogs(files, hosts, host, line, shape, list(cache.shapes), shape_event.astype(np.int32),
+                      templates, iteration, progress, raws)
+
+
+def _iterations(raws: list[list[bytes]], host: np.ndarray, line: np.ndarray, progress: np.ndarray) -> np.ndarray:
+    """Per line, the highest iteration number printed on its host so far (-1 before the first)."""
+    out = np.full(host.size, -1, dtype=np.int64)
+    idx = np.flatnonzero(progress)
+    if idx.size:
+        texts = pa.array([raws[h][n - 1] for h, n in zip(host[idx].tolist(), line[idx].tolist(), strict=True)],
+                         pa.binary()).cast(pa.string(), safe=False)
+        found = pc.extract_regex(texts, _PROGRESS_NUMBER).field("it")
+        nums = pc.cast(pc.fill_null(found, "-1"), pa.int64()).to_numpy(zero_copy_only=False)
+        out[idx] = nums
+    # running max within each host (hosts are contiguous): offset by host so maxima do not leak
+    big = np.int64(1) << 40
+    shifted = np.where(out >= 0, out, -1) + host.astype(np.int64) * big
+    run = np.maximum.accumulate(np.where(out >= 0, shifted, host.astype(np.int64) * big - 1))
+    res = run - host.astype(np.int64) * big
+    return np.where(res >= 0, res, -1).astype(np.int32)

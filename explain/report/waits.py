@@ -1,0 +1,137 @@
+"""Who waited on whom: per-rank operator wait and the wait graph, from CommOps rows.
+
+The rank that arrives last at an operator waits least (DESIGN.md), so a copy's wait is its
+elapsed time minus the shortest elapsed time among the copies of the same instance, and the
+copy with the shortest elapsed time is the one everybody waited for (its "blocker"). Only
+durations are compared across ranks, never start times, because host clocks are not in sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class WaitMatrix:
+    """Seconds each rank spent waiting in operators, per step (rows = ranks, columns = steps)."""
+
+    ranks: np.ndarray
+    steps: np.ndarray
+    seconds: np.ndarray
+
+    def total_by_rank(self) -> pd.Series:
+        return pd.Series(self.seconds.sum(axis=1), index=self.ranks)
+
+
+@dataclass
+class PathHop:
+    """One level of the wait graph: ranks that waited on the level below (level 0 = the root)."""
+
+    level: int
+    ranks: list[int]
+    groups: list[str] = field(default_factory=list)  # group kinds the waits went through
+    wait_s: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"level": self.level, "n_ranks": len(self.ranks), "ranks": self.ranks[:32],
+                "groups": self.groups, "wait_s": round(self.wait_s, 6)}
+
+
+def annotate_waits(ops: pd.DataFrame) -> pd.DataFrame:
+    """Add `elapsed_s`, `wait_s` and `blocker` to CommOps rows (vectorized over all rows).
+
+    An instance is (group, seq) for collectives and (group, seq, src, dst) for a send/recv pair.
+    """
+    df = ops.reset_index(drop=True)
+    peer = df["peer"].to_numpy()
+    rank = df["rank"].to_numpy()
+    is_send = df["op"].to_numpy() == "send"
+    p2p = peer >= 0
+    src = np.where(p2p, np.where(is_send, rank, peer), -1)
+    dst = np.where(p2p, np.where(is_send, peer, rank), -1)
+    key = pd.DataFrame({"group": df["group"].to_numpy(), "seq": df["seq"].to_numpy(), "src": src, "dst": dst})
+    inst = key.groupby(["group", "seq", "src", "dst"], sort=False).ngroup().to_numpy()
+    elapsed = (df["end_ns"].to_numpy() - df["start_ns"].to_numpy()).astype(np.float64) / 1e9
+    n = int(inst.max()) + 1 if len(inst) else 0
+    best = np.full(n, np.inf)
+    np.minimum.at(best, inst, elapsed)
+    # blocker: the rank of the first copy whose elapsed equals the instance minimum
+    is_min = elapsed == best[inst]
+    order = np.flatnonzero(is_min)
+    blocker_of = np.full(n, -1, dtype=np.int64)
+    blocker_of[inst[order[::-1]]] = rank[order[::-1]]
+    out = df.copy()
+    out["elapsed_s"] = elapsed
+    out["wait_s"] = elapsed - best[inst]
+    out["blocker"] = blocker_of[inst]
+    out["instance"] = inst
+    return out
+
+
+def wait_matrix(annotated: pd.DataFrame) -> WaitMatrix:
+    """Sum each rank's wait per step into a dense rank × step matrix."""
+    rows = annotated[annotated["step"] >= 0]
+    table = rows.pivot_table(index="rank", columns="step", values="wait_s", aggfunc="sum", fill_value=0.0)
+    return WaitMatrix(table.index.to_numpy(), table.columns.to_numpy(), table.to_numpy(dtype=np.float64))
+
+
+def wait_path(
+    annotated: pd.DataFrame,
+    roots: list[int],
+    group_kind: dict[str, str],
+    steps: list[int] | None = None,
+    max_levels: int = 6,
+) -> list[PathHop]:
+    """Levels of ranks that waited, transitively, on the root ranks (level 0).
+
+    Each waiting rank is attached to the rank it waited on longest (its dominant blocker);
+    level k holds the ranks whose dominant blocker is in level k-1.
+    """
+    rows = annotated if steps is None else annotated[annotated["step"].isin(steps)]
+    rows = rows[(rows["rank"] != rows["blocker"]) & (rows["wait_s"] > 0)]
+    if rows.empty or not roots:
+        return [PathHop(0, sorted(roots))] if roots else []
+    edges = rows.groupby(["rank", "blocker"], sort=False)["wait_s"].sum().reset_index()
+    edges = edges.sort_values("wait_s", ascending=False).drop_duplicates("rank")
+    kind_of = {g: group_kind.get(g, _kind_from_name(g)) for g in rows["group"].unique()}
+    kinds = rows[["rank", "blocker"]].assign(kind=rows["group"].map(kind_of)).drop_duplicates()
+    edge_kinds = kinds.groupby(["rank", "blocker"])["kind"].agg(lambda s: sorted(set(s))).to_dict()
+    dominant = dict(zip(edges["rank"].to_numpy().tolist(), edges["blocker"].to_numpy().tolist(), strict=True))
+    waited = dict(zip(edges["rank"].to_numpy().tolist(), edges["wait_s"].to_numpy().tolist(), strict=True))
+    hops = [PathHop(0, sorted(roots))]
+    seen = set(roots)
+    frontier = set(roots)
+    by_blocker = edges.groupby("blocker")["rank"].agg(list).to_dict()
+    for level in range(1, max_levels + 1):
+        nxt = sorted({r for b in frontier for r in by_blocker.get(b, []) if r not in seen})
+        if not nxt:
+            break
+        groups = sorted({k for r in nxt for k in edge_kinds.get((r, dominant[r]), [])})
+        hops.append(PathHop(level, nxt, groups, float(sum(waited[r] for r in nxt))))
+        seen.update(nxt)
+        frontier = set(nxt)
+    return hops
+
+
+def _kind_from_name(group: str) -> str:
+    """'tp-3' -> 'tp': the simulator's and Megatron's naming, used when the timeline gives none."""
+    return group.split("-", 1)[0]
+
+
+def gantt_rows(annotated: pd.DataFrame, step: int, ranks: list[int]) -> pd.DataFrame:
+    """Operators of some ranks in one step, as seconds since each rank's own step start."""
+    rows = annotated[(annotated["step"] == step) & annotated["rank"].isin(ranks)]
+    if rows.empty:
+        return pd.DataFrame(columns=["rank", "op", "group", "t0", "t1", "wait_s"])
+    t0 = rows.groupby("rank")["start_ns"].transform("min")
+    return pd.DataFrame({
+        "rank": rows["rank"].to_numpy(),
+        "op": rows["op"].to_numpy(),
+        "group": rows["group"].to_numpy(),
+        "t0": (rows["start_ns"] - t0).to_numpy() / 1e9,
+        "t1": (rows["end_ns"] - t0).to_numpy() / 1e9,
+        "wait_s": rows["wait_s"].to_numpy(),
+    })

@@ -1,0 +1,71 @@
+"""`laggard sidecar run|localize TRACE`: node-local detection, then central progressive localization."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+from typing import Any
+
+from laggard.cliutil import Formatter, add_format, print_json, verb_parser
+
+
+def register(sub: Any) -> None:
+    p = verb_parser(
+        sub, "sidecar", "node-local operator detection and progressive central localization",
+        "run: on a node, read that node's CommOps shards (written by collector.commops) window by\n"
+        "  window, flag abnormal operators against their own history and write a compact summary\n"
+        "  to TRACE/summary/ (localize/summary's format). --follow keeps going while the job runs.\n"
+        "localize: centrally, check for a hang, then localize from the summaries, fetching full\n"
+        "  records only for the ranks and steps they point at; prints a verdict and the bytes moved.",
+        "  laggard sidecar run /data/run7 --host node-3 --follow\n"
+        "  laggard sidecar run /data/run7 --all-hosts          # every host, once (tests, replays)\n"
+        "  laggard sidecar localize /data/run7 --format json",
+    )
+    verbs = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run_p = verbs.add_parser("run", help="summarize this node's shards", formatter_class=Formatter)
+    run_p.add_argument("trace", type=Path, help="the CommOps logger's directory (shared or node-local)")
+    who = run_p.add_mutually_exclusive_group()
+    who.add_argument("--host", default=None, help="host whose ranks to read (default: this machine's name)")
+    who.add_argument("--all-hosts", action="store_true", help="summarize every host in meta.json, one after another")
+    run_p.add_argument("--window", type=int, default=20, help="steps per detection window (default 20)")
+    run_p.add_argument("--follow", action="store_true", help="keep summarizing while the job writes shards")
+    run_p.add_argument("--poll", type=float, default=5.0, help="seconds between looks in --follow (default 5)")
+    run_p.add_argument("--idle-exit", type=float, default=60.0,
+                       help="--follow stops after this many seconds without new shards (default 60)")
+    run_p.set_defaults(func=run)
+    loc = verbs.add_parser("localize", help="central localization from summaries", formatter_class=Formatter)
+    loc.add_argument("trace", type=Path)
+    loc.add_argument("--top", type=int, default=5, help="candidates to report (default 5)")
+    add_format(loc)
+    loc.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.meta import JobMeta
+    from laggard.sidecar import central_localize, follow_node, summarize_node
+
+    if args.action == "run":
+        meta = JobMeta.load(args.trace / "meta.json")
+        hosts = meta.hosts() if args.all_hosts else [args.host or socket.gethostname()]
+        for h in hosts:
+            if args.follow:
+                n = follow_node(args.trace, h, args.window, args.poll, args.idle_exit)
+            else:
+                n = len(summarize_node(args.trace, h, args.window, final=True))
+            print(f"{h}: {n} window summary(ies) in {args.trace / 'summary'}")
+        return 0
+    verdict, mv = central_localize(args.trace, top=args.top)
+    if args.format == "json":
+        print_json(verdict.to_dict())
+        return 0
+    d = mv.to_dict()
+    print(f"{verdict.job}: {verdict.status}" + (f", steps {verdict.irregular_steps[0]}..{verdict.irregular_steps[-1]}, "
+          f"slowdown {verdict.slowdown:.2f}x" if verdict.irregular_steps else ""))
+    for i, c in enumerate(verdict.candidates, 1):
+        print(f"  {i}. {c.device()}  score {c.score:.2f}")
+        for e in c.evidence:
+            print(f"       - {e}")
+    print(f"  moved {d['moved_bytes']:,} B (summaries {d['summary_bytes']:,} + fetched {d['fetched_bytes']:,}) "
+          f"of {d['full_bytes']:,} B of full logs: {d['reduction']:.1%} less")
+    return 0

@@ -1,0 +1,1 @@
+"""`laggard serve`: ingest sidecar summaries, localize continuously, expose metrics and reports."""

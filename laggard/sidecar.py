@@ -1,0 +1,167 @@
+"""Node-local detection and progressive fetching (Holmes' data-movement design), as wiring.
+
+On each node, `summarize_node` reads only that node's CommOps shards (what collector.commops
+wrote), window by window of steps, and runs the abnormal-operator detector of localize/summary
+on them; the compact summary (`summary/<host>-w<first>-<last>.parquet`) is all that travels.
+Centrally, `central_localize` checks for a hang, then localizes from the summaries, which plan
+which ranks and steps to fetch in full; the nodes keep their logs and ship only those rows.
+The bytes that moves (summaries plus the requested rows, compressed) are counted against
+shipping every shard.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from collector.commops.layout import atomic_write_bytes
+from collector.errors import TraceError
+from collector.meta import JobMeta
+from collector.traceio import Trace
+from localize.commops import COLUMNS
+from localize.hang import find_hang
+from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
+from localize.verdict import Verdict
+
+SUMMARY_DIR = "summary"
+
+
+def _shards(root: Path, ranks: list[int] | None = None) -> list[Path]:
+    files = sorted((root / "commops").glob("rank-*.parquet"))
+    if ranks is None:
+        return files
+    want = {f"rank-{r:05d}" for r in ranks}
+    return [p for p in files if p.name[:10] in want]
+
+
+def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) -> list[Path]:
+    """Summarize this host's ranks for every complete window of steps not yet summarized.
+
+    A window is complete once a later step has been logged (or `final`, when the job is over).
+    Returns the summary files written.
+    """
+    meta = JobMeta.load(root / "meta.json")
+    ranks = sorted(r for r, i in meta.ranks.items() if i.host == host)
+    if not ranks:
+        raise TraceError(f"{root}: no ranks on host {host}", f"hosts in meta.json: {', '.join(meta.hosts())}")
+    outdir = root / SUMMARY_DIR
+    state_path = outdir / f".{host}.state.json"  # dot: not read as part of the summary dataset
+    state = json.loads(state_path.read_text()) if state_path.exists() else {"next_step": 0}
+    files = _shards(root, ranks)
+    if not files:
+        return []
+    df = ds.dataset(files, format="parquet").to_table(
+        columns=list(COLUMNS), filter=ds.field("step") >= state["next_step"]).to_pandas()
+    df = df[df["step"] >= 0]
+    if df.empty:
+        return []
+    last = int(df["step"].max())
+    written = []
+    for w0 in range(int(state["next_step"]), last + 1, window):
+        w1 = min(w0 + window - 1, last)
+        if not final and w0 + window - 1 >= last:
+            break  # the window is not over yet (its last step may still be running)
+        win = df[(df["step"] >= w0) & (df["step"] <= w1)]
+        if win.empty:
+            continue
+        t0 = time.perf_counter()
+        summary = summarize(win.reset_index(drop=True))
+        path = outdir / f"{host}-w{w0:07d}-{w1:07d}.parquet"
+        write_summary(summary, path)
+        written.append(path)
+        state.update(next_step=w1 + 1, detect_s=round(time.perf_counter() - t0, 4))
+    atomic_write_bytes(state_path, json.dumps(state).encode())
+    return written
+
+
+#: what travels is what costs: durations in float32 (microsecond-exact up to minutes), sorted
+#: integers delta-encoded, no per-column statistics in the footer. Readers cast back to the
+#: float64 of SUMMARY_SCHEMA.
+_ENCODING = {"rank": "DELTA_BINARY_PACKED", "step": "DELTA_BINARY_PACKED", "ops": "DELTA_BINARY_PACKED",
+             "abnormal": "DELTA_BINARY_PACKED", "step_end_ns": "DELTA_BINARY_PACKED",
+             "elapsed_s": "BYTE_STREAM_SPLIT", "abnormal_s": "BYTE_STREAM_SPLIT", "compute_s": "BYTE_STREAM_SPLIT"}
+_FLOATS = ("elapsed_s", "abnormal_s", "compute_s")
+
+
+def write_summary(summary: pd.DataFrame, path: Path) -> None:
+    """One window's summary, compactly encoded, written atomically (dot-prefixed temp file)."""
+    table = pa.Table.from_pandas(summary.sort_values(["rank", "step", "group"]), schema=SUMMARY_SCHEMA,
+                                 preserve_index=False)
+    table = pa.table({n: pc.cast(table[n], pa.float32()) if n in _FLOATS else table[n] for n in table.column_names})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=19, write_statistics=False,
+                   use_dictionary=["group"], column_encoding=_ENCODING)
+    tmp.replace(path)
+
+
+def follow_node(root: Path, host: str, window: int, poll_s: float, stop_after_idle_s: float) -> int:
+    """The sidecar loop: summarize new windows while the job runs; stop once no shard changed for a while."""
+    written, idle, seen = 0, 0.0, -1
+    while idle < stop_after_idle_s:
+        n = sum(p.stat().st_mtime_ns for p in (root / "commops").glob("*.parquet"))
+        written += len(summarize_node(root, host, window, final=False))
+        idle = idle + poll_s if n == seen else 0.0
+        seen = n
+        time.sleep(poll_s)
+    return written + len(summarize_node(root, host, window, final=True))
+
+
+@dataclass
+class Movement:
+    """Bytes the central localizer moved, against shipping every shard."""
+
+    summary_bytes: int = 0
+    fetched_bytes: int = 0
+    fetched_rows: int = 0
+    full_bytes: int = 0
+
+    @property
+    def moved(self) -> int:
+        return self.summary_bytes + self.fetched_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        saved = 1 - self.moved / self.full_bytes if self.full_bytes else 0.0
+        return {"summary_bytes": self.summary_bytes, "fetched_bytes": self.fetched_bytes,
+                "moved_bytes": self.moved, "full_bytes": self.full_bytes,
+                "reduction": round(saved, 5), "fetched_rows": self.fetched_rows}
+
+
+def shipped_bytes(table: pa.Table) -> int:
+    """Size of rows as a node would ship them: one zstd Parquet payload."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return int(sink.getvalue().size)
+
+
+def central_localize(root: Path, top: int = 5) -> tuple[Verdict, Movement]:
+    """A hang first (pending operators); else the summaries, then only the shards they ask for."""
+    trace = Trace.open(root)
+    mv = Movement(full_bytes=sum(p.stat().st_size for p in _shards(root)))
+    hang = find_hang(trace)
+    if hang is not None:
+        return hang, mv
+    summaries = sorted((root / SUMMARY_DIR).glob("*.parquet"))
+    if not summaries:
+        raise TraceError(f"{root}: no node summaries", "run `laggard sidecar run TRACE` on every node first")
+    mv.summary_bytes = sum(p.stat().st_size for p in summaries)
+    verdict, plan = localize_from_summary(trace, top)
+    if plan.ranks and plan.fetch_steps:
+        # what the nodes ship on request: the planned ranks' rows of the planned steps, compressed
+        lo, hi = min(plan.fetch_steps), max(plan.fetch_steps)
+        rows = trace.table("commops", filter_expr=ds.field("rank").isin(plan.ranks) & (ds.field("step") >= lo)
+                           & (ds.field("step") <= hi))
+        rows = rows.filter(pc.is_in(rows["step"], pa.array(plan.fetch_steps, pa.int32())))
+        mv.fetched_bytes = shipped_bytes(rows)
+        mv.fetched_rows = rows.num_rows
+    verdict.extra["data_movement"] = mv.to_dict()
+    return verdict, mv

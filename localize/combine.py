@@ -1,0 +1,127 @@
+"""Localize from every kind of evidence a trace has, and merge what each localizer found.
+
+Localizers are found by module name through `LOCALIZERS`, so the flow, log and hang
+localizers (their own modules, written on their own branches) plug in without this file
+changing: a module that is not installed is simply skipped, unless the user asked for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from collector.errors import UserError
+from collector.traceio import Trace
+from localize.verdict import Candidate, Verdict
+
+#: evidence kind -> (module, function) of its localizer
+LOCALIZERS: dict[str, tuple[str, str]] = {
+    "commops": ("localize.commops", "localize_commops"),
+    "flows": ("localize.flows", "localize_flows"),
+    "logs": ("localize.logs", "localize_logs"),
+}
+HANG = ("localize.hang", "find_hang")
+#: how much a source's score counts when several sources name the same device
+SOURCE_WEIGHT = {"commops": 1.0, "flows": 0.85, "logs": 0.7}
+
+
+def _module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            return None
+        raise
+
+
+def _function(spec: tuple[str, str]) -> Callable[..., Any] | None:
+    mod = _module(spec[0])
+    fn = getattr(mod, spec[1], None) if mod is not None else None
+    return fn if callable(fn) else None
+
+
+def available(trace: Trace) -> tuple[str, ...]:
+    """Evidence kinds the trace holds and a localizer exists for."""
+    return tuple(k for k in LOCALIZERS if trace.has(k) and _function(LOCALIZERS[k]) is not None)
+
+
+def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) -> Verdict:
+    fn = _function(LOCALIZERS[kind])
+    if fn is None:
+        raise UserError(f"no {kind} localizer is installed", "use another evidence flag, or none to use what exists")
+    if kind == "commops":
+        from localize.steps import step_view
+
+        cols = ["rank", "step", "start_ns", "end_ns", "op", "nbytes"]
+        view = step_view(trace, trace.commops(columns=cols, steps=steps), steps)
+        return fn(trace, view, steps, top)  # type: ignore[no-any-return]
+    if kind == "flows":
+        return fn(trace, steps, top)  # type: ignore[no-any-return]
+    return fn(trace, top)  # type: ignore[no-any-return]
+
+
+def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps: tuple[int, int] | None = None,
+                   top: int = 5) -> Verdict:
+    """The verdict of DESIGN.md from the requested (or all available) evidence."""
+    hang = _function(HANG)
+    if hang is not None:
+        stuck = hang(trace)
+        if stuck is not None:
+            return stuck  # type: ignore[no-any-return]
+    if evidence:
+        for kind in evidence:
+            if kind not in LOCALIZERS:
+                raise UserError(f"unknown evidence '{kind}'", f"use one of {', '.join(LOCALIZERS)}")
+            if not trace.has(kind):
+                raise UserError(f"{trace.path}: trace has no {kind} evidence", "drop the flag to use the evidence it has")
+        kinds = evidence
+    else:
+        kinds = available(trace)
+        if not kinds:
+            raise UserError(f"{trace.path}: no evidence this installation can localize from",
+                            "add commops.parquet (see DESIGN.md)")
+    # each source lists more than asked, so a device named by several is merged, then cut
+    wide = top if len(kinds) == 1 else max(4 * top, 20)
+    verdicts = [run_one(k, trace, steps, wide) for k in kinds]
+    return merge(trace.meta.job, verdicts, top)
+
+
+def _device_key(c: Candidate) -> tuple[Any, ...]:
+    return (c.kind, c.rank, c.host if c.kind != "gpu" else None, tuple(sorted(c.hosts or ())), c.switch)
+
+
+def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
+    """One verdict: the worst status, the commops steps when present, devices merged across
+    sources (a device named by several sources gains: 1 - prod(1 - weight * score))."""
+    if len(verdicts) == 1:
+        v = verdicts[0]
+        v.candidates = v.candidates[:top]
+        return v
+    order = {"hang": 2, "irregular": 1, "healthy": 0}
+    status = max((v.status for v in verdicts), key=lambda s: order[s])
+    steps: list[int] = []
+    for v in verdicts:
+        if v.irregular_steps:
+            steps = v.irregular_steps
+            if v.extra.get("source") == "commops":
+                break
+    merged: dict[tuple[Any, ...], Candidate] = {}
+    miss: dict[tuple[Any, ...], float] = {}
+    for v in verdicts:
+        for c in v.candidates:
+            key = _device_key(c)
+            w = SOURCE_WEIGHT.get(c.source or "", 0.7)
+            miss[key] = miss.get(key, 1.0) * (1 - w * c.score)
+            if key in merged:
+                m = merged[key]
+                m.evidence = m.evidence + c.evidence
+                m.source = "+".join(sorted(set((m.source or "").split("+")) | {c.source or ""}))
+            else:
+                merged[key] = Candidate(**{**c.__dict__, "evidence": list(c.evidence)})
+    for key, c in merged.items():
+        c.score = 1 - miss[key]
+    cands = sorted(merged.values(), key=lambda c: -c.score)[:top] if status != "healthy" else []
+    extra: dict[str, Any] = {"sources": [v.extra.get("source", "?") for v in verdicts]}
+    return Verdict(job, status, steps, max(v.slowdown for v in verdicts), cands, extra)  # type: ignore[arg-type]

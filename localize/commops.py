@@ -1,0 +1,309 @@
+"""Localize from CommOps: detector -> wait graph -> cross-iteration ranking -> verdict.
+
+`localize_commops(trace, timeline, steps, top)` reads the records of the window, and
+`analyse_ops` does the work on a DataFrame, so the summary path (`localize.summary`) can run
+the same analysis on the few ranks and steps it fetched.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import JobMeta
+from collector.schema import OPS
+from collector.traceio import Trace
+from localize.detector import Detection, rule_detect
+from localize.features import Ops, prepare_ops, slot_history, step_scale
+from localize.groupkinds import group_kinds
+from localize.model_store import load_detector
+from localize.network import NetCandidate, resolve_network, slow_units
+from localize.persistent import persistent_imbalance
+from localize.ranking import RankUnit, explain_rank_blame
+from localize.steps import StepView, with_steps
+from localize.verdict import Candidate, Verdict
+from localize.waitgraph import WaitGraph, build_waitgraph
+
+COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step"]
+
+
+@dataclass
+class Analysis:
+    """Everything the verdict was built from (kept for evidence, benchmarks and tests)."""
+
+    ops: Ops
+    detection: Detection
+    graph: WaitGraph
+    rank_blame: np.ndarray
+    rank_units: list[RankUnit]
+    net: list[NetCandidate]
+    comm_blame: float
+    unit_names: list[str]
+
+
+def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, dict[str, list[int]]]:
+    """Per instance: expected copies, sum of expected member ranks, unit code; unit names and members."""
+    gnames = ops.groups
+    sizes = np.array([len(meta.groups.get(str(g), [])) for g in gnames], dtype=np.int64)
+    msum = np.array([float(sum(meta.groups.get(str(g), []))) for g in gnames])
+    obs_max = pd.Series(ops.inst_size).groupby(ops.inst_group).max().reindex(range(len(gnames))).fillna(0).to_numpy()
+    g_size = np.where(sizes > 0, sizes, obs_max).astype(np.int64)
+    p2p = ops.inst_p2p
+    expected = np.where(p2p, 2, g_size[ops.inst_group])
+    members_sum = np.where(p2p, ops.inst_src + ops.inst_dst, msum[ops.inst_group])
+    # units: a collective group, or one p2p stream (group, src, dst)
+    ukey = np.where(p2p, (ops.inst_group * 65_536 + ops.inst_src) * 65_536 + ops.inst_dst, ops.inst_group)
+    ucode, _ = pd.factorize(ukey)
+    names: list[str] = []
+    members: dict[str, list[int]] = {}
+    rank = ops.rank
+    first_inst = pd.Series(np.arange(ops.n_inst)).groupby(ucode).first().to_numpy()
+    for i in first_inst:
+        g = str(gnames[ops.inst_group[i]])
+        if p2p[i]:
+            name = f"{g}:{ops.inst_src[i]}->{ops.inst_dst[i]}"
+            members[name] = [int(ops.inst_src[i]), int(ops.inst_dst[i])]
+        else:
+            name = g
+            members[name] = list(meta.groups.get(g, [])) or sorted({int(r) for r in rank[ops.inst_group[ops.inst] == ops.inst_group[i]]})
+        names.append(name)
+    return expected, members_sum, names, ucode.astype(np.int64), members
+
+
+def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow.
+
+    A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
+    and so every copy, is abnormal. A p2p transfer is its send copy: a send never waits for
+    the data to arrive, so an abnormal send is a slow transfer.
+    """
+    late = ops.late_row
+    n = ops.n_inst
+    is_send = ops.opcode == OPS.index("send")
+    send_row = np.full(n, -1, dtype=np.int64)
+    send_row[ops.inst[is_send]] = np.flatnonzero(is_send)
+    n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=n)
+    row = np.where(ops.inst_p2p & (send_row >= 0), send_row, late)
+    ex = ops.elapsed[row] - base[row]
+    slow = abnormal[row] & (ex > 0.2 * base[row])
+    slow &= ops.inst_p2p | (n_abn >= ops.inst_size)
+    return np.where(slow, ex, 0.0)
+
+
+def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
+                partial: set[str] | None = None, forest: bool = True) -> tuple[Verdict, Analysis | None]:
+    """Run detection, the wait graph and the ranking on CommOps rows of the window.
+
+    `partial`: groups whose members were not all fetched (summary path); their operators
+    keep their place in each rank's timeline but are never judged. `forest=False` judges
+    operators with the robust rule, as the sidecars do (the fast path).
+    """
+    irr = np.asarray(view.irregular_steps, dtype=np.int64)
+    if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
+        first = int(df["step"].min())
+        if len(np.unique(df["step"].to_numpy())) >= 4:
+            irr = irr[irr != first]
+    if len(df) == 0 or len(irr) == 0:
+        return persistent_verdict(df, meta, top, view.group_kind), None
+    ops = prepare_ops(df[COLUMNS])
+    all_steps = np.unique(ops.step)
+    ref = np.setdiff1d(all_steps, irr)
+    detector = load_detector() if forest else None
+    detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
+    abnormal = detection.abnormal
+    scale = step_scale(ops, view.steps)
+    med, _, _ = slot_history(ops, ref, scale)
+    comm_excess = _comm_excess(ops, abnormal, med * scale)
+    expected, members_sum, unit_names, unit_of_inst, members = _instance_layout(ops, meta)
+    if partial:
+        skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
+        expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
+    graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref)
+
+    # cross-iteration blame: each root is charged the delay it imposed where it originated
+    # (the instance its chain ends at; delays further down a chain are its propagation), in
+    # the irregular steps beyond what the same root costs in an average normal step
+    origin = graph.root_inst == np.arange(ops.n_inst)
+    in_irr = np.isin(ops.inst_step, irr)
+    in_ref = np.isin(ops.inst_step, ref)
+    norm = len(irr) / max(len(ref), 1)
+    # a root must explain the delay with its own compute; lateness nothing explains is not blamed
+    explained = graph.orphan | (graph.excess_compute >= 0.5 * graph.delay)
+    to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
+    world = max(meta.world_size, int(ops.rank.max()) + 1)
+
+    def per_rank(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
+
+    rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * per_rank(to_rank & in_ref), 0.0)
+    comm_w = np.where(graph.comm & in_irr, graph.delay, 0.0)
+    comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[graph.comm & in_ref].sum()), 0.0)
+    analysed = np.isin(ops.inst_step, irr) & (ops.inst_size >= expected)
+    slow = slow_units(unit_of_inst, unit_names, graph.comm & in_irr, analysed)
+    net = resolve_network(members, slow, meta, top=max(top, 64))  # all of them, to count ties
+    kinds = group_kinds(ops, view.group_kind)
+    units = explain_rank_blame(rank_blame, meta, kinds, top=top)
+    rank_total = float(rank_blame.sum())
+    total = rank_total + comm_total
+    lost = _lost_seconds(view.steps, irr)
+    if total <= 0 or (lost > 0 and total < 0.05 * lost):
+        return Verdict(meta.job, "healthy", [], 1.0, [],
+                       {"source": "commops", "note": f"steps {[int(s) for s in irr]} ran long, but no operator delay "
+                        "explains it (noise, or time outside communication)"}), None
+    primaries = [_rank_candidate(u, rank_total / total, graph, ops, meta) for u in units]
+    alternates: list[Candidate] = []
+    if net and comm_total > 0:
+        best = net[0].score
+        # devices that explain the slow transfers equally well cannot be told apart
+        tied = sum(1 for c in net if c.score >= best - 1e-6)
+        # indistinguishable devices share the finding's score, so other evidence can decide
+        lead = _net_candidate(net[0], comm_total / total * best / tied, meta)
+        if tied > 1:
+            lead.evidence.append(f"{tied - 1} other device(s) explain the slow transfers equally well; "
+                                 "CommOps alone cannot tell them apart (flows or a probe can)")
+        primaries.append(lead)
+        alternates = [_net_candidate(c, comm_total / total * c.score * (1 / tied if c.score >= best - 1e-6 else 0.5 / tied), meta)
+                      for c in net[1:]]
+        # a second network fault: slow units the best device does not carry, explained apart
+        rest = {u: w for u, w in slow.items() if u not in set(net[0].carried)}
+        if sum(rest.values()) >= 0.25 * sum(slow.values()):
+            second = resolve_network(members, rest, meta, top=1)
+            if second:
+                share = sum(rest.values()) / sum(slow.values())
+                primaries.append(_net_candidate(second[0], comm_total / total * share * second[0].score, meta))
+    candidates = _merge(primaries, alternates, top)
+    analysis = Analysis(ops, detection, graph, rank_blame, units, net, comm_total, unit_names)
+    extra = {"source": "commops", "detector": detection.method, "abnormal_ops": int(abnormal.sum()),
+             "operators": len(ops.df)}
+    return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra), analysis
+
+
+def _lost_seconds(steps: pd.DataFrame, irr: np.ndarray) -> float:
+    """Time the irregular steps took beyond their baseline."""
+    if steps is None or steps.empty or not {"duration_s", "baseline_s"} <= set(steps.columns):
+        return 0.0
+    t = steps[steps["step"].isin(irr)]
+    return float(np.nansum(np.maximum(t["duration_s"].to_numpy(float) - t["baseline_s"].to_numpy(float), 0.0)))
+
+
+def _merge(primaries: list[Candidate], alternates: list[Candidate], top: int) -> list[Candidate]:
+    """Independent findings first (one per fault), then other devices that could explain the
+    slow transfers, each scored below every finding."""
+    primaries = sorted(primaries, key=lambda c: -c.score)
+    floor = min((c.score for c in primaries), default=1.0)
+    for c in alternates:
+        c.score = min(c.score, floor)
+    ranked = _dedupe(primaries + sorted(alternates, key=lambda c: -c.score))
+    # candidates that explain under 1% of the delay are noise, not suspects
+    return [c for i, c in enumerate(ranked) if i == 0 or c.score >= 0.01 * ranked[0].score][:top]
+
+
+def _dedupe(cands: list[Candidate]) -> list[Candidate]:
+    seen: set[tuple[object, ...]] = set()
+    out = []
+    for c in cands:
+        key = (c.kind, c.rank, c.host, tuple(c.hosts or ()), c.switch)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops | None, meta: JobMeta) -> Candidate:
+    score = u.share * rank_frac
+    ranks = np.asarray(u.ranks)
+    if g is None or ops is None:
+        return _bare_candidate(u, score, meta)
+    hit = (g.suspect | g.orphan) & np.isin(g.root_rank, ranks)
+    direct = hit & (g.root_inst == np.arange(len(hit)))
+    groups = Counter(str(ops.groups[x]) for x in ops.inst_group[direct][:5000])
+    top_groups = ", ".join(f"{n} ({c})" for n, c in groups.most_common(3))
+    waited = float(g.delay[hit].sum())
+    ev = []
+    if u.kind == "gpu":
+        r = int(ranks[0])
+        info = meta.ranks.get(r)
+        n_direct = int(direct.sum())
+        ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
+        exc = g.excess_compute[direct]
+        if exc.size:
+            ev.append(f"its delay is its own: {np.median(exc) * 1e3:.2f} ms more compute than its peers before each of them")
+        if g.orphan[hit].any():
+            ev.append(f"rank {r} logged no record of {int(g.orphan[hit].sum())} operators its peers waited in")
+        ev.append(f"{int((hit & ~direct).sum())} more delays elsewhere trace back to it through waiting; {waited:.3f} s of waiting caused")
+        return Candidate("gpu", score, ev, rank=r, host=info.host if info else None, gpu=info.gpu if info else None, source="commops")
+    if u.kind == "host":
+        ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
+        ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
+        return Candidate("host", score, ev, host=u.label, source="commops")
+    if u.kind == "config":
+        ev.append(f"{u.label}: {int(u.coverage * len(ranks))} of {len(ranks)} GPUs compute longer than the other stages; the next stages wait on them")
+        ev.append("every data-parallel replica shows the same stage lagging: the split of layers, not a device")
+        return Candidate("config", score, ev, source="commops", stage=_stage(u))
+    ev.append(f"{u.label} take turns delaying their peers: whole replicas (all their GPUs) compute longer in different steps")
+    ev.append("the delay moves with the data each replica gets, not with a device: sequence-length imbalance")
+    return Candidate("data", score, ev, source="commops")
+
+
+def _bare_candidate(u: RankUnit, score: float, meta: JobMeta) -> Candidate:
+    if u.kind == "gpu":
+        info = meta.ranks.get(u.ranks[0])
+        return Candidate("gpu", score, [], rank=u.ranks[0], host=info.host if info else None,
+                         gpu=info.gpu if info else None, source="commops")
+    if u.kind == "host":
+        return Candidate("host", score, [], host=u.label, source="commops")
+    return Candidate(u.kind, score, [], source="commops", stage=_stage(u) if u.kind == "config" else None)
+
+
+def _stage(u: RankUnit) -> int | None:
+    st = u.detail.get("stage")
+    return int(st) if isinstance(st, int) else None
+
+
+def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
+    ex = ", ".join(c.examples)
+    common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}); every copy of their operators was slow"
+    if c.kind == "gpu":
+        r = int(c.key)  # type: ignore[arg-type]
+        info = meta.ranks.get(r)
+        return Candidate("gpu", score, [f"communication path of rank {r} (PCIe/NIC port of this GPU): {common}",
+                                        "other GPUs of the same host communicate normally"],
+                         rank=r, host=info.host if info else None, gpu=info.gpu if info else None, source="commops")
+    key = c.key if isinstance(c.key, tuple) else (str(c.key),)
+    if c.kind == "nic":
+        return Candidate("nic", score, [f"NIC of {key[0]}: {common}"], host=key[0], source="commops")
+    if c.kind == "link":
+        return Candidate("link", score, [f"link {key[0]}<->{key[1]}: {common}"], hosts=list(key), source="commops")
+    return Candidate("switch", score, [f"switch {key[0]}: {common}"], switch=key[0], source="commops")
+
+
+def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
+    """The CommOps localizer of DESIGN.md: full records of the window (see summary.py for the
+    path that starts from abnormal-operator summaries)."""
+    df = with_steps(trace.commops(columns=COLUMNS, steps=steps))
+    if timeline.status != "irregular" or not timeline.irregular_steps:
+        return persistent_verdict(df, trace.meta, top, timeline.group_kind)
+    verdict, _ = analyse_ops(df, trace.meta, timeline, top)
+    return verdict
+
+
+def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict[str, str] | None = None) -> Verdict:
+    """No δ-irregular step: healthy, unless some ranks were slow from the first step."""
+    units, x, typical = persistent_imbalance(df, meta, top, hint)
+    if not units:
+        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops"})
+    cands = []
+    for u in units:
+        ranks = np.asarray(u.ranks)
+        slower = float(np.median(x[ranks]) - 1)
+        ev = [f"{u.label}: {slower:.0%} more compute per step than the typical rank, in every step since the first",
+              "no iteration is irregular against its neighbours: the job has been slow from the start"]
+        cand = _bare_candidate(u, u.share, meta)
+        cand.evidence = ev
+        cands.append(cand)
+    slow = float(1 + (max(float(np.median(x[np.asarray(u.ranks)])) for u in units) - 1) * 0.5)
+    return Verdict(meta.job, "irregular", [], slow, cands[:top], {"source": "commops", "persistent": True,
+                                                                   "typical_compute_s": round(typical, 6)})

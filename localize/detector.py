@@ -1,0 +1,83 @@
+"""Abnormal-operator detection (Holmes): a random forest over own-history and peer features.
+
+Drift is handled by auto-tuning, not retraining: features are normalized against the rolling
+step-time baseline (`features.step_scale`), and the decision threshold is re-tuned on the
+recent normal iterations of the trace at hand, so that at most `fpr` of their operators are
+flagged. The 3-sigma rule on elapsed time sits beside it as the classic baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from localize.features import Ops, detector_matrix, slot_history, step_scale
+from localize.forest import ArrayForest
+
+DEFAULT_THRESHOLD = 0.5
+
+
+@dataclass
+class Detection:
+    abnormal: np.ndarray  # bool per row
+    proba: np.ndarray  # abnormal probability (or score) per row
+    threshold: float
+    method: str
+
+
+def label_rows(ops: Ops, clean_elapsed: np.ndarray, rel: float = 0.2, abs_s: float = 2e-4) -> np.ndarray:
+    """Ground truth for training: a row is abnormal when a fault made it clearly longer than
+    the same row in the fault-free twin run (same seed, same noise)."""
+    return (ops.elapsed > clean_elapsed * (1 + rel)) & (ops.elapsed - clean_elapsed > abs_s)
+
+
+def tune_threshold(proba: np.ndarray, normal: np.ndarray, base: float = DEFAULT_THRESHOLD, fpr: float = 0.01) -> float:
+    """Auto-tuning: raise the threshold until recent normal rows are flagged at most `fpr`."""
+    if not normal.any():
+        return base
+    q = float(np.quantile(proba[normal], 1 - fpr))
+    return float(min(max(base, q + 1e-6), 0.95))
+
+
+class ForestDetector:
+    """The random forest (as arrays, `localize.forest`) on `features.FEATURES`."""
+
+    def __init__(self, model: ArrayForest) -> None:
+        self.model = model
+
+    def detect(self, ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:
+        x = detector_matrix(ops, steps, ref_steps)
+        proba = self.model.predict_proba(x)
+        step = ops.step
+        normal = np.isin(step, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(step), bool)
+        thr = tune_threshold(proba, normal)
+        return Detection(proba >= thr, proba, thr, "random-forest")
+
+
+def three_sigma(ops: Ops, ref_steps: np.ndarray | None, k: float = 3.0) -> Detection:
+    """Baseline: elapsed above mean + k*std of the same operator slot over normal steps."""
+    step = ops.step
+    use = np.isin(step, ref_steps) if ref_steps is not None and len(ref_steps) else np.ones(len(step), bool)
+    g = pd.Series(ops.elapsed[use]).groupby(ops.slot[use]).agg(["mean", "std"])
+    n_slot = int(ops.slot.max(initial=-1)) + 1
+    mean = np.full(n_slot, np.nan)
+    std = np.full(n_slot, np.nan)
+    mean[g.index.to_numpy(np.int64)] = g["mean"].to_numpy()
+    std[g.index.to_numpy(np.int64)] = g["std"].fillna(0).to_numpy()
+    m, s = mean[ops.slot], std[ops.slot]
+    score = (ops.elapsed - m) / np.maximum(s, 1e-9)
+    score = np.where(np.isnan(m), 0.0, score)
+    return Detection(score > k, score, k, "3-sigma")
+
+
+def rule_detect(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:
+    """Fallback when no model is shipped: clearly above the slot's own history (robust z > 4
+    and 20% over its median, drift-normalized)."""
+    scale = step_scale(ops, steps)
+    med, q1, q3 = slot_history(ops, ref_steps, scale)
+    en = ops.elapsed / scale
+    sigma = np.maximum((q3 - q1) / 1.349, 0.02 * med)
+    score = (en - med) / np.maximum(sigma, 1e-9)
+    return Detection((score > 4) & (en > 1.2 * med) & (en - med > 5e-5), score, 4.0, "robust-rule")

@@ -1,0 +1,312 @@
+"""Per-operator quantities the detector and the wait graph share, computed once, vectorized.
+
+Every quantity compares durations, never start times across hosts: clocks of different
+hosts are not synchronized, so only a rank's own clock orders its own operators.
+
+- *instance*: one execution of a collective (group, seq) or of a p2p transfer
+  (group, src, dst, seq); its copies are the rows of the ranks that took part.
+- *wait*: elapsed minus the smallest elapsed of the instance — the time this copy spent
+  waiting for the last participant to arrive (the last arriver's copy waits least).
+- *gap*: time on the rank's own clock between the end of its previous operator and the
+  start of this one — compute, not communication.
+- *slot*: (rank, group, op, nbytes, ordinal within step) — the same operator of the same
+  rank in every step; its history across steps is the operator's own baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.schema import COLLECTIVE_OPS, OPS
+
+#: detector feature names, in column order of `detector_matrix`
+FEATURES = (
+    "log_elapsed_norm",
+    "ratio_own_median",
+    "z_own",
+    "quartile_pos",
+    "iqr_dist",
+    "rank_in_instance",
+    "ratio_instance_median",
+    "ratio_instance_min",
+    "wait_frac",
+    "log_nbytes",
+    "op_code",
+    "is_p2p",
+    "step_ratio",
+    "min_vs_peer_groups",
+)
+
+
+@dataclass
+class Ops:
+    """CommOps rows sorted by (rank, own start time), with derived per-row arrays."""
+
+    df: pd.DataFrame  # original columns, sorted, index 0..n-1
+    elapsed: np.ndarray  # float64 seconds
+    inst: np.ndarray  # int64 instance id per row
+    n_inst: int
+    inst_size: np.ndarray  # copies per instance
+    inst_min: np.ndarray  # smallest elapsed per instance
+    inst_mean: np.ndarray  # mean elapsed per instance
+    inst_max: np.ndarray
+    late_row: np.ndarray  # per instance: row of the last arriver (smallest elapsed)
+    wait: np.ndarray  # per row: elapsed - instance min
+    gap: np.ndarray  # per row: compute time before it on its own clock (0 for a rank's first row)
+    group_code: np.ndarray  # per row: code into `groups`
+    groups: np.ndarray  # group names
+    inst_group: np.ndarray  # per instance: group code
+    inst_step: np.ndarray  # per instance: step
+    inst_p2p: np.ndarray  # per instance: bool
+    inst_src: np.ndarray  # per instance: p2p source rank (-1 for collectives)
+    inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
+    slot: np.ndarray  # per row: slot code
+    pair: np.ndarray  # per row: (group, src, dst) code — same for every seq of one operator stream
+    opcode: np.ndarray  # per row: index into collector.schema.OPS
+    step: np.ndarray  # per row: step (int64)
+    rank: np.ndarray  # per row: rank (int64)
+    rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of a string column without materializing Python strings per row."""
+    arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
+    enc = pc.dictionary_encode(arr)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
+    return np.asarray(enc.indices, dtype=np.int64), np.asarray(enc.dictionary.to_pylist(), dtype=object)
+
+
+def op_codes(values: pd.Series) -> np.ndarray:
+    """Per row: index of the op into OPS (unknown ops get len(OPS))."""
+    codes, names = _codes(values)
+    lut = np.array([OPS.index(n) if n in OPS else len(OPS) for n in names], dtype=np.int64)
+    return lut[codes] if len(codes) else codes
+
+
+def _group_reduce(keys: np.ndarray, n: int, values: np.ndarray, how: str) -> np.ndarray:
+    """min/max/sum of `values` per integer key in [0, n), vectorized."""
+    if how == "sum":
+        return np.bincount(keys, weights=values, minlength=n)
+    agg = pd.Series(values).groupby(keys).agg(how)
+    out = np.full(n, np.nan)
+    out[agg.index.to_numpy(np.int64)] = agg.to_numpy()
+    return out
+
+
+def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
+                   step: np.ndarray) -> np.ndarray:
+    """The key that pairs a send with its recv in each (group, src, dst) stream.
+
+    Producers that number both ends alike are matched by seq. A stream whose send and recv
+    numbers disagree (each end counting on its own) is matched by order within each step —
+    p2p is FIFO per pair — and a step of such a stream with a lost record (sends and recvs do
+    not pair up) is left unmatched rather than paired wrongly.
+    """
+    idx = np.flatnonzero(is_p2p)
+    if idx.size == 0:
+        return seq
+    d = pd.DataFrame({"s": pair[idx], "send": is_send[idx], "seq": seq[idx], "step": step[idx]})
+    sends = d[d["send"]].drop_duplicates(["s", "seq"])
+    recvs = d[~d["send"]].drop_duplicates(["s", "seq"])
+    shared = sends.merge(recvs, on=["s", "seq"]).groupby("s").size()
+    streams = pd.Index(np.unique(d["s"].to_numpy()))
+    n_min = pd.concat([sends.groupby("s").size().reindex(streams), recvs.groupby("s").size().reindex(streams)],
+                      axis=1).min(axis=1).fillna(0)
+    agree = (shared.reindex(streams).fillna(0) >= 0.5 * n_min) & (n_min > 0)
+    use_seq = agree.reindex(d["s"]).fillna(False).to_numpy(bool)
+    ordinal = d.sort_values("seq", kind="stable").groupby(["s", "step", "send"]).cumcount().reindex(d.index).to_numpy(np.int64)
+    n_send = d.groupby(["s", "step"])["send"].transform("sum").to_numpy(np.int64)
+    n_all = d.groupby(["s", "step"])["send"].transform("size").to_numpy(np.int64)
+    paired = 2 * n_send == n_all
+    by_order = np.where(paired, (d["step"].to_numpy(np.int64) + 1) * 1_000_000 + ordinal, -(idx + 1))
+    out = seq.copy()
+    out[idx] = np.where(use_seq, seq[idx], by_order)
+    return out
+
+
+def prepare_ops(df: pd.DataFrame) -> Ops:
+    """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
+    df = df.reset_index(drop=True)
+    rank = df["rank"].to_numpy(np.int64)
+    start = df["start_ns"].to_numpy(np.int64)
+    # sort by (rank, start) on one int64 key: rank in the high bits, start relative to the rank's first
+    if len(df) and not (np.all(np.diff(rank) >= 0) and np.all((np.diff(start) >= 0) | (np.diff(rank) > 0))):
+        rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
+        key = (rank << 42) + np.minimum(start - rmin, (1 << 42) - 1)
+        order = np.argsort(key, kind="stable")
+        df = df.iloc[order].reset_index(drop=True)
+        rank, start = rank[order], start[order]
+    end = df["end_ns"].to_numpy(np.int64)
+    elapsed = np.maximum(end - start, 0).astype(np.float64) * 1e-9
+    gcode, groups = _codes(df["group"])
+    opcode = op_codes(df["op"])
+    is_p2p = opcode >= len(COLLECTIVE_OPS)
+    is_send = opcode == OPS.index("send")
+    peer = df["peer"].to_numpy(np.int64)
+    seq = df["seq"].to_numpy(np.int64)
+    src = np.where(is_p2p, np.where(is_send, rank, peer), -1)
+    dst = np.where(is_p2p, np.where(is_send, peer, rank), -1)
+    w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
+    pair_key = (gcode * w + (src + 1)) * w + (dst + 1)
+    pair, _ = pd.factorize(pair_key)
+    step = df["step"].to_numpy(np.int64)
+    seq = _p2p_match_key(pair, is_p2p, is_send, seq, step)
+    seq0 = seq - seq.min(initial=0)
+    inst, _ = pd.factorize(pair.astype(np.int64) * (int(seq0.max(initial=0)) + 1) + seq0)
+    inst = inst.astype(np.int64)
+    n_inst = int(inst.max(initial=-1)) + 1
+    size = np.bincount(inst, minlength=n_inst)
+    imin = _group_reduce(inst, n_inst, elapsed, "min")
+    imax = _group_reduce(inst, n_inst, elapsed, "max")
+    imean = _group_reduce(inst, n_inst, elapsed, "sum") / np.maximum(size, 1)
+    wait = elapsed - imin[inst]
+    late_row = np.full(n_inst, -1, dtype=np.int64)
+    cand = np.flatnonzero(wait <= 0)
+    late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
+    # compute gaps on each rank's own clock
+    gap = np.zeros(len(df))
+    if len(df) > 1:
+        same = rank[1:] == rank[:-1]
+        gap[1:] = np.where(same, np.maximum(start[1:] - end[:-1], 0) * 1e-9, 0.0)
+    inst_group = np.zeros(n_inst, dtype=np.int64)
+    inst_group[inst] = gcode
+    inst_step = np.zeros(n_inst, dtype=np.int64)
+    inst_step[inst] = step
+    inst_p2p = np.zeros(n_inst, dtype=bool)
+    inst_p2p[inst] = is_p2p
+    inst_src = np.full(n_inst, -1, dtype=np.int64)
+    inst_src[inst] = src
+    inst_dst = np.full(n_inst, -1, dtype=np.int64)
+    inst_dst[inst] = dst
+    # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
+    base = pd.factorize((pair.astype(np.int64) * 16 + opcode) * (w + 1) + rank)[0].astype(np.int64)
+    ordinal = pd.Series(base).groupby([base, step]).cumcount().to_numpy(np.int64)
+    slot = pd.factorize(base * 1_000_003 + ordinal)[0].astype(np.int64)
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
+    return Ops(df, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
+               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair.astype(np.int64), opcode, step, rank, first)
+
+
+def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (median, q1, q3) of the row's slot over reference steps (normal iterations).
+
+    `scale` (per row) divides elapsed first: the rolling step-time baseline, so slow drift
+    of iteration time does not read as abnormal (auto-tuning without retraining).
+    """
+    e = ops.elapsed if scale is None else ops.elapsed / scale
+    m, a, b = slot_quantiles(ops, e, ref_steps)
+    # slots never seen in reference steps fall back to the instance minimum (transfer time)
+    miss = np.isnan(m)
+    if miss.any():
+        fb = ops.inst_min[ops.inst] if scale is None else ops.inst_min[ops.inst] / scale
+        m, a, b = np.where(miss, fb, m), np.where(miss, fb, a), np.where(miss, fb, b)
+    return m, a, b
+
+
+def slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (median, q1, q3) of any per-row value over the row's slot in reference steps
+    (NaN where the slot has none). A slot occurs once per step, so its history is one row of
+    a slots x steps matrix."""
+    use = np.ones(len(e), dtype=bool) if ref_steps is None or len(ref_steps) == 0 else np.isin(ops.step, ref_steps)
+    n_slot = int(ops.slot.max(initial=-1)) + 1
+    scode, _ = pd.factorize(ops.step[use], sort=True)
+    n_cols = int(scode.max(initial=-1)) + 1
+    mat = np.full((n_slot, max(n_cols, 1)), np.nan)
+    mat[ops.slot[use], scode] = e[use]  # NaN values (unmeasurable) simply do not count
+    mat.sort(axis=1)  # NaN last
+    k = (~np.isnan(mat)).sum(axis=1)
+    rows = np.arange(n_slot)
+
+    def q(p: float) -> np.ndarray:
+        pos = np.maximum(k - 1, 0) * p
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
+        w = pos - lo
+        return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
+
+    med, q1, q3 = q(0.5), q(0.25), q(0.75)
+    return med[ops.slot], q1[ops.slot], q3[ops.slot]
+
+
+def peer_group_min_ratio(ops: Ops) -> np.ndarray:
+    """Per instance: its smallest copy against the same operator of other groups of its kind.
+
+    Groups of one kind do the same operator with the same payload at the same step; if
+    every copy of one group is slow while its sibling groups are not, the transfer itself is.
+    """
+    gkind = pd.Series(ops.groups.astype(str)).str.replace(r"[-_]?\d+$", "", regex=True)
+    kcode = pd.factorize(gkind)[0].astype(np.int64)[ops.inst_group]
+    nbytes = np.zeros(ops.n_inst, dtype=np.int64)
+    nbytes[ops.inst] = ops.df["nbytes"].to_numpy(np.int64)
+    opc = np.zeros(ops.n_inst, dtype=np.int64)
+    opc[ops.inst] = ops.opcode
+    key = pd.factorize(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919))[0]
+    ref = pd.Series(ops.inst_min).groupby(key).transform("median").to_numpy()
+    return ops.inst_min / np.maximum(ref, 1e-9)
+
+
+def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
+    """Per row: the step's rolling baseline duration over the run's median (1 without steps)."""
+    if steps is None or steps.empty or "baseline_s" not in steps:
+        return np.ones(len(ops.elapsed))
+    base = steps.set_index("step")["baseline_s"].astype(float)
+    med = float(np.nanmedian(base.to_numpy())) or 1.0
+    return _per_step(ops, (base / med).astype(np.float64))
+
+
+def _per_step(ops: Ops, values: pd.Series) -> np.ndarray:
+    """Per row: the value of its step (1.0 where unknown), by array lookup rather than a map."""
+    idx = values.index.to_numpy(np.int64)
+    if len(idx) == 0:
+        return np.ones(len(ops.step))
+    lo = min(int(idx.min()), int(ops.step.min(initial=0)))
+    hi = max(int(idx.max()), int(ops.step.max(initial=0)))
+    lut = np.ones(hi - lo + 1)
+    v = values.to_numpy(np.float64)
+    lut[idx - lo] = np.where(np.isfinite(v) & (v > 0), v, 1.0)
+    return lut[ops.step - lo]
+
+
+def step_ratio(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
+    if steps is None or steps.empty or "ratio" not in steps:
+        return np.ones(len(ops.elapsed))
+    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64))
+
+
+def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> np.ndarray:
+    """The feature matrix of DESIGN.md's detector: own history, group peers, size, type, step.
+
+    Column-major float32 (features x rows, transposed view returned) so each feature is
+    written once, in place.
+    """
+    e = ops.elapsed
+    scale = step_scale(ops, steps)
+    med, q1, q3 = slot_history(ops, ref_steps, scale)
+    en = e / scale
+    iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)
+    eps = 1e-9
+    inst = ops.inst
+    imin = ops.inst_min[inst]
+    out = np.empty((len(FEATURES), len(e)), dtype=np.float32)
+    out[0] = np.log10(en + 1e-7)  # elapsed against the rolling step-time baseline
+    out[1] = en / np.maximum(med, eps)
+    out[2] = (en - med) / (iqr / 1.349)
+    out[3] = (en - q1) / iqr
+    out[4] = np.maximum(en - q3, 0) / iqr
+    out[5] = (e - imin) / np.maximum(ops.inst_max - ops.inst_min, eps)[inst]
+    out[6] = e / np.maximum(ops.inst_mean, eps)[inst]
+    out[7] = e / np.maximum(imin, eps)
+    out[8] = ops.wait / np.maximum(e, eps)
+    out[9] = np.log10(ops.df["nbytes"].to_numpy(np.float64) + 1)
+    out[10] = ops.opcode
+    out[11] = ops.inst_p2p[inst]
+    out[12] = step_ratio(ops, steps)
+    out[13] = peer_group_min_ratio(ops)[inst]
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1e3, neginf=-1e3)
+    return out.T

@@ -1,0 +1,243 @@
+"""Black-box localization from network flows (LLMPrism): slow iterations, stragglers, slow links.
+
+Rules, applied to the job's reconstructed iterations:
+- slow iterations: k-sigma above a low-quantile baseline of iteration durations;
+- straggler host: in slow iterations its synchronisation bursts start last while its peers'
+  flows already ran and stalled (lateness of a host's first burst against its ring);
+- slow link or NIC: a flow that runs at a low rate (bytes per second of activity) compared with
+  the same edge in normal iterations, or with its peers; when every edge of one host is slow it
+  is the host's NIC, when every edge through one switch is slow it is the switch.
+Flows show hosts, not GPUs: a straggler GPU is reported as its host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import _natural_key
+from collector.traceio import Trace
+from localize.verdict import Candidate, Status, Verdict
+from timeline.flows import MIN_DATA_PACKET, FlowJob, FlowTimeline, build_flow_timeline
+
+K_SIGMA = 3.0
+SIGMA_FLOOR = 0.02  # relative: iteration noise below 2% is not trusted
+SLOW_EDGE = 1.5  # an edge is slow when its rate drops by this factor
+NIC_SHARE = 0.8  # share of a host's (switch's) edges that must be slow to blame the NIC (switch)
+LATE_SHARE = 0.02  # a straggler starts at least this share of an iteration after its peers
+MIN_RATE_PACKETS = 3
+
+
+def slow_iterations(it: pd.DataFrame, k: float = K_SIGMA) -> tuple[pd.DataFrame, float]:
+    """Mark complete iterations that run k sigma above a baseline robust to mostly-slow runs."""
+    d = it.loc[it["complete"], "duration_s"].to_numpy(dtype=np.float64)
+    out = it.assign(baseline_s=np.nan, irregular=False)
+    if d.size < 3:
+        return out, float("nan")
+    base = float(np.quantile(d, 0.1))
+    near = d[d <= base * (1 + 5 * SIGMA_FLOOR)]
+    sigma = max(1.4826 * float(np.median(np.abs(near - np.median(near)))), SIGMA_FLOOR * base)
+    out["baseline_s"] = base
+    out["irregular"] = out["complete"] & (out["duration_s"] > base + k * sigma)
+    return out, base
+
+
+def _per_iteration(flows: pd.DataFrame, it: pd.DataFrame) -> pd.DataFrame:
+    """Bursts of complete iterations, tagged with their iteration's step."""
+    ends = it["end_ns"].to_numpy()
+    idx = np.searchsorted(ends, flows["start_ns"].to_numpy(), side="left")
+    ok = idx < len(it)
+    f = flows[ok].assign(step=it["step"].to_numpy()[idx[ok]])
+    return f[f["step"].isin(it.loc[it["complete"], "step"])]
+
+
+def edge_rates(f: pd.DataFrame, host_of: dict[str, str]) -> pd.DataFrame:
+    """Per directed host edge and iteration: bytes per second of activity, over multi-packet bursts."""
+    f = f[(f["packets"] >= MIN_RATE_PACKETS) & (f["end_ns"] > f["start_ns"])]
+    f = f.assign(sh=f["src_ip"].map(host_of), dh=f["dst_ip"].map(host_of), active=f["end_ns"] - f["start_ns"])
+    f = f[f["sh"] != f["dh"]]
+    g = f.groupby(["sh", "dh", "step"], sort=False).agg(bytes=("bytes", "sum"), active=("active", "sum")).reset_index()
+    return g.assign(rate=g["bytes"] / (g["active"] / 1e9))
+
+
+def slow_edges(rates: pd.DataFrame, irregular: set[int]) -> pd.DataFrame:
+    """Edges whose rate in slow iterations fell against normal iterations, or against peers."""
+    bad = rates[rates["step"].isin(irregular)] if irregular else rates
+    cur = bad.groupby(["sh", "dh"])["rate"].median()
+    normal = rates[~rates["step"].isin(irregular)].groupby(["sh", "dh"])["rate"].median() if irregular else None
+    if normal is not None and len(normal):
+        ratio = (normal.reindex(cur.index) / cur).fillna(1.0)
+    else:  # no normal iteration: compare with the typical edge of the job
+        ratio = float(cur.median()) / cur
+    spread = 1.4826 * float(np.median(np.abs(ratio - ratio.median()))) if len(ratio) else 0.0
+    flagged = ratio[(ratio > SLOW_EDGE) & (ratio > ratio.median() + K_SIGMA * spread)]
+    return pd.DataFrame({"ratio": ratio, "slow": ratio.index.isin(flagged.index)}, index=ratio.index).reset_index()
+
+
+def network_candidates(edges: pd.DataFrame, switch_of: dict[str, str | None], source: str) -> list[Candidate]:
+    """Slow edges -> switch (every edge through it slow), NIC (every edge of a host), else links."""
+    slow = edges[edges["slow"]]
+    if slow.empty:
+        return []
+    out: list[Candidate] = []
+    explained: set[tuple[str, str]] = set()
+    sw = pd.Series({h: switch_of.get(h) for h in set(edges["sh"]) | set(edges["dh"])})
+    for s in sorted({x for x in sw.dropna()}, key=_natural_key):
+        under = set(sw[sw == s].index)
+        through = edges[edges["sh"].isin(under) | edges["dh"].isin(under)]
+        hit = through[through["slow"]]
+        hosts_hit = (set(hit["sh"]) | set(hit["dh"])) & under
+        if len(through) and len(hit) / len(through) >= NIC_SHARE and len(hosts_hit) >= 2:
+            ratio = float(hit["ratio"].median())
+            out.append(Candidate("switch", 1 - 1 / ratio, [
+                f"{len(hit)} of {len(through)} flows through {s} run {ratio:.1f}x slower "
+                f"(hosts {', '.join(sorted(hosts_hit, key=_natural_key))})"], switch=s, source=source))
+            explained |= set(zip(hit["sh"], hit["dh"], strict=True))
+    for h in sorted(set(edges["sh"]) | set(edges["dh"]), key=_natural_key):
+        touch = edges[(edges["sh"] == h) | (edges["dh"] == h)]
+        hit = touch[touch["slow"]]
+        peers = (set(hit["sh"]) | set(hit["dh"])) - {h}
+        if len(touch) and len(hit) / len(touch) >= NIC_SHARE and len(peers) >= 2:
+            if set(zip(hit["sh"], hit["dh"], strict=True)) <= explained:
+                continue
+            ratio = float(hit["ratio"].median())
+            out.append(Candidate("nic", 1 - 1 / ratio, [
+                f"every flow of {h} ({len(hit)} edges, to {len(peers)} peers) runs {ratio:.1f}x slower "
+                "while the rest of the job does not"], host=h, source=source))
+            explained |= set(zip(hit["sh"], hit["dh"], strict=True))
+    links: dict[tuple[str, ...], list[float]] = {}
+    for a, b, r in zip(slow["sh"], slow["dh"], slow["ratio"], strict=True):
+        if (a, b) not in explained:
+            links.setdefault(tuple(sorted((a, b), key=_natural_key)), []).append(float(r))
+    for pair, rs in links.items():
+        ratio = float(np.median(rs))
+        out.append(Candidate("link", 1 - 1 / ratio, [
+            f"flows between {pair[0]} and {pair[1]} start on time but run {ratio:.1f}x slower "
+            "than in normal iterations / than their peers"], hosts=list(pair), source=source))
+    return out
+
+
+def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps: set[int]) -> pd.Series:
+    """Per host: mean over the given iterations of how late it starts synchronising (ns).
+
+    The mean, not the median: a straggler need not be the cause of every slow iteration.
+
+    Lateness is measured against the median host of the same ring in the same iteration, on
+    a host's first send and first receive on ring edges. A late member's own sends always
+    start late; sends into it start late too where the transport waits for the receiver
+    (rendezvous), but then so do its predecessor's sends. Scoring (send + min(receive+, send))/2
+    puts the straggler first under either transport: its successor only receives late, its
+    predecessor only sends late. A host that starts late only because its pipeline neighbour
+    sent late is waiting, not slow (Holmes' back-tracing, on flows): with pipeline inputs, its
+    send lateness is at most how much longer than its ring peers it worked after its last input.
+    """
+    pp_edges = [e for g in job.groups if g.kind == "pp" for e in g.edges]
+    pp = f[f["step"].isin(steps)]
+    if pp_edges:
+        pp = pp.merge(pd.DataFrame(pp_edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])
+        pp = pp.assign(h=pp["dst_ip"].map(host_of))
+    rows = []
+    for g in job.groups:
+        if g.kind != "dp":
+            continue
+        e = pd.DataFrame(g.edges, columns=["src_ip", "dst_ip"])
+        rf = f[f["step"].isin(steps)].merge(e, on=["src_ip", "dst_ip"])
+        if rf.empty:
+            continue
+        sends = rf.assign(h=rf["src_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("sync")
+        recvs = rf.assign(h=rf["dst_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("recv")
+        first = pd.concat([sends, recvs], axis=1).reset_index()
+        out_late = (first["sync"] - first.groupby("step")["sync"].transform("median")).to_numpy(dtype=np.float64)
+        in_late = (first["recv"] - first.groupby("step")["recv"].transform("median")).to_numpy(dtype=np.float64)
+        if pp_edges and len(pp):
+            x = pp.merge(first[["step", "h", "sync"]], on=["step", "h"])
+            last_in = x[x["end_ns"] <= x["sync"]].groupby(["step", "h"])["end_ns"].max().rename("input")
+            first = first.merge(last_in.reset_index(), on=["step", "h"], how="left")
+            own = first["sync"] - first["input"]  # time the host spent after its last pipeline input
+            own_late = (own - own.groupby(first["step"]).transform("median")).to_numpy(dtype=np.float64)
+            out_late = np.where(np.isnan(own_late), out_late, np.minimum(out_late, own_late))
+        in_late = np.clip(np.nan_to_num(in_late, nan=0.0), 0.0, None)
+        first["late"] = (out_late + np.minimum(in_late, out_late)) / 2
+        rows.append(first)
+    if not rows:
+        return pd.Series(dtype=np.float64)
+    allr = pd.concat(rows)
+    return allr.groupby("h")["late"].mean().sort_values(ascending=False)
+
+
+def endpoint_candidates(f: pd.DataFrame, irregular: set[int], host_hit: set[str], meta_ips: dict[str, tuple[int, str, int]],
+                        host_of: dict[str, str], source: str) -> list[Candidate]:
+    """One GPU's own network path (its NIC port or PCIe link): every edge of one endpoint slow.
+
+    Only for hosts not already blamed as a whole; the endpoint's rank comes from meta.json.
+    """
+    rates = edge_rates(f, {ip: ip for ip in host_of})
+    if rates.empty:
+        return []
+    edges = slow_edges(rates, irregular)
+    slow = edges[edges["slow"]]
+    out = []
+    for ip in sorted(set(slow["sh"]) | set(slow["dh"])):
+        if host_of.get(ip) in host_hit:
+            continue
+        touch = edges[(edges["sh"] == ip) | (edges["dh"] == ip)]
+        hit = touch[touch["slow"]]
+        peers = (set(hit["sh"]) | set(hit["dh"])) - {ip}
+        if len(hit) / len(touch) < NIC_SHARE or len(peers) < 2 or len(hit) < len(slow) * 0.5:
+            continue
+        ratio = float(hit["ratio"].median())
+        rank, host, gpu = meta_ips.get(ip, (None, host_of.get(ip), None))
+        out.append(Candidate("gpu", 1 - 1 / ratio, [
+            f"every flow of endpoint {ip} ({len(hit)} edges) runs {ratio:.1f}x slower while the other "
+            f"endpoints of {host} do not: that GPU's own path (PCIe link or NIC port) is slow"],
+            rank=rank, host=host, gpu=gpu, source=source))
+    return out
+
+
+def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int = 5,
+                   timeline: FlowTimeline | None = None) -> Verdict:
+    """The verdict from flows alone: slow iterations, then the devices that explain them."""
+    source = "flows"
+    flows = trace.flows()
+    tl = timeline or build_flow_timeline(flows, trace.meta)
+    job = tl.job(trace.meta.job)
+    if job is None or job.iterations.empty:
+        return Verdict(trace.meta.job, "healthy", extra={"flows": {"notes": ["no job traffic recognised in the flows"]}})
+    it = job.iterations
+    if steps is not None:
+        it = it[(it["step"] >= steps[0]) & (it["step"] <= steps[1])]
+    it, base = slow_iterations(it.reset_index(drop=True))
+    irregular = [int(s) for s in it.loc[it["irregular"], "step"]]
+    ep = set(job.endpoints)
+    data = flows[flows["src_ip"].isin(ep) & flows["dst_ip"].isin(ep) & (flows["bytes"] >= MIN_DATA_PACKET * flows["packets"])]
+    f = _per_iteration(data, it)  # data bursts only: acknowledgements and control messages say nothing of timing
+    rates = edge_rates(f, tl.host_of)
+    edges = slow_edges(rates, set(irregular)) if len(rates) else pd.DataFrame(columns=["sh", "dh", "ratio", "slow"])
+    switch_of = {h: trace.meta.switch_of(h) for h in tl.host_of.values()}
+    cands = network_candidates(edges, switch_of, source)
+    hit = {c.host for c in cands if c.host} | {h for c in cands for h in (c.hosts or [])}
+    hit |= {h for h, sw in switch_of.items() if sw and any(c.switch == sw for c in cands)}
+    meta_ips = {i.ip: (r, i.host, i.gpu) for r, i in trace.meta.ranks.items() if i.ip}
+    cands += endpoint_candidates(f, set(irregular), hit, meta_ips, tl.host_of, source)
+    normal = set(it.loc[it["complete"] & ~it["irregular"], "step"].astype(int))
+    if irregular:
+        late = host_lateness(f, job, tl.host_of, set(irregular))
+        ref = host_lateness(f, job, tl.host_of, normal) if normal else pd.Series(dtype=np.float64)
+        excess = float(it.loc[it["irregular"], "duration_s"].median() - base) * 1e9
+        for h, lateness in late.items():
+            extra = float(lateness - ref.get(h, 0.0))
+            if extra > LATE_SHARE * base * 1e9 and h not in hit:
+                cands.append(Candidate("host", min(1.0, extra / max(excess, 1.0)), [
+                    f"in slow iterations {h}'s synchronisation bursts start {extra / 1e6:.1f} ms after its ring peers' "
+                    "(peers' flows ran and stalled waiting for it)",
+                    "flows see hosts, not GPUs: a slow GPU, its PCIe link or CPU contention on this host look alike"],
+                    host=str(h), source=source))
+    if not irregular and cands:
+        cands = [c for c in cands if c.score >= 1 - 1 / 2.0]  # without a slow iteration, only strong outliers
+    cands.sort(key=lambda c: -c.score)
+    durs = it.loc[it["irregular"], "duration_s"]
+    slowdown = float(durs.median() / base) if irregular else 1.0
+    status: Status = "irregular" if irregular or cands else "healthy"
+    summary = job.to_dict()
+    summary["baseline_iteration_s"] = base
+    return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary})

@@ -1,0 +1,97 @@
+"""The pool of log events seen in successful jobs (L4 cross-job filtering).
+
+An event that also occurs in a job that finished fine does not explain a failure. The pool is a
+small JSON file: the masked line shapes and Drain templates seen in successful jobs, each with
+the number of jobs it occurred in. A default pool built from healthy simulated jobs ships with
+the package; `laggard logs learn OK_TRACE...` adds to the user's pool
+($LAGGARD_LOG_POOL, else ~/.local/share/laggard/log_pool.json), and both are used together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from collector.errors import UserError
+from collector.logs import ParsedLogs
+
+POOL_ENV = "LAGGARD_LOG_POOL"
+SHIPPED_POOL = Path(__file__).with_name("log_pool.json")
+
+
+def user_pool_path() -> Path:
+    """Where `laggard logs learn` writes: $LAGGARD_LOG_POOL, else the user data dir."""
+    env = os.environ.get(POOL_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "laggard" / "log_pool.json"
+
+
+@dataclass
+class EventPool:
+    shapes: dict[str, int] = field(default_factory=dict)
+    templates: dict[str, int] = field(default_factory=dict)
+    jobs: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    @classmethod
+    def load(cls, path: Path) -> EventPool:
+        if not path.exists():
+            return cls()
+        try:
+            raw = json.loads(path.read_text())
+            return cls({str(k): int(v) for k, v in raw.get("shapes", {}).items()},
+                       {str(k): int(v) for k, v in raw.get("templates", {}).items()},
+                       [str(j) for j in raw.get("jobs", [])])
+        except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+            raise UserError(f"{path}: not a log event pool ({exc})",
+                            f"delete it or point ${POOL_ENV} at a pool written by `laggard logs learn`") from exc
+
+    @classmethod
+    def default(cls) -> EventPool:
+        """The shipped pool merged with the user's."""
+        pool = cls.load(SHIPPED_POOL)
+        pool.merge(cls.load(user_pool_path()))
+        return pool
+
+    def merge(self, other: EventPool) -> None:
+        for k, v in other.shapes.items():
+            self.shapes[k] = self.shapes.get(k, 0) + v
+        for k, v in other.templates.items():
+            self.templates[k] = self.templates.get(k, 0) + v
+        self.jobs.extend(j for j in other.jobs if j not in self.jobs)
+
+    def add(self, logs: ParsedLogs, job: str) -> int:
+        """Count every event of a successful job once; returns how many were new."""
+        used = np.unique(logs.shape)
+        before = len(self.shapes)
+        for s in used.tolist():
+            shape = logs.shapes[s]
+            self.shapes[shape] = self.shapes.get(shape, 0) + 1
+        for t in np.unique(logs.shape_event[used]).tolist():
+            tpl = logs.templates[t]
+            self.templates[tpl] = self.templates.get(tpl, 0) + 1
+        self.jobs.append(job)
+        return len(self.shapes) - before
+
+    def normal_shapes(self, logs: ParsedLogs, min_jobs: int = 1) -> np.ndarray:
+        """Per shape of `logs`: seen in at least `min_jobs` successful jobs (by shape, or by exact template)."""
+        out = np.zeros(len(logs.shapes), dtype=bool)
+        for i, shape in enumerate(logs.shapes):
+            tpl = logs.templates[int(logs.shape_event[i])]
+            out[i] = self.shapes.get(shape, 0) >= min_jobs or self.templates.get(tpl, 0) >= min_jobs
+        return out
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": 1, "jobs": self.jobs, "shapes": dict(sorted(self.shapes.items())),
+                                   "templates": dict(sorted(self.templates.items()))}, indent=0))
+        tmp.replace(path)

@@ -1,0 +1,103 @@
+"""Resolve slow communication to a device: a GPU's own path, a NIC, a link or a switch.
+
+A slow transfer slows every operator whose ring (or p2p pair) crosses the faulty device, and
+none that does not. So each device is scored by how well "the unit crosses this device"
+matches "the unit's transfers were slow": recall over the slow units, precision over all the
+units the device carries. Shared devices (a switch carries many groups) are not over-blamed:
+every healthy unit they carry costs them precision.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from collector.meta import JobMeta
+
+KIND_ORDER = {"gpu": 0, "link": 1, "nic": 2, "switch": 3}
+
+
+@dataclass
+class NetCandidate:
+    kind: str
+    key: tuple[str, ...] | int  # rank for gpu, (host,) nic, (a, b) link, (switch,) switch
+    score: float
+    slow_units: int
+    carried_units: int
+    examples: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)  # every unit it carries
+
+
+def unit_devices(members: list[int], meta: JobMeta) -> set[tuple[str, object]]:
+    """Devices one unit's transfers cross: for each ring edge that leaves a host, both GPUs'
+    network paths, both NICs, the link between the hosts and their switches."""
+    devs: set[tuple[str, object]] = set()
+    k = len(members)
+    if k < 2:
+        return devs
+    edges = [(members[i], members[(i + 1) % k]) for i in range(k if k > 2 else 1)]
+    for a, b in edges:
+        if a not in meta.ranks or b not in meta.ranks:
+            continue
+        ha, hb = meta.host_of(a), meta.host_of(b)
+        if ha == hb:
+            continue
+        devs.add(("gpu", a))  # the GPU's own path to the network (PCIe, its NIC port)
+        devs.add(("gpu", b))
+        devs.add(("nic", (ha,)))
+        devs.add(("nic", (hb,)))
+        devs.add(("link", tuple(sorted((ha, hb)))))
+        for h in (ha, hb):
+            sw = meta.switch_of(h)
+            if sw is not None:
+                devs.add(("switch", (sw,)))
+    return devs
+
+
+def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: JobMeta,
+                    top: int = 5) -> list[NetCandidate]:
+    """Rank devices by how well they explain which units were slow (`slow`: unit -> weight).
+
+    `units` maps every unit observed in the analysed window to its member ranks (ring order),
+    including the units that were not slow: they are the evidence that clears a device.
+    """
+    if not slow:
+        return []
+    carried: dict[tuple[str, object], list[str]] = defaultdict(list)
+    for name, members in units.items():
+        for dev in unit_devices(members, meta):
+            carried[dev].append(name)
+    total_w = sum(slow.values())
+    out: list[NetCandidate] = []
+    cand = {dev for name in slow for dev in unit_devices(units.get(name, []), meta)}
+    for dev in cand:
+        names = carried.get(dev, [])
+        if not names:
+            continue
+        hit = [n for n in names if n in slow]
+        recall = sum(slow[n] for n in hit) / total_w
+        precision = len(hit) / len(names)
+        if recall <= 0:
+            continue
+        score = 2 * precision * recall / (precision + recall)
+        kind, key = dev
+        nkey: tuple[str, ...] | int = int(key) if isinstance(key, (int, np.integer)) else tuple(key)  # type: ignore[arg-type]
+        out.append(NetCandidate(kind, nkey, score, len(hit), len(names), sorted(hit, key=lambda n: -slow[n])[:3], names))
+    out.sort(key=lambda c: (-round(c.score, 6), c.carried_units, KIND_ORDER[c.kind], str(c.key)))
+    return out[:top]
+
+
+def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.ndarray,
+               analysed: np.ndarray, min_frac: float = 0.3) -> dict[str, float]:
+    """Units whose own transfers were slow in at least `min_frac` of their analysed instances.
+
+    Returns unit -> the fraction of its instances that were slow: how consistently slow it
+    is, not how much delay it caused downstream (that would favour units late in the step).
+    """
+    n_units = len(unit_names)
+    seen = np.bincount(unit_of_inst[analysed], minlength=n_units).astype(np.float64)
+    hit = np.bincount(unit_of_inst[comm_inst & analysed], minlength=n_units).astype(np.float64)
+    frac = hit / np.maximum(seen, 1)
+    return {unit_names[i]: float(frac[i]) for i in np.flatnonzero(frac >= min_frac)}

@@ -1,0 +1,107 @@
+"""Cross-iteration ranking: accumulate blame per device over the window, then name the unit.
+
+Blame is the delay each root imposed on others (seconds of waiting it caused), summed over the
+analysed steps, so a device that added more step time ranks higher. Blame that lands on ranks
+is then explained by the smallest unit that carries it: one GPU; every GPU of one host (host);
+every GPU of one pipeline stage across hosts (config: stage imbalance); whole model replicas
+that take turns (data: sequence-length imbalance). A multi-rank unit is named only when most
+of its members carry blame — otherwise the blame belongs to the individual GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from collector.meta import JobMeta
+
+COVERAGE = 0.6  # share of a unit's ranks that must carry blame to name the unit
+MIN_SHARE = 0.08  # a further candidate must explain at least this share of the blame
+
+
+@dataclass
+class RankUnit:
+    kind: str  # gpu, host, config, data
+    ranks: list[int]
+    share: float  # share of all rank blame it explains
+    coverage: float
+    label: str
+    detail: dict[str, object] = field(default_factory=dict)
+
+
+def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Per rank: host index, pipeline stage, model replica (connected over tp/cp/pp/ep groups)."""
+    hosts = meta.hosts()
+    hidx = {h: i for i, h in enumerate(hosts)}
+    host = np.array([hidx[meta.ranks[r].host] if r in meta.ranks else -1 for r in range(world)])
+    stage = np.zeros(world, dtype=np.int64)
+    parent = np.arange(world)
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for name, members in meta.groups.items():
+        kind = kinds.get(name, "")
+        mem = [m for m in members if 0 <= m < world]
+        if kind == "pp":
+            for pos, m in enumerate(mem):
+                stage[m] = pos
+        if kind in ("tp", "cp", "pp") and mem:
+            root = find(mem[0])
+            for m in mem[1:]:
+                parent[find(m)] = root
+    replica = np.array([find(r) for r in range(world)])
+    return host, stage, np.unique(replica, return_inverse=True)[1], hosts
+
+
+def _coverage(b: np.ndarray, ranks: np.ndarray, top: float) -> float:
+    """Share of the unit's ranks carrying a good part (30%) of the most blamed rank's blame."""
+    return float((b[ranks] >= 0.3 * top).mean()) if top > 0 else 0.0
+
+
+def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5) -> list[RankUnit]:
+    """Greedy: repeatedly name the unit that best explains the remaining rank blame."""
+    world = len(blame)
+    total = float(blame.sum())
+    if total <= 0:
+        return []
+    host, stage, replica, hosts = layout_units(meta, world, kinds)
+    b = blame.astype(np.float64).copy()
+    out: list[RankUnit] = []
+    while len(out) < top and b.sum() > MIN_SHARE * total:
+        options: list[RankUnit] = []
+        r = int(np.argmax(b))
+        top_b = float(b[r])
+        options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
+        h = host[r]
+        if h >= 0:
+            hr = np.flatnonzero(host == h)
+            if len(hr) > 1:
+                options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr, top_b), hosts[h]))
+        if stage.max() > 0:
+            sr = np.flatnonzero(stage == stage[r])
+            if len(np.unique(host[sr])) > 1:
+                options.append(RankUnit("config", sr.tolist(), float(b[sr].sum()) / total, _coverage(b, sr, top_b),
+                                        f"pipeline stage {int(stage[r])}", {"stage": int(stage[r])}))
+        n_rep = int(replica.max()) + 1
+        if n_rep > 1:
+            rep_cov = np.array([_coverage(b, np.flatnonzero(replica == k), top_b) for k in range(n_rep)])
+            rep_sum = np.bincount(replica, weights=b, minlength=n_rep)
+            good = (rep_cov >= COVERAGE) & (rep_sum >= 0.1 * rep_sum.max())
+            if good.sum() >= 2 and replica[r] in np.flatnonzero(good):
+                rr = np.flatnonzero(np.isin(replica, np.flatnonzero(good)))
+                options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[good].mean()),
+                                        f"{int(good.sum())} model replicas", {"replicas": int(good.sum())}))
+        qualified = [o for o in options if o.kind == "gpu" or o.coverage >= COVERAGE]
+        # Occam: the smallest unit that explains nearly as much as the largest
+        top_share = max(o.share for o in qualified)
+        best = min((o for o in qualified if o.share >= 0.85 * top_share), key=lambda o: len(o.ranks))
+        if best.share < MIN_SHARE and out:
+            break
+        out.append(best)
+        b[best.ranks] = 0.0
+    return out

@@ -1,0 +1,129 @@
+"""Step table for the localizer: `timeline.build.build_timeline` when present, else a minimal one.
+
+The fallback measures each step on every rank's own clock (end of its last operator of the
+step minus end of its last operator of the previous step), takes the median over ranks, and
+judges δ-irregularity against the rolling median of the preceding steps. It exists so that
+localize/ runs while the timeline stage is unavailable; the timeline stage is preferred.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import JobMeta
+from collector.traceio import Trace
+
+WINDOW = 8
+
+
+@dataclass
+class StepView:
+    """The part of timeline.model.Timeline the localizer reads."""
+
+    job: str
+    meta: JobMeta
+    steps: pd.DataFrame  # step, duration_s, baseline_s, ratio, irregular, pattern
+    irregular_steps: list[int] = field(default_factory=list)
+    slowdown: float = 1.0
+    status: str = "healthy"
+    group_kind: dict[str, str] = field(default_factory=dict)
+
+
+def judge(durations: pd.Series, delta: float = 1.1) -> pd.DataFrame:
+    """δ-irregular steps: duration over delta x the median of the previous WINDOW normal steps.
+
+    Until three normal steps are known, the baseline is the median of the faster half of all
+    steps, so a fault in the first steps (or a short first step) cannot set the baseline.
+    """
+    d = durations.sort_index()
+    vals = d.to_numpy(np.float64)
+    base = np.full(len(vals), np.nan)
+    irregular = np.zeros(len(vals), dtype=bool)
+    fast = vals[vals <= np.median(vals)] if len(vals) else vals
+    start = float(np.median(fast)) if len(fast) else 0.0
+    normal: list[float] = []
+    for i, v in enumerate(vals):  # one iteration per training step, not per operator
+        base[i] = float(np.median(normal[-WINDOW:])) if len(normal) >= 3 else start
+        irregular[i] = v > delta * base[i]
+        if not irregular[i]:
+            normal.append(float(v))
+    return pd.DataFrame({"step": d.index.to_numpy(np.int64), "duration_s": vals, "baseline_s": base,
+                         "ratio": vals / base, "irregular": irregular, "pattern": ""})
+
+
+def infer_steps(df: pd.DataFrame) -> np.ndarray:
+    """Per row: the training step, for records logged without step markers (step = -1).
+
+    The gradient sync — the collectives with the largest payload — closes every step; on each
+    rank's own clock, a step ends where a run of those operators ends.
+    """
+    rank = df["rank"].to_numpy(np.int64)
+    start = df["start_ns"].to_numpy(np.int64)
+    order = np.lexsort((start, rank))
+    is_coll = ~df["op"].isin(["send", "recv"]).to_numpy(bool)
+    nbytes = df["nbytes"].to_numpy(np.int64)
+    big = nbytes[is_coll].max(initial=0)
+    anchor = (is_coll & (nbytes == big))[order]
+    r = rank[order]
+    last_of_rank = np.r_[r[1:] != r[:-1], True]
+    nxt_anchor = np.r_[anchor[1:], False]
+    burst_end = anchor & (~nxt_anchor | last_of_rank)
+    ends_before = np.cumsum(burst_end) - burst_end
+    first = np.r_[True, r[1:] != r[:-1]]
+    base = np.maximum.accumulate(np.where(first, ends_before, 0))
+    out = np.empty(len(df), dtype=np.int64)
+    out[order] = ends_before - base
+    return out
+
+
+def with_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The records with a usable step column (inferred when the logger wrote none)."""
+    if len(df) and (df["step"].to_numpy() < 0).all() and {"op", "nbytes"} <= set(df.columns):
+        df = df.copy()
+        try:  # the timeline stage's inference, so step numbers agree with its step table
+            infer = importlib.import_module("timeline.steps").infer_steps
+            df["step"] = np.asarray(infer(df)).astype(np.int32)
+        except (ImportError, AttributeError, KeyError):
+            df["step"] = infer_steps(df).astype(np.int32)
+    return df
+
+
+def step_durations(df: pd.DataFrame) -> pd.Series:
+    """Median over ranks of each step's length on the rank's own clock."""
+    last = df[df["step"] >= 0].groupby(["rank", "step"])["end_ns"].max().unstack("step").sort_index(axis=1)
+    first = df[df["step"] >= 0].groupby(["rank", "step"])["start_ns"].min().unstack("step").sort_index(axis=1)
+    dur = last.diff(axis=1)
+    dur.iloc[:, 0] = last.iloc[:, 0] - first.iloc[:, 0]
+    return (dur.median(axis=0) * 1e-9).rename("duration_s")
+
+
+def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> StepView:
+    """The timeline of the trace: from the timeline stage if installed, else the fallback."""
+    try:
+        build = importlib.import_module("timeline.build")
+    except ImportError:
+        build = None
+    if build is not None and hasattr(build, "build_timeline"):
+        tl = build.build_timeline(trace, steps=steps)
+        view = StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
+                        dict(tl.group_kind))
+        if not view.irregular_steps and len(tl.steps) >= 3:
+            # a fault covering most of the window can become its own baseline: judge again
+            # against the steps before it (the faster half), as the fallback does
+            again = judge(tl.steps.set_index("step")["duration_s"].astype(float))
+            irr = [int(s) for s in again.loc[again["irregular"], "step"]]
+            if irr:
+                normal = again.loc[~again["irregular"], "duration_s"]
+                slow = float(again.loc[again["irregular"], "duration_s"].median() / normal.median())
+                view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind))
+        return view
+    df = with_steps(df)
+    table = judge(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
+    irr = [int(s) for s in table.loc[table["irregular"].astype(bool), "step"]]
+    normal = table.loc[~table["irregular"].astype(bool), "duration_s"]
+    slow = float(table.loc[table["irregular"].astype(bool), "duration_s"].median() / normal.median()) if irr and len(normal) else 1.0
+    return StepView(trace.meta.job, trace.meta, table, irr, slow, "irregular" if irr else "healthy", {})

@@ -1,0 +1,181 @@
+"""Train the abnormal-operator forest on simulator-labelled data, deterministically.
+
+Labels come from twin runs: every training job is simulated twice with the same seed — with
+its faults and without — and the simulator draws identical noise in both, so a row is
+abnormal exactly when the faults made it clearly longer than its fault-free twin (waiting
+copies included: Holmes' detector flags what is prolonged; the wait graph decides why).
+The jobs span layouts (with and without PP/TP, EP/CP), scales (16-128 GPUs), fault kinds,
+patterns, magnitudes and drift; held-out jobs use other seeds, scales and magnitudes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from localize.detector import label_rows, rule_detect, three_sigma, tune_threshold
+from localize.features import FEATURES, detector_matrix, prepare_ops
+from localize.forest import ArrayForest
+from localize.steps import judge, step_durations
+
+N_TREES = 12
+MAX_DEPTH = 9
+MAX_ROWS = 240_000
+
+# (gpus, tp, pp, ep, cp) layouts for training; held-out evaluation adds others
+TRAIN_LAYOUTS = [(32, 4, 2, 1, 1), (64, 8, 2, 1, 1), (32, 8, 1, 1, 1), (32, 1, 4, 1, 1), (64, 2, 2, 2, 2), (48, 4, 3, 1, 1)]
+EVAL_LAYOUTS = [(64, 4, 4, 1, 1), (96, 8, 3, 1, 1), (64, 2, 1, 1, 1), (128, 2, 2, 4, 2)]
+FAULTS = ["gpu", "pcie", "host", "nic", "link", "switch", "seqlen", "none"]
+
+
+@dataclass
+class Job:
+    cfg: Any  # simulator.config.SimConfig
+    name: str
+
+
+def _fault_spec(kind: str, rng: np.random.Generator, gpus: int, factor: float, steps: int) -> str | None:
+    hosts = max(1, gpus // 8)
+    start = int(rng.integers(3, steps // 2))
+    pattern = str(rng.choice(["persistent", "persistent", "spike", "fluctuation"]))
+    tail = f",factor={factor:.2f},steps={start}:{steps - 1},pattern={pattern}"
+    h = int(rng.integers(hosts))
+    if kind in ("gpu", "pcie"):
+        return f"{kind}:rank={int(rng.integers(gpus))}{tail}"
+    if kind in ("host", "nic"):
+        return f"{kind}:host=node-{h}{tail}"
+    if kind == "link":
+        if hosts < 2:
+            return None
+        return f"link:hosts=node-{h}+node-{(h + 1) % hosts}{tail}"
+    if kind == "switch":
+        n_sw = max(1, (hosts + 3) // 4)
+        return f"switch:switch=tor-{int(rng.integers(n_sw))}{tail}"
+    if kind == "seqlen":
+        return f"seqlen:{tail[1:]}"
+    return None
+
+
+def make_jobs(layouts: list[tuple[int, int, int, int, int]], seed: int, per_layout: int,
+              factors: tuple[float, float]) -> list[Job]:
+    """Deterministic jobs: every layout with several fault kinds, magnitudes and seeds."""
+    from simulator.config import FaultSpec, SimConfig
+
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for li, (gpus, tp, pp, ep, cp) in enumerate(layouts):
+        for k in range(per_layout):
+            kind = FAULTS[(li + k) % len(FAULTS)]
+            steps = 14
+            factor = float(rng.uniform(*factors))
+            spec = _fault_spec(kind, rng, gpus, factor, steps)
+            faults = [FaultSpec.parse(spec)] if spec else []
+            cfg = SimConfig(gpus=gpus, tp=tp, pp=pp, ep=ep, cp=cp, steps=steps, seed=int(rng.integers(1 << 30)),
+                            drift=float(rng.choice([0.0, 0.1, -0.15, 0.2])), faults=faults,
+                            clock_skew_ms=float(rng.uniform(0, 80)))
+            jobs.append(Job(cfg, f"{gpus}g-tp{tp}pp{pp}ep{ep}cp{cp}-{kind}-{k}"))
+    return jobs
+
+
+def twin_rows(cfg: Any) -> tuple[pd.DataFrame, np.ndarray]:
+    """CommOps rows of the faulty run, and each row's elapsed time in the fault-free twin."""
+    from simulator.cluster import Layout
+    from simulator.engine import Engine
+    from simulator.faults import FaultModel, resolve_faults
+
+    cfg = cfg.resolved()
+    layout = Layout.build(cfg)
+
+    def run(faulty: bool) -> pd.DataFrame:
+        model = FaultModel(cfg, layout, resolve_faults(cfg, layout) if faulty else [])
+        parts = []
+        for b in Engine(cfg, layout, model, record=True).run():
+            parts.append(pd.DataFrame({"rank": b.rank, "group": np.asarray(layout.names)[b.group], "op": b.op,
+                                       "seq": b.seq, "peer": b.peer, "nbytes": b.nbytes,
+                                       "start_ns": b.start.astype(np.int64), "end_ns": b.end.astype(np.int64),
+                                       "step": b.step}))
+        df = pd.concat(parts, ignore_index=True)
+        from collector.schema import OPS
+
+        df["op"] = np.asarray(OPS)[df["op"].to_numpy()]
+        return df
+
+    faulty, clean = run(True), run(False)
+    clean_el = (clean["end_ns"] - clean["start_ns"]).to_numpy(np.float64) * 1e-9
+    return faulty, clean_el
+
+
+def job_matrix(cfg: Any) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Features, labels and the baselines' decisions for one job (rows in the localizer's order)."""
+    df, clean_el = twin_rows(cfg)
+    df["_clean"] = clean_el
+    ops = prepare_ops(df)
+    clean_sorted = ops.df["_clean"].to_numpy(np.float64)
+    y = label_rows(ops, clean_sorted)
+    table = judge(step_durations(ops.df))
+    irr = table.loc[table["irregular"].astype(bool), "step"].to_numpy(np.int64)
+    ref = np.setdiff1d(table["step"].to_numpy(np.int64), irr)
+    x = detector_matrix(ops, table, ref)
+    base = {"3-sigma": three_sigma(ops, ref).abnormal, "robust-rule": rule_detect(ops, table, ref).abnormal,
+            "_normal": np.isin(ops.step, ref)}
+    return x, y, base
+
+
+def f1(y: np.ndarray, p: np.ndarray) -> float:
+    tp = float((y & p).sum())
+    return 2 * tp / max(float(y.sum() + p.sum()), 1.0)
+
+
+def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layout: int = 4,
+          eval_per_layout: int = 3) -> tuple[ArrayForest, dict[str, Any]]:
+    """Fit the forest on training jobs, score it and the baselines on held-out jobs."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    say = progress or (lambda _m: None)
+    train_jobs = make_jobs(TRAIN_LAYOUTS, seed, per_layout, (1.5, 4.0))
+    xs, ys = [], []
+    for j in train_jobs:
+        x, y, _ = job_matrix(j.cfg)
+        xs.append(x)
+        ys.append(y)
+        say(f"train {j.name}: {len(y)} rows, {int(y.sum())} abnormal")
+    x_all = np.concatenate(xs)
+    y_all = np.concatenate(ys)
+    rng = np.random.default_rng(seed)
+    if len(y_all) > MAX_ROWS:  # keep every abnormal row, subsample the normal ones
+        pos = np.flatnonzero(y_all)
+        neg = np.flatnonzero(~y_all)
+        keep_neg = rng.choice(neg, size=max(MAX_ROWS - len(pos), len(pos)), replace=False)
+        idx = np.sort(np.concatenate([pos[:MAX_ROWS // 2], keep_neg]))
+        x_all, y_all = x_all[idx], y_all[idx]
+    model = RandomForestClassifier(n_estimators=N_TREES, max_depth=MAX_DEPTH, min_samples_leaf=5,
+                                   random_state=seed, n_jobs=1, class_weight="balanced_subsample")
+    model.fit(x_all, y_all)
+    forest = ArrayForest.from_sklearn(model)
+    scores = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, eval_per_layout, (1.3, 5.0)), say)
+    card = {"features": list(FEATURES), "trees": N_TREES, "max_depth": MAX_DEPTH, "seed": seed,
+            "train_jobs": [j.name for j in train_jobs], "train_rows": len(y_all),
+            "train_layouts": [list(t) for t in TRAIN_LAYOUTS], "eval_layouts": [list(t) for t in EVAL_LAYOUTS],
+            "heldout_f1": scores}
+    return forest, card
+
+
+def evaluate(forest: ArrayForest, jobs: list[Job], say: Callable[[str], None]) -> dict[str, float]:
+    """Row-level F1 on held-out jobs: the forest (auto-tuned threshold) and the baselines."""
+    ys: list[np.ndarray] = []
+    preds: dict[str, list[np.ndarray]] = {"random-forest": [], "3-sigma": [], "robust-rule": []}
+    for j in jobs:
+        x, y, base = job_matrix(j.cfg)
+        proba = forest.predict_proba(x)
+        thr = tune_threshold(proba, base["_normal"])
+        preds["random-forest"].append(proba >= thr)
+        preds["3-sigma"].append(base["3-sigma"])
+        preds["robust-rule"].append(base["robust-rule"])
+        ys.append(y)
+        say(f"eval {j.name}: rf F1 {f1(y, proba >= thr):.3f}, 3-sigma F1 {f1(y, base['3-sigma']):.3f}")
+    y_all = np.concatenate(ys)
+    return {k: round(f1(y_all, np.concatenate(v)), 4) for k, v in preds.items()}

@@ -1,0 +1,173 @@
+"""Root cause on the operator graph (Holmes): who waited for whom, followed back to the origin.
+
+The ops x ranks graph is compressed into instances of each group. For a prolonged instance:
+
+- *normal while others wait*: the last arriver's copy is normal (it waited least) while the
+  other copies are abnormal (they waited) -> the last arriver is the suspect, and the delay
+  it imposed is the others' mean wait;
+- *all copies abnormal*: even the last arriver's copy is slow -> the transfer itself is slow
+  (a communication suspect, resolved to a device by `localize.network`).
+
+A suspect may be late only because it waited earlier on another group. Between its previous
+operator of this group (where all copies ended together) and this one, the suspect spent its
+own-clock time computing (gaps), waiting (in operators of other groups) or in transfers that
+were slower than normal. If it computed more than its peers, the delay is its own: that rank
+is the root. If it received more delay, follow the operator that delayed it most, to that
+operator's suspect (or slow transfer), and repeat (TP -> PP p2p -> DP
+and back, in any order). Everything is vectorized; the chain is resolved by pointer jumping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from localize.features import Ops, slot_quantiles
+
+
+@dataclass
+class WaitGraph:
+    """Per-instance resolution of the wait graph over the analysed steps."""
+
+    suspect: np.ndarray  # bool per instance: one normal copy while the others waited
+    comm: np.ndarray  # bool per instance: every copy slow (the transfer itself)
+    orphan: np.ndarray  # bool per instance: a copy is missing and every present copy waited
+    delay: np.ndarray  # per instance: the delay imposed (others' mean wait, or comm excess), s
+    root_inst: np.ndarray  # per instance: the instance where its chain of waiting ends
+    root_rank: np.ndarray  # per instance: root rank (-1 when the root is communication)
+    missing_rank: np.ndarray  # per instance: the one expected rank absent from an orphan (-1 else)
+    excess_compute: np.ndarray  # per instance: suspect's extra compute vs peers since last sync, s
+    excess_wait: np.ndarray  # per instance: suspect's extra waiting vs peers since last sync, s
+
+
+def _prev_same_pair(ops: Ops) -> np.ndarray:
+    """Per row: the previous row of the same rank and operator stream (-1 if none)."""
+    rank = ops.rank
+    key = rank * (int(ops.pair.max(initial=0)) + 1) + ops.pair
+    order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
+    prev = np.full(len(key), -1, dtype=np.int64)
+    ks = key[order]
+    same = np.r_[False, ks[1:] == ks[:-1]]
+    prev[order[same]] = order[np.flatnonzero(same) - 1]
+    return prev
+
+
+def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
+    """Per row: its gap may hold a lost record (so it is not pure compute).
+
+    A collective stream numbers its operators consecutively; a jump in seq between two rows of
+    one rank's stream means records in between were lost, and every gap of that rank between
+    the two rows may contain a lost operator's time.
+    """
+    seq = ops.df["seq"].to_numpy(np.int64)
+    has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
+    hole = np.zeros(len(seq), dtype=bool)
+    hole[has] = seq[has] - seq[prev[has]] > 1
+    mark = np.zeros(len(seq) + 1, dtype=np.int64)
+    idx = np.flatnonzero(hole)
+    np.add.at(mark, prev[idx] + 1, 1)
+    np.add.at(mark, idx + 1, -1)
+    return np.cumsum(mark)[:-1] > 0
+
+
+def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges)."""
+    out = np.full(len(lo), -1, dtype=np.int64)
+    ok = hi > lo
+    if not ok.any() or len(values) == 0:
+        return out
+    # pack (value in microseconds, row index) into one int64 so a max-reduce yields the argmax
+    q = np.clip(values * 1e6, 0, 2**35 - 1).astype(np.int64)
+    packed = (q << 27) | np.arange(len(values), dtype=np.int64)
+    idx = np.empty(2 * int(ok.sum()), dtype=np.int64)
+    idx[0::2], idx[1::2] = lo[ok], hi[ok]
+    red = np.maximum.reduceat(np.r_[packed, 0], idx)[0::2]  # sentinel: a range may end at len
+    out[ok] = red & ((1 << 27) - 1)
+    return out
+
+
+def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
+                    comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None) -> WaitGraph:
+    """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
+
+    `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
+    group's size and sum of member ranks (for naming the one missing rank). `comm_excess`: per
+    instance, how much longer its smallest copy took than its normal transfer time (s).
+    """
+    n = ops.n_inst
+    inst = ops.inst
+    size = ops.inst_size
+    in_steps = np.isin(ops.inst_step, steps)
+    late = ops.late_row
+    late_abn = abnormal[late]
+    n_abn = np.bincount(inst, weights=abnormal.astype(np.float64), minlength=n)
+    others = np.maximum(size - 1, 1)
+    frac_others = (n_abn - late_abn) / others
+    # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
+    wait_x = ops.wait
+    if ref_steps is not None and len(ref_steps):
+        typical, _, _ = slot_quantiles(ops, ops.wait, ref_steps)
+        wait_x = np.maximum(ops.wait - np.nan_to_num(typical), 0.0)
+    sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
+    delay_wait = sum_wait / others
+    complete = size >= expected_size
+    multi = size >= 2
+    comm = in_steps & complete & multi & (comm_excess > 0)
+    suspect = in_steps & complete & multi & ~comm & ~late_abn & (frac_others >= 0.5)
+    orphan = in_steps & ~complete & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
+    rank = ops.rank
+    present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
+    missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
+
+    # backtracking: what the suspect did since its previous operator of the same stream
+    prev = _prev_same_pair(ops)
+    cu = np.cumsum(_unreliable_gaps(ops, prev))
+    cg = np.cumsum(ops.gap)
+    # delay a row received: waiting for others, or a transfer slower than normal
+    received = wait_x + comm_excess[inst]
+    cw = np.cumsum(received)
+    has_prev = prev >= 0
+    p = np.where(has_prev, prev, 0)
+    seg_compute = np.where(has_prev, cg - cg[p], np.nan)
+    cw_before = np.r_[0.0, cw[:-1]]
+    seg_wait = np.where(has_prev, cw_before - cw[p], np.nan)
+    valid = np.isfinite(seg_compute) & (cu - cu[p] == 0)
+    sc = np.nan_to_num(seg_compute)
+    sw = np.nan_to_num(seg_wait)
+    n_valid = np.bincount(inst, weights=valid.astype(np.float64), minlength=n)
+    sum_sc = np.bincount(inst, weights=sc, minlength=n)
+    sum_sw = np.bincount(inst, weights=sw, minlength=n)
+    lv = valid[late]
+    # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
+    suspect &= lv | (size < 2)
+    peers_n = np.maximum(n_valid - lv, 1)
+    excess_compute = np.where(lv & (n_valid >= 2), sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
+    excess_wait = np.where(lv & (n_valid >= 2), sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
+    # the two ends of a p2p transfer do different work: judge the sender against its own
+    # history (the same operator in normal steps) instead of against the receiver
+    if ref_steps is not None and len(ref_steps) and ops.inst_p2p.any():
+        h_sc, _, _ = slot_quantiles(ops, np.where(valid, seg_compute, np.nan), ref_steps)
+        h_sw, _, _ = slot_quantiles(ops, np.where(valid, seg_wait, np.nan), ref_steps)
+        ok = ops.inst_p2p & lv & np.isfinite(h_sc[late]) & np.isfinite(h_sw[late])
+        excess_compute = np.where(ok, sc[late] - h_sc[late], excess_compute)
+        excess_wait = np.where(ok, sw[late] - h_sw[late], excess_wait)
+
+    delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
+    # every instance points back along waiting, flagged or not: chains pass through operators
+    # whose copies looked ordinary (a short wait) on their way to the root
+    follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)
+    lrow = late[follow]
+    target_row = _range_argmax(received, np.maximum(prev[lrow], -1) + 1, lrow)
+    target_row = np.where(prev[lrow] >= 0, target_row, -1)
+    nxt = np.arange(n, dtype=np.int64)
+    ok = target_row >= 0
+    nxt[np.flatnonzero(follow)[ok]] = inst[target_row[ok]]
+    for _ in range(64):  # pointer jumping; chains point back in time, so they end
+        nn = nxt[nxt]
+        if np.array_equal(nn, nxt):
+            break
+        nxt = nn
+    root_rank = np.where(comm[nxt], -1, rank[late[nxt]])
+    root_rank = np.where(orphan, missing_rank, root_rank)
+    return WaitGraph(suspect, comm, orphan, delay, nxt, root_rank, missing_rank, excess_compute, excess_wait)

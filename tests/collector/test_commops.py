@@ -1,0 +1,120 @@
+"""The CommOps logger in one process (gloo, world size 1): what it records and how it writes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torch.distributed as dist
+
+from collector import commops
+from collector.commops.recorder import Recorder, make_collective
+from collector.commops.writer import ShardWriter
+from collector.meta import JobMeta
+from collector.traceio import Trace
+from collector.validate import validate_trace
+
+
+@pytest.fixture(scope="module")
+def world1() -> None:
+    if not dist.is_initialized():
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(20000 + os.getpid() % 20000)
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_attach_records_collectives_steps_and_writes_a_valid_trace(world1: None, tmp_path: Path) -> None:
+    original = dist.all_reduce
+    assert commops.attach(tmp_path, flush_s=60)
+    try:
+        assert dist.all_reduce is not original and dist.distributed_c10d.all_reduce is dist.all_reduce
+        g = dist.new_group([0], group_desc="tp-0")
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        t = torch.ones(8)
+        for _ in range(3):
+            dist.all_reduce(t)
+            dist.all_reduce(t, group=g)
+            dist.broadcast(t, 0, group=g)
+            dist.all_reduce(t, async_op=True).wait()
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+        dist.barrier()
+        commops.flush()
+        st = commops.stats()
+    finally:
+        commops.detach()
+    assert dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
+    assert st["rows"] == 13 and st["dropped"] == 0 and st["errors"] == 0
+    df = Trace.open(tmp_path).commops().sort_values(["group", "op", "seq"])
+    world = df[df["group"] == "world"]
+    assert world[world["op"] == "all_reduce"]["seq"].tolist() == [1, 2, 3, 4, 5, 6]  # sync + async share the seq
+    assert df[df["group"] == "tp-0"]["seq"].tolist() == [1, 3, 5, 2, 4, 6]  # all_reduce then broadcast rows
+    assert sorted(df[(df["group"] == "tp-0") & (df["op"] == "all_reduce")]["step"]) == [0, 1, 2]  # from optimizer.step()
+    assert (df["nbytes"][df["op"] != "barrier"] == 32).all()
+    assert (df["end_ns"] >= df["start_ns"]).all()
+    meta = JobMeta.load(tmp_path / "meta.json")
+    assert meta.groups == {"tp-0": [0], "world": [0]} and meta.world_size == 1
+    assert validate_trace(tmp_path) == []
+    assert list((tmp_path / "commops").glob("rank-00000-*.parquet"))
+
+
+def test_manual_step_overrides_auto(world1: None, tmp_path: Path) -> None:
+    commops.attach(tmp_path, flush_s=60)
+    try:
+        t = torch.ones(2)
+        for s in range(3):
+            commops.step(10 + s)
+            dist.all_reduce(t)
+    finally:
+        commops.detach()
+    assert Trace.open(tmp_path).commops()["step"].tolist() == [10, 11, 12]
+
+
+def test_bookkeeping_errors_never_reach_the_caller(world1: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rec = Recorder(1 << 4)
+    rec.rank = 0
+    calls = []
+
+    def fake(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
+        calls.append(tensor)
+
+    wrapped = make_collective(rec, fake, "all_reduce", 0, 2)
+    wrapped(object())  # no numel(): the recorder fails, the op still runs
+    wrapped(object())
+    assert len(calls) == 2 and rec.errors == 2
+    assert capsys.readouterr().err.count("recording error") == 1  # reported once
+
+
+def test_ring_overflow_is_counted_and_memory_bounded(world1: None, tmp_path: Path) -> None:
+    rec = Recorder(1 << 4)
+    rec.rank = 0
+    wrapped = make_collective(rec, lambda tensor, op=None, group=None, async_op=False: None, "all_reduce", 0, 2)
+    t = torch.ones(1)
+    for _ in range(100):
+        wrapped(t)
+    w = ShardWriter(rec, tmp_path, 0, 1, 60, "j")
+    w.flush()
+    assert len(rec.ring) == 16 and w.rows + w.dropped == 100 and w.rows <= 16
+    df = pd.read_parquet(next((tmp_path / "commops").glob("*.parquet")))
+    assert df["seq"].tolist() == list(range(100 - w.rows + 1, 101))  # the newest survive, in order
+
+
+def test_failed_op_is_kept_as_pending(world1: None, tmp_path: Path) -> None:
+    rec = Recorder(1 << 4)
+    rec.rank = 0
+
+    def boom(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
+        raise RuntimeError("Timed out waiting 5000ms")
+
+    wrapped = make_collective(rec, boom, "all_reduce", 0, 2)
+    with pytest.raises(RuntimeError, match="Timed out"):
+        wrapped(torch.ones(4))
+    ShardWriter(rec, tmp_path, 0, 1, 60, "j").flush()
+    pend = pd.read_parquet(tmp_path / "pending" / "rank-00000.parquet")
+    assert pend[["group", "op", "seq", "failed"]].values.tolist() == [["world", "all_reduce", 1, True]]

@@ -1,0 +1,92 @@
+"""Flight Recorder import: real gloo dumps, NCCL-shaped JSON dumps, and hostile or broken files."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collector.errors import UserError
+from collector.flight_recorder import import_flight_recorder, load_dump
+from tests.conftest import run_cli
+
+DATA = Path(__file__).parent / "data" / "fr-gloo-hang"
+
+
+class _Evil:
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, ("touch /tmp/laggard-pwned",))
+
+
+def test_real_gloo_dumps_import(tmp_path: Path) -> None:
+    meta = import_flight_recorder(DATA, tmp_path / "t")
+    assert meta.world_size == 4 and meta.extra["backends"] == ["gloo"]
+    assert {"tp-0", "tp-1", "dp-0"} <= set(meta.groups)
+    df = pd.read_parquet(tmp_path / "t" / "commops.parquet")
+    last = df[df["group"] == "tp-0"].groupby("rank")["seq"].max().to_dict()
+    assert last[0] == last[1] + 1  # rank 1 stopped before the tp-0 all_reduce rank 0 entered
+
+
+def _nccl_entry(seq: int, state: str, pg: tuple[str, str] = ("1", "tp-0"), name: str = "nccl:all_reduce") -> dict:
+    return {"profiling_name": name, "process_group": list(pg), "collective_seq_id": seq, "p2p_seq_id": 0,
+            "time_created_ns": 1_000_000 * seq, "time_discovered_started_ns": 1_000_000 * seq + 10,
+            "time_discovered_completed_ns": 1_000_000 * seq + 500 if state == "completed" else None,
+            "state": state, "input_sizes": [[256, 4]], "input_dtypes": ["BFloat16"]}
+
+
+def test_nccl_json_pending_and_sizes(tmp_path: Path) -> None:
+    src = tmp_path / "dumps"
+    src.mkdir()
+    for rank, states in ((0, ["completed", "started"]), (1, ["completed"])):
+        dump = {"version": "2.10", "pg_config": {"1": {"name": "1", "desc": "tp-0", "ranks": "[0, 1]"}},
+                "entries": [_nccl_entry(i + 1, s) for i, s in enumerate(states)]}
+        (src / f"nccl_trace_rank_{rank}.json").write_text(json.dumps(dump))
+    import_flight_recorder(src, tmp_path / "t")
+    rows = pd.read_parquet(tmp_path / "t" / "commops.parquet")
+    pend = pd.read_parquet(tmp_path / "t" / "pending.parquet")
+    assert len(rows) == 2 and (rows["nbytes"] == 256 * 4 * 2).all() and (rows["end_ns"] - rows["start_ns"] == 490).all()
+    assert pend[["rank", "group", "seq"]].values.tolist() == [[0, "tp-0", 2]]
+
+
+def test_hostile_pickle_refused_without_running(tmp_path: Path) -> None:
+    bad = tmp_path / "rank_0"
+    bad.write_bytes(pickle.dumps({"entries": [_Evil()]}))
+    with pytest.raises(UserError, match=r"refused: the pickle wants to build posix\.system|refused: .*system"):
+        load_dump(bad)
+    assert not Path("/tmp/laggard-pwned").exists()
+
+
+@pytest.mark.parametrize("content,match", [
+    (pickle.dumps({"entries": []})[:-5], "truncated or not a pickle"),
+    (b'{"entries": [{"profiling_name": "gloo:all', "not valid JSON"),
+    (json.dumps({"entries": [{"profiling_name": 5, "process_group": ["0", ""], "collective_seq_id": 1,
+                              "time_created_ns": 1}]}).encode(), "field 'profiling_name' is a int"),
+    (json.dumps({"entries": "nope"}).encode(), "no 'entries' list"),
+    (json.dumps({"entries": [{"profiling_name": "gloo:all_reduce", "process_group": ["0", ""],
+                              "collective_seq_id": "1", "time_created_ns": 1}]}).encode(), "collective_seq_id"),
+    (pickle.dumps({"entries": [], "x": bytearray(b"a")}), "refused: the pickle wants to build builtins.bytearray"),
+])
+def test_malformed_dumps_refused(tmp_path: Path, content: bytes, match: str) -> None:
+    f = tmp_path / "rank_0"
+    f.write_bytes(content)
+    with pytest.raises(UserError, match=match):
+        import_flight_recorder(f, tmp_path / "out")
+
+
+@pytest.mark.parametrize("content,says", [
+    (pickle.dumps({"entries": [_Evil()]}), "refused: the pickle wants to build"),
+    (b'{"version": "2.10", "entries": [{"profiling_name": "nccl:all_re', "not valid JSON"),
+    (json.dumps({"entries": [{"profiling_name": "gloo:barrier", "process_group": 7, "collective_seq_id": 1,
+                              "time_created_ns": 1}]}).encode(), "field 'process_group' is a int"),
+])
+def test_cli_refuses_bad_dumps_with_one_line(tmp_path: Path, content: bytes, says: str) -> None:
+    bad = tmp_path / "rank_3"
+    bad.write_bytes(content)
+    proc = run_cli("import", "flight-recorder", bad, "--out", tmp_path / "t")
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "t").exists()

@@ -1,0 +1,143 @@
+"""Report building and rendering on a hand-built trace whose straggler is known (rank 5)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collector.traceio import Trace
+from explain.report.build import build_report, report_from_verdict
+from explain.report.html import render_html
+from explain.report.markdown import render_markdown
+from explain.report.model import Report, confidence_label, irregular_windows
+from localize.verdict import Verdict
+from tests.explain.report_helpers import (
+    SLOW_RANK,
+    make_diagnosis,
+    make_timeline,
+    make_trace,
+    make_verdict,
+)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    trace = make_trace(tmp_path_factory.mktemp("toy") / "t", with_logs=True)
+    return build_report(Trace.open(trace), make_timeline(), make_verdict(), make_diagnosis())
+
+
+def test_answers_come_from_the_inputs(report: Report) -> None:
+    assert report.status == "irregular"
+    assert report.since_step == 10 and report.since_utc and report.since_utc.endswith("UTC")
+    assert report.windows == [(10, 14, "persistent")]
+    assert report.lost_s == pytest.approx(5 * 0.2)
+    assert report.gpu_hours_lost == pytest.approx(1.0 * 16 / 3600)
+    assert report.root and report.root["rank"] == SLOW_RANK and report.confidence == "high"
+    assert report.checks == ["gpu_clocks on node-0: `nvidia-smi -q -d PERFORMANCE -i 5` — SM clock 900 MHz of "
+                             "1980 MHz: thermal slowdown active"]
+    assert report.actions and report.actions[0].startswith("drain_slurm (host node-0): take the node out")
+    assert "needs approval" in report.actions[0] and "`scontrol update NodeName=node-0 State=DRAIN`" in report.actions[0]
+    assert report.explanation.startswith("Most likely cause: GPU thermal throttling (gpu), confidence 0.80, confirmed")
+    assert "logs: node-0: GPU 5 clocks throttled (thermal)" in report.evidence
+
+
+def test_wait_path_ends_at_the_straggler(report: Report) -> None:
+    assert report.path[0].ranks == [SLOW_RANK]
+    level1 = set(report.path[1].ranks)
+    assert {4, 6, 7} <= level1  # its tp peers waited on it directly
+    assert SLOW_RANK not in {r for hop in report.path[1:] for r in hop.ranks}
+    waits = report.waits
+    assert waits is not None
+    per_rank = waits.total_by_rank()
+    assert per_rank[SLOW_RANK] == per_rank.min()  # the straggler is the one that never waits
+
+
+def test_gantt_compares_a_slow_and_a_normal_step(report: Report) -> None:
+    assert report.gantt_steps is not None
+    slow, normal = report.gantt_steps
+    assert slow in range(10, 15) and normal not in range(10, 15)
+    assert report.gantt_slow is not None and report.gantt_normal is not None
+    assert report.gantt_slow["t1"].max() > report.gantt_normal["t1"].max() * 2
+
+
+def test_html_is_self_contained_and_has_every_figure(report: Report) -> None:
+    html = render_html(report)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)  # nothing fetched from a network
+    assert "<script" not in html
+    uris = re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)
+    assert len(uris) == 5  # iteration time, heatmap, wait graph, gantt, logs (no flows in this trace)
+    for uri in uris:
+        assert base64.b64decode(uri).lstrip().startswith(b"<?xml")
+    for answer in ("Irregular?", "Since when?", "Time lost", "Root cause", "What to check", "What to do"):
+        assert answer in html
+    assert "gpu rank 5 (node-0 gpu 5)" in html
+
+
+def test_html_escapes_what_it_quotes() -> None:
+    v = Verdict("<job>", "irregular", [3], 1.5, [])
+    r = report_from_verdict(v, None, {"cause": {"title": "<script>alert(1)</script>"}}, world_size=8)
+    html = render_html(r)
+    assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;job&gt;" in html
+
+
+def test_markdown_reads_in_a_terminal(report: Report) -> None:
+    md = render_markdown(report)
+    assert md.startswith("# laggard report: toy")
+    assert max(len(line) for line in md.splitlines()) <= 160
+    assert "^^^^^" in md  # the irregular steps marked under the sparkline
+    assert "| 1 | gpu rank 5 (node-0 gpu 5) | gpu | 0.910 | commops |" in md
+    assert "GPU 5 clocks throttled" in md  # the log line from the suspect host
+
+
+def test_json_is_plain_data(report: Report) -> None:
+    d = json.loads(json.dumps(report.to_dict(), default=str))
+    assert d["root_cause"]["rank"] == SLOW_RANK
+    assert d["wait_path"][0]["ranks"] == [SLOW_RANK]
+    assert len(d["steps"]) == 20 and d["steps"][10]["irregular"] is True
+
+
+def test_healthy_report_says_so_without_figures_of_faults() -> None:
+    r = report_from_verdict(Verdict("ok", "healthy"), None, None, world_size=8)
+    assert r.headline() == "ok: healthy — no irregular iteration found"
+    assert r.confidence == "none" and r.root is None
+    html = render_html(r)
+    assert "HEALTHY" in html and "<figure>" not in html
+    assert "Nothing to do" in html
+
+
+def test_hang_is_stated_first() -> None:
+    r = report_from_verdict(Verdict("j", "hang", candidates=[]), None, None, world_size=8)
+    assert "STUCK" in r.headline() and "STUCK" in render_markdown(r)
+
+
+def test_irregular_windows_split_runs_and_pick_a_pattern() -> None:
+    steps = pd.DataFrame({"step": range(10), "irregular": [0, 1, 1, 0, 0, 1, 0, 0, 1, 1],
+                          "pattern": ["", "spike", "spike", "", "", "fluctuation", "", "", "persistent", ""]})
+    assert irregular_windows(steps) == [(1, 2, "spike"), (5, 5, "fluctuation"), (8, 9, "persistent")]
+
+
+def test_confidence_needs_a_margin() -> None:
+    assert confidence_label([{"score": 0.9}, {"score": 0.3}]) == "high"
+    assert confidence_label([{"score": 0.9}, {"score": 0.85}]) == "low"
+    assert confidence_label([{"score": 0.5}]) == "medium"
+    assert confidence_label([]) == "none"
+
+
+def test_flow_evidence_flags_the_slow_host(tmp_path: Path) -> None:
+    from explain.report.evidence import flow_evidence
+
+    trace = Trace.open(make_trace(tmp_path / "t"))
+    rows = []
+    for _r, info in trace.meta.ranks.items():
+        gbps = 50.0 if info.host == "node-1" else 400.0
+        for i in range(5):
+            rows.append({"start_ns": i * 10**9, "end_ns": i * 10**9 + 10**6, "src_ip": info.ip,
+                         "bytes": int(gbps * 1e9 / 8 * 1e-3)})
+    ev = flow_evidence(pd.DataFrame(rows), trace.meta, ["node-0"])
+    assert ev is not None and ev.flagged == ["node-1"] and ev.hosts[0] == "node-1"
+    assert ev.gbps[0] == pytest.approx(50.0, rel=0.01)

@@ -1,0 +1,35 @@
+"""Small simulated traces with flows, built once per test session (shared by the flows tests)."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+from simulator.config import FaultSpec, SimConfig
+from simulator.flows import emit_flows
+from simulator.writer import simulate_trace
+
+_ROOT = Path(tempfile.mkdtemp(prefix="laggard-flows-tests-"))
+
+#: name -> (config, faults); small layouts that still put every group kind on the network
+CASES: dict[str, tuple[dict, list[str]]] = {
+    "healthy": ({"gpus": 64, "tp": 8, "pp": 2}, []),
+    "straggler": ({"gpus": 64, "tp": 8, "pp": 2}, ["gpu:rank=13,factor=2,steps=6:11"]),
+    "nic": ({"gpus": 64, "tp": 8, "pp": 2}, ["nic:host=node-3,factor=3,steps=5:11"]),
+    "link": ({"gpus": 64, "tp": 8}, ["link:hosts=node-2+node-3,factor=4,steps=5:11"]),
+    "switch": ({"gpus": 128, "tp": 8, "pp": 2}, ["switch:switch=tor-1,factor=3,steps=5:11"]),
+    "pcie": ({"gpus": 64, "tp": 8, "pp": 2}, ["pcie:rank=21,factor=4,steps=5:11"]),
+    "small-a": ({"gpus": 32, "tp": 8, "job": "job-a"}, []),
+    "small-b": ({"gpus": 32, "tp": 4, "pp": 2, "job": "job-b", "seed": 3}, []),
+}
+
+
+@functools.cache
+def sim_flows(name: str, pcap: bool = False) -> Path:
+    cfg, faults = CASES[name]
+    out = _ROOT / (name + ("-pcap" if pcap else ""))
+    base = {"steps": 12, "job": name, **cfg}
+    simulate_trace(SimConfig(**base, faults=[FaultSpec.parse(f) for f in faults]), out)
+    emit_flows(out, pcap=pcap)
+    return out

@@ -1,0 +1,102 @@
+"""Alerts posted to a local receiver: Slack-compatible webhooks and Alertmanager."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from collector.errors import UserError
+from explain.report.alert import detect_format
+from explain.report.build import report_from_verdict
+from explain.report.model import Report
+from laggard.notify import notify
+from localize.verdict import Candidate, Verdict
+from tests.conftest import run_cli
+from tests.explain.report_helpers import make_trace
+from tests.laggard.receiver import Receiver
+
+
+@pytest.fixture
+def report() -> Report:
+    v = Verdict("run7", "irregular", [40, 41, 42], 1.8,
+                [Candidate("gpu", 0.93, ["last to arrive"], rank=12, host="node-1", gpu=4)])
+    r = report_from_verdict(v, None, {"probes": [{"probe": "gpu_clocks", "host": "node-1", "argv": ["nvidia-smi", "-q", "-i", "4"]}]},
+                            world_size=1024)
+    r.lost_s = 36.0
+    return r
+
+
+def test_slack_webhook_gets_text_and_blocks(report: Report) -> None:
+    with Receiver() as rx:
+        assert notify(report, rx.url + "/services/T0/B0/xyz", link="file:///r.html") == 200
+    [(path, body)] = rx.posts
+    assert path == "/services/T0/B0/xyz"
+    assert "run7" in body["text"] and "gpu rank 12 (node-1 gpu 4)" in body["text"]
+    fields = " ".join(f["text"] for b in body["blocks"] if b["type"] == "section" for f in b.get("fields", []))
+    assert "1.80×" in fields and "10.2" in fields and "high" in fields  # 36 s × 1024 GPUs = 10.24 GPU-h
+    assert any("nvidia-smi" in b.get("text", {}).get("text", "") for b in body["blocks"])
+    assert len(json.dumps(body)) < 3000  # compact
+
+
+def test_alertmanager_detected_by_path(report: Report) -> None:
+    with Receiver() as rx:
+        notify(report, rx.url + "/api/v2/alerts")
+    [(path, body)] = rx.posts
+    assert path == "/api/v2/alerts" and isinstance(body, list) and len(body) == 1
+    alert = body[0]
+    assert alert["labels"]["alertname"] == "LaggardIrregularity" and alert["labels"]["job"] == "run7"
+    assert alert["labels"]["root_kind"] == "gpu" and "endsAt" not in alert
+    assert alert["startsAt"].endswith("Z") and alert["annotations"]["slowdown"] == "1.800"
+
+
+def test_format_flag_overrides_the_path(report: Report) -> None:
+    with Receiver() as rx:
+        notify(report, rx.url + "/hook", fmt="alertmanager")
+    assert isinstance(rx.posts[0][1], list)
+    assert detect_format("http://am:9093/api/v2/alerts/?x=1") == "alertmanager"
+    assert detect_format("https://hooks.slack.com/services/a") == "slack"
+
+
+def test_healthy_job_resolves_the_alert() -> None:
+    r = report_from_verdict(Verdict("ok", "healthy"), None, None, world_size=8)
+    with Receiver() as rx:
+        notify(r, rx.url + "/api/v2/alerts")
+    assert rx.posts[0][1][0]["endsAt"] == rx.posts[0][1][0]["startsAt"]
+
+
+def test_refused_or_unreachable_receiver_is_a_user_error(report: Report) -> None:
+    with Receiver(status=500) as rx, pytest.raises(UserError, match="HTTP 500"):
+        notify(report, rx.url + "/hook")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(UserError, match="could not post"):
+        notify(report, f"http://127.0.0.1:{port}/hook")
+    with pytest.raises(UserError, match="not an http"):
+        notify(report, "ftp://x/y")
+
+
+PIPELINE = all(importlib.util.find_spec(m) for m in ("timeline.build", "localize.combine", "explain.diagnose"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PIPELINE, reason="needs the timeline, localize and explain stages merged")
+def test_cli_report_writes_and_notifies(tmp_path: Path) -> None:
+    trace = make_trace(tmp_path / "toy")
+    out = tmp_path / "r.md"
+    with Receiver() as rx:
+        proc = run_cli("report", trace, "--out", out, "--notify", rx.url + "/api/v2/alerts", "--fail-on-irregular")
+    assert proc.returncode == 1, proc.stderr  # irregular, and --fail-on-irregular was given
+    assert out.read_text().startswith("# laggard report: toy")
+    assert rx.posts and rx.posts[0][1][0]["labels"]["job"] == "toy"
+
+
+def test_cli_report_user_errors_exit_2(tmp_path: Path) -> None:
+    proc = run_cli("report", tmp_path / "nope", "--out", tmp_path / "r.html")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    proc = run_cli("report", tmp_path, "--out", "-", "--format", "html")
+    assert proc.returncode == 2 and "stdout" in proc.stderr

@@ -1,0 +1,71 @@
+"""Node-local detection + progressive fetching on a simulated job laid out as the logger writes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bench.sidecar import shard_like_logger
+from collector.meta import JobMeta
+from laggard.sidecar import central_localize, summarize_node
+from simulator.config import FaultSpec, SimConfig
+from simulator.writer import simulate_trace
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow  # simulates a 32-GPU job and runs the CLI: seconds, not milliseconds
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("sidecar")
+    cfg = SimConfig(gpus=32, tp=4, pp=2, steps=30, seed=5,
+                    faults=[FaultSpec(kind="gpu", factor=2.5, rank=13, steps=(12, 21))])
+    simulate_trace(cfg, tmp / "sim")
+    shard_like_logger(tmp / "sim", tmp / "trace")
+    return tmp / "trace"
+
+
+def test_summaries_then_fetch_names_the_slow_gpu(sharded: Path) -> None:
+    meta = JobMeta.load(sharded / "meta.json")
+    for h in meta.hosts():
+        assert summarize_node(sharded, h, window=10)
+    verdict, mv = central_localize(sharded)
+    assert verdict.status == "irregular" and verdict.candidates[0].rank == 13
+    assert set(range(12, 22)) & set(verdict.irregular_steps)
+    d = mv.to_dict()
+    assert 0 < d["moved_bytes"] < d["full_bytes"] and d["summary_bytes"] > 0
+    total = sum(pq.ParquetFile(p).metadata.num_rows for p in (sharded / "commops").glob("*.parquet"))
+    assert 0 < d["fetched_rows"] < total  # only what the summaries asked for
+
+
+def test_windows_are_incremental(sharded: Path, tmp_path: Path) -> None:
+    host = JobMeta.load(sharded / "meta.json").hosts()[0]
+    out = sharded / "summary"
+    before = sorted(p.name for p in out.glob(f"{host}-w*.parquet"))
+    assert len(before) == 3  # 30 steps in windows of 10
+    assert summarize_node(sharded, host, window=10) == []  # nothing new to summarize
+    assert sorted(p.name for p in out.glob(f"{host}-w*.parquet")) == before
+    assert json.loads((out / f".{host}.state.json").read_text())["next_step"] == 30
+
+
+def test_cli_localize_prints_bytes_and_verdict(sharded: Path) -> None:
+    proc = run_cli("sidecar", "localize", sharded, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["candidates"][0]["rank"] == 13 and out["data_movement"]["reduction"] > 0
+    assert run_cli("localize", sharded, "--format", "json", check=True).returncode == 0  # same trace, full path
+
+
+def test_follow_mode_finishes_when_shards_stop_changing(sharded: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from laggard.sidecar import follow_node
+
+    copy = tmp_path / "t"
+    shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))
+    host = JobMeta.load(copy / "meta.json").hosts()[1]
+    assert follow_node(copy, host, window=10, poll_s=0.05, stop_after_idle_s=0.1) == 3
+    assert len(list((copy / "summary").glob(f"{host}-w*.parquet"))) == 3

@@ -1,0 +1,71 @@
+"""The detector: forest arrays agree with scikit-learn, training is deterministic, features."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from localize.detector import rule_detect, three_sigma, tune_threshold
+from localize.features import FEATURES, detector_matrix, prepare_ops, slot_history
+from localize.forest import ArrayForest
+
+MS = 1_000_000
+
+
+def history_rows(n_steps: int = 8, slow_step: int = 6) -> pd.DataFrame:
+    """Two ranks, one all_reduce per step; in `slow_step` rank 1 arrives 5 ms late."""
+    out = []
+    for s in range(n_steps):
+        t0 = s * 100
+        late = 5.0 if s == slow_step else 0.0
+        for r in (0, 1):
+            start = t0 + (late if r == 1 else 0.0)
+            out.append({"rank": r, "group": "tp-0", "op": "all_reduce", "seq": s, "peer": -1, "nbytes": 1 << 20,
+                        "start_ns": int(start * MS), "end_ns": int((t0 + late + 1.0 + 0.01 * (s % 3)) * MS), "step": s})
+    return pd.DataFrame(out)
+
+
+def test_features_see_own_history_and_peers() -> None:
+    ops = prepare_ops(history_rows())
+    med, _, _ = slot_history(ops, np.arange(6))
+    assert np.allclose(med, 0.00101, atol=2e-5)
+    x = detector_matrix(ops, None, np.arange(6))
+    assert x.shape == (len(ops.elapsed), len(FEATURES))
+    waited = (ops.step == 6) & (ops.rank == 0)
+    assert x[waited, FEATURES.index("ratio_own_median")][0] > 5
+    assert x[waited, FEATURES.index("ratio_instance_min")][0] > 5
+    assert three_sigma(ops, np.arange(6)).abnormal[waited].all()
+    assert rule_detect(ops, None, np.arange(6)).abnormal.tolist() == waited.tolist()
+
+
+def test_threshold_auto_tuning_caps_false_alarms() -> None:
+    rng = np.random.default_rng(0)
+    normal = rng.uniform(0, 0.7, 1000)
+    thr = tune_threshold(normal, np.ones(1000, dtype=bool), base=0.5, fpr=0.01)
+    assert (normal >= thr).mean() <= 0.01 and thr > 0.5
+
+
+@pytest.mark.slow
+def test_forest_arrays_match_sklearn() -> None:
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2000, 5)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 3] > 0.3) ^ (x[:, 2] > 1.5)
+    model = RandomForestClassifier(n_estimators=5, max_depth=6, random_state=0).fit(x, y)
+    forest = ArrayForest.from_sklearn(model)
+    assert np.allclose(forest.predict_proba(x), model.predict_proba(x)[:, 1], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_train_detector_is_deterministic(tmp_path: Path, cli) -> None:
+    args = ("train-detector", "--jobs-per-layout", "1", "--eval-jobs-per-layout", "1")
+    a = cli(*args, "--out", tmp_path / "a")
+    b = cli(*args, "--out", tmp_path / "b")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr[-2000:]
+    for name in ("detector.npz", "detector.sha256", "detector.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert "held-out F1" in a.stdout

@@ -1,0 +1,68 @@
+"""localize.flows: the verdict from flows alone, on simulated faults with known roots."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from collector.traceio import Trace
+from localize.flows import localize_flows
+from localize.verdict import Verdict
+from tests.conftest import REPO, run_cli
+from tests.flows_sims import sim_flows
+
+
+def _verdict(name: str) -> tuple[Verdict, dict]:
+    t = Trace.open(sim_flows(name))
+    return localize_flows(t), t.truth()
+
+
+def test_healthy_job_has_no_candidates() -> None:
+    v, _ = _verdict("healthy")
+    assert v.status == "healthy" and v.candidates == [] and v.irregular_steps == []
+
+
+@pytest.mark.parametrize("name,kind,where", [
+    ("link", "link", {"hosts": ["node-2", "node-3"]}),
+    ("nic", "nic", {"host": "node-3"}),
+    ("switch", "switch", {"switch": "tor-1"}),
+    ("straggler", "host", {"host": "node-1"}),
+    ("pcie", "gpu", {"rank": 21, "host": "node-2"}),
+])
+def test_fault_is_ranked_first(name: str, kind: str, where: dict) -> None:
+    v, truth = _verdict(name)
+    assert v.status == "irregular"
+    assert set(v.irregular_steps) == set(truth["irregular_steps"])
+    top = v.candidates[0]
+    assert top.kind == kind and top.source == "flows"
+    for key, value in where.items():
+        assert getattr(top, key) == value
+    assert v.slowdown > 1.05
+
+
+def test_verdict_json_round_trips() -> None:
+    v, _ = _verdict("link")
+    d = v.to_dict()
+    assert Verdict.from_dict(d).to_dict() == d
+    assert d["flows"]["parallelism"] == {"dp": 8}
+
+
+def test_steps_window_limits_the_analysis() -> None:
+    t = Trace.open(sim_flows("link"))
+    v = localize_flows(t, steps=(0, 4))
+    assert v.status == "healthy" and v.candidates == []
+
+
+@pytest.mark.skipif(not (REPO / "laggard" / "commands" / "localize.py").exists(), reason="laggard localize not merged yet")
+def test_cli_localize_flows(tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    shutil.copytree(sim_flows("link"), d)
+    (d / "commops.parquet").unlink()  # flows only: the black-box path
+    proc = run_cli("localize", d, "--flows", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    out = json.loads(proc.stdout)
+    assert out["candidates"][0]["kind"] == "link" and out["candidates"][0]["hosts"] == ["node-2", "node-3"]

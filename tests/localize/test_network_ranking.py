@@ -1,0 +1,91 @@
+"""Network resolution (which device explains the slow units) and rank-blame units."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collector.meta import JobMeta, RankInfo
+from localize.network import resolve_network, slow_units
+from localize.ranking import explain_rank_blame
+
+
+def meta16() -> JobMeta:
+    """32 ranks, 4 per host (8 hosts), 2 hosts per switch; tp inside hosts, dp rings across."""
+    ranks = {r: RankInfo(f"node-{r // 4}", r % 4) for r in range(32)}
+    groups = {f"tp-{h}": list(range(4 * h, 4 * h + 4)) for h in range(8)}
+    groups |= {f"dp-{i}": [i + 4 * h for h in range(4)] for i in range(4)}  # hosts 0..3
+    groups |= {f"dp-{4 + i}": [16 + i + 4 * h for h in range(4)] for i in range(4)}  # hosts 4..7
+    topo = {f"node-{h}": {"switch": f"tor-{h // 2}"} for h in range(8)}
+    return JobMeta("t", 32, ranks, groups, {}, topo)
+
+
+def units_of(meta: JobMeta) -> dict[str, list[int]]:
+    units = dict(meta.groups)
+    for r in range(16):  # pipeline p2p between host h and h+4
+        units[f"pp:{r}->{r + 16}"] = [r, r + 16]
+    return units
+
+
+def test_nic_beats_the_links_it_shares() -> None:
+    meta = meta16()
+    units = units_of(meta)
+    # NIC of node-1 slow: the dp rings of hosts 0..3 and node-1's pipeline transfers
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}
+    slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(4, 8)}
+    best = resolve_network(units, slow, meta)[0]
+    assert (best.kind, best.key) == ("nic", ("node-1",))
+
+
+def test_a_single_gpu_path_beats_its_host() -> None:
+    meta = meta16()
+    units = units_of(meta)
+    slow = {"dp-1": 1.0, "pp:5->21": 1.0}  # rank 5's transfers only
+    best = resolve_network(units, slow, meta)[0]
+    assert (best.kind, best.key) == ("gpu", 5)
+
+
+def test_switch_when_every_host_under_it_is_slow() -> None:
+    meta = meta16()
+    units = units_of(meta)
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}
+    slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(0, 8)}  # hosts 0,1 = tor-0
+    best = resolve_network(units, slow, meta)[0]
+    assert (best.kind, best.key) == ("switch", ("tor-0",))
+
+
+def test_slow_units_need_a_consistent_share() -> None:
+    unit = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    comm = np.array([1, 1, 1, 0, 1, 0, 0, 0], dtype=bool)
+    got = slow_units(unit, ["a", "b"], comm, np.ones(8, dtype=bool))
+    assert got == {"a": 0.75}
+
+
+KINDS = {**{f"tp-{h}": "tp" for h in range(8)}, **{f"dp-{i}": "dp" for i in range(8)}}
+
+
+def test_units_gpu_host_and_occam() -> None:
+    meta = meta16()
+    b = np.zeros(32)
+    b[6] = 5.0
+    b[[1, 20]] = 0.2
+    units = explain_rank_blame(b, meta, KINDS)
+    assert (units[0].kind, units[0].ranks) == ("gpu", [6])
+    b = np.zeros(32)
+    b[12:16] = [1.0, 0.9, 1.1, 1.0]  # all of node-3
+    assert explain_rank_blame(b, meta, KINDS)[0].label == "node-3"
+
+
+def test_stage_and_replicas() -> None:
+    ranks = {r: RankInfo(f"node-{r // 4}", r % 4) for r in range(16)}
+    groups = {f"pp-{i}": [i, i + 8] for i in range(8)}  # 2 stages: ranks 0-7, 8-15
+    groups |= {f"tp-{k}": list(range(2 * k, 2 * k + 2)) for k in range(8)}
+    meta = JobMeta("t", 16, ranks, groups)
+    kinds = {g: g.split("-")[0] for g in groups}
+    b = np.zeros(16)
+    b[8:16] = 1.0  # stage 1 on nodes 2 and 3
+    u = explain_rank_blame(b, meta, kinds)[0]
+    assert u.kind == "config" and u.detail["stage"] == 1
+    b = np.zeros(16)
+    b[[0, 1, 8, 9]] = 1.0  # replica of ranks 0,1 (+ their stage-1 peers)
+    b[[4, 5, 12, 13]] = 0.8  # another replica, another time
+    assert explain_rank_blame(b, meta, kinds)[0].kind == "data"

@@ -1,0 +1,59 @@
+"""timeline.flows: jobs, parallelism and iterations recognised from flows alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from collector.traceio import Trace
+from simulator.flows import merge_fabric
+from tests.flows_sims import sim_flows
+from timeline.flows import TP_NOTE, build_flow_timeline
+
+
+def test_concurrent_jobs_are_separated_exactly(tmp_path: Path) -> None:
+    truth = merge_fabric([sim_flows("small-a"), sim_flows("small-b"), sim_flows("link")], tmp_path / "fabric")
+    t = Trace.open(tmp_path / "fabric")
+    tl = build_flow_timeline(t.flows(), t.meta)
+    assert sorted(sorted(j.endpoints) for j in tl.jobs) == sorted(truth.values())
+
+
+def test_parallelism_rings_and_chains() -> None:
+    t = Trace.open(sim_flows("healthy"))  # 64 GPUs, tp 8, pp 2: dp 4 over hosts of each stage
+    job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
+    assert job is not None and job.name == "healthy"
+    rings = sorted(g.hosts for g in job.groups if g.kind == "dp")
+    assert rings == [["node-0", "node-1", "node-2", "node-3"], ["node-4", "node-5", "node-6", "node-7"]]
+    chains = sorted(g.hosts for g in job.groups if g.kind == "pp")
+    assert chains == [[f"node-{h}", f"node-{h + 4}"] for h in range(4)]
+    assert job.parallelism() == {"dp": 4, "pp": 2}
+    assert TP_NOTE in job.notes
+
+
+def test_iterations_match_the_simulated_step_times() -> None:
+    for name in ("healthy", "straggler", "link"):
+        t = Trace.open(sim_flows(name))
+        it = build_flow_timeline(t.flows(), t.meta).job(t.meta.job).iterations
+        truth = np.asarray(t.truth()["step_time_s"])
+        assert len(it) == len(truth)
+        got = it["duration_s"].to_numpy()[1:]
+        assert np.max(np.abs(got - truth[1:]) / truth[1:]) < 1e-3, name
+        assert not it["complete"].iloc[0] and it["complete"].iloc[1:].all()
+
+
+def test_acks_and_one_off_transfers_do_not_make_groups() -> None:
+    ring = [("10.9.0.1", "10.9.0.2"), ("10.9.0.2", "10.9.0.3"), ("10.9.0.3", "10.9.0.1")]
+    rows = []
+    for step in range(6):
+        t0 = step * 100_000_000
+        for s, d in ring:
+            rows.append((t0, t0 + 5_000_000, s, d, 10_000_000, 2_000))
+            rows.append((t0, t0 + 5_000_000, d, s, 60 * 300, 300))  # acknowledgements
+    rows.append((1, 2, "10.9.0.1", "10.9.0.3", 50_000, 40))  # a one-off setup transfer
+    f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])
+    f = f.assign(src_port=5000, dst_port=6000, proto="tcp", qp=-1)
+    job = build_flow_timeline(f).jobs[0]
+    assert [(g.kind, g.hosts) for g in job.groups] == [("dp", ["10.9.0.1", "10.9.0.2", "10.9.0.3"])]
+    assert np.allclose(job.iterations["duration_s"].iloc[1:], 0.1)

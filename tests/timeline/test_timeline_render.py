@@ -1,0 +1,53 @@
+"""Text rendering: what a person reads first, and compact tables for long runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import JobMeta, RankInfo
+from timeline.model import Timeline
+from timeline.render import bar, fmt_seconds, render_plain, sparkline, step_rows
+from timeline.steps import judge_steps, slowdown
+
+
+def _timeline(durations: list[float]) -> Timeline:
+    meta = JobMeta(job="j", world_size=2, ranks={0: RankInfo("node-0", 0), 1: RankInfo("node-1", 0)})
+    steps = judge_steps(pd.Series(durations, index=pd.RangeIndex(len(durations), name="step")))
+    irr = steps.loc[steps["irregular"], "step"].tolist()
+    return Timeline(job="j", meta=meta, group_kind={"dp-0": "dp"}, steps=steps, irregular_steps=irr,
+                    slowdown=slowdown(steps), status="irregular" if irr else "healthy", notes=["a note"])
+
+
+def test_units_bars_and_sparkline() -> None:
+    assert fmt_seconds(0.0813) == "81.3 ms" and fmt_seconds(2.5) == "2.50 s" and fmt_seconds(None) == "-"
+    assert bar(1.0, 1.0, width=4) == "████" and bar(0.5, 1.0, width=4) == "██"
+    line = sparkline(np.array([1.0, 1.0, 3.0, 1.0]))
+    assert len(line) == 4 and line[2] == "█" and line[0] == "▁"
+    assert len(sparkline(np.ones(500), width=80)) == 80
+
+
+def test_irregular_summary_comes_first() -> None:
+    text = render_plain(_timeline([1.0] * 8 + [2.0] + [1.0] * 5))
+    lines = text.splitlines()
+    assert lines[0] == "job j: 2 GPUs on 2 host(s), 14 step(s); groups: 1 dp"
+    assert lines[1].startswith("status: IRREGULAR since step 8 — 1 of 14 steps irregular (spike x1)")
+    assert lines[2].startswith("time lost: 1.00 s of 15.00 s (6.7%)") and lines[2].endswith("irregular steps: 8")
+    assert "8!" in text and text.endswith("note: a note")
+
+
+def test_healthy_summary() -> None:
+    text = render_plain(_timeline([1.0] * 5))
+    assert "status: healthy" in text.splitlines()[1]
+
+
+def test_long_runs_are_compacted() -> None:
+    d = [1.0] * 100
+    d[20] = 3.0
+    d[60:100] = [1.5] * 40
+    rows = step_rows(_timeline(d))
+    shown = [r[0] for r in rows]
+    assert shown[:3] == ["0", "1", "2"] and "20!" in shown
+    assert shown[shown.index("60!"):shown.index("60!") + 3] == ["60!", "61!", "62!"]
+    assert shown[-2:] == ["98!", "99!"] and "80!" not in shown
+    assert len(rows) < 20

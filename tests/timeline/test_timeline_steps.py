@@ -1,0 +1,138 @@
+"""Step durations on own and aligned clocks, step inference, δ-irregularity and patterns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.timeline.timeline_factory import make_trace
+from timeline.build import COLUMNS
+from timeline.columns import read_commops
+from timeline.steps import (
+    classify_patterns,
+    infer_steps,
+    job_step_durations,
+    judge_steps,
+    slowdown,
+    step_durations_per_rank,
+)
+
+STEPS = [1.0, 1.0, 1.2, 1.0, 2.0, 1.0, 1.0, 1.5, 1.5, 1.5, 1.0, 1.0]
+SKEW = {0: 0, 1: 4_000_000_000, 2: -30_000_000, 3: 77_000_000}
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, object]:
+    trace = make_trace(tmp_path_factory.mktemp("skew"), {"tp": 2, "pp": 2, "dp": 2}, STEPS, offsets_ns=SKEW)
+    return read_commops(trace, COLUMNS), trace.meta
+
+
+def test_per_rank_durations_are_own_clock_and_ignore_skew(skewed) -> None:
+    df, _ = skewed
+    per_rank = step_durations_per_rank(df)
+    assert per_rank.shape == (len(STEPS), 8)
+    # every rank sees the same durations although its host clock is seconds off
+    want = np.broadcast_to(np.array(STEPS[:-1])[:, None], (len(STEPS) - 1, 8))
+    np.testing.assert_allclose(per_rank.iloc[:-1].to_numpy(), want, rtol=0.01)
+    # the last step has no successor: estimated from the rank's usual end-to-next-start gap
+    np.testing.assert_allclose(per_rank.iloc[-1].to_numpy(), STEPS[-1], rtol=0.05)
+
+
+def test_job_durations_on_aligned_clocks(skewed) -> None:
+    df, meta = skewed
+    d = job_step_durations(df, meta)
+    assert list(d.index) == list(range(len(STEPS)))
+    np.testing.assert_allclose(d.to_numpy()[1:], STEPS[1:], rtol=0.01)
+
+
+def test_missing_steps_are_nan_not_merged() -> None:
+    df = pd.DataFrame({"rank": [0, 0, 0], "step": [0, 1, 3], "start_ns": [0, 10**9, 3 * 10**9],
+                       "end_ns": [5 * 10**8, 15 * 10**8, 35 * 10**8]})
+    per_rank = step_durations_per_rank(df)
+    assert list(per_rank.index) == [0, 1, 2, 3]
+    assert per_rank.loc[0, 0] == pytest.approx(1.0)
+    assert np.isnan(per_rank.loc[1, 0]) and np.isnan(per_rank.loc[2, 0])
+
+
+@pytest.mark.parametrize("dims", [
+    {"tp": 2, "pp": 2, "dp": 2},
+    {"tp": 2, "cp": 2, "dp": 2},
+    {"tp": 4, "pp": 2},                # no data parallelism: the pipeline group anchors the step
+    {"dp": 4, "ep": 2, "tp": 2},
+    {"dp": 8},
+])
+def test_infer_steps_recovers_numbering(tmp_path: Path, dims: dict[str, int]) -> None:
+    shown = make_trace(tmp_path / "a", dims, STEPS[:8], offsets_ns=SKEW)
+    hidden = make_trace(tmp_path / "b", dims, STEPS[:8], offsets_ns=SKEW, hide_steps=True)
+    want = read_commops(shown, COLUMNS)
+    got = read_commops(hidden, COLUMNS)
+    assert (got["step"] == -1).all()
+    np.testing.assert_array_equal(infer_steps(got), want["step"].to_numpy())
+
+
+def test_infer_steps_with_equal_dp_buckets(tmp_path: Path) -> None:
+    """Four equal all_reduce buckets per step must not look like four steps."""
+    shown = make_trace(tmp_path / "a", {"tp": 2, "dp": 2}, STEPS[:6], dp_buckets=4)
+    hidden = make_trace(tmp_path / "b", {"tp": 2, "dp": 2}, STEPS[:6], dp_buckets=4, hide_steps=True)
+    np.testing.assert_array_equal(infer_steps(read_commops(hidden, COLUMNS)),
+                                  read_commops(shown, COLUMNS)["step"].to_numpy())
+
+
+def _series(values: list[float]) -> pd.Series:
+    return pd.Series(values, index=pd.RangeIndex(len(values), name="step"), name="duration_s")
+
+
+def test_judge_flags_spike_and_persistent_and_recovers() -> None:
+    d = [1.0] * 6 + [2.0] + [1.0] * 5 + [1.5] * 6 + [1.0] * 3
+    t = judge_steps(_series(d), delta=1.1)
+    assert t.loc[t["irregular"], "step"].tolist() == [6, *range(12, 18)]
+    assert t.loc[6, "pattern"] == "spike"
+    assert set(t.loc[12:17, "pattern"]) == {"persistent"}
+    # the baseline never learned from the degraded steps
+    assert t.loc[17, "baseline_s"] == pytest.approx(1.0)
+    assert slowdown(t) == pytest.approx(1.5)
+
+
+def test_judge_absorbs_slow_drift_but_not_a_jump() -> None:
+    drift = list(np.linspace(1.0, 1.4, 40))  # +40% over the run, ~1% per step
+    t = judge_steps(_series(drift), delta=1.1)
+    assert not t["irregular"].any()
+    jumped = drift[:30] + [x * 1.3 for x in drift[30:]]
+    t = judge_steps(_series(jumped), delta=1.1)
+    assert t.loc[t["irregular"], "step"].tolist() == list(range(30, 40))
+
+
+def test_judge_catches_fault_from_the_second_step() -> None:
+    d = [1.0, 1.0] + [1.6] * 10
+    t = judge_steps(_series(d), delta=1.1)
+    assert t.loc[t["irregular"], "step"].tolist() == list(range(2, 12))
+
+
+def test_judge_ignores_noise_below_delta() -> None:
+    rng = np.random.default_rng(7)
+    d = list(1.0 + 0.02 * rng.standard_normal(50))
+    assert not judge_steps(_series(d), delta=1.1)["irregular"].any()
+
+
+def test_judge_handles_missing_steps() -> None:
+    t = judge_steps(_series([1.0, 1.0, float("nan"), 1.0, 2.0]), delta=1.1)
+    assert t["irregular"].tolist() == [False, False, False, False, True]
+
+
+def test_patterns() -> None:
+    steps = np.arange(30)
+    irr = np.zeros(30, dtype=bool)
+    ratio = np.ones(30)
+    irr[[3]] = True                     # lone spike
+    irr[10:16] = True                   # steady run: persistent
+    ratio[10:16] = 1.5
+    irr[[22, 24, 25, 28]] = True        # on and off: fluctuation
+    ratio[[22, 24, 25, 28]] = [1.3, 2.0, 1.2, 1.6]
+    p = classify_patterns(steps, irr, ratio)
+    assert p[3] == "spike"
+    assert set(p[10:16]) == {"persistent"}
+    assert set(p[[22, 24, 25, 28]]) == {"fluctuation"}
+    assert set(p[~irr]) == {""}

@@ -1,0 +1,385 @@
+"""Training timelines from network flows alone (LLMPrism): jobs, parallelism, iterations.
+
+Nothing here needs the job's help: endpoints that exchange data (plus endpoints that share a
+host, since hosts are allocated whole) form one job; one-way edges that close a cycle of hosts
+are data-parallel rings, two-way edges between pairs of hosts are pipeline chains or, when they
+close cycles, expert all-to-all meshes; and the data-parallel synchronisation that ends every
+iteration marks the iteration boundaries. Tensor parallelism stays inside a host and never
+reaches the network, so it is invisible here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from collector.meta import JobMeta, _natural_key
+
+#: average packet size below which a directed edge carries only acknowledgements
+MIN_DATA_PACKET = 200
+#: reverse/forward byte ratio below which an edge is one-way (a ring edge)
+ONE_WAY = 0.2
+#: edges carrying less than this share of the busiest edge are one-off (setup) traffic, not groups
+MINOR_SHARE = 0.05
+#: pauses shorter than this are not told apart when looking for the pause between iterations
+GAP_FLOOR_NS = 1_000_000
+TP_NOTE = "tensor parallelism inside a host never reaches the network and is invisible to flows"
+
+
+@dataclass
+class FlowGroup:
+    """A communication group seen on the network, at host level (ring/chain order)."""
+
+    kind: str  # dp (ring), pp (chain), ep (mesh)
+    hosts: list[str]
+    edges: list[tuple[str, str]]  # directed endpoint (ip) edges that carry its data
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "hosts": self.hosts, "edges": len(self.edges)}
+
+
+@dataclass
+class FlowJob:
+    """One recognised job: its endpoints, hosts, groups and reconstructed iterations."""
+
+    name: str
+    endpoints: list[str]
+    hosts: list[str]
+    groups: list[FlowGroup]
+    iterations: pd.DataFrame  # step, start_ns, end_ns, duration_s, complete
+    notes: list[str] = field(default_factory=list)
+
+    def parallelism(self) -> dict[str, int]:
+        """Visible parallel degrees in hosts: ring length (dp), chain length (pp), mesh size (ep)."""
+        out: dict[str, int] = {}
+        for g in self.groups:
+            out[g.kind] = max(out.get(g.kind, 1), len(g.hosts))
+        return out
+
+    def to_dict(self) -> dict[str, object]:
+        it = self.iterations
+        return {
+            "job": self.name, "endpoints": len(self.endpoints), "hosts": self.hosts,
+            "parallelism": self.parallelism(), "groups": [g.to_dict() for g in self.groups],
+            "iterations": int(it["complete"].sum()) if len(it) else 0,
+            "median_iteration_s": float(it.loc[it["complete"], "duration_s"].median()) if it["complete"].any() else None,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class FlowTimeline:
+    jobs: list[FlowJob]
+    host_of: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+    def job(self, name: str | None = None) -> FlowJob | None:
+        """The named job, else the largest one."""
+        if name is not None:
+            for j in self.jobs:
+                if j.name == name:
+                    return j
+        return max(self.jobs, key=lambda j: len(j.endpoints)) if self.jobs else None
+
+
+def endpoint_hosts(meta: JobMeta | None, ips: np.ndarray) -> dict[str, str]:
+    """ip -> host, from meta.json ranks where known; an unknown endpoint is its own host."""
+    known = {r.ip: r.host for r in meta.ranks.values() if r.ip} if meta is not None else {}
+    return {ip: known.get(ip, ip) for ip in pd.unique(ips)}
+
+
+def data_edges(flows: pd.DataFrame) -> pd.DataFrame:
+    """Directed endpoint edges carrying data: bytes, packets, bursts, and the reverse bytes."""
+    e = flows.groupby(["src_ip", "dst_ip"], sort=False).agg(
+        bytes=("bytes", "sum"), packets=("packets", "sum"), bursts=("bytes", "size")).reset_index()
+    e = e[e["bytes"] >= MIN_DATA_PACKET * e["packets"]]
+    rev = e.set_index(["src_ip", "dst_ip"])["bytes"]
+    idx = pd.MultiIndex.from_arrays([e["dst_ip"], e["src_ip"]])
+    e = e.assign(rev_bytes=rev.reindex(idx).fillna(0).to_numpy())
+    return e.reset_index(drop=True)
+
+
+def recognize_jobs(edges: pd.DataFrame, host_of: dict[str, str]) -> list[list[str]]:
+    """Connected components (union-find) over data edges plus same-host endpoints."""
+    ips = sorted(host_of, key=_natural_key)
+    if not ips:
+        return []
+    index = {ip: i for i, ip in enumerate(ips)}
+    hosts = {h: i for i, h in enumerate(sorted(set(host_of.values())))}
+    n = len(ips)
+    # endpoints are nodes 0..n-1, hosts are nodes n..: every endpoint joins its host's node
+    src = np.concatenate([edges["src_ip"].map(index).to_numpy(dtype=np.int64), np.arange(n)])
+    dst = np.concatenate([edges["dst_ip"].map(index).to_numpy(dtype=np.int64),
+                          n + np.asarray([hosts[host_of[ip]] for ip in ips], dtype=np.int64)])
+    m = n + len(hosts)
+    graph = coo_matrix((np.ones(src.size), (src, dst)), shape=(m, m))
+    _, label = connected_components(graph, directed=False)
+    active = set(edges["src_ip"]) | set(edges["dst_ip"])
+    comps: dict[int, list[str]] = {}
+    for ip in ips:
+        comps.setdefault(int(label[index[ip]]), []).append(ip)
+    jobs = [c for c in comps.values() if active.intersection(c)]
+    return sorted(jobs, key=lambda c: _natural_key(host_of[c[0]]))
+
+
+def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFrame | None = None) -> list[FlowGroup]:
+    """Rings from one-way edges, chains and meshes from two-way edges, all at host level.
+
+    A two-way pair whose directions run at the same time is a ring of two hosts (or an
+    all-to-all pair): it is a data-parallel ring when it synchronises about as rarely as the
+    rarest ring of the job, else an expert mesh.
+    """
+    e = edges.assign(sh=edges["src_ip"].map(host_of), dh=edges["dst_ip"].map(host_of))
+    e = e[(e["sh"] != e["dh"]) & (e["bytes"] >= ONE_WAY * e["rev_bytes"])]  # drop the minor side of one-way pairs
+    e = e[e["bytes"] >= MINOR_SHARE * e["bytes"].max()] if len(e) else e  # one-off transfers (setup broadcasts)
+    one_way = e["rev_bytes"] < ONE_WAY * e["bytes"]
+    rings = _rings(e[one_way])
+    two = e[~one_way]
+    pair_groups: list[FlowGroup] = []
+    if flows is not None and len(two):
+        sim, counts = _simultaneity(flows, two, host_of)
+        ring_counts = [_edge_intervals(flows, g.edges) for g in rings]
+        together = sim[sim >= 0.5].index
+        rarest = min([counts[p] for p in together] + ring_counts) if len(together) else 0
+        for pair in together:
+            kind = "dp" if counts[pair] <= 2 * rarest else "ep"
+            key = two[[tuple(sorted(x, key=_natural_key)) == pair for x in zip(two["sh"], two["dh"], strict=True)]]
+            pair_groups.append(FlowGroup(kind, list(pair), list(zip(key["src_ip"], key["dst_ip"], strict=True))))
+        taken = {tuple(g.hosts) for g in pair_groups}
+        two = two[[tuple(sorted(x, key=_natural_key)) not in taken for x in zip(two["sh"], two["dh"], strict=True)]]
+    groups = rings + pair_groups + _pairs(two)
+    return sorted(groups, key=lambda g: (["dp", "pp", "ep"].index(g.kind), _natural_key(g.hosts[0])))
+
+
+def _edge_intervals(flows: pd.DataFrame, edges: list[tuple[str, str]]) -> int:
+    """Activity intervals on one directed endpoint edge of a group (how often it synchronises)."""
+    src, dst = edges[0]
+    f = flows[(flows["src_ip"] == src) & (flows["dst_ip"] == dst)]
+    return int(_activity(f)[0].size) if len(f) else 0
+
+
+def _simultaneity(flows: pd.DataFrame, two: pd.DataFrame, host_of: dict[str, str]) -> tuple[pd.Series, dict]:
+    """Per two-way host pair: share of active time both directions run at once; interval counts."""
+    sims, counts = {}, {}
+    f = flows.assign(sh=flows["src_ip"].map(host_of), dh=flows["dst_ip"].map(host_of))
+    for a, b in {tuple(sorted(x, key=_natural_key)) for x in zip(two["sh"], two["dh"], strict=True)}:
+        one = two[(two["sh"] == a) & (two["dh"] == b)]
+        if one.empty:
+            continue
+        s_ip, d_ip = one.iloc[0]["src_ip"], one.iloc[0]["dst_ip"]  # one endpoint pair stands for the hosts
+        fw = f[(f["src_ip"] == s_ip) & (f["dst_ip"] == d_ip)]
+        bw = f[(f["src_ip"] == d_ip) & (f["dst_ip"] == s_ip)]
+        if fw.empty or bw.empty:
+            continue
+        t_f, t_b = _busy(fw), _busy(bw)
+        t_u = _busy(pd.concat([fw, bw]))
+        sims[(a, b)] = (t_f + t_b - t_u) / max(min(t_f, t_b), 1)
+        counts[(a, b)] = int(_activity(fw)[0].size)
+    return pd.Series(sims, dtype=np.float64), counts
+
+
+def _busy(f: pd.DataFrame) -> int:
+    s, e, _ = _activity(f)
+    return int((e - s).sum())
+
+
+def _components(pairs: pd.DataFrame) -> list[pd.DataFrame]:
+    hosts = sorted(set(pairs["sh"]) | set(pairs["dh"]), key=_natural_key)
+    if not hosts:
+        return []
+    idx = {h: i for i, h in enumerate(hosts)}
+    a, b = pairs["sh"].map(idx).to_numpy(), pairs["dh"].map(idx).to_numpy()
+    graph = coo_matrix((np.ones(a.size), (a, b)), shape=(len(hosts), len(hosts)))
+    _, label = connected_components(graph, directed=False)
+    lab = pd.Series(label[a], index=pairs.index)
+    return [pairs[lab == k] for k in sorted(set(label[a].tolist()))]
+
+
+def _rings(e: pd.DataFrame) -> list[FlowGroup]:
+    out = []
+    for comp in _components(e):
+        succ = comp.groupby("sh")["dh"].agg(lambda s: sorted(set(s)))
+        hosts = sorted(set(comp["sh"]) | set(comp["dh"]), key=_natural_key)
+        order = [hosts[0]]
+        while len(order) < len(hosts):  # follow successors around the cycle
+            nxt = succ.get(order[-1], [])
+            step = next((h for h in nxt if h not in order), None)
+            if step is None:
+                break
+            order.append(step)
+        if len(order) < len(hosts):
+            order = hosts
+        out.append(FlowGroup("dp", order, list(zip(comp["src_ip"], comp["dst_ip"], strict=True))))
+    return out
+
+
+def _pairs(e: pd.DataFrame) -> list[FlowGroup]:
+    out = []
+    for comp in _components(e):
+        hosts = sorted(set(comp["sh"]) | set(comp["dh"]), key=_natural_key)
+        und = {tuple(sorted(p)) for p in zip(comp["sh"], comp["dh"], strict=True)}
+        deg = pd.Series([h for p in und for h in p]).value_counts()
+        edges = list(zip(comp["src_ip"], comp["dst_ip"], strict=True))
+        if len(und) >= len(hosts) or int(deg.max()) > 2:
+            out.append(FlowGroup("ep", hosts, edges))
+            continue
+        # a chain: walk from an end; stage 0 is the end whose data is sent first
+        ends = [h for h in hosts if deg.get(h, 0) == 1] or hosts[:1]
+        nbr: dict[str, list[str]] = {}
+        for a, b in und:
+            nbr.setdefault(a, []).append(b)
+            nbr.setdefault(b, []).append(a)
+        order = [ends[0]]
+        while len(order) < len(hosts):
+            step = next((h for h in nbr.get(order[-1], []) if h not in order), None)
+            if step is None:
+                break
+            order.append(step)
+        out.append(FlowGroup("pp", order, edges))
+    return out
+
+
+def _activity(flows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge burst intervals into activity intervals (overlapping bursts join): start, end, bytes."""
+    f = flows.sort_values("start_ns")
+    s, e, b = f["start_ns"].to_numpy(), f["end_ns"].to_numpy(), f["bytes"].to_numpy()
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    starts = np.flatnonzero(new)
+    if not starts.size:
+        return s, e, b
+    return s[starts], np.maximum.reduceat(e, starts), np.add.reduceat(b, starts)
+
+
+def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The pause that separates iterations, and the bytes one iteration synchronises.
+
+    Every iteration synchronises the same gradient volume, so a good threshold cuts the
+    activity into segments of even bytes. Among candidate thresholds (between consecutive
+    distinct pauses, pauses shorter than a burst gap counting as one) keep those whose
+    segments are about as even as the most even cut, and of these take the one in the widest
+    break between pauses (cutting between reduce-scatter and all-gather also gives even halves,
+    but at a pause no longer than its neighbours).
+    """
+    g = np.maximum(gaps, GAP_FLOOR_NS)
+    levels = np.unique(np.quantile(g, np.linspace(0.0, 1.0, 257))) if g.size > 256 else np.unique(g)
+    cum = np.concatenate([[0.0], np.cumsum(b, dtype=np.float64)])
+    if levels.size < 2:
+        return 0.0, float(np.median(b))
+    scored = []
+    for lo, hi in zip(levels[:-1].tolist(), levels[1:].tolist(), strict=True):
+        cuts = np.flatnonzero(g > lo)
+        if cuts.size < 4:
+            continue
+        seg = np.diff(cum[cuts + 1])  # whole segments between consecutive cuts (the first is partial)
+        scored.append((float(seg.std() / seg.mean()), float(np.log(hi / lo)), float(np.sqrt(lo * hi)), float(np.median(seg))))
+    if not scored:
+        return 0.0, float(np.median(b))
+    best = min(x[0] for x in scored)
+    _, _, thr, vol = max((x for x in scored if x[0] <= best + 0.02), key=lambda x: x[1])
+    return thr, vol
+
+
+def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
+    """End times of the synchronisation bursts that close each iteration, for one group's flows.
+
+    Every iteration synchronises about the same volume V, and the pause that ends it (the
+    next forward and backward pass) comes when that volume has gone by. So among the long
+    pauses (at least half the longest) that fall between three quarters and one and a quarter
+    of V after the previous end, the iteration ends at the first one after nine tenths of V
+    (else the one closest to V): a stall just after the next iteration's first chunks (peers
+    waiting for a straggler) can be longer, but comes later.
+    """
+    if flows.empty:
+        return np.zeros(0, dtype=np.int64)
+    s, e, b = _activity(flows)
+    if s.size == 1:
+        return e
+    gaps = (s[1:] - e[:-1]).astype(np.float64)
+    _, vol = _gap_threshold(gaps, b)
+    cum = np.cumsum(b, dtype=np.float64)  # cum[i]: bytes up to the end of interval i (gap i follows it)
+    after = np.append(gaps, gaps.max())  # the end of the capture counts as a long pause
+    out = []
+    base = 0.0
+    while True:
+        lo, hi = (int(x) for x in np.searchsorted(cum, [base + 0.75 * vol, base + 1.25 * vol]))
+        if lo >= s.size:
+            break
+        window = after[lo:max(hi, lo + 1)]
+        at = cum[lo:lo + window.size] - base
+        long = window >= 0.5 * window.max()
+        done = np.flatnonzero(long & (at >= 0.9 * vol))
+        end = lo + (int(done[0]) if done.size else int(np.argmin(np.where(long, np.abs(at - vol), np.inf))))
+        out.append(e[end])
+        base = float(cum[end])
+        if end == s.size - 1:
+            break
+    return np.asarray(out, dtype=np.int64)
+
+
+def _align(ref: np.ndarray, other: np.ndarray, period: float) -> np.ndarray:
+    """For each reference anchor, the nearest anchor of another group within half a period (else -1)."""
+    if other.size == 0:
+        return np.full(ref.size, -1, dtype=np.int64)
+    shift = np.median(other[np.clip(np.searchsorted(other, ref), 0, other.size - 1)] - ref) if ref.size else 0
+    shift = shift if abs(shift) < period / 2 else 0
+    pos = np.clip(np.searchsorted(other, ref + shift), 1, max(other.size - 1, 1))
+    cand = np.stack([other[pos - 1], other[np.minimum(pos, other.size - 1)]])
+    best = cand[np.argmin(np.abs(cand - (ref + shift)), axis=0), np.arange(ref.size)]
+    return np.where(np.abs(best - ref - shift) < period / 2, best, -1)
+
+
+def reconstruct_iterations(flows: pd.DataFrame, groups: list[FlowGroup]) -> pd.DataFrame:
+    """Iterations from the periodic data-parallel synchronisation (else from all of the job's bursts).
+
+    Each data-parallel ring gives the end of its last synchronisation burst per iteration; rings
+    are aligned by time and the iteration ends when the last ring finishes. The first iteration's
+    start is only the job's first burst, so it is marked incomplete.
+    """
+    flows = flows[flows["bytes"] >= MIN_DATA_PACKET * flows["packets"]]  # data, not acknowledgements
+    rings = [g for g in groups if g.kind == "dp"] or [FlowGroup("all", [], [])]
+    anchors = []
+    for g in rings:
+        f = flows if not g.edges else flows.merge(pd.DataFrame(g.edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])
+        anchors.append(sync_anchors(f))
+    ref = max(anchors, key=lambda a: a.size)
+    cols = ["step", "start_ns", "end_ns", "duration_s", "complete"]
+    if ref.size == 0:
+        return pd.DataFrame(columns=cols)
+    period = float(np.median(np.diff(ref))) if ref.size > 1 else float("inf")
+    ends = ref.copy()
+    for a in anchors:
+        m = _align(ref, a, period)
+        ends = np.where(m > ends, m, ends)
+    first = int(flows["start_ns"].min())
+    starts = np.concatenate([[first], ends[:-1]])
+    return pd.DataFrame({
+        "step": np.arange(ends.size), "start_ns": starts, "end_ns": ends,
+        "duration_s": (ends - starts) / 1e9, "complete": np.arange(ends.size) > 0,
+    })
+
+
+def build_flow_timeline(flows: pd.DataFrame, meta: JobMeta | None = None) -> FlowTimeline:
+    """Recognise every job in a flow table, its groups, and its iterations."""
+    host_of = endpoint_hosts(meta, np.concatenate([flows["src_ip"].to_numpy(), flows["dst_ip"].to_numpy()]))
+    edges = data_edges(flows)
+    meta_ips = {r.ip for r in meta.ranks.values() if r.ip} if meta is not None else set()
+    jobs = []
+    for i, endpoints in enumerate(recognize_jobs(edges, host_of)):
+        ep = set(endpoints)
+        je = edges[edges["src_ip"].isin(ep) & edges["dst_ip"].isin(ep)]
+        jf = flows[flows["src_ip"].isin(ep) & flows["dst_ip"].isin(ep)]
+        jf = jf[jf.set_index(["src_ip", "dst_ip"]).index.isin(je.set_index(["src_ip", "dst_ip"]).index)]
+        groups = infer_groups(je, host_of, jf)
+        name = meta.job if meta is not None and meta_ips and ep & meta_ips else f"job-{i}"
+        notes = [TP_NOTE]
+        if not any(g.kind == "dp" for g in groups):
+            notes.append("no data-parallel ring seen: iterations are cut at the longest pauses of all traffic")
+        hosts = sorted({host_of[x] for x in endpoints}, key=_natural_key)
+        jobs.append(FlowJob(name, endpoints, hosts, groups, reconstruct_iterations(jf, groups), notes))
+    return FlowTimeline(jobs, host_of)

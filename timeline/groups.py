@@ -1,0 +1,151 @@
+"""What each process group is for (dp/tp/pp/ep/cp), read from how its operators behave.
+
+Names like `tp-3` are a hint only — real jobs call groups `pg17`. The physics: pipeline
+stages talk by send/recv; expert parallelism by all_to_all; data parallelism runs one or two
+large reduce-scatter/all-gather/all-reduce per step; tensor and context parallelism run many
+small collectives per layer, tensor parallelism on adjacent ranks (inside one host), context
+parallelism (all-gather of keys/values) on ranks a tensor-parallel group apart.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import PARALLEL_DIMS, JobMeta
+from collector.schema import P2P_OPS
+from timeline.instances import host_codes
+
+#: At most this many collectives per rank per step: the once-a-step data-parallel kind.
+DP_MAX_PER_STEP = 4
+_HINT = re.compile(r"^(dp|tp|pp|ep|cp)(?![a-z])", re.IGNORECASE)
+
+
+def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
+    """One row per group: size, hosts spanned, rank stride, ops per rank per step, op mix, bytes.
+
+    Needs columns rank, group, op, nbytes, step. Integer codes and bincounts only: linear,
+    plus one sort of (group, rank) pairs.
+    """
+    if df.empty:
+        return pd.DataFrame()
+    g, names = _group_codes(df["group"])
+    n_groups = len(names)
+    rank = df["rank"].to_numpy(np.int64)
+    host, _ = host_codes(meta, rank)
+    op = df["op"]
+    rows = np.bincount(g, minlength=n_groups).astype(np.float64)
+
+    def share(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(g, weights=mask.astype(np.float64), minlength=n_groups) / np.maximum(rows, 1)
+
+    pairs = np.unique(g * (int(rank.max()) + 1) + rank)
+    pg, pr = pairs // (int(rank.max()) + 1), pairs % (int(rank.max()) + 1)
+    size = np.bincount(pg, minlength=n_groups)
+    gaps = np.where(pg[1:] == pg[:-1], np.diff(pr), np.iinfo(np.int64).max)
+    stride = np.full(n_groups, np.iinfo(np.int64).max)
+    np.minimum.at(stride, pg[1:], gaps)
+    stride[stride == np.iinfo(np.int64).max] = 0
+    hosts = np.bincount(np.unique(g * (int(host.max()) + 1) + host) // (int(host.max()) + 1), minlength=n_groups)
+    step = df["step"].to_numpy(np.int64)
+    n_steps = max(int(np.unique(step[step >= 0]).size), 1)
+    feat = pd.DataFrame(
+        {
+            "rows": rows,
+            "size": size,
+            "hosts": hosts,
+            "nbytes": np.bincount(g, weights=df["nbytes"].to_numpy(np.float64), minlength=n_groups) / np.maximum(rows, 1),
+            "p2p": share(np.asarray(op.isin(P2P_OPS).to_numpy(), dtype=bool)),
+            "a2a": share(np.asarray((op == "all_to_all").to_numpy(), dtype=bool)),
+            "ar": share(np.asarray((op == "all_reduce").to_numpy(), dtype=bool)),
+            "ag": share(np.asarray((op == "all_gather").to_numpy(), dtype=bool)),
+            "rs": share(np.asarray((op == "reduce_scatter").to_numpy(), dtype=bool)),
+            "stride": stride,
+        },
+        index=pd.Index(names, name="group"),
+    )
+    feat = feat[feat["rows"] > 0]
+    feat["per_step"] = feat["rows"] / feat["size"] / n_steps
+    return feat.sort_index()
+
+
+def _group_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer code of each row's group and the group names."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64), [str(c) for c in col.cat.categories]
+    codes, uniques = pd.factorize(col)
+    return codes.astype(np.int64), [str(u) for u in uniques]
+
+
+def infer_group_kinds(df: pd.DataFrame, meta: JobMeta, notes: list[str] | None = None) -> dict[str, str]:
+    """Kind of every group seen in the records (dp/tp/pp/ep/cp), from operator physics.
+
+    Names only break a tie the physics leaves (tp vs cp with one kind of frequent group);
+    disagreements between names and physics are reported in `notes`.
+    """
+    feat = group_features(df, meta)
+    if feat.empty:
+        return {}
+    kind = pd.Series("", index=feat.index, dtype=object)
+    kind[feat["p2p"] > 0] = "pp"
+    kind[(kind == "") & (feat["a2a"] > 0)] = "ep"
+    coll = kind == ""
+    kind[coll & (feat["per_step"] <= DP_MAX_PER_STEP)] = "dp"
+    frequent = feat.index[(kind == "").to_numpy()]
+    if len(frequent):
+        kind[frequent] = _tp_or_cp(feat.loc[frequent])
+    hints = {g: m.group(1).lower() for g in feat.index if (m := _HINT.match(g))}
+    if len(frequent):
+        kind = _break_ties(kind, feat, hints)
+    out = {str(g): str(k) for g, k in kind.items()}
+    if notes is not None:
+        disagree = sorted(g for g, h in hints.items() if out.get(g) != h)
+        if disagree:
+            notes.append(
+                f"{len(disagree)} group name(s) disagree with their operators (e.g. {disagree[0]} behaves as "
+                f"{out[disagree[0]]}); kinds follow the operators"
+            )
+        _check_parallelism(out, feat, meta, notes)
+    return out
+
+
+def _tp_or_cp(freq: pd.DataFrame) -> pd.Series:
+    """Frequent intra-layer groups: the adjacent-rank family is tp, the strided family cp.
+
+    With only one family: all-gather dominated (keys/values) is cp, all-reduce is tp.
+    """
+    families = freq.groupby(["size", "stride"]).size().index.tolist()
+    out = pd.Series("tp", index=freq.index, dtype=object)
+    if len(families) >= 2:
+        tp_stride = min(s for _, s in families)
+        out[freq["stride"] > tp_stride] = "cp"
+        return out
+    gathers = (freq["ag"] > freq["ar"]) & (freq["ar"] == 0)
+    out[gathers.to_numpy()] = "cp"
+    return out
+
+
+def _break_ties(kind: pd.Series, feat: pd.DataFrame, hints: dict[str, str]) -> pd.Series:
+    """Where only one frequent family exists, tp vs cp is ambiguous in sequence-parallel jobs:
+    follow the names when they consistently say the other one."""
+    frequent = kind.isin(["tp", "cp"])
+    fam = feat.loc[frequent, ["size", "stride"]].apply(tuple, axis=1)
+    if fam.nunique() != 1:
+        return kind
+    said = {hints.get(g) for g in kind.index[frequent]}
+    if len(said) == 1 and (h := said.pop()) in ("tp", "cp"):
+        kind[frequent] = h
+    return kind
+
+
+def _check_parallelism(kinds: dict[str, str], feat: pd.DataFrame, meta: JobMeta, notes: list[str]) -> None:
+    """Note when the inferred group sizes contradict meta's declared parallelism."""
+    size: dict[Any, Any] = feat["size"].to_dict()
+    for dim in PARALLEL_DIMS:
+        want = meta.parallelism.get(dim)
+        sizes = {int(size[g]) for g, k in kinds.items() if k == dim}
+        if want and want > 1 and sizes and sizes != {want}:
+            notes.append(f"meta says {dim}={want} but {dim} groups have {sorted(sizes)} ranks")

@@ -1,0 +1,95 @@
+"""The Timeline: what the timeline stage hands to localize/ and prints for people.
+
+One row per training step with its duration, the rolling baseline it was judged against and
+whether it is δ-irregular; plus the kind of every process group and the job-level verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pandas as pd
+
+from collector.meta import JobMeta
+
+STEP_COLUMNS = ("step", "duration_s", "baseline_s", "ratio", "irregular", "pattern")
+PATTERNS = ("spike", "fluctuation", "persistent")
+Status = Literal["irregular", "healthy"]
+
+
+def empty_steps() -> pd.DataFrame:
+    """A steps table with the contract's columns and no rows."""
+    return pd.DataFrame(
+        {
+            "step": pd.Series(dtype="int64"),
+            "duration_s": pd.Series(dtype="float64"),
+            "baseline_s": pd.Series(dtype="float64"),
+            "ratio": pd.Series(dtype="float64"),
+            "irregular": pd.Series(dtype="bool"),
+            "pattern": pd.Series(dtype="object"),
+        }
+    )
+
+
+@dataclass
+class Timeline:
+    """Per-job timeline: group kinds, per-step durations and δ-irregular steps."""
+
+    job: str
+    meta: JobMeta
+    group_kind: dict[str, str]
+    steps: pd.DataFrame
+    irregular_steps: list[int] = field(default_factory=list)
+    slowdown: float = 1.0
+    status: Status = "healthy"
+    expected_step_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+    delta: float = 1.1  # the δ steps were judged with
+
+    def since(self) -> int | None:
+        """First irregular step, or None when the job is healthy."""
+        return self.irregular_steps[0] if self.irregular_steps else None
+
+    def kinds_summary(self) -> dict[str, int]:
+        """How many groups of each kind (dp/tp/pp/ep/cp), for the one-line summary."""
+        out: dict[str, int] = {}
+        for kind in self.group_kind.values():
+            out[kind] = out.get(kind, 0) + 1
+        return dict(sorted(out.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (`laggard timeline --format json`); keys are stable, add rather than rename."""
+        records: list[dict[Any, Any]] = self.steps.to_dict("records")
+        rows = [
+            {
+                "step": int(r["step"]),
+                "duration_s": _num(r["duration_s"]),
+                "baseline_s": _num(r["baseline_s"]),
+                "ratio": _num(r["ratio"]),
+                "irregular": bool(r["irregular"]),
+                "pattern": str(r["pattern"]),
+            }
+            for r in records
+        ]
+        return {
+            "job": self.job,
+            "status": self.status,
+            "since_step": self.since(),
+            "irregular_steps": [int(s) for s in self.irregular_steps],
+            "slowdown": round(float(self.slowdown), 4),
+            "delta": self.delta,
+            "expected_step_s": _num(self.expected_step_s),
+            "world_size": self.meta.world_size,
+            "group_kind": dict(sorted(self.group_kind.items())),
+            "group_kinds_summary": self.kinds_summary(),
+            "steps": rows,
+            "notes": list(self.notes),
+        }
+
+
+def _num(x: float | None) -> float | None:
+    """Round for JSON; NaN and None become null."""
+    if x is None or pd.isna(x):
+        return None
+    return round(float(x), 6)

@@ -1,0 +1,365 @@
+"""Per-step durations that survive unsynchronized clocks, hidden step numbers, and δ-irregularity.
+
+Times of different hosts are never compared raw. Per rank, a step lasts from its first
+operator of step k to its first of step k+1 on its own clock (`step_durations_per_rank`, what
+localization compares across ranks). For the job, host clocks are first aligned on the
+operators they share (`timeline.instances.estimate_clock_offsets`), and the job's step ends
+when its last rank ends it, as the training loop sees it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import JobMeta
+from collector.schema import P2P_OPS
+from timeline.columns import codes
+from timeline.instances import estimate_clock_offsets, host_codes, instance_ids
+
+#: Normal steps the rolling baseline looks back over (Holmes' sliding window).
+WINDOW = 10
+#: Irregular steps at most this many steps apart belong to one episode.
+EPISODE_GAP = 4
+#: An episode with at least this share of its steps irregular, whose 90th/10th percentile
+#: ratios stay within PERSISTENT_SPREAD of each other, is one persistent level.
+PERSISTENT_DENSITY = 0.9
+PERSISTENT_SPREAD = 1.25
+#: Largest anchor-cycle length (anchor operators per step) that step inference tries.
+MAX_CYCLE = 256
+#: Fraction of anchor comparisons allowed to break the period (lost rows, reordered streams):
+#: a lost anchor spoils two comparisons, while a wrong period spoils half or more.
+PERIOD_TOLERANCE = 0.25
+#: For pipeline (send/recv) anchors, a shorter period must match almost as well as the best.
+PERIOD_SLACK = 0.05
+
+
+def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
+    """Step × rank table of step durations in seconds, each on the rank's own clock.
+
+    Needs columns rank, step, start_ns, end_ns; rows with step < 0 are ignored. Step k lasts from
+    the rank's first operator start in k to its first start in k+1; the last step (no k+1) is
+    its last end minus first start plus the rank's typical gap between a step's last end and
+    the next step's first start. Steps missing on a rank are NaN.
+    """
+    known = df[df["step"].to_numpy() >= 0]
+    if known.empty:
+        return pd.DataFrame(dtype="float64")
+    agg = known.groupby(["step", "rank"], sort=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
+    first = agg["first"].unstack("rank").astype("float64")
+    last = agg["last"].unstack("rank").astype("float64")
+    full = pd.RangeIndex(int(first.index.min()), int(first.index.max()) + 1, name="step")
+    first = first.reindex(full)
+    last = last.reindex(full)
+    nxt = first.shift(-1)
+    dur = nxt - first
+    gap = (nxt - last).median(axis=0, skipna=True).fillna(0.0).clip(lower=0.0)
+    open_end = first.notna() & first.bfill().shift(-1).isna()  # the rank's last step
+    dur = dur.where(~open_end, last - first + gap)
+    out: pd.DataFrame = dur / 1e9
+    out.columns.name = "rank"
+    return out
+
+
+def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | None = None) -> pd.Series:
+    """One duration per step: from the job's step end to the next, on a common clock.
+
+    A step ends when its last rank finishes it. Ranks cut the same stretch of time into steps
+    at different points of the pipeline (a late stage's own step k+1 holds part of a slow step
+    k), so per-rank periods smear one slow step over two. Instead each host's clock offset is
+    estimated on a few sampled steps and interpolated between them (`clock_offsets_by_step`,
+    computed here unless given), and a step ends at the latest corrected end of any rank.
+    Needs rank, step, start_ns, end_ns (and group, op, seq, peer when offsets are not given).
+    """
+    known = df[df["step"].to_numpy() >= 0]
+    if known.empty:
+        return pd.Series(dtype="float64", name="duration_s")
+    agg = known.groupby(["step", "rank"], sort=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
+    steps = agg.index.get_level_values("step").to_numpy(np.int64)
+    ranks = agg.index.get_level_values("rank").to_numpy(np.int64)
+    host, _ = host_codes(meta, ranks)
+    offset = clock_offsets_by_step(known, meta) if offsets is None else offsets
+    base = float(agg["first"].min())
+    shift = offset.to_numpy()[np.searchsorted(offset.index.to_numpy(), steps), host]
+    end = pd.Series(agg["last"].to_numpy(np.float64) - base - shift).groupby(steps).max()
+    first_start = float((agg["first"].to_numpy(np.float64) - base - shift)[steps == steps.min()].min())
+    full = pd.RangeIndex(int(end.index.min()), int(end.index.max()) + 1, name="step")
+    end = end.reindex(full)
+    prev = end.shift(1)
+    prev.iloc[0] = first_start
+    return ((end - prev) / 1e9).rename("duration_s")
+
+
+def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,
+                          samples: int = 3) -> pd.DataFrame:
+    """Step × host clock offsets (ns), estimated on `samples` evenly spread steps, linear between.
+
+    `steps` are all the job's steps (default: those in `df`); `df` needs rows of the sampled
+    ones (`spread(steps, samples)`) only. Linear interpolation follows clocks that drift apart
+    at a steady rate. Columns are host indexes in `meta.hosts()` order.
+    """
+    step_col = df["step"].to_numpy()
+    if steps is None:
+        steps = np.unique(step_col[step_col >= 0])
+    picks = spread(steps, samples)
+    est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
+    table = np.column_stack([np.interp(steps, picks, est[:, h]) for h in range(est.shape[1])])
+    return pd.DataFrame(table, index=pd.Index(steps, name="step"))
+
+
+def spread(steps: np.ndarray, keep: int) -> np.ndarray:
+    """Up to `keep` evenly spread values of the sorted `steps`, first and last included."""
+    if len(steps) <= keep:
+        return steps
+    return steps[np.unique(np.linspace(0, len(steps) - 1, keep).round().astype(int))]
+
+
+def infer_steps(df: pd.DataFrame) -> np.ndarray:
+    """Step number of every row when the trace does not say (step == -1 everywhere).
+
+    Each rank repeats the same operator pattern every step. Its *anchor* is its least frequent
+    group that still recurs (typically the data-parallel reduce-scatter/all-gather at the end
+    of the step); the anchor's operators, each tagged with how many of the rank's operators
+    preceded it, repeat with a period of c anchor operators per step (stretched where a rank
+    repeats within a step, as a pipeline's last stage does every microbatch, so that every
+    rank counts the same number of steps). Collective anchors are
+    numbered by their seq, which all members share, so a row the logger lost shifts nothing;
+    point-to-point anchors by their order on the rank. A row takes the cycle of the anchors
+    around it; rows between two cycles go to the later one, except the step's tail (operators
+    after its last anchor, measured against the head of the first step). Assumes the trace
+    starts at a step boundary, as the sidecar and simulator write it.
+    Needs columns rank, group, op, seq, nbytes, peer, start_ns; linear after one sort.
+    """
+    n = len(df)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    rank_all = df["rank"].to_numpy(np.int64)
+    order = np.lexsort((df["start_ns"].to_numpy(), rank_all))
+    rank = rank_all[order]
+    gcode = codes(df["group"])[order]
+    new_rank = np.r_[True, rank[1:] != rank[:-1]]
+    rank_start = np.maximum.accumulate(np.where(new_rank, np.arange(n), 0))
+    rank_end = np.minimum.accumulate(np.where(np.r_[new_rank[1:], True], np.arange(1, n + 1), n)[::-1])[::-1]
+    pos = np.arange(n) - rank_start
+
+    anchor_of = _anchor_groups(rank, gcode)
+    is_anchor = gcode == anchor_of[rank]
+    a_idx = np.flatnonzero(is_anchor)
+    a_rank = rank[a_idx]
+    a_pos = pos[a_idx]
+    a_first = np.r_[True, a_rank[1:] != a_rank[:-1]]
+    since = np.where(a_first, a_pos, a_pos - np.r_[0, a_pos[:-1]] - 1)
+    op = codes(df["op"])[order][a_idx]
+    tok = pd.DataFrame(
+        {"op": op, "nbytes": df["nbytes"].to_numpy()[order][a_idx], "peer": df["peer"].to_numpy()[order][a_idx]}
+    ).groupby(["op", "nbytes", "peer"], sort=False).ngroup().to_numpy()
+    # anchor number j: seq since the group's first for collectives, order on the rank for p2p
+    ordinal = np.arange(len(a_idx)) - np.maximum.accumulate(np.where(a_first, np.arange(len(a_idx)), 0))
+    seq = df["seq"].to_numpy(np.int64)[order][a_idx]
+    first_seq = pd.Series(seq).groupby(gcode[a_idx]).transform("min").to_numpy()
+    p2p = np.asarray(df["op"].isin(P2P_OPS).to_numpy(), dtype=bool)[order][a_idx]
+    a_j = np.where(p2p, ordinal, seq - first_seq)
+    p2p_anchor = np.zeros(anchor_of.shape[0], dtype=bool)
+    p2p_anchor[a_rank[p2p]] = True
+    cycle = _common_step_count(_anchor_period(a_rank, a_j, tok, since, a_first, p2p_anchor), np.bincount(a_rank))
+    c_a = cycle[a_rank]
+    a_cyc = a_j // c_a
+
+    # head of the first step = operators before the first anchor; a regular cycle start has
+    # head + tail operators before it, so tail = regular - head
+    head = np.zeros(anchor_of.shape[0], dtype=np.int64)
+    head[a_rank[a_first]] = a_pos[a_first]
+    starts = (a_j % c_a == 0) & ~a_first
+    regular = pd.Series(since[starts]).groupby(a_rank[starts]).median()
+    has = regular.index.to_numpy()
+    own_tail = pd.Series(np.maximum(regular.to_numpy() - head[has], 0), index=has)
+    # a lost head row only inflates a rank's tail, so the smallest among ranks playing the same
+    # role (same anchor kind, period and operators per step) is the structural one: a whole
+    # data-parallel group can lose rows together
+    role = pd.DataFrame({"p2p": p2p_anchor[has], "c": cycle[has], "n": regular.to_numpy().round()})
+    tail = np.zeros(anchor_of.shape[0], dtype=np.int64)
+    tail[has] = own_tail.groupby(role.groupby(["p2p", "c", "n"]).ngroup().to_numpy()).transform("min").to_numpy(np.int64)
+
+    # every row: cycle of the previous anchor (exclusive) and of the next anchor (inclusive),
+    # found by running max/min of anchor indexes, not crossing into another rank
+    idx = np.arange(n)
+    cyc_at = np.zeros(n, dtype=np.int64)
+    cyc_at[a_idx] = a_cyc
+    prev_i = np.r_[-1, np.maximum.accumulate(np.where(is_anchor, idx, -1))[:-1]]
+    next_i = np.minimum.accumulate(np.where(is_anchor, idx, n)[::-1])[::-1]
+    has_prev = prev_i >= rank_start
+    has_next = next_i < rank_end
+    prev_cyc = cyc_at[np.maximum(prev_i, 0)]
+    next_cyc = cyc_at[np.minimum(next_i, n - 1)]
+    in_tail = idx - prev_i - 1 < tail[rank]  # within the step's tail after the previous anchor
+    step = np.where(
+        is_anchor | ~has_prev, next_cyc,  # an anchor's own cycle; before any anchor: the first step's head
+        np.where(in_tail | (has_next & (next_cyc == prev_cyc)), prev_cyc,
+                 np.where(has_next, next_cyc, prev_cyc + 1)),
+    )
+    out = np.empty(n, dtype=np.float64)
+    out[order] = step
+    # copies of one collective belong to one step: the median across its ranks outvotes a rank
+    # whose anchors or head rows were lost (p2p pairs are left alone: two copies cannot vote)
+    coll = ~np.asarray(df["op"].isin(P2P_OPS).to_numpy(), dtype=bool)
+    voted = pd.Series(out[coll]).groupby(instance_ids(df[coll])).transform("median").to_numpy()
+    out[coll] = np.ceil(voted)
+    return out.astype(np.int32)
+
+
+def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) -> pd.DataFrame:
+    """δ-irregularity (Holmes): flag steps at least δ × the rolling median of recent normal steps.
+
+    The baseline only learns from normal steps, so persistent degradation stays flagged for as
+    long as it lasts, while slow drift (each step close to the last normal ones) is absorbed.
+    It is seeded from the first window's fast steps so a fault that starts early is caught.
+    Returns the steps table (step, duration_s, baseline_s, ratio, irregular, pattern).
+    """
+    steps = durations.index.to_numpy(np.int64)
+    d = durations.to_numpy(np.float64)
+    base = np.full(d.shape, np.nan)
+    irregular = np.zeros(d.shape, dtype=bool)
+    history = list(_seed(d, delta, window))
+    for k, x in enumerate(d):  # one iteration per step, not per operator
+        if not history:
+            if np.isfinite(x):
+                history.append(x)
+            continue
+        base[k] = float(np.median(history[-window:]))
+        if not np.isfinite(x):
+            continue
+        if x >= delta * base[k]:
+            irregular[k] = True
+        else:
+            history.append(x)
+    ratio = d / base
+    return pd.DataFrame(
+        {
+            "step": steps,
+            "duration_s": d,
+            "baseline_s": base,
+            "ratio": ratio,
+            "irregular": irregular,
+            "pattern": classify_patterns(steps, irregular, ratio),
+        }
+    )
+
+
+def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """Name each irregular step's pattern: spike, fluctuation or persistent ("" when normal).
+
+    Irregular steps at most EPISODE_GAP apart form an episode. One or two irregular steps are
+    spikes; an episode that is (almost) unbroken at a steady level is persistent degradation;
+    anything else (normal steps in between, or a level that swings) is fluctuation.
+    """
+    out = np.full(len(steps), "", dtype=object)
+    idx = np.flatnonzero(irregular)
+    if idx.size == 0:
+        return out
+    s = steps[idx]
+    breaks = np.flatnonzero(np.diff(s) > EPISODE_GAP) + 1
+    for ep in np.split(np.arange(idx.size), breaks):  # one iteration per episode
+        rows = idx[ep]
+        density = ep.size / float(s[ep[-1]] - s[ep[0]] + 1)
+        lo, hi = np.nanquantile(ratio[rows], [0.1, 0.9])
+        if ep.size <= 2:
+            out[rows] = "spike"
+        elif density >= PERSISTENT_DENSITY and hi / lo <= PERSISTENT_SPREAD:
+            out[rows] = "persistent"
+        else:
+            out[rows] = "fluctuation"
+    return out
+
+
+def slowdown(table: pd.DataFrame) -> float:
+    """Median duration ratio over irregular steps; 1.0 when there are none."""
+    r = table.loc[table["irregular"], "ratio"]
+    return float(r.median()) if len(r) else 1.0
+
+
+def _seed(d: np.ndarray, delta: float, window: int) -> np.ndarray:
+    """Normal-looking steps of the first window: within δ of its fastest plausible step.
+
+    Steps faster than half the window's median are ignored (a partial or mis-cut step), so one
+    bogus short step cannot make every later step look slow.
+    """
+    first = d[:window]
+    first = first[np.isfinite(first)]
+    if first.size == 0:
+        return first
+    first = first[first >= 0.5 * np.median(first)]
+    return first[first < delta * first.min()]
+
+
+def _anchor_groups(rank: np.ndarray, gcode: np.ndarray) -> np.ndarray:
+    """Per rank, the group with the fewest rows among those with at least 3 (ties: lowest code)."""
+    counts = pd.DataFrame({"rank": rank, "g": gcode}).value_counts().rename("n").reset_index()
+    counts["rare"] = counts["n"] < 3
+    counts = counts.sort_values(["rank", "rare", "n", "g"], kind="stable").drop_duplicates("rank")
+    anchor = np.full(int(rank.max()) + 1, -1, dtype=np.int64)
+    anchor[counts["rank"].to_numpy()] = counts["g"].to_numpy()
+    return anchor
+
+
+def _anchor_period(a_rank: np.ndarray, a_j: np.ndarray, tok: np.ndarray, since: np.ndarray,
+                   a_first: np.ndarray, p2p_anchor: np.ndarray) -> np.ndarray:
+    """Per rank, the anchor period c: anchor j matches anchor j+c for (almost) all j.
+
+    Anchors match when op, size and peer agree and the counts of operators before them agree
+    within 10% (a lost row changes a count by one; a step's worth of operators versus none
+    is what tells equal-sized buckets of one step from the next step's). Anchors are found by
+    number j, not position, so a lost anchor costs a comparison, not the alignment. The period
+    is the smallest c within PERIOD_TOLERANCE (for point-to-point anchors, also within
+    PERIOD_SLACK of the best c: lost rows are rare, pipeline warm-up is every step). Vectorized
+    over all ranks, one pass per
+    candidate c, stopping once every rank has a perfect match. The first anchor is not
+    compared: the operators before it are the first step's head only.
+    """
+    size = int(a_rank.max()) + 1
+    per_rank = np.bincount(a_rank, minlength=size)
+    p2p = p2p_anchor[:size]
+    top = max(min(MAX_CYCLE, int(per_rank.max()) // 2), 1)
+    rate = np.full((top + 1, size), np.inf)
+    span = int(a_j.max()) + MAX_CYCLE + 1
+    keys = a_rank * span + a_j
+    sorter = np.argsort(keys, kind="stable")
+    sorted_keys = keys[sorter]
+    perfect = np.zeros(size, dtype=bool)
+    for c in range(1, top + 1):
+        at = np.minimum(np.searchsorted(sorted_keys, keys + c), len(keys) - 1)
+        src = np.flatnonzero((sorted_keys[at] == keys + c) & ~a_first)
+        dst = sorter[at[src]]
+        near = np.abs(since[dst] - since[src]) <= 1 + 0.1 * np.maximum(since[dst], since[src])
+        bad = (tok[dst] != tok[src]) | ~near
+        n_cmp = np.bincount(a_rank[src], minlength=size)
+        n_bad = np.bincount(a_rank[src][bad], minlength=size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate[c] = np.where(n_cmp > 0, n_bad / n_cmp, np.inf)
+        perfect |= rate[c] == 0
+        if perfect[per_rank > 0].all():
+            break
+    fits = rate <= PERIOD_TOLERANCE
+    # pipeline anchors: a stage's microbatch pattern repeats within the step except in warm-up
+    # and cool-down, so a shorter period must match almost as well as the best one
+    fits[:, p2p] &= rate[:, p2p] <= rate[:, p2p].min(axis=0) + PERIOD_SLACK
+    # no repetition found: the whole trace is one step
+    return np.where(fits.any(axis=0), fits.argmax(axis=0), np.maximum(per_rank, 1)).astype(np.int64)
+
+
+def _common_step_count(period: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """Stretch periods of ranks whose pattern repeats within a step to the job's step count.
+
+    The last pipeline stage of a job without data parallelism does the same recv, compute,
+    send for every microbatch: its own sequence repeats per microbatch. Every rank runs the same
+    number of steps, and the better-structured ranks (the low 10th percentile of cycle counts)
+    say how many; a rank with k times as many cycles gets a k times longer period.
+    """
+    period = period[: anchors.size].copy()
+    has = anchors > 0
+    cycles = np.where(has, anchors / np.maximum(period, 1), 0.0)
+    repeating = has & (cycles >= 2)
+    if not repeating.any():
+        return period
+    ref = float(np.quantile(cycles[repeating], 0.1))
+    k = np.where(repeating, np.maximum(np.round(cycles / ref), 1), 1).astype(np.int64)
+    return period * k

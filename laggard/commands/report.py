@@ -37,6 +37,9 @@ def register(sub: Any) -> None:
                    help="alert body format (default auto: alertmanager when the URL ends in /api/v2/alerts)")
     p.add_argument("--steps", help="only steps A:B (inclusive)")
     p.add_argument("--top", type=int, default=5, help="candidates to keep (default 5)")
+    p.add_argument("--probes", choices=("auto", "virtual", "local", "ssh", "dry-run"), default="auto",
+                   help="where the read-only probes run (default auto: the virtual cluster for simulated "
+                        "traces, else a dry run that lists the commands); local and ssh are opt-in")
     add_fail_on_irregular(p)
     p.set_defaults(func=run)
 
@@ -49,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
     trace = Trace.open(args.trace)
+    from laggard.backends import choose_backend
+
+    backend = choose_backend(trace.path, args.probes)
     # the stages (and matplotlib) are imported here so that every `laggard` command starts fast
     from explain.diagnose import diagnose
     from explain.report.build import build_report
@@ -62,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         stages.next("localizing the root cause")
         verdict = localize_trace(trace, None, steps, args.top)
         stages.next("diagnosing")
-        diagnosis = diagnose(trace, verdict)
+        diagnosis = diagnose(trace, verdict, backend=backend)
         stages.next("rendering the report")
         report = build_report(trace, timeline, verdict, diagnosis)
         text = {"html": render_html, "md": render_markdown}.get(fmt, _json)(report)

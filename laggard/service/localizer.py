@@ -73,8 +73,8 @@ def localize_batch(job: str, batch: Batch, groups: dict[str, list[int]], top: in
     last = batch.ranks.drop_duplicates("rank", keep="last")
     node_of = dict(zip(last["rank"].tolist(), last["node"].tolist(), strict=True))
     gpu_of = {r: g for r, g in zip(last["rank"].tolist(), last["gpu"].tolist(), strict=True) if g >= 0}
-    blame = _blame(_ops(batch.ops), groups, node_of)
     irregular = [int(s) for s in steps.loc[steps["irregular"], "step"]] if len(steps) else []
+    blame = _blame(_ops(batch.ops), groups, node_of, irregular)
     status: Status = "irregular" if irregular or (steps.empty and not blame.empty) else "healthy"
     slowdown = 1.0
     if irregular:
@@ -114,8 +114,10 @@ def _ops(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _blame(ops: pd.DataFrame, groups: dict[str, list[int]], node_of: dict[int, str]) -> pd.DataFrame:
-    """Seconds of waiting each root (a rank, or a node's NIC) caused, most first."""
+def _blame(ops: pd.DataFrame, groups: dict[str, list[int]], node_of: dict[int, str],
+           irregular: list[int] | None = None) -> pd.DataFrame:
+    """Seconds of waiting each root (a rank, or a node's NIC) caused, most first; with irregular
+    steps, only the excess over each device's usual per-step share."""
     out_cols = ["kind", "device", "blame_s", "n", "groups", "first", "last"]
     if ops.empty:
         return pd.DataFrame(columns=out_cols)
@@ -144,8 +146,16 @@ def _blame(ops: pd.DataFrame, groups: dict[str, list[int]], node_of: dict[int, s
     waited = waited[waited["suspect"] != waited["rank"]]
     # a wait at the end of step t (the DP gradient sync) makes the rank late early in step t+1
     waited = pd.concat([waited, waited.assign(step=waited["step"] + 1)])
-    longest = waited.sort_values("elapsed").drop_duplicates(["step", "rank"], keep="last")
-    upstream = longest.set_index(["step", "rank"])["suspect"]
+    # hand it to whom the rank spent most of its waiting on in that step, summed over operators
+    per_suspect = waited.groupby(["step", "rank", "suspect"])["elapsed"].sum().reset_index()
+    most = per_suspect.sort_values("elapsed").drop_duplicates(["step", "rank"], keep="last")
+    # only a rank that waited more than the one it waited on passes blame on: the root waits least
+    # (this also breaks pipeline cycles, where stages wait on each other in turn)
+    waits = ops.groupby(["step", "rank"])["elapsed"].sum()
+    own = waits.reindex(pd.MultiIndex.from_arrays([most["step"], most["rank"]])).to_numpy()
+    theirs = np.nan_to_num(waits.reindex(pd.MultiIndex.from_arrays([most["step"], most["suspect"]])).to_numpy())
+    most = most[own > theirs]
+    upstream = most.set_index(["step", "rank"])["suspect"]
     root = sus[["step", "suspect"]].rename(columns={"suspect": "root"})
     for _ in range(MAX_HOPS):
         nxt = upstream.reindex(pd.MultiIndex.from_arrays([root["step"], root["root"]])).to_numpy()
@@ -164,7 +174,20 @@ def _blame(ops: pd.DataFrame, groups: dict[str, list[int]], node_of: dict[int, s
     both = pd.concat([gpu[["kind", "device", "delay", "gk", "step"]], nic[["kind", "device", "delay", "gk", "step"]]])
     if both.empty:
         return pd.DataFrame(columns=out_cols)
+    if irregular:
+        # blame is what a device added in the irregular steps beyond its usual share (pipeline
+        # bubbles and noise make some ranks "waited on" in every step, fault or not)
+        irr = both["step"].isin(irregular)
+        n_normal = max(1, both.loc[~irr, "step"].nunique())
+        usual = both[~irr].groupby(["kind", "device"])["delay"].sum() / n_normal
+        both = both[irr]
+        if both.empty:
+            return pd.DataFrame(columns=out_cols)
     agg = both.groupby(["kind", "device"]).agg(blame_s=("delay", "sum"), n=("delay", "size"),
                                                groups=("gk", lambda s: ",".join(sorted(set(s)))),
                                                first=("step", "min"), last=("step", "max"))
+    if irregular:
+        excess = agg["blame_s"] - usual.reindex(agg.index).fillna(0.0) * len(set(irregular))
+        agg["blame_s"] = excess.clip(lower=0.0)
+        agg = agg[agg["blame_s"] > 0]
     return agg.reset_index().sort_values("blame_s", ascending=False)[out_cols]

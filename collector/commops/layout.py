@@ -18,18 +18,12 @@ import pyarrow.parquet as pq
 
 from collector.errors import TraceError
 from collector.meta import JobMeta, RankInfo
+from collector.schema import COMMOPS_SCHEMA
 
 #: operators a rank entered and had not completed when it was last seen
 PENDING_SCHEMA = pa.schema(
-    [
-        pa.field("rank", pa.int32(), nullable=False),
-        pa.field("group", pa.string(), nullable=False),
-        pa.field("op", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("peer", pa.int32(), nullable=False),
-        pa.field("nbytes", pa.int64(), nullable=False),
-        pa.field("start_ns", pa.int64(), nullable=False),
-        pa.field("step", pa.int32(), nullable=False),
+    [f for f in COMMOPS_SCHEMA if f.name != "end_ns"]
+    + [
         pa.field("seen_ns", pa.int64(), nullable=False),  # when the rank was last seen waiting
         pa.field("failed", pa.bool_(), nullable=False),  # the op raised (timeout, peer gone)
     ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 from pathlib import Path
@@ -80,11 +79,9 @@ def test_refused_or_unreachable_receiver_is_a_user_error(report: Report) -> None
         notify(report, "ftp://x/y")
 
 
-PIPELINE = all(importlib.util.find_spec(m) for m in ("timeline.build", "localize.combine", "explain.diagnose"))
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PIPELINE, reason="needs the timeline, localize and explain stages merged")
 def test_cli_report_writes_and_notifies(tmp_path: Path) -> None:
     trace = make_trace(tmp_path / "toy")
     out = tmp_path / "r.md"

@@ -10,7 +10,7 @@ import pytest
 from collector.traceio import Trace
 from localize.flows import localize_flows
 from localize.verdict import Verdict
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 from tests.flows_sims import sim_flows
 
 
@@ -55,7 +55,6 @@ def test_steps_window_limits_the_analysis() -> None:
     assert v.status == "healthy" and v.candidates == []
 
 
-@pytest.mark.skipif(not (REPO / "laggard" / "commands" / "localize.py").exists(), reason="laggard localize not merged yet")
 def test_cli_localize_flows(tmp_path: Path) -> None:
     d = tmp_path / "t"
     shutil.copytree(sim_flows("link"), d)

@@ -122,24 +122,26 @@ class ShardWriter:
         finally:
             self.lock.release()
 
+    def _record_columns(self, a: np.ndarray) -> list[pa.Array]:
+        """rank, group, op, seq, peer, nbytes, start_ns from records (gid, op, seq, peer, nbytes, start, ...)."""
+        names = pa.array(self.rec.group_names, pa.string())
+        return [
+            pa.array(np.full(len(a), self.rank, np.int32)),
+            names.take(pa.array(a[:, 0])),
+            _OPS.take(pa.array(a[:, 1])),
+            pa.array(a[:, 2]),
+            pa.array(a[:, 3].astype(np.int32)),
+            pa.array(a[:, 4]),
+            pa.array(a[:, 5]),
+        ]
+
     def _write_shard(self, entries: list[tuple[tuple[int, ...], int]]) -> None:
         a = np.empty((len(entries), 8), dtype=np.int64)  # gid, op, seq, peer, nbytes, start, step, end
         a[:, :7] = np.array([e[0] for e in entries], dtype=np.int64)
         a[:, 7] = np.fromiter((e[1] for e in entries), dtype=np.int64, count=len(entries))
-        names = pa.array(self.rec.group_names, pa.string())
         n = len(a)
         table = pa.Table.from_arrays(
-            [
-                pa.array(np.full(n, self.rank, np.int32)),
-                names.take(pa.array(a[:, 0])),
-                _OPS.take(pa.array(a[:, 1])),
-                pa.array(a[:, 2]),
-                pa.array(a[:, 3].astype(np.int32)),
-                pa.array(a[:, 4]),
-                pa.array(a[:, 5]),
-                pa.array(a[:, 7]),
-                pa.array(a[:, 6].astype(np.int32)),
-            ],
+            [*self._record_columns(a), pa.array(a[:, 7]), pa.array(a[:, 6].astype(np.int32))],
             schema=COMMOPS_SCHEMA,
         )
         path = layout.shard_path(self.root, self.rank, self.shards)
@@ -163,17 +165,10 @@ class ShardWriter:
                 self.had_pending = False
             return
         a = np.array([r for r, _ in rows], dtype=np.int64)
-        names = pa.array(rec.group_names, pa.string())
         n = len(a)
         table = pa.Table.from_arrays(
             [
-                pa.array(np.full(n, self.rank, np.int32)),
-                names.take(pa.array(a[:, 0])),
-                _OPS.take(pa.array(a[:, 1])),
-                pa.array(a[:, 2]),
-                pa.array(a[:, 3].astype(np.int32)),
-                pa.array(a[:, 4]),
-                pa.array(a[:, 5]),
+                *self._record_columns(a),
                 pa.array(a[:, 6].astype(np.int32)),
                 pa.array(np.full(n, time.time_ns(), np.int64)),
                 pa.array([f for _, f in rows], pa.bool_()),

@@ -25,6 +25,8 @@ LOCALIZERS: dict[str, tuple[str, str]] = {
 HANG = ("localize.hang", "find_hang")
 #: how much a source's score counts when several sources name the same device
 SOURCE_WEIGHT = {"commops": 1.0, "flows": 0.85, "logs": 0.7}
+#: how many candidates CommOps lists when other evidence may break its ties
+TIE_LIST = 2048
 
 
 def _module(name: str) -> ModuleType | None:
@@ -82,9 +84,11 @@ def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps:
         if not kinds:
             raise UserError(f"{trace.path}: no evidence this installation can localize from",
                             "add commops.parquet (see DESIGN.md)")
-    # each source lists more than asked, so a device named by several is merged, then cut
+    # each source lists more than asked, so a device named by several is merged, then cut;
+    # CommOps lists every device it could not tell apart, so another source can pick among them
     wide = top if len(kinds) == 1 else max(4 * top, 20)
-    verdicts = [run_one(k, trace, steps, wide) for k in kinds]
+    verdicts = [run_one(k, trace, steps, max(wide, TIE_LIST) if k == "commops" and len(kinds) > 1 else wide)
+                for k in kinds]
     return merge(trace.meta.job, verdicts, top)
 
 

@@ -20,7 +20,7 @@ from localize.detector import Detection, rule_detect
 from localize.features import Ops, prepare_ops, slot_history, step_scale
 from localize.groupkinds import group_kinds
 from localize.model_store import load_detector
-from localize.network import NetCandidate, resolve_network, slow_units
+from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
 from localize.persistent import persistent_imbalance
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView, with_steps
@@ -143,7 +143,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[graph.comm & in_ref].sum()), 0.0)
     analysed = np.isin(ops.inst_step, irr) & (ops.inst_size >= expected)
     slow = slow_units(unit_of_inst, unit_names, graph.comm & in_irr, analysed)
-    net = resolve_network(members, slow, meta, top=max(top, 64))  # all of them, to count ties
+    # only units with a judged instance are evidence: one never seen whole says nothing of health
+    seen = np.bincount(unit_of_inst[analysed], minlength=len(unit_names))
+    judged = {n: members[n] for n, k in zip(unit_names, seen, strict=True) if k > 0}
+    net = resolve_network(judged, slow, meta, top=1 << 30)  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)
     units = explain_rank_blame(rank_blame, meta, kinds, top=top)
     rank_total = float(rank_blame.sum())
@@ -156,28 +159,29 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     primaries = [_rank_candidate(u, rank_total / total, graph, ops, meta) for u in units]
     alternates: list[Candidate] = []
     if net and comm_total > 0:
-        best = net[0].score
-        # devices that explain the slow transfers equally well cannot be told apart
-        tied = sum(1 for c in net if c.score >= best - 1e-6)
-        # indistinguishable devices share the finding's score, so other evidence can decide
-        lead = _net_candidate(net[0], comm_total / total * best / tied, meta)
-        if tied > 1:
-            lead.evidence.append(f"{tied - 1} other device(s) explain the slow transfers equally well; "
-                                 "CommOps alone cannot tell them apart (flows or a probe can)")
-        primaries.append(lead)
-        alternates = [_net_candidate(c, comm_total / total * c.score * (1 / tied if c.score >= best - 1e-6 else 0.5 / tied), meta)
-                      for c in net[1:]]
+        # devices that explain the slow transfers equally well cannot be told apart: each is
+        # listed with the finding's score and says so, and other evidence (flows) can decide
+        tie = tied_best(net)
+        share = comm_total / total
+        note = tie_note(tie) if len(tie) > 1 else None
+        for c in tie[:top]:
+            cand = _net_candidate(c, share * c.score, meta)
+            cand.evidence += [note] if note else []
+            primaries.append(cand)
+        alternates = [_net_candidate(c, share * c.score * 0.5 / len(tie), meta) for c in net[len(tie):len(tie) + top]]
         # a second network fault: slow units the best device does not carry, explained apart
-        rest = {u: w for u, w in slow.items() if u not in set(net[0].carried)}
+        rest = {u: w for u, w in slow.items() if u not in set(tie[0].carried)}
         if sum(rest.values()) >= 0.25 * sum(slow.values()):
-            second = resolve_network(members, rest, meta, top=1)
+            second = resolve_network(judged, rest, meta, top=1)
             if second:
-                share = sum(rest.values()) / sum(slow.values())
-                primaries.append(_net_candidate(second[0], comm_total / total * share * second[0].score, meta))
+                frac = sum(rest.values()) / sum(slow.values())
+                primaries.append(_net_candidate(second[0], comm_total / total * frac * second[0].score, meta))
     candidates = _merge(primaries, alternates, top)
     analysis = Analysis(ops, detection, graph, rank_blame, units, net, comm_total, unit_names)
-    extra = {"source": "commops", "detector": detection.method, "abnormal_ops": int(abnormal.sum()),
-             "operators": len(ops.df)}
+    extra: dict[str, object] = {"source": "commops", "detector": detection.method, "abnormal_ops": int(abnormal.sum()),
+                                "operators": len(ops.df)}
+    if net and comm_total > 0 and len(tied_best(net)) > 1:
+        extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra), analysis
 
 

@@ -61,16 +61,28 @@ def edge_rates(f: pd.DataFrame, host_of: dict[str, str]) -> pd.DataFrame:
 
 
 def slow_edges(rates: pd.DataFrame, irregular: set[int]) -> pd.DataFrame:
-    """Edges whose rate in slow iterations fell against normal iterations, or against peers."""
+    """Edges whose rate in slow iterations fell against normal iterations, or against peers.
+
+    With normal iterations each edge is its own reference (a healthy edge's ratio is 1), and
+    the noise is how much edges' rates vary across normal iterations: most edges may be slow
+    at once (a switch on a ring), so the job's median edge is no reference then. Without
+    normal iterations, edges are compared with the job's typical edge.
+    """
     bad = rates[rates["step"].isin(irregular)] if irregular else rates
     cur = bad.groupby(["sh", "dh"])["rate"].median()
-    normal = rates[~rates["step"].isin(irregular)].groupby(["sh", "dh"])["rate"].median() if irregular else None
-    if normal is not None and len(normal):
+    good = rates[~rates["step"].isin(irregular)] if irregular else rates.iloc[:0]
+    normal = good.groupby(["sh", "dh"])["rate"].median()
+    if len(normal):
         ratio = (normal.reindex(cur.index) / cur).fillna(1.0)
+        ref = good.join(normal.rename("ref"), on=["sh", "dh"])["ref"]
+        dev = (good["rate"] / ref - 1).abs()
+        spread = 1.4826 * float(dev.median()) if len(dev) else 0.0
+        center = 1.0
     else:  # no normal iteration: compare with the typical edge of the job
         ratio = float(cur.median()) / cur
-    spread = 1.4826 * float(np.median(np.abs(ratio - ratio.median()))) if len(ratio) else 0.0
-    flagged = ratio[(ratio > SLOW_EDGE) & (ratio > ratio.median() + K_SIGMA * spread)]
+        center = float(ratio.median()) if len(ratio) else 1.0
+        spread = 1.4826 * float(np.median(np.abs(ratio - center))) if len(ratio) else 0.0
+    flagged = ratio[(ratio > SLOW_EDGE) & (ratio > center + K_SIGMA * spread)]
     return pd.DataFrame({"ratio": ratio, "slow": ratio.index.isin(flagged.index)}, index=ratio.index).reset_index()
 
 

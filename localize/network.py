@@ -9,6 +9,7 @@ every healthy unit they carry costs them precision.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -28,6 +29,12 @@ class NetCandidate:
     carried_units: int
     examples: list[str] = field(default_factory=list)
     carried: list[str] = field(default_factory=list)  # every unit it carries
+
+    def label(self) -> str:
+        if self.kind == "gpu":
+            return f"rank {self.key}"
+        key = self.key if isinstance(self.key, tuple) else (str(self.key),)
+        return "<->".join(key)
 
 
 def unit_devices(members: list[int], meta: JobMeta) -> set[tuple[str, object]]:
@@ -70,6 +77,12 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
         for dev in unit_devices(members, meta):
             carried[dev].append(name)
     total_w = sum(slow.values())
+    # devices of each kind the job's transfers cross: with no prior on which kind fails, one
+    # device of a scarce kind (a switch) is likelier than one of many (a link), when both
+    # explain the slow transfers equally well
+    per_kind: dict[str, int] = defaultdict(int)
+    for kind, _ in carried:
+        per_kind[kind] += 1
     out: list[NetCandidate] = []
     cand = {dev for name in slow for dev in unit_devices(units.get(name, []), meta)}
     for dev in cand:
@@ -85,8 +98,38 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
         kind, key = dev
         nkey: tuple[str, ...] | int = int(key) if isinstance(key, (int, np.integer)) else tuple(key)  # type: ignore[arg-type]
         out.append(NetCandidate(kind, nkey, score, len(hit), len(names), sorted(hit, key=lambda n: -slow[n])[:3], names))
-    out.sort(key=lambda c: (-round(c.score, 6), c.carried_units, KIND_ORDER[c.kind], str(c.key)))
+    out.sort(key=lambda c: (-round(c.score, 6), per_kind[c.kind], c.carried_units, KIND_ORDER[c.kind], _natural(c.key)))
     return out[:top]
+
+
+def _natural(key: tuple[str, ...] | int) -> tuple[object, ...]:
+    """Sort key that puts node-2 before node-10 (and rank 2 before rank 10)."""
+    parts = (key,) if isinstance(key, int) else key
+    return tuple(int(p) if isinstance(p, int) else tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p))
+                 for p in parts)
+
+
+def tied_best(cands: list[NetCandidate]) -> list[NetCandidate]:
+    """The devices that explain the slow transfers as well as the best one does."""
+    return [c for c in cands if cands and c.score >= cands[0].score - 1e-6]
+
+
+def _plural(kind: str, n: int) -> str:
+    return kind if n == 1 else kind + ("es" if kind == "switch" else "s")
+
+
+def tie_note(tie: list[NetCandidate]) -> str:
+    """One evidence line that says CommOps cannot tell these devices apart, and names them."""
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for c in tie:
+        by_kind[c.kind].append(c.label())
+    parts = []
+    for kind in sorted(by_kind, key=lambda k: len(by_kind[k])):
+        names = by_kind[kind]
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        parts.append(f"{len(names)} {_plural(kind, len(names))} ({shown})")
+    return (f"CommOps cannot tell apart {len(tie)} devices that every slow transfer crosses and no normal one "
+            f"does: {'; '.join(parts)}; listed scarcest kind first; flows or a probe can decide")
 
 
 def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.ndarray,

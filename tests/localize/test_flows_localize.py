@@ -65,3 +65,26 @@ def test_cli_localize_flows(tmp_path: Path) -> None:
 
     out = json.loads(proc.stdout)
     assert out["candidates"][0]["kind"] == "link" and out["candidates"][0]["hosts"] == ["node-2", "node-3"]
+
+
+def test_most_edges_slow_at_once_are_still_flagged() -> None:
+    """A switch under half a ring's hosts slows most of its edges: each edge is judged against
+    its own normal iterations, not against the job's (now slow) median edge."""
+    import numpy as np
+    import pandas as pd
+
+    from localize.flows import network_candidates, slow_edges
+
+    rng = np.random.default_rng(0)
+    hosts = [f"node-{h}" for h in range(8)]
+    rows = []
+    for step in range(10):
+        for h in range(8):
+            a, b = hosts[h], hosts[(h + 1) % 8]
+            slow = step >= 6 and (h >= 3)  # every edge touching node-4..7 (tor-1)
+            rows.append((a, b, step, 1e9 * rng.uniform(0.97, 1.03) / (3.0 if slow else 1.0)))
+    rates = pd.DataFrame(rows, columns=["sh", "dh", "step", "rate"])
+    edges = slow_edges(rates, {6, 7, 8, 9})
+    assert sorted(edges.loc[edges["slow"], "sh"]) == ["node-3", "node-4", "node-5", "node-6", "node-7"]
+    cands = network_candidates(edges, {h: f"tor-{i // 4}" for i, h in enumerate(hosts)}, "flows")
+    assert (cands[0].kind, cands[0].switch) == ("switch", "tor-1")

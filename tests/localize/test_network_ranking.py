@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from collector.meta import JobMeta, RankInfo
-from localize.network import resolve_network, slow_units
+from localize.network import resolve_network, slow_units, tie_note, tied_best
 from localize.ranking import explain_rank_blame
 
 
@@ -89,3 +89,34 @@ def test_stage_and_replicas() -> None:
     b[[0, 1, 8, 9]] = 1.0  # replica of ranks 0,1 (+ their stage-1 peers)
     b[[4, 5, 12, 13]] = 0.8  # another replica, another time
     assert explain_rank_blame(b, meta, kinds)[0].kind == "data"
+
+
+def ring_meta(hosts: int = 8, gph: int = 4, hps: int = 4) -> JobMeta:
+    """No pipeline: tp inside each host, one dp ring per GPU index over every host in order."""
+    n = hosts * gph
+    ranks = {r: RankInfo(f"node-{r // gph}", r % gph) for r in range(n)}
+    groups = {f"tp-{h}": list(range(gph * h, gph * h + gph)) for h in range(hosts)}
+    groups |= {f"dp-{i}": [i + gph * h for h in range(hosts)] for i in range(gph)}
+    topo = {f"node-{h}": {"switch": f"tor-{h // hps}"} for h in range(hosts)}
+    return JobMeta("t", n, ranks, groups, {}, topo)
+
+
+def test_one_ring_over_every_host_is_a_tie_listed_scarcest_kind_first() -> None:
+    meta = ring_meta()
+    slow = {f"dp-{i}": 1.0 for i in range(4)}  # any NIC, link or switch of the ring would do this
+    net = resolve_network(dict(meta.groups), slow, meta, top=1000)
+    tie = tied_best(net)
+    assert {c.kind for c in tie} == {"nic", "link", "switch"}
+    assert len(tie) == 8 + 8 + 2  # every NIC, every ring link, both switches
+    assert [c.kind for c in tie[:2]] == ["switch", "switch"]  # 2 switches before 8 NICs / 8 links
+    note = tie_note(tie)
+    assert "18 devices" in note and "2 switches (tor-0, tor-1)" in note and "node-0<->node-1" in note
+
+
+def test_a_link_on_a_ring_ties_with_the_rings_other_links_only() -> None:
+    meta = meta16()
+    units = units_of(meta)  # pipeline transfers cross the NICs and switches, not the ring links
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}  # ring of hosts 0..3
+    tie = tied_best(resolve_network(units, slow, meta, top=1000))
+    assert {c.kind for c in tie} == {"link"}
+    assert sorted(c.key for c in tie) == [("node-0", "node-1"), ("node-0", "node-3"), ("node-1", "node-2"), ("node-2", "node-3")]

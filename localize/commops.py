@@ -93,6 +93,22 @@ def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray
     return np.where(slow, ex, 0.0)
 
 
+def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.ndarray:
+    """Per instance: its copies tell whether the transfer itself was slow.
+
+    Every expected copy is there; or a collective is short of a few copies (the logger lost
+    rows) in a unit that was seen whole elsewhere. A transfer is slow for every member, so the
+    copies present show it; in a unit never seen whole a rank may be lost outright, and its
+    short instances say nothing (the lost rank may have been the late one).
+    """
+    size = ops.inst_size
+    unit_max = pd.Series(size).groupby(unit_of_inst).max()
+    seen_whole = unit_max.reindex(unit_of_inst).to_numpy() >= expected
+    short = expected - size
+    lossy = ~ops.inst_p2p & seen_whole & (short <= np.maximum(1, 0.05 * expected))
+    return ((size >= expected) | lossy) & (size >= 2)
+
+
 def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 partial: set[str] | None = None, forest: bool = True) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
@@ -121,13 +137,19 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
         expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
-    graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref)
+    in_irr = np.isin(ops.inst_step, irr)
+    # which units' own transfers were slow in the irregular steps (resolved to devices below)
+    judge = _judgeable(ops, expected, unit_of_inst)
+    slow_transfer = judge & (comm_excess > 0)
+    slow = slow_units(unit_of_inst, unit_names, slow_transfer & in_irr, judge & in_irr)
+    slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))
+    short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
+    graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm)
 
     # cross-iteration blame: each root is charged the delay it imposed where it originated
     # (the instance its chain ends at; delays further down a chain are its propagation), in
     # the irregular steps beyond what the same root costs in an average normal step
     origin = graph.root_inst == np.arange(ops.n_inst)
-    in_irr = np.isin(ops.inst_step, irr)
     in_ref = np.isin(ops.inst_step, ref)
     norm = len(irr) / max(len(ref), 1)
     # a root must explain the delay with its own compute; lateness nothing explains is not blamed
@@ -141,10 +163,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * per_rank(to_rank & in_ref), 0.0)
     comm_w = np.where(graph.comm & in_irr, graph.delay, 0.0)
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[graph.comm & in_ref].sum()), 0.0)
-    analysed = np.isin(ops.inst_step, irr) & (ops.inst_size >= expected)
-    slow = slow_units(unit_of_inst, unit_names, graph.comm & in_irr, analysed)
-    # only units with a judged instance are evidence: one never seen whole says nothing of health
-    seen = np.bincount(unit_of_inst[analysed], minlength=len(unit_names))
+    # only units with a judged instance are evidence: one never seen says nothing of health
+    seen = np.bincount(unit_of_inst[judge & in_irr], minlength=len(unit_names))
     judged = {n: members[n] for n, k in zip(unit_names, seen, strict=True) if k > 0}
     net = resolve_network(judged, slow, meta, top=1 << 30)  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)

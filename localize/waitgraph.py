@@ -88,12 +88,15 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
 
 
 def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
-                    comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None) -> WaitGraph:
+                    comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None,
+                    short_comm: np.ndarray | None = None) -> WaitGraph:
     """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
 
     `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
     group's size and sum of member ranks (for naming the one missing rank). `comm_excess`: per
     instance, how much longer its smallest copy took than its normal transfer time (s).
+    `short_comm`: per instance, a collective short of copies (lost rows) whose transfer is known
+    slow from its group's whole instances: a slow transfer, not a missing rank that was late.
     """
     n = ops.n_inst
     inst = ops.inst
@@ -113,9 +116,10 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     delay_wait = sum_wait / others
     complete = size >= expected_size
     multi = size >= 2
-    comm = in_steps & complete & multi & (comm_excess > 0)
+    whole = complete if short_comm is None else complete | short_comm
+    comm = in_steps & whole & multi & (comm_excess > 0)
     suspect = in_steps & complete & multi & ~comm & ~late_abn & (frac_others >= 0.5)
-    orphan = in_steps & ~complete & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
+    orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
     rank = ops.rank
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)

@@ -44,8 +44,9 @@ class Analysis:
     unit_names: list[str]
 
 
-def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, dict[str, list[int]]]:
-    """Per instance: expected copies, sum of expected member ranks, unit code; unit names and members."""
+def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, dict[str, list[int]], set[str]]:
+    """Per instance: expected copies, sum of expected member ranks, unit code; unit names,
+    members, and the units whose operator is all-to-all."""
     gnames = ops.groups
     sizes = np.array([len(meta.groups.get(str(g), [])) for g in gnames], dtype=np.int64)
     msum = np.array([float(sum(meta.groups.get(str(g), []))) for g in gnames])
@@ -70,7 +71,9 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
             name = g
             members[name] = list(meta.groups.get(g, [])) or sorted({int(r) for r in rank[ops.inst_group[ops.inst] == ops.inst_group[i]]})
         names.append(name)
-    return expected, members_sum, names, ucode.astype(np.int64), members
+    a2a = ops.opcode[ops.late_row] == OPS.index("all_to_all")
+    mesh = {names[u] for u in np.unique(ucode[a2a])}
+    return expected, members_sum, names, ucode.astype(np.int64), members, mesh
 
 
 def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -133,7 +136,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     scale = step_scale(ops, view.steps)
     med, _, _ = slot_history(ops, ref, scale)
     comm_excess = _comm_excess(ops, abnormal, med * scale)
-    expected, members_sum, unit_names, unit_of_inst, members = _instance_layout(ops, meta)
+    expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
         expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
@@ -166,7 +169,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # only units with a judged instance are evidence: one never seen says nothing of health
     seen = np.bincount(unit_of_inst[judge & in_irr], minlength=len(unit_names))
     judged = {n: members[n] for n, k in zip(unit_names, seen, strict=True) if k > 0}
-    net = resolve_network(judged, slow, meta, top=1 << 30)  # all of them, to count ties
+    net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh)  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)
     units = explain_rank_blame(rank_blame, meta, kinds, top=top)
     rank_total = float(rank_blame.sum())
@@ -192,7 +195,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         # a second network fault: slow units the best device does not carry, explained apart
         rest = {u: w for u, w in slow.items() if u not in set(tie[0].carried)}
         if sum(rest.values()) >= 0.25 * sum(slow.values()):
-            second = resolve_network(judged, rest, meta, top=1)
+            second = resolve_network(judged, rest, meta, top=1, mesh=mesh)
             if second:
                 frac = sum(rest.values()) / sum(slow.values())
                 primaries.append(_net_candidate(second[0], comm_total / total * frac * second[0].score, meta))

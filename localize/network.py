@@ -37,14 +37,21 @@ class NetCandidate:
         return "<->".join(key)
 
 
-def unit_devices(members: list[int], meta: JobMeta) -> set[tuple[str, object]]:
-    """Devices one unit's transfers cross: for each ring edge that leaves a host, both GPUs'
-    network paths, both NICs, the link between the hosts and their switches."""
+def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[tuple[str, object]]:
+    """Devices one unit's transfers cross: for each edge that leaves a host, both GPUs'
+    network paths, both NICs, the link between the hosts and their switches.
+
+    A ring (all-reduce, all-gather, reduce-scatter, p2p) sends to its ring neighbour; an
+    all-to-all (`mesh`) sends from every member to every other.
+    """
     devs: set[tuple[str, object]] = set()
     k = len(members)
     if k < 2:
         return devs
-    edges = [(members[i], members[(i + 1) % k]) for i in range(k if k > 2 else 1)]
+    if mesh:
+        edges = [(members[i], members[j]) for i in range(k) for j in range(i + 1, k)]
+    else:
+        edges = [(members[i], members[(i + 1) % k]) for i in range(k if k > 2 else 1)]
     for a, b in edges:
         if a not in meta.ranks or b not in meta.ranks:
             continue
@@ -64,17 +71,21 @@ def unit_devices(members: list[int], meta: JobMeta) -> set[tuple[str, object]]:
 
 
 def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: JobMeta,
-                    top: int = 5) -> list[NetCandidate]:
+                    top: int = 5, mesh: set[str] | None = None) -> list[NetCandidate]:
     """Rank devices by how well they explain which units were slow (`slow`: unit -> weight).
 
     `units` maps every unit observed in the analysed window to its member ranks (ring order),
     including the units that were not slow: they are the evidence that clears a device.
+    `mesh`: the units whose operator is all-to-all (every pair exchanges data).
     """
     if not slow:
         return []
+    mesh = mesh or set()
     carried: dict[tuple[str, object], list[str]] = defaultdict(list)
+    crossed: dict[str, set[tuple[str, object]]] = {}
     for name, members in units.items():
-        for dev in unit_devices(members, meta):
+        crossed[name] = unit_devices(members, meta, name in mesh)
+        for dev in crossed[name]:
             carried[dev].append(name)
     total_w = sum(slow.values())
     # devices of each kind the job's transfers cross: with no prior on which kind fails, one
@@ -84,7 +95,7 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
     for kind, _ in carried:
         per_kind[kind] += 1
     out: list[NetCandidate] = []
-    cand = {dev for name in slow for dev in unit_devices(units.get(name, []), meta)}
+    cand = {dev for name in slow for dev in crossed.get(name, set())}
     for dev in cand:
         names = carried.get(dev, [])
         if not names:

@@ -120,3 +120,13 @@ def test_a_link_on_a_ring_ties_with_the_rings_other_links_only() -> None:
     tie = tied_best(resolve_network(units, slow, meta, top=1000))
     assert {c.kind for c in tie} == {"link"}
     assert sorted(c.key for c in tie) == [("node-0", "node-1"), ("node-0", "node-3"), ("node-1", "node-2"), ("node-2", "node-3")]
+
+
+def test_all_to_all_crosses_every_pair_of_its_hosts() -> None:
+    meta = meta16()
+    units = units_of(meta) | {"ep-0": [0, 4, 8, 12]}  # hosts 0..3, every pair exchanges data
+    slow = {"ep-0": 1.0}  # link node-0<->node-2 is on no ring: only the all-to-all crosses it
+    keys = {c.key for c in tied_best(resolve_network(units, slow, meta, top=1000, mesh={"ep-0"}))}
+    assert ("node-0", "node-2") in keys and ("node-1", "node-3") in keys
+    as_ring = {c.key for c in resolve_network(units, slow, meta, top=1000)}
+    assert ("node-0", "node-2") not in as_ring

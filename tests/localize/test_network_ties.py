@@ -1,0 +1,60 @@
+"""Network faults CommOps cannot pin down alone: the verdict says so, and flows decide.
+
+One dp ring per GPU index over every host, nothing else crossing hosts (no pipeline): a slow
+NIC, link or switch slows every ring the same way, so CommOps can only name the set of devices
+the rings cross. The verdict lists them with equal scores and one evidence line; the flows
+added to the same trace pick the faulty one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.traceio import Trace
+from localize.combine import localize_trace
+from simulator.config import FaultSpec, SimConfig
+from simulator.flows import emit_flows
+from simulator.writer import simulate_trace
+
+pytestmark = pytest.mark.slow
+
+FAULTS = {
+    "nic": ("nic:host=node-5,factor=3,steps=5:11", {"kind": "nic", "host": "node-5"}),
+    "link": ("link:hosts=node-2+node-3,factor=3,steps=5:11", {"kind": "link", "hosts": ["node-2", "node-3"]}),
+    "switch": ("switch:switch=tor-1,factor=3,steps=5:11", {"kind": "switch", "switch": "tor-1"}),
+}
+
+
+def _is(c: object, want: dict) -> bool:
+    return all(getattr(c, k) == v for k, v in want.items())
+
+
+@pytest.fixture(scope="module")
+def ring_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ties")
+    out = {}
+    for name, (spec, _) in FAULTS.items():
+        d = root / name
+        simulate_trace(SimConfig(gpus=64, tp=8, steps=12, seed=21, faults=[FaultSpec.parse(spec)], job=name), d,
+                       counterfactual=False)
+        emit_flows(d, pcap=False)
+        out[name] = d
+    return out
+
+
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_commops_reports_the_tie_and_flows_break_it(ring_traces: dict[str, Path], name: str) -> None:
+    want = FAULTS[name][1]
+    trace = Trace.open(ring_traces[name])
+    v = localize_trace(trace, ("commops",), top=50)
+    assert v.status == "irregular"
+    n_tie = v.extra["network_tie"]
+    tied = [c for c in v.candidates if c.score >= v.candidates[0].score - 1e-9]
+    assert n_tie == len(tied) == 18  # 8 NICs, 8 ring links, 2 switches: the rings cross them all
+    assert any(_is(c, want) for c in tied)
+    assert all("cannot tell apart 18 devices" in c.evidence[-1] for c in tied)
+    both = localize_trace(Trace.open(ring_traces[name]), None, top=5)
+    assert _is(both.candidates[0], want), [c.device() for c in both.candidates]
+    assert both.candidates[0].source == "commops+flows"

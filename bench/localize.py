@@ -2,6 +2,15 @@
 
     python -m bench.localize                 # default grid (64 and 256 GPUs, 5 layouts) + 8,192-GPU latency
     python -m bench.localize --scales 64,256,1024 --seeds 2 --latency-gpus 8192
+    python -m bench.localize --kinds nic,link,switch,pcie --healthy 0 --two-faults 0 --skip-latency
+    python -m bench.localize --skip-accuracy --healthy 0 --two-faults 0 --skip-latency --net-sweep 36
+
+Network faults are reported three ways: top-1 from CommOps alone; whether the truth is among
+the devices CommOps ranked equal first (it says when it cannot tell devices apart: one ring
+over every host, rings that all cross the same hosts); and top-1 once the trace's flows are
+added (simulated from the same run). `--net-sweep N` draws N random nic/link/switch jobs (2-D
+to 6-D, 64 GPUs up to --net-max-gpus, 4 or 8 GPUs per host, 2 or 4 hosts per switch, opaque
+group names, skew, noise, drift, row loss, a lost rank) and prints the same figures.
 
 Every trace is simulated here with seeds, magnitudes and start steps drawn from a seed the
 detector never saw in training (bench seed 1000+); faults, skew, drift, row loss and missing

@@ -5,6 +5,12 @@ none that does not. So each device is scored by how well "the unit crosses this 
 matches "the unit's transfers were slow": recall over the slow units, precision over all the
 units the device carries. Shared devices (a switch carries many groups) are not over-blamed:
 every healthy unit they carry costs them precision.
+
+Every member of a ring sees the ring's slowest edge, so a slow unit names the set of devices
+its edges cross, never one edge; units that were slow and units that were not, intersected and
+subtracted, narrow it down. Where they cannot (one ring over every host and nothing else on
+the network, or rings that all cross the same hosts in the same order), several devices
+explain the slow units exactly as well: `tied_best` returns them all so the verdict can say so.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class NetCandidate:
     carried: list[str] = field(default_factory=list)  # every unit it carries
 
     def label(self) -> str:
+        """The device's name as the verdict text writes it (rank 5, node-3, node-2<->node-3, tor-1)."""
         if self.kind == "gpu":
             return f"rank {self.key}"
         key = self.key if isinstance(self.key, tuple) else (str(self.key),)

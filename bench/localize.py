@@ -270,13 +270,13 @@ def tied_top(cands: list[Candidate]) -> list[Candidate]:
     return [c for c in cands if c.score >= best * (1 - 1e-6)]
 
 
-def network_sweep(n: int, steps: int, workdir: Path, max_gpus: int, flows: bool = True) -> pd.DataFrame:
+def network_sweep(n: int, steps: int, workdir: Path, max_gpus: int, flows: bool = True, seed: int = 5000) -> pd.DataFrame:
     """nic/link/switch faults on random jobs none of the code was tuned on: top-1 from CommOps
     alone, whether the truth is among CommOps' tied best, and top-1 with flows added."""
     from simulator.flows import emit_flows
     from simulator.writer import simulate_trace
 
-    rng = np.random.default_rng(5000)
+    rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         cfg, dims = net_scenario(i, rng, steps, max_gpus)
@@ -509,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated fault kinds for the accuracy grid")
     ap.add_argument("--net-sweep", type=int, default=0, help="random nic/link/switch jobs (3-D to 6-D, and 2-D)")
     ap.add_argument("--net-max-gpus", type=int, default=2048)
+    ap.add_argument("--net-seed", type=int, default=5000, help="seed of the network sweep's draws")
     ap.add_argument("--no-flows", action="store_true", help="network faults from CommOps only (no flows added)")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
@@ -540,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
             print(base[["laggard", *BASELINES]].mean().round(3).to_string())
         if args.net_sweep:
             print(f"== network sweep: {args.net_sweep} random nic/link/switch jobs up to {args.net_max_gpus} GPUs ==", flush=True)
-            net = network_sweep(args.net_sweep, args.steps, work, args.net_max_gpus, flows=not args.no_flows)
+            net = network_sweep(args.net_sweep, args.steps, work, args.net_max_gpus, flows=not args.no_flows,
+                                seed=args.net_seed)
             report_network(net)
         if args.healthy:
             alarms, n = healthy_sweep(args.healthy, args.steps, work)

@@ -190,8 +190,11 @@ def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path, layouts: 
                         base_rows.append({"gpus": gpus, "layout": lname, "kind": kind, "laggard": ok,
                                           **{b: baseline_correct(got[b], roots[0], trace.meta) for b in BASELINES}})
                     shutil.rmtree(out, ignore_errors=True)
-                    print(f"  {gpus:>5} {lname:<24} {kind:<8} v{variant} {'ok ' if ok else 'MISS'} {rows[-1]['got']}"
-                          f" (want {rows[-1]['want']}) {dt:.1f}s", flush=True)
+                    r = rows[-1]
+                    mark = "ok " if ok else ("TIE " if r["in_tie"] else "MISS")
+                    with_flows = "" if "ok_flows" not in r else " +flows " + ("ok" if r["ok_flows"] else "MISS")
+                    print(f"  {gpus:>5} {lname:<24} {kind:<8} v{variant} {mark} {r['got']} (want {r['want']}){with_flows}"
+                          f" {dt:.1f}s", flush=True)
     if no_effect:
         print(f"  {len(no_effect)} injected fault(s) had no effect on step time (left out): {', '.join(no_effect)}")
     return pd.DataFrame(rows), pd.DataFrame(base_rows)

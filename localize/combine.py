@@ -113,11 +113,13 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
                 break
     merged: dict[tuple[Any, ...], Candidate] = {}
     miss: dict[tuple[Any, ...], float] = {}
+    support: dict[tuple[Any, ...], float] = {}
     for v in verdicts:
         for c in v.candidates:
             key = _device_key(c)
             w = SOURCE_WEIGHT.get(c.source or "", 0.7)
             miss[key] = miss.get(key, 1.0) * (1 - w * c.score)
+            support[key] = support.get(key, 0.0) + w * c.score
             if key in merged:
                 m = merged[key]
                 m.evidence = m.evidence + c.evidence
@@ -126,6 +128,9 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
                 merged[key] = Candidate(**{**c.__dict__, "evidence": list(c.evidence)})
     for key, c in merged.items():
         c.score = 1 - miss[key]
-    cands = sorted(merged.values(), key=lambda c: -c.score)[:top] if status != "healthy" else []
+    # at equal scores (one source already certain), the device more sources name comes first:
+    # a tie CommOps could not break is broken by the flows that name one of its devices
+    ranked = sorted(merged, key=lambda k: (-merged[k].score, -support[k]))
+    cands = [merged[k] for k in ranked][:top] if status != "healthy" else []
     extra: dict[str, Any] = {"sources": [v.extra.get("source", "?") for v in verdicts]}
     return Verdict(job, status, steps, max(v.slowdown for v in verdicts), cands, extra)  # type: ignore[arg-type]

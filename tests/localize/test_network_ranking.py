@@ -130,3 +130,18 @@ def test_all_to_all_crosses_every_pair_of_its_hosts() -> None:
     assert ("node-0", "node-2") in keys and ("node-1", "node-3") in keys
     as_ring = {c.key for c in resolve_network(units, slow, meta, top=1000)}
     assert ("node-0", "node-2") not in as_ring
+
+
+def test_flows_break_a_commops_tie_even_at_full_score() -> None:
+    from localize.combine import merge
+    from localize.verdict import Candidate, Verdict
+
+    tie = [Candidate("switch", 1.0, ["tie"], switch="tor-0", source="commops"),
+           Candidate("nic", 1.0, ["tie"], host="node-5", source="commops"),
+           Candidate("link", 1.0, ["tie"], hosts=["node-2", "node-3"], source="commops")]
+    a = Verdict("j", "irregular", [6], 1.5, tie, {"source": "commops", "network_tie": 3})
+    b = Verdict("j", "irregular", [6], 1.5, [Candidate("nic", 0.6, ["flows"], host="node-5", source="flows")],
+                {"source": "flows"})
+    m = merge("j", [a, b])
+    assert (m.candidates[0].kind, m.candidates[0].host) == ("nic", "node-5")
+    assert m.candidates[0].source == "commops+flows"

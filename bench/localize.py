@@ -176,7 +176,8 @@ def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path, layouts: 
                     rows.append({"gpus": gpus, "layout": lname, "kind": kind, "variant": variant, "ok": ok,
                                  "alarm": v.status != "healthy", "seconds": dt,
                                  "got": top.device() if top else v.status, "want": roots[0] if roots else "healthy",
-                                 "in_tie": ok or any(correct(c, r) for c in tied_top(v.candidates) for r in roots)})
+                                 "in_tie": ok or any(correct(c, r) for c in tied_top(v.candidates) for r in roots),
+                                 "tied": len(tied_top(v.candidates)) if v.status == "irregular" else 0})
                     if flows and kind in NETWORK_FAULTS:
                         emit_flows(out, pcap=False)
                         vb = localize_trace(Trace.open(out), None, top=5)
@@ -191,7 +192,7 @@ def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path, layouts: 
                                           **{b: baseline_correct(got[b], roots[0], trace.meta) for b in BASELINES}})
                     shutil.rmtree(out, ignore_errors=True)
                     r = rows[-1]
-                    mark = "ok " if ok else ("TIE " if r["in_tie"] else "MISS")
+                    mark = ("ok " if ok else ("TIE " if r["in_tie"] else "MISS")) + (f" (tie of {r['tied']})" if r["tied"] > 1 else "")
                     with_flows = "" if "ok_flows" not in r else " +flows " + ("ok" if r["ok_flows"] else "MISS")
                     print(f"  {gpus:>5} {lname:<24} {kind:<8} v{variant} {mark} {r['got']} (want {r['want']}){with_flows}"
                           f" {dt:.1f}s", flush=True)
@@ -318,11 +319,12 @@ def report_targets(acc: pd.DataFrame) -> None:
     """Top-1 per fault kind over all layouts and over 3-D..6-D only, against issue #3's targets.
 
     `commops`: top-1 from CommOps alone; `tie`: the truth is among the devices CommOps ranked
-    equal first (it said it could not tell them apart); `+flows`: top-1 with the flows added.
+    equal first (it said it could not tell them apart); `+flows`: top-1 with the flows added;
+    `tied`: the share of traces where CommOps declared such a tie (its top-1 there is a pick).
     """
-    faulty = acc[acc["kind"] != "healthy"].assign(dims=lambda d: d["layout"].str[:2])
-    cols = ["ok", "in_tie"] + (["ok_flows"] if "ok_flows" in faulty else [])
-    names = {"ok": "commops", "in_tie": "tie", "ok_flows": "+flows"}
+    faulty = acc[acc["kind"] != "healthy"].assign(dims=lambda d: d["layout"].str[:2], declared=lambda d: d["tied"] > 1)
+    cols = ["ok", "in_tie"] + (["ok_flows"] if "ok_flows" in faulty else []) + ["declared"]
+    names = {"ok": "commops", "in_tie": "tie", "ok_flows": "+flows", "declared": "tied"}
     print("\ntop-1 by fault kind, all scales and layouts:")
     print(faulty.groupby("kind")[cols].mean().round(3).rename(columns=names)
           .join(faulty.groupby("kind").size().rename("n")).to_string())
@@ -342,8 +344,9 @@ def report_network(net: pd.DataFrame) -> None:
     """The sweep's top-1 per dimension count and kind, and per kind against the 95% target."""
     if net.empty:
         return
-    cols = ["ok", "in_tie"] + (["ok_flows"] if "ok_flows" in net else [])
-    names = {"ok": "commops", "in_tie": "tie", "ok_flows": "+flows"}
+    net = net.assign(declared=net["tied"] > 1)
+    cols = ["ok", "in_tie"] + (["ok_flows"] if "ok_flows" in net else []) + ["declared"]
+    names = {"ok": "commops", "in_tie": "tie", "ok_flows": "+flows", "declared": "tied"}
     print(net.groupby(["dims", "kind"])[cols].mean().round(2).rename(columns=names)
           .join(net.groupby(["dims", "kind"]).size().rename("n")).to_string())
     target = net[net["dims"] != "2D"]

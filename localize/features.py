@@ -16,6 +16,7 @@ hosts are not synchronized, so only a rank's own clock orders its own operators.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.schema import COLLECTIVE_OPS, OPS
+from localize.grouping import argsort_stable, cumcount, dense_codes, first_order, group_max, group_min, unique
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
@@ -47,7 +49,8 @@ FEATURES = (
 class Ops:
     """CommOps rows sorted by (rank, own start time), with derived per-row arrays."""
 
-    df: pd.DataFrame  # original columns, sorted, index 0..n-1
+    source: pd.DataFrame  # the rows as given, index 0..n-1
+    order: np.ndarray | None  # per sorted row: its row in `source` (None: given already sorted)
     elapsed: np.ndarray  # float64 seconds
     inst: np.ndarray  # int64 instance id per row
     n_inst: int
@@ -71,6 +74,13 @@ class Ops:
     step: np.ndarray  # per row: step (int64)
     rank: np.ndarray  # per row: rank (int64)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
+    nbytes: np.ndarray  # per row: payload bytes (int64)
+
+    @cached_property
+    def df(self) -> pd.DataFrame:
+        """The original columns in sorted order, index 0..n-1 (built on first use: detection
+        itself reads only the arrays above)."""
+        return self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -89,16 +99,6 @@ def op_codes(values: pd.Series) -> np.ndarray:
     return lut[codes] if len(codes) else codes
 
 
-def _group_reduce(keys: np.ndarray, n: int, values: np.ndarray, how: str) -> np.ndarray:
-    """min/max/sum of `values` per integer key in [0, n), vectorized."""
-    if how == "sum":
-        return np.bincount(keys, weights=values, minlength=n)
-    agg = pd.Series(values).groupby(keys).agg(how)
-    out = np.full(n, np.nan)
-    out[agg.index.to_numpy(np.int64)] = agg.to_numpy()
-    return out
-
-
 def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
                    step: np.ndarray) -> np.ndarray:
     """The key that pairs a send with its recv in each (group, src, dst) stream.
@@ -111,23 +111,86 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     idx = np.flatnonzero(is_p2p)
     if idx.size == 0:
         return seq
-    d = pd.DataFrame({"s": pair[idx], "send": is_send[idx], "seq": seq[idx], "step": step[idx]})
-    sends = d[d["send"]].drop_duplicates(["s", "seq"])
-    recvs = d[~d["send"]].drop_duplicates(["s", "seq"])
-    shared = sends.merge(recvs, on=["s", "seq"]).groupby("s").size()
-    streams = pd.Index(np.unique(d["s"].to_numpy()))
-    n_min = pd.concat([sends.groupby("s").size().reindex(streams), recvs.groupby("s").size().reindex(streams)],
-                      axis=1).min(axis=1).fillna(0)
-    agree = (shared.reindex(streams).fillna(0) >= 0.5 * n_min) & (n_min > 0)
-    use_seq = agree.reindex(d["s"]).fillna(False).to_numpy(bool)
-    ordinal = d.sort_values("seq", kind="stable").groupby(["s", "step", "send"]).cumcount().reindex(d.index).to_numpy(np.int64)
-    n_send = d.groupby(["s", "step"])["send"].transform("sum").to_numpy(np.int64)
-    n_all = d.groupby(["s", "step"])["send"].transform("size").to_numpy(np.int64)
-    paired = 2 * n_send == n_all
-    by_order = np.where(paired, (d["step"].to_numpy(np.int64) + 1) * 1_000_000 + ordinal, -(idx + 1))
+    s, snd, q = pair[idx], is_send[idx], seq[idx]
+    qc, nq = dense_codes(q, by_first=False)
+    n_s = int(s.max()) + 1
+    key = s * nq + qc
+    k_send, k_recv = unique(key[snd]), unique(key[~snd])
+    shared = np.bincount(np.intersect1d(k_send, k_recv, assume_unique=True) // nq, minlength=n_s)
+    n_min = np.minimum(np.bincount(k_send // nq, minlength=n_s), np.bincount(k_recv // nq, minlength=n_s))
+    agree = (shared >= 0.5 * n_min) & (n_min > 0)
+    if agree[s].all():
+        return seq
+    # streams matched by order: the ordinal of each end within (stream, step), in seq order
+    own = ~agree[s]
+    j = idx[own]
+    s, snd, qc, st = s[own], snd[own], qc[own], step[j]
+    sstep, _ = dense_codes(s * (int(st.max()) - int(st.min()) + 1) + (st - st.min()), by_first=False)
+    by_seq = argsort_stable(qc)
+    o = by_seq[argsort_stable((sstep * 2 + snd)[by_seq])]
+    ordinal = np.empty(len(j), dtype=np.int64)
+    ordinal[o] = cumcount((sstep * 2 + snd)[o])
+    n_send = np.bincount(sstep, weights=snd.astype(np.float64))
+    n_all = np.bincount(sstep)
+    paired = (2 * n_send == n_all)[sstep]
     out = seq.copy()
-    out[idx] = np.where(use_seq, seq[idx], by_order)
+    out[j] = np.where(paired, (st + 1) * 1_000_000 + ordinal, -(j + 1))
     return out
+
+
+def _pair_codes(gcode: np.ndarray, n_groups: int, is_p2p: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                w: int) -> np.ndarray:
+    """Per row: code of its operator stream — the group for a collective, (group, src, dst)
+    for p2p — numbered by first appearance."""
+    key = gcode.copy()
+    idx = np.flatnonzero(is_p2p)
+    if idx.size:
+        sub, _ = dense_codes((gcode[idx] * w + src[idx] + 1) * w + dst[idx] + 1, by_first=False)
+        key[idx] = n_groups + sub
+    return first_order(*dense_codes(key, by_first=False))
+
+
+def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per row: its slot, (rank, stream, op, ordinal of that operator within the step).
+
+    One sort by (rank, stream, op, step, row) yields both the ordinal (position within its
+    run) and the operator code (runs of equal (rank, stream, op))."""
+    n = len(pair)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    op_of, n_op = dense_codes(pair * 16 + opcode, by_first=False)
+    r0 = int(rank.min())
+    scode, n_step = dense_codes(step, by_first=False)
+    order = argsort_stable(((rank - r0) * n_op + op_of) * n_step + scode)
+    k_op = ((rank - r0) * n_op + op_of)[order]
+    k_step = scode[order]
+    new_op = np.r_[True, k_op[1:] != k_op[:-1]]
+    new_run = new_op | np.r_[True, k_step[1:] != k_step[:-1]]
+    pos = np.arange(n, dtype=np.int64)
+    start = np.where(new_run, pos, 0)
+    np.maximum.accumulate(start, out=start)
+    ordinal = pos - start
+    base = np.cumsum(new_op, dtype=np.int64) - 1
+    slot_sorted, _ = dense_codes(base * (int(ordinal.max()) + 1) + ordinal, by_first=False)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = slot_sorted
+    return out
+
+
+def _row_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray | None:
+    """The order that sorts rows by (rank, own start time), stably; None when already sorted."""
+    if len(rank) < 2:
+        return None
+    up = np.diff(rank) > 0
+    if not (np.diff(rank) < 0).any() and ((np.diff(start) >= 0) | up).all():
+        return None
+    order = argsort_stable(rank)  # rows usually arrive in time order: sorting by rank suffices
+    r, t = rank[order], start[order]
+    if ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
+        return order
+    rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
+    key = (rank << 42) + np.minimum(start - rmin, (1 << 42) - 1)
+    return np.argsort(key, kind="stable")
 
 
 def prepare_ops(df: pd.DataFrame) -> Ops:
@@ -135,36 +198,41 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     df = df.reset_index(drop=True)
     rank = df["rank"].to_numpy(np.int64)
     start = df["start_ns"].to_numpy(np.int64)
-    # sort by (rank, start) on one int64 key: rank in the high bits, start relative to the rank's first
-    if len(df) and not (np.all(np.diff(rank) >= 0) and np.all((np.diff(start) >= 0) | (np.diff(rank) > 0))):
-        rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
-        key = (rank << 42) + np.minimum(start - rmin, (1 << 42) - 1)
-        order = np.argsort(key, kind="stable")
-        df = df.iloc[order].reset_index(drop=True)
-        rank, start = rank[order], start[order]
-    end = df["end_ns"].to_numpy(np.int64)
-    elapsed = np.maximum(end - start, 0).astype(np.float64) * 1e-9
+    order = _row_order(rank, start)
+
+    def column(name: str) -> np.ndarray:
+        a = df[name].to_numpy(np.int64)
+        return a if order is None else a[order]
+
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
+    if order is not None:
+        rank, start = rank[order], start[order]
+        gcode, opcode = gcode[order], opcode[order]
+        first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
+        np.minimum.at(first_of, gcode, np.arange(len(gcode), dtype=np.int64))
+        by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
+        remap = np.full(len(groups), -1, dtype=np.int64)
+        remap[by_first] = np.arange(len(by_first), dtype=np.int64)
+        gcode, groups = remap[gcode], groups[by_first]
+    end = column("end_ns")
+    elapsed = np.maximum(end - start, 0).astype(np.float64) * 1e-9
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
-    peer = df["peer"].to_numpy(np.int64)
-    seq = df["seq"].to_numpy(np.int64)
+    peer = column("peer")
+    seq = column("seq")
     src = np.where(is_p2p, np.where(is_send, rank, peer), -1)
     dst = np.where(is_p2p, np.where(is_send, peer, rank), -1)
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
-    pair_key = (gcode * w + (src + 1)) * w + (dst + 1)
-    pair, _ = pd.factorize(pair_key)
-    step = df["step"].to_numpy(np.int64)
+    pair = _pair_codes(gcode, len(groups), is_p2p, src, dst, w)
+    step = column("step")
     seq = _p2p_match_key(pair, is_p2p, is_send, seq, step)
-    seq0 = seq - seq.min(initial=0)
-    inst, _ = pd.factorize(pair.astype(np.int64) * (int(seq0.max(initial=0)) + 1) + seq0)
-    inst = inst.astype(np.int64)
-    n_inst = int(inst.max(initial=-1)) + 1
+    qc, nq = dense_codes(seq, by_first=False)
+    inst, n_inst = dense_codes(pair * nq + qc)
     size = np.bincount(inst, minlength=n_inst)
-    imin = _group_reduce(inst, n_inst, elapsed, "min")
-    imax = _group_reduce(inst, n_inst, elapsed, "max")
-    imean = _group_reduce(inst, n_inst, elapsed, "sum") / np.maximum(size, 1)
+    imin = group_min(inst, n_inst, elapsed)
+    imax = group_max(inst, n_inst, elapsed)
+    imean = np.bincount(inst, weights=elapsed, minlength=n_inst) / np.maximum(size, 1)
     wait = elapsed - imin[inst]
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
@@ -185,12 +253,11 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     inst_dst = np.full(n_inst, -1, dtype=np.int64)
     inst_dst[inst] = dst
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
-    base = pd.factorize((pair.astype(np.int64) * 16 + opcode) * (w + 1) + rank)[0].astype(np.int64)
-    ordinal = pd.Series(base).groupby([base, step]).cumcount().to_numpy(np.int64)
-    slot = pd.factorize(base * 1_000_003 + ordinal)[0].astype(np.int64)
+    slot = _slot_codes(pair, opcode, rank, step)
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
-               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair.astype(np.int64), opcode, step, rank, first)
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
+               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair, opcode, step, rank, first,
+               column("nbytes"))
 
 
 def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -243,7 +310,7 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
     gkind = pd.Series(ops.groups.astype(str)).str.replace(r"[-_]?\d+$", "", regex=True)
     kcode = pd.factorize(gkind)[0].astype(np.int64)[ops.inst_group]
     nbytes = np.zeros(ops.n_inst, dtype=np.int64)
-    nbytes[ops.inst] = ops.df["nbytes"].to_numpy(np.int64)
+    nbytes[ops.inst] = ops.nbytes
     opc = np.zeros(ops.n_inst, dtype=np.int64)
     opc[ops.inst] = ops.opcode
     key = pd.factorize(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919))[0]
@@ -303,7 +370,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     out[6] = e / np.maximum(ops.inst_mean, eps)[inst]
     out[7] = e / np.maximum(imin, eps)
     out[8] = ops.wait / np.maximum(e, eps)
-    out[9] = np.log10(ops.df["nbytes"].to_numpy(np.float64) + 1)
+    out[9] = np.log10(ops.nbytes.astype(np.float64) + 1)
     out[10] = ops.opcode
     out[11] = ops.inst_p2p[inst]
     out[12] = step_ratio(ops, steps)

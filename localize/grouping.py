@@ -1,0 +1,110 @@
+"""Group-by on integer keys without hashing: the primitives the detector's hot path is built from.
+
+pandas' factorize and groupby hash every key and go through general machinery; on the
+millions of operator rows a node logs per minute that is most of the detection time. Keys
+here are non-negative int64, so a key packed with its row index sorts in one `np.sort`
+(a vectorized sort, no indirection, and stable by construction), small key ranges map
+through a lookup table, and per-group reductions are `ufunc.at` scatters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def argsort_stable(key: np.ndarray) -> np.ndarray:
+    """Stable argsort of integer keys: sorts key<<b | row as one int64 array when it fits."""
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    key = key.astype(np.int64, copy=False)
+    kmin = int(key.min())
+    span = int(key.max()) - kmin
+    bits = max(int(n - 1).bit_length(), 1)
+    if span >= 1 << (62 - bits):
+        return np.argsort(key, kind="stable").astype(np.int64, copy=False)
+    packed = ((key - kmin) << bits) if kmin else key << bits
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    packed &= (1 << bits) - 1
+    return packed
+
+
+def unique(key: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (`np.unique` without its hashing pass, several times faster)."""
+    k = np.sort(key)
+    return k[np.r_[True, k[1:] != k[:-1]]] if len(k) else k
+
+
+def first_order(codes: np.ndarray, k: int) -> np.ndarray:
+    """Renumber codes in [0, k) by first appearance, as `pd.factorize` numbers them."""
+    n = len(codes)
+    first = np.full(k, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    remap = np.empty(k, dtype=np.int64)
+    remap[np.argsort(first, kind="stable")] = np.arange(k, dtype=np.int64)
+    return remap[codes]
+
+
+def dense_codes(key: np.ndarray, by_first: bool = True) -> tuple[np.ndarray, int]:
+    """Codes 0..k-1 of integer keys (first-appearance order, or key order when `by_first` is
+    False) and k: a lookup table when the key range is small, one packed sort otherwise."""
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    key = key.astype(np.int64, copy=False)
+    kmin = int(key.min())
+    span = int(key.max()) - kmin + 1
+    if span <= 4 * n + 4096:
+        rel = key - kmin if kmin else key
+        present = np.zeros(span, dtype=bool)
+        present[rel] = True
+        lut = np.cumsum(present, dtype=np.int64)
+        k = int(lut[-1])
+        lut -= 1
+        codes = lut[rel]
+        return (first_order(codes, k) if by_first else codes), k
+    order = argsort_stable(key)
+    sk = key[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(sk[1:], sk[:-1], out=new[1:])
+    c = np.cumsum(new, dtype=np.int64)
+    c -= 1
+    k = int(c[-1]) + 1
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = c
+    if by_first:  # the first row of each group in a stable sort is its first appearance
+        remap = np.empty(k, dtype=np.int64)
+        remap[np.argsort(order[new], kind="stable")] = np.arange(k, dtype=np.int64)
+        codes = remap[codes]
+    return codes, k
+
+
+def cumcount(codes: np.ndarray) -> np.ndarray:
+    """Per row: how many earlier rows share its code (`groupby(...).cumcount()`)."""
+    n = len(codes)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = argsort_stable(codes)
+    sc = codes[order]
+    pos = np.arange(n, dtype=np.int64)
+    start = np.where(np.r_[True, sc[1:] != sc[:-1]], pos, 0)
+    np.maximum.accumulate(start, out=start)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = pos - start
+    return out
+
+
+def group_min(codes: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
+    """Smallest of finite values per code (inf for codes with no rows)."""
+    out = np.full(k, np.inf)
+    np.minimum.at(out, codes, values)
+    return out
+
+
+def group_max(codes: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
+    """Largest of finite values per code (-inf for codes with no rows)."""
+    out = np.full(k, -np.inf)
+    np.maximum.at(out, codes, values)
+    return out

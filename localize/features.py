@@ -24,7 +24,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.schema import COLLECTIVE_OPS, OPS
-from localize.grouping import argsort_stable, cumcount, dense_codes, first_order, group_max, group_min, unique
+from localize.grouping import (
+    argsort_stable,
+    cumcount,
+    dense_codes,
+    first_order,
+    group_max,
+    group_min,
+    unique,
+)
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (

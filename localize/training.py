@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from localize.detector import cascade_proba, clearly_normal, label_rows, rule_detect, three_sigma, tune_threshold
+from localize.detector import (
+    cascade_proba,
+    clearly_normal,
+    label_rows,
+    rule_detect,
+    three_sigma,
+    tune_threshold,
+)
 from localize.features import FEATURES, detector_matrix, prepare_ops
 from localize.forest import ArrayForest
 from localize.steps import judge, step_durations

@@ -2,7 +2,7 @@
 
 A cascade keeps it fast: a cheap screen passes operators that are clearly normal — as long
 as they usually take (within 10% or 0.1 ms of their drift-normalized own median) in an
-instance no slower than the same operator of its sibling groups — and only the rest reach
+instance in line with the same operator of its sibling groups — and only the rest reach
 the forest. The screen's bounds were calibrated on held-out simulator jobs so that recall
 does not drop (`training.evaluate` scores the cascade as shipped).
 
@@ -19,14 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from localize.features import FEATURES, Ops, detector_matrix, slot_history, step_scale
+from localize.features import Basis, Ops, detector_matrix, feature_basis, slot_history, step_scale
 from localize.forest import ArrayForest
 
 DEFAULT_THRESHOLD = 0.5
 SCREEN_RATIO = 1.1  # elapsed over the slot's own (drift-normalized) median
 SCREEN_EXCESS_S = 1e-4  # ...or at most this much over it
-SCREEN_PEER = 1.1  # instance minimum over the sibling groups' (min_vs_peer_groups)
-_COL = {name: i for i, name in enumerate(FEATURES)}
+SCREEN_PEER = (0.8, 1.1)  # instance minimum over the sibling groups' (min_vs_peer_groups)
 
 
 @dataclass
@@ -51,22 +50,13 @@ def tune_threshold(proba: np.ndarray, normal: np.ndarray, base: float = DEFAULT_
     return float(min(max(base, q + 1e-6), 0.95))
 
 
-def clearly_normal(x: np.ndarray) -> np.ndarray:
-    """The cascade's screen, from the feature matrix: per row, True when the forest need not
-    look (close to its own history, and its instance not slower than its peer groups')."""
-    ratio = x[:, _COL["ratio_own_median"]]
-    elapsed = np.power(np.float32(10), x[:, _COL["log_elapsed_norm"]])  # drift-normalized seconds
-    close = (ratio <= SCREEN_RATIO) | (elapsed * (1 - 1 / np.maximum(ratio, 1e-6)) <= SCREEN_EXCESS_S)
-    return close & (x[:, _COL["min_vs_peer_groups"]] <= SCREEN_PEER)
-
-
-def cascade_proba(model: ArrayForest, x: np.ndarray) -> np.ndarray:
-    """P(abnormal) per row: 0 for rows the screen passes, the forest's for the rest."""
-    proba = np.zeros(len(x))
-    rest = np.flatnonzero(~clearly_normal(x))
-    if rest.size:
-        proba[rest] = model.predict_proba(x[rest])
-    return proba
+def clearly_normal(ops: Ops, basis: Basis) -> np.ndarray:
+    """The cascade's screen: per row, True when the forest need not look — close to its own
+    history, and its instance in line with the same operator of its sibling groups."""
+    en = basis.normalized(ops)
+    close = (en <= SCREEN_RATIO * basis.med) | (en - basis.med <= SCREEN_EXCESS_S)
+    peer = basis.peer[ops.inst]
+    return close & (peer >= SCREEN_PEER[0]) & (peer <= SCREEN_PEER[1])
 
 
 class ForestDetector:
@@ -76,7 +66,11 @@ class ForestDetector:
         self.model = model
 
     def detect(self, ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:
-        proba = cascade_proba(self.model, detector_matrix(ops, steps, ref_steps))
+        basis = feature_basis(ops, steps, ref_steps)
+        proba = np.zeros(len(ops.elapsed))
+        rest = np.flatnonzero(~clearly_normal(ops, basis))
+        if rest.size:
+            proba[rest] = self.model.predict_proba(detector_matrix(ops, steps, ref_steps, rest, basis))
         step = ops.step
         normal = np.isin(step, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(step), bool)
         thr = tune_threshold(proba, normal)

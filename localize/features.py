@@ -354,19 +354,45 @@ def step_ratio(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
     return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64))
 
 
-def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> np.ndarray:
-    """The feature matrix of DESIGN.md's detector: own history, group peers, size, type, step.
+@dataclass
+class Basis:
+    """What the detector's screen and its features share, computed once for all rows."""
 
-    Column-major float32 (features x rows, transposed view returned) so each feature is
-    written once, in place.
-    """
-    e = ops.elapsed
+    scale: np.ndarray  # per row: the step's rolling baseline over the run's median (drift)
+    med: np.ndarray  # per row: drift-normalized median of its slot over reference steps
+    q1: np.ndarray
+    q3: np.ndarray
+    peer: np.ndarray  # per instance: `peer_group_min_ratio`
+
+    def normalized(self, ops: Ops) -> np.ndarray:
+        """Per row: elapsed over the step-time baseline."""
+        return ops.elapsed / self.scale
+
+
+def feature_basis(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Basis:
     scale = step_scale(ops, steps)
     med, q1, q3 = slot_history(ops, ref_steps, scale)
+    return Basis(scale, med, q1, q3, peer_group_min_ratio(ops))
+
+
+def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None,
+                    rows: np.ndarray | None = None, basis: Basis | None = None) -> np.ndarray:
+    """The feature matrix of DESIGN.md's detector: own history, group peers, size, type, step.
+
+    `rows` (indices) limits it to those rows — the ones a screen did not pass; `basis`
+    reuses what the screen computed. Column-major float32 (features x rows, transposed view
+    returned) so each feature is written once, in place.
+    """
+    b = basis if basis is not None else feature_basis(ops, steps, ref_steps)
+
+    def at(v: np.ndarray) -> np.ndarray:
+        return v if rows is None else v[rows]
+
+    e, scale, med, q1, q3 = at(ops.elapsed), at(b.scale), at(b.med), at(b.q1), at(b.q3)
     en = e / scale
     iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)
     eps = 1e-9
-    inst = ops.inst
+    inst = at(ops.inst)
     imin = ops.inst_min[inst]
     out = np.empty((len(FEATURES), len(e)), dtype=np.float32)
     out[0] = np.log10(en + 1e-7)  # elapsed against the rolling step-time baseline
@@ -377,11 +403,14 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     out[5] = (e - imin) / np.maximum(ops.inst_max - ops.inst_min, eps)[inst]
     out[6] = e / np.maximum(ops.inst_mean, eps)[inst]
     out[7] = e / np.maximum(imin, eps)
-    out[8] = ops.wait / np.maximum(e, eps)
-    out[9] = np.log10(ops.nbytes.astype(np.float64) + 1)
-    out[10] = ops.opcode
+    out[8] = at(ops.wait) / np.maximum(e, eps)
+    out[9] = np.log10(at(ops.nbytes).astype(np.float64) + 1)
+    out[10] = at(ops.opcode)
     out[11] = ops.inst_p2p[inst]
-    out[12] = step_ratio(ops, steps)
-    out[13] = peer_group_min_ratio(ops)[inst]
-    np.nan_to_num(out, copy=False, nan=0.0, posinf=1e3, neginf=-1e3)
+    out[12] = at(step_ratio(ops, steps))
+    out[13] = b.peer[inst]
+    bad = ~np.isfinite(out)  # as np.nan_to_num(nan=0, posinf=1e3, neginf=-1e3), without its slow inf tests
+    if bad.any():
+        v = out[bad]
+        out[bad] = np.where(np.isnan(v), 0.0, np.where(v > 0, 1e3, -1e3))
     return out.T

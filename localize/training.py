@@ -18,14 +18,13 @@ import numpy as np
 import pandas as pd
 
 from localize.detector import (
-    cascade_proba,
     clearly_normal,
     label_rows,
     rule_detect,
     three_sigma,
     tune_threshold,
 )
-from localize.features import FEATURES, detector_matrix, prepare_ops
+from localize.features import FEATURES, detector_matrix, feature_basis, prepare_ops
 from localize.forest import ArrayForest
 from localize.steps import judge, step_durations
 
@@ -126,9 +125,10 @@ def job_matrix(cfg: Any) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]
     table = judge(step_durations(ops.df))
     irr = table.loc[table["irregular"].astype(bool), "step"].to_numpy(np.int64)
     ref = np.setdiff1d(table["step"].to_numpy(np.int64), irr)
-    x = detector_matrix(ops, table, ref)
+    basis = feature_basis(ops, table, ref)
+    x = detector_matrix(ops, table, ref, basis=basis)
     base = {"3-sigma": three_sigma(ops, ref).abnormal, "robust-rule": rule_detect(ops, table, ref).abnormal,
-            "_normal": np.isin(ops.step, ref)}
+            "_normal": np.isin(ops.step, ref), "_screen": clearly_normal(ops, basis)}
     return x, y, base
 
 
@@ -182,9 +182,9 @@ def evaluate(forest: ArrayForest, jobs: list[Job], say: Callable[[str], None]) -
         x, y, base = job_matrix(j.cfg)
         full = forest.predict_proba(x)
         preds["forest-unscreened"].append(full >= tune_threshold(full, base["_normal"]))
-        proba = cascade_proba(forest, x)
+        passed = base["_screen"]
+        proba = np.where(passed, 0.0, full)  # the forest sees only what the screen did not pass
         thr = tune_threshold(proba, base["_normal"])
-        passed = clearly_normal(x)
         screened += int(passed.sum())
         screened_pos += int((y & passed).sum())
         preds["random-forest"].append(proba >= thr)

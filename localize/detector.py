@@ -1,7 +1,7 @@
 """Abnormal-operator detection (Holmes): a random forest over own-history and peer features.
 
 A cascade keeps it fast: a cheap screen passes operators that are clearly normal — as long
-as they usually take (within 10% or 0.1 ms of their drift-normalized own median) in an
+as they usually take (within 10% or 0.2 ms of their drift-normalized own median) in an
 instance in line with the same operator of its sibling groups — and only the rest reach
 the forest. The screen's bounds were calibrated on held-out simulator jobs so that recall
 does not drop (`training.evaluate` scores the cascade as shipped).
@@ -24,7 +24,7 @@ from localize.forest import ArrayForest
 
 DEFAULT_THRESHOLD = 0.5
 SCREEN_RATIO = 1.1  # elapsed over the slot's own (drift-normalized) median
-SCREEN_EXCESS_S = 1e-4  # ...or at most this much over it
+SCREEN_EXCESS_S = 2e-4  # ...or at most this much over it (the labels' bound for "clearly longer")
 SCREEN_PEER = (0.8, 1.1)  # instance minimum over the sibling groups' (min_vs_peer_groups)
 
 

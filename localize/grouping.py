@@ -37,12 +37,19 @@ def unique(key: np.ndarray) -> np.ndarray:
 
 
 def first_order(codes: np.ndarray, k: int) -> np.ndarray:
-    """Renumber codes in [0, k) by first appearance, as `pd.factorize` numbers them."""
+    """Renumber codes in [0, k), each occurring, by first appearance (as `pd.factorize` does)."""
     n = len(codes)
     first = np.full(k, n, dtype=np.int64)
     np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
-    remap = np.empty(k, dtype=np.int64)
-    remap[np.argsort(first, kind="stable")] = np.arange(k, dtype=np.int64)
+    return _by_position(codes, first, n)
+
+
+def _by_position(codes: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
+    """Renumber codes by their (distinct) first row, ordering rows through a table, not a sort."""
+    at_row = np.full(n, -1, dtype=np.int64)
+    at_row[first] = np.arange(len(first), dtype=np.int64)
+    remap = np.empty(len(first), dtype=np.int64)
+    remap[at_row[at_row >= 0]] = np.arange(len(first), dtype=np.int64)
     return remap[codes]
 
 
@@ -75,9 +82,7 @@ def dense_codes(key: np.ndarray, by_first: bool = True) -> tuple[np.ndarray, int
     codes = np.empty(n, dtype=np.int64)
     codes[order] = c
     if by_first:  # the first row of each group in a stable sort is its first appearance
-        remap = np.empty(k, dtype=np.int64)
-        remap[np.argsort(order[new], kind="stable")] = np.arange(k, dtype=np.int64)
-        codes = remap[codes]
+        codes = _by_position(codes, order[new], n)
     return codes, k
 
 

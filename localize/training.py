@@ -28,7 +28,7 @@ from localize.features import FEATURES, detector_matrix, feature_basis, prepare_
 from localize.forest import ArrayForest
 from localize.steps import judge, step_durations
 
-N_TREES = 12
+N_TREES = 6
 MAX_DEPTH = 9
 MAX_ROWS = 240_000
 

@@ -169,7 +169,7 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     op_of, n_op = dense_codes(pair * 16 + opcode, by_first=False)
     r0 = int(rank.min())
     scode, n_step = dense_codes(step, by_first=False)
-    order = argsort_stable(((rank - r0) * n_op + op_of) * n_step + scode)
+    order = argsort_stable(((rank - r0) * n_op + op_of) * n_step + scode, runs=True)  # rows come by rank
     k_op = ((rank - r0) * n_op + op_of)[order]
     k_step = scode[order]
     new_op = np.r_[True, k_op[1:] != k_op[:-1]]

@@ -12,20 +12,24 @@ from __future__ import annotations
 import numpy as np
 
 
-def argsort_stable(key: np.ndarray) -> np.ndarray:
-    """Stable argsort of integer keys: sorts key<<b | row as one int64 array when it fits."""
+def argsort_stable(key: np.ndarray, runs: bool = False) -> np.ndarray:
+    """Stable argsort of integer keys: a radix sort for keys spanning 16 bits, else one sort of
+    key<<b | row as int64 — by merging when `runs` (the keys come in long ascending runs,
+    which timsort exploits), by the vectorized quicksort otherwise."""
     n = len(key)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     key = key.astype(np.int64, copy=False)
     kmin = int(key.min())
     span = int(key.max()) - kmin
+    if span < 1 << 16:
+        return np.argsort((key - kmin).astype(np.uint16), kind="stable").astype(np.int64, copy=False)
     bits = max(int(n - 1).bit_length(), 1)
     if span >= 1 << (62 - bits):
         return np.argsort(key, kind="stable").astype(np.int64, copy=False)
     packed = ((key - kmin) << bits) if kmin else key << bits
     packed |= np.arange(n, dtype=np.int64)
-    packed.sort()
+    packed.sort(kind="stable" if runs else None)
     packed &= (1 << bits) - 1
     return packed
 

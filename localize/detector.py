@@ -19,7 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from localize.features import Basis, Ops, detector_matrix, feature_basis, slot_history, step_scale
+from localize.features import (
+    Basis,
+    Ops,
+    detector_matrix,
+    feature_basis,
+    in_steps,
+    slot_history,
+    step_scale,
+)
 from localize.forest import ArrayForest
 
 DEFAULT_THRESHOLD = 0.5
@@ -70,9 +78,9 @@ class ForestDetector:
         proba = np.zeros(len(ops.elapsed))
         rest = np.flatnonzero(~clearly_normal(ops, basis))
         if rest.size:
-            proba[rest] = self.model.predict_proba(detector_matrix(ops, steps, ref_steps, rest, basis))
-        step = ops.step
-        normal = np.isin(step, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(step), bool)
+            x = detector_matrix(ops, steps, ref_steps, rest, basis)
+            proba[rest] = self.model.predict_proba(x, settle=DEFAULT_THRESHOLD)  # tune_threshold never goes below
+        normal = in_steps(ops, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(proba), bool)
         thr = tune_threshold(proba, normal)
         return Detection(proba >= thr, proba, thr, "random-forest")
 

@@ -286,12 +286,28 @@ def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | Non
 
 def slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-row (median, q1, q3) of any per-row value over the row's slot in reference steps
-    (NaN where the slot has none). A slot occurs once per step, so its history is one row of
-    a slots x steps matrix."""
-    use = np.ones(len(e), dtype=bool) if ref_steps is None or len(ref_steps) == 0 else np.isin(ops.step, ref_steps)
+    (NaN where the slot has none)."""
+    med, q1, q3 = slot_stats(ops, e, ref_steps)
+    return med[ops.slot], q1[ops.slot], q3[ops.slot]
+
+
+def in_steps(ops: Ops, steps: np.ndarray | None) -> np.ndarray:
+    """Per row: whether its step is one of `steps` (all rows when None or empty), by a table."""
+    if steps is None or len(steps) == 0:
+        return np.ones(len(ops.step), dtype=bool)
+    lo = min(int(ops.step.min(initial=0)), int(np.min(steps)))
+    hi = max(int(ops.step.max(initial=0)), int(np.max(steps)))
+    lut = np.zeros(hi - lo + 1, dtype=bool)
+    lut[np.asarray(steps, dtype=np.int64) - lo] = True
+    return lut[ops.step - lo]
+
+
+def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
+    A slot occurs once per step, so its history is one row of a slots x steps matrix."""
+    use = np.flatnonzero(in_steps(ops, ref_steps))
     n_slot = int(ops.slot.max(initial=-1)) + 1
-    scode, _ = pd.factorize(ops.step[use], sort=True)
-    n_cols = int(scode.max(initial=-1)) + 1
+    scode, n_cols = dense_codes(ops.step[use], by_first=False)
     mat = np.full((n_slot, max(n_cols, 1)), np.nan)
     mat[ops.slot[use], scode] = e[use]  # NaN values (unmeasurable) simply do not count
     mat.sort(axis=1)  # NaN last
@@ -305,8 +321,7 @@ def slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tup
         w = pos - lo
         return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
 
-    med, q1, q3 = q(0.5), q(0.25), q(0.75)
-    return med[ops.slot], q1[ops.slot], q3[ops.slot]
+    return q(0.5), q(0.25), q(0.75)
 
 
 def peer_group_min_ratio(ops: Ops) -> np.ndarray:
@@ -335,23 +350,26 @@ def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
     return _per_step(ops, (base / med).astype(np.float64))
 
 
-def _per_step(ops: Ops, values: pd.Series) -> np.ndarray:
-    """Per row: the value of its step (1.0 where unknown), by array lookup rather than a map."""
+def _per_step(ops: Ops, values: pd.Series, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`, default all): the value of its step (1.0 where unknown), by table."""
+    step = ops.step if rows is None else ops.step[rows]
     idx = values.index.to_numpy(np.int64)
     if len(idx) == 0:
-        return np.ones(len(ops.step))
+        return np.ones(len(step))
     lo = min(int(idx.min()), int(ops.step.min(initial=0)))
     hi = max(int(idx.max()), int(ops.step.max(initial=0)))
     lut = np.ones(hi - lo + 1)
     v = values.to_numpy(np.float64)
     lut[idx - lo] = np.where(np.isfinite(v) & (v > 0), v, 1.0)
-    return lut[ops.step - lo]
+    return lut[step - lo]
 
 
-def step_ratio(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
+def step_ratio(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`, default all): its step's duration over the step-time baseline."""
+    n = len(ops.elapsed) if rows is None else len(rows)
     if steps is None or steps.empty or "ratio" not in steps:
-        return np.ones(len(ops.elapsed))
-    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64))
+        return np.ones(n)
+    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64), rows)
 
 
 @dataclass
@@ -360,19 +378,36 @@ class Basis:
 
     scale: np.ndarray  # per row: the step's rolling baseline over the run's median (drift)
     med: np.ndarray  # per row: drift-normalized median of its slot over reference steps
-    q1: np.ndarray
-    q3: np.ndarray
+    slot_q1: np.ndarray  # per slot: drift-normalized quartiles (NaN: no reference)
+    slot_q3: np.ndarray
     peer: np.ndarray  # per instance: `peer_group_min_ratio`
 
     def normalized(self, ops: Ops) -> np.ndarray:
         """Per row: elapsed over the step-time baseline."""
         return ops.elapsed / self.scale
 
+    def quartiles(self, ops: Ops, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(q1, q3) of the given rows' slots, as `slot_history` gives them."""
+        slot = ops.slot if rows is None else ops.slot[rows]
+        q1, q3 = self.slot_q1[slot], self.slot_q3[slot]
+        miss = np.isnan(q1)
+        if miss.any():
+            inst, scale = (ops.inst, self.scale) if rows is None else (ops.inst[rows], self.scale[rows])
+            fb = ops.inst_min[inst] / scale
+            q1, q3 = np.where(miss, fb, q1), np.where(miss, fb, q3)
+        return q1, q3
+
 
 def feature_basis(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Basis:
+    """The per-row step scale and slot median, and per-slot quartiles, as `slot_history`
+    computes them (only the median is needed for every row)."""
     scale = step_scale(ops, steps)
-    med, q1, q3 = slot_history(ops, ref_steps, scale)
-    return Basis(scale, med, q1, q3, peer_group_min_ratio(ops))
+    med_s, q1_s, q3_s = slot_stats(ops, ops.elapsed / scale, ref_steps)
+    med = med_s[ops.slot]
+    miss = np.isnan(med)
+    if miss.any():  # slots never seen in reference steps: the instance minimum (transfer time)
+        med = np.where(miss, ops.inst_min[ops.inst] / scale, med)
+    return Basis(scale, med, q1_s, q3_s, peer_group_min_ratio(ops))
 
 
 def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None,
@@ -388,7 +423,8 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     def at(v: np.ndarray) -> np.ndarray:
         return v if rows is None else v[rows]
 
-    e, scale, med, q1, q3 = at(ops.elapsed), at(b.scale), at(b.med), at(b.q1), at(b.q3)
+    e, scale, med = at(ops.elapsed), at(b.scale), at(b.med)
+    q1, q3 = b.quartiles(ops, rows)
     en = e / scale
     iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)
     eps = 1e-9
@@ -407,7 +443,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     out[9] = np.log10(at(ops.nbytes).astype(np.float64) + 1)
     out[10] = at(ops.opcode)
     out[11] = ops.inst_p2p[inst]
-    out[12] = at(step_ratio(ops, steps))
+    out[12] = step_ratio(ops, steps, rows)
     out[13] = b.peer[inst]
     bad = ~np.isfinite(out)  # as np.nan_to_num(nan=0, posinf=1e3, neginf=-1e3), without its slow inf tests
     if bad.any():

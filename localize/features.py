@@ -28,11 +28,13 @@ from localize.grouping import (
     argsort_stable,
     cumcount,
     dense_codes,
-    first_order,
     group_max,
+    group_median,
     group_min,
     unique,
 )
+
+_OPS_ARRAY = pa.array(list(OPS))
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
@@ -102,9 +104,11 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def op_codes(values: pd.Series) -> np.ndarray:
     """Per row: index of the op into OPS (unknown ops get len(OPS))."""
-    codes, names = _codes(values)
-    lut = np.array([OPS.index(n) if n in OPS else len(OPS) for n in names], dtype=np.int64)
-    return lut[codes] if len(codes) else codes
+    arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
+    idx = pc.fill_null(pc.index_in(arr, value_set=_OPS_ARRAY), len(OPS))
+    if isinstance(idx, pa.ChunkedArray):
+        idx = idx.combine_chunks()
+    return np.asarray(idx, dtype=np.int64)
 
 
 def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
@@ -149,13 +153,13 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
 def _pair_codes(gcode: np.ndarray, n_groups: int, is_p2p: np.ndarray, src: np.ndarray, dst: np.ndarray,
                 w: int) -> np.ndarray:
     """Per row: code of its operator stream — the group for a collective, (group, src, dst)
-    for p2p — numbered by first appearance."""
+    for p2p."""
     key = gcode.copy()
     idx = np.flatnonzero(is_p2p)
     if idx.size:
         sub, _ = dense_codes((gcode[idx] * w + src[idx] + 1) * w + dst[idx] + 1, by_first=False)
         key[idx] = n_groups + sub
-    return first_order(*dense_codes(key, by_first=False))
+    return dense_codes(key, by_first=False)[0]
 
 
 def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
@@ -336,9 +340,8 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
     nbytes[ops.inst] = ops.nbytes
     opc = np.zeros(ops.n_inst, dtype=np.int64)
     opc[ops.inst] = ops.opcode
-    key = pd.factorize(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919))[0]
-    ref = pd.Series(ops.inst_min).groupby(key).transform("median").to_numpy()
-    return ops.inst_min / np.maximum(ref, 1e-9)
+    key, n_key = dense_codes(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919), by_first=False)
+    return ops.inst_min / np.maximum(group_median(key, n_key, ops.inst_min), 1e-9)[key]
 
 
 def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:

@@ -117,3 +117,13 @@ def group_max(codes: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
     out = np.full(k, -np.inf)
     np.maximum.at(out, codes, values)
     return out
+
+
+def group_median(codes: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
+    """Median of finite values per code in [0, k), each occurring (`groupby(...).median()`)."""
+    order = np.argsort(values, kind="stable")
+    order = order[argsort_stable(codes[order])]
+    v = values[order]
+    count = np.bincount(codes, minlength=k)
+    first = np.cumsum(count) - count
+    return (v[first + (count - 1) // 2] + v[first + count // 2]) / 2

@@ -31,6 +31,7 @@ from localize.grouping import (
     group_max,
     group_median,
     group_min,
+    sort_keys,
     unique,
 )
 
@@ -171,38 +172,45 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     op_of, n_op = dense_codes(pair * 16 + opcode, by_first=False)
-    r0 = int(rank.min())
     scode, n_step = dense_codes(step, by_first=False)
-    order = argsort_stable(((rank - r0) * n_op + op_of) * n_step + scode, runs=True)  # rows come by rank
-    k_op = ((rank - r0) * n_op + op_of)[order]
-    k_step = scode[order]
-    new_op = np.r_[True, k_op[1:] != k_op[:-1]]
-    new_run = new_op | np.r_[True, k_step[1:] != k_step[:-1]]
+    key = (rank - int(rank.min())) * n_op
+    key += op_of
+    key *= n_step
+    key += scode
+    order, k_sorted = sort_keys(key, runs=True)  # rows come by rank
+    new_run = np.empty(n, dtype=bool)
+    new_run[0] = True
+    np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_run[1:])
+    k_sorted //= n_step  # (rank, stream, op)
+    new_op = np.empty(n, dtype=bool)
+    new_op[0] = True
+    np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
     pos = np.arange(n, dtype=np.int64)
     start = np.where(new_run, pos, 0)
     np.maximum.accumulate(start, out=start)
-    ordinal = pos - start
+    pos -= start  # ordinal within the step
     base = np.cumsum(new_op, dtype=np.int64) - 1
-    slot_sorted, _ = dense_codes(base * (int(ordinal.max()) + 1) + ordinal, by_first=False)
+    slot_sorted, _ = dense_codes(base * (int(pos.max()) + 1) + pos, by_first=False)
     out = np.empty(n, dtype=np.int64)
     out[order] = slot_sorted
     return out
 
 
-def _row_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray | None:
-    """The order that sorts rows by (rank, own start time), stably; None when already sorted."""
+def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The order that sorts rows by (rank, own start time), stably, with rank and start in
+    that order; None when already sorted."""
     if len(rank) < 2:
         return None
     up = np.diff(rank) > 0
     if not (np.diff(rank) < 0).any() and ((np.diff(start) >= 0) | up).all():
         return None
-    order = argsort_stable(rank)  # rows usually arrive in time order: sorting by rank suffices
-    r, t = rank[order], start[order]
-    if ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
-        return order
-    rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
-    key = (rank << 42) + np.minimum(start - rmin, (1 << 42) - 1)
-    return np.argsort(key, kind="stable")
+    order, r = sort_keys(rank)  # rows usually arrive in time order: sorting by rank suffices
+    t = start[order]
+    if not ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
+        rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
+        order = np.argsort((rank << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
+        r, t = rank[order], start[order]
+    return order, r, t
 
 
 def prepare_ops(df: pd.DataFrame) -> Ops:
@@ -210,7 +218,8 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     df = df.reset_index(drop=True)
     rank = df["rank"].to_numpy(np.int64)
     start = df["start_ns"].to_numpy(np.int64)
-    order = _row_order(rank, start)
+    sort = _row_order(rank, start)
+    order = None if sort is None else sort[0]
 
     def column(name: str) -> np.ndarray:
         a = df[name].to_numpy(np.int64)
@@ -218,8 +227,8 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
 
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
-    if order is not None:
-        rank, start = rank[order], start[order]
+    if sort is not None:
+        order, rank, start = sort
         gcode, opcode = gcode[order], opcode[order]
         first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
         np.minimum.at(first_of, gcode, np.arange(len(gcode), dtype=np.int64))

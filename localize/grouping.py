@@ -13,25 +13,33 @@ import numpy as np
 
 
 def argsort_stable(key: np.ndarray, runs: bool = False) -> np.ndarray:
-    """Stable argsort of integer keys: a radix sort for keys spanning 16 bits, else one sort of
-    key<<b | row as int64 — by merging when `runs` (the keys come in long ascending runs,
-    which timsort exploits), by the vectorized quicksort otherwise."""
+    """Stable argsort of integer keys (see `sort_keys`)."""
+    return sort_keys(key, runs)[0]
+
+
+def sort_keys(key: np.ndarray, runs: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Stable argsort of integer keys, and the keys in that order: a radix sort for keys
+    spanning 16 bits, else one sort of key<<b | row as int64 — by merging when `runs` (the
+    keys come in long ascending runs, which timsort exploits), by quicksort otherwise."""
     n = len(key)
     if n == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), key.astype(np.int64)
     key = key.astype(np.int64, copy=False)
     kmin = int(key.min())
     span = int(key.max()) - kmin
-    if span < 1 << 16:
-        return np.argsort((key - kmin).astype(np.uint16), kind="stable").astype(np.int64, copy=False)
     bits = max(int(n - 1).bit_length(), 1)
-    if span >= 1 << (62 - bits):
-        return np.argsort(key, kind="stable").astype(np.int64, copy=False)
+    if span < 1 << 16 or span >= 1 << (62 - bits):
+        narrow = span < 1 << 16
+        order = np.argsort((key - kmin).astype(np.uint16) if narrow else key, kind="stable").astype(np.int64, copy=False)
+        return order, key[order]
     packed = ((key - kmin) << bits) if kmin else key << bits
     packed |= np.arange(n, dtype=np.int64)
     packed.sort(kind="stable" if runs else None)
-    packed &= (1 << bits) - 1
-    return packed
+    order = packed & ((1 << bits) - 1)
+    packed >>= bits
+    if kmin:
+        packed += kmin
+    return order, packed
 
 
 def unique(key: np.ndarray) -> np.ndarray:
@@ -75,8 +83,7 @@ def dense_codes(key: np.ndarray, by_first: bool = True) -> tuple[np.ndarray, int
         lut -= 1
         codes = lut[rel]
         return (first_order(codes, k) if by_first else codes), k
-    order = argsort_stable(key)
-    sk = key[order]
+    order, sk = sort_keys(key)
     new = np.empty(n, dtype=bool)
     new[0] = True
     np.not_equal(sk[1:], sk[:-1], out=new[1:])
@@ -95,8 +102,7 @@ def cumcount(codes: np.ndarray) -> np.ndarray:
     n = len(codes)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    order = argsort_stable(codes)
-    sc = codes[order]
+    order, sc = sort_keys(codes)
     pos = np.arange(n, dtype=np.int64)
     start = np.where(np.r_[True, sc[1:] != sc[:-1]], pos, 0)
     np.maximum.accumulate(start, out=start)

@@ -228,7 +228,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
     if sort is not None:
-        order, rank, start = sort
+        _, rank, start = sort
         gcode, opcode = gcode[order], opcode[order]
         first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
         np.minimum.at(first_of, gcode, np.arange(len(gcode), dtype=np.int64))

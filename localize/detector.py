@@ -39,7 +39,7 @@ SCREEN_PEER = (0.8, 1.1)  # instance minimum over the sibling groups' (min_vs_pe
 @dataclass
 class Detection:
     abnormal: np.ndarray  # bool per row
-    proba: np.ndarray  # abnormal probability (or score) per row
+    proba: np.ndarray  # abnormal probability (or score) per row; 0 where the screen passed the row
     threshold: float
     method: str
 

@@ -222,8 +222,10 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     order = None if sort is None else sort[0]
 
     def column(name: str) -> np.ndarray:
-        a = df[name].to_numpy(np.int64)
-        return a if order is None else a[order]
+        a = df[name].to_numpy()  # gathered in its own width, then widened
+        if a.dtype.kind not in "iu":
+            a = df[name].to_numpy(np.int64)
+        return (a if order is None else a[order]).astype(np.int64, copy=False)
 
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
@@ -237,13 +239,20 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         remap[by_first] = np.arange(len(by_first), dtype=np.int64)
         gcode, groups = remap[gcode], groups[by_first]
     end = column("end_ns")
-    elapsed = np.maximum(end - start, 0).astype(np.float64) * 1e-9
+    elapsed = (end - start).astype(np.float64)
+    np.maximum(elapsed, 0, out=elapsed)
+    elapsed *= 1e-9
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
     peer = column("peer")
     seq = column("seq")
-    src = np.where(is_p2p, np.where(is_send, rank, peer), -1)
-    dst = np.where(is_p2p, np.where(is_send, peer, rank), -1)
+    src = np.full(len(rank), -1, dtype=np.int64)
+    dst = src.copy()
+    p2p_rows = np.flatnonzero(is_p2p)
+    if p2p_rows.size:
+        snd = is_send[p2p_rows]
+        src[p2p_rows] = np.where(snd, rank[p2p_rows], peer[p2p_rows])
+        dst[p2p_rows] = np.where(snd, peer[p2p_rows], rank[p2p_rows])
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
     pair = _pair_codes(gcode, len(groups), is_p2p, src, dst, w)
     step = column("step")

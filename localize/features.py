@@ -272,16 +272,9 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     if len(df) > 1:
         same = rank[1:] == rank[:-1]
         gap[1:] = np.where(same, np.maximum(start[1:] - end[:-1], 0) * 1e-9, 0.0)
-    inst_group = np.zeros(n_inst, dtype=np.int64)
-    inst_group[inst] = gcode
-    inst_step = np.zeros(n_inst, dtype=np.int64)
-    inst_step[inst] = step
-    inst_p2p = np.zeros(n_inst, dtype=bool)
-    inst_p2p[inst] = is_p2p
-    inst_src = np.full(n_inst, -1, dtype=np.int64)
-    inst_src[inst] = src
-    inst_dst = np.full(n_inst, -1, dtype=np.int64)
-    inst_dst[inst] = dst
+    last = np.zeros(n_inst, dtype=np.int64)
+    last[inst] = np.arange(len(inst), dtype=np.int64)  # per instance: its last row speaks for it
+    inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
     slot = _slot_codes(pair, opcode, rank, step)
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)

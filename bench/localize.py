@@ -12,6 +12,7 @@ process (the machine is shared; CPU time is what "per core" means).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -269,7 +270,7 @@ def latency(gpus: int, steps: int, workdir: Path) -> dict[str, float]:
 TARGET_ROWS_PER_CPU_S = 2_000_000  # issue #3: detection at >= 2M operator rows/s per core
 
 
-def throughput(gpus: int, workdir: Path, repeats: int = 3) -> dict[str, float]:
+def throughput(gpus: int, workdir: Path, repeats: int = 5) -> dict[str, float]:
     """Detection rows per CPU-second of this process (CPU time of all its threads, so the
     figure is per core), end to end from the CommOps DataFrame to a decision for every row,
     and by part.
@@ -311,7 +312,8 @@ def throughput(gpus: int, workdir: Path, repeats: int = 3) -> dict[str, float]:
     return {"rows": n, "end_to_end_rows_per_cpu_s": n / best["end_to_end"],
             "prepare_rows_per_cpu_s": n / best["prepare"], "step_table_rows_per_cpu_s": n / best["step_table"],
             "detector_rows_per_cpu_s": n / best["detector"], "rule_end_to_end_rows_per_cpu_s": n / best["rule"],
-            "screened_share": screened, "flagged_share": float(flagged.mean())}
+            "screened_share": screened, "flagged_share": float(flagged.mean()),
+            "load_average_1min": os.getloadavg()[0], "cpus": float(os.cpu_count() or 1)}
 
 
 def drift_f1(workdir: Path) -> dict[str, float]:
@@ -387,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  end-to-end detection {e2e:,.0f} rows/CPU-s: target {TARGET_ROWS_PER_CPU_S:,} "
               f"{'met' if e2e >= TARGET_ROWS_PER_CPU_S else 'NOT met'}")
         for k, v in tput.items():
-            print(f"  {k:<36} {v:.3f}" if k.endswith("share") else f"  {k:<36} {v:,.0f}")
+            print(f"  {k:<36} {v:,.0f}" if k.endswith("_s") or k == "rows" else f"  {k:<36} {v:.3f}")
+        if tput["load_average_1min"] > tput["cpus"] / 2:
+            print("  (the machine was busy: other processes inflate this process's CPU time)")
         if not args.skip_latency:
             print(f"\n== latency at {args.latency_gpus} GPUs ==", flush=True)
             for k, v in latency(args.latency_gpus, args.latency_steps, work).items():

@@ -201,8 +201,8 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     that order; None when already sorted."""
     if len(rank) < 2:
         return None
-    up = np.diff(rank) > 0
-    if not (np.diff(rank) < 0).any() and ((np.diff(start) >= 0) | up).all():
+    d = np.diff(rank)
+    if not (d < 0).any() and ((np.diff(start) >= 0) | (d > 0)).all():
         return None
     order, r = sort_keys(rank)  # rows usually arrive in time order: sorting by rank suffices
     t = start[order]

@@ -31,6 +31,7 @@ from localize.grouping import (
     group_max,
     group_median,
     group_min,
+    iota,
     sort_keys,
     unique,
 )
@@ -185,10 +186,9 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     new_op = np.empty(n, dtype=bool)
     new_op[0] = True
     np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
-    pos = np.arange(n, dtype=np.int64)
-    start = np.where(new_run, pos, 0)
+    start = np.where(new_run, iota(n), 0)
     np.maximum.accumulate(start, out=start)
-    pos -= start  # ordinal within the step
+    pos = iota(n) - start  # ordinal within the step
     base = np.cumsum(new_op, dtype=np.int64) - 1
     slot_sorted, _ = dense_codes(base * (int(pos.max()) + 1) + pos, by_first=False)
     out = np.empty(n, dtype=np.int64)
@@ -233,7 +233,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         _, rank, start = sort
         gcode, opcode = gcode[order], opcode[order]
         first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
-        np.minimum.at(first_of, gcode, np.arange(len(gcode), dtype=np.int64))
+        np.minimum.at(first_of, gcode, iota(len(gcode)))
         by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
         remap = np.full(len(groups), -1, dtype=np.int64)
         remap[by_first] = np.arange(len(by_first), dtype=np.int64)
@@ -273,7 +273,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         same = rank[1:] == rank[:-1]
         gap[1:] = np.where(same, np.maximum(start[1:] - end[:-1], 0) * 1e-9, 0.0)
     last = np.zeros(n_inst, dtype=np.int64)
-    last[inst] = np.arange(len(inst), dtype=np.int64)  # per instance: its last row speaks for it
+    last[inst] = iota(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
     slot = _slot_codes(pair, opcode, rank, step)

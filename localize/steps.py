@@ -17,7 +17,7 @@ import pandas as pd
 
 from collector.meta import JobMeta
 from collector.traceio import Trace
-from localize.grouping import dense_codes, group_max, group_min, unique
+from localize.grouping import dense_codes, group_max, group_min
 
 WINDOW = 8
 
@@ -101,11 +101,12 @@ def step_durations(df: pd.DataFrame) -> pd.Series:
     step = df["step"].to_numpy(np.int64)
     keep = step >= 0
     step = step[keep]
-    steps = unique(step)
     if len(step) == 0:
-        return pd.Series(np.zeros(0), index=pd.Index(steps, name="step"), name="duration_s")
+        return pd.Series(np.zeros(0), index=pd.Index(step, name="step"), name="duration_s")
+    scode, n_steps = dense_codes(step, by_first=False)  # in step order
+    steps = np.empty(n_steps, dtype=np.int64)
+    steps[scode] = step
     rank, n_rank = dense_codes(df["rank"].to_numpy(np.int64)[keep], by_first=False)
-    scode = np.searchsorted(steps, step)
     start = df["start_ns"].to_numpy(np.int64)[keep]
     t0 = int(start.min())
     cell = rank * len(steps) + scode

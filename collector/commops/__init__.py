@@ -88,7 +88,7 @@ def stats() -> dict[str, Any]:
     w: ShardWriter | None = _state.get("writer")
     if rec is None:
         return {}
-    return {"rank": rec.rank, "recorded": rec.pos[0] + rec.async_pos[0], "rows": w.rows if w else 0,
+    return {"rank": rec.rank, "recorded": rec.created(), "rows": w.rows if w else 0,
             "shards": w.shards if w else 0, "bytes": w.bytes if w else 0,
             "dropped": w.dropped if w else 0, "errors": rec.errors}
 

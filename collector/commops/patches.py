@@ -39,8 +39,9 @@ def install(rec: Recorder, on_first_op: Callable[[Recorder], None]) -> None:
     rec.group_id = group_id  # type: ignore[method-assign]
     wrapped: dict[str, Any] = {}
     batch_flag = [False]
-    makers = [(name, lambda f, a=(op, tpos, gpos): make_collective(rec, f, *a)) for name, op, tpos, gpos in COLLECTIVES]
-    makers += [(name, lambda f, a=(op, pk, gk): make_p2p(rec, f, *a, batch_flag)) for name, op, pk, gk in P2P]
+    makers: list[tuple[str, Callable[[Any], Any]]] = [
+        (name, lambda f, o=op, t=tpos, g=gpos: make_collective(rec, f, o, t, g)) for name, op, tpos, gpos in COLLECTIVES]
+    makers += [(name, lambda f, o=op, p=pk, g=gk: make_p2p(rec, f, o, p, g, batch_flag)) for name, op, pk, gk in P2P]
     for name, make in makers:
         if hasattr(c10d, name):
             try:

@@ -67,7 +67,7 @@ class Recorder:
         self.mask = capacity - 1
         # completed synchronous ops: a bounded ring (the oldest fall out when the writer falls
         # behind); one C-level append per op, drained by the writer with popleft
-        self.ring: deque[tuple[tuple[int, ...], int]] = deque(maxlen=capacity)
+        self.ring: deque[tuple[int, ...]] = deque(maxlen=capacity)
         # completion ring for async ops: callbacks run on backend threads, so it takes a lock
         self.async_ring: list[tuple[tuple[int, ...], int] | None] = [None] * capacity
         self.async_pos = [0]
@@ -130,7 +130,7 @@ class Recorder:
     def in_flight_frames(self) -> list[tuple[int, ...]]:
         """Rows of the ops some thread is inside of on the fast path right now, read from the
         wrappers' frames (the fast path keeps no marker; a stuck op is still on its stack)."""
-        rows = []
+        rows: list[tuple[int, ...]] = []
         for frame in sys._current_frames().values():
             f: Any = frame
             while f is not None:

@@ -39,15 +39,17 @@ def install(rec: Recorder, on_first_op: Callable[[Recorder], None]) -> None:
     rec.group_id = group_id  # type: ignore[method-assign]
     wrapped: dict[str, Any] = {}
     batch_flag = [False]
-    makers: list[tuple[str, Callable[[Any], Any]]] = [
-        (name, lambda f, o=op, t=tpos, g=gpos: make_collective(rec, f, o, t, g)) for name, op, tpos, gpos in COLLECTIVES]
-    makers += [(name, lambda f, o=op, p=pk, g=gk: make_p2p(rec, f, o, p, g, batch_flag)) for name, op, pk, gk in P2P]
-    for name, make in makers:
+    for name, op, tpos, gpos in COLLECTIVES:
         if hasattr(c10d, name):
             try:
-                wrapped[name] = make(getattr(c10d, name))
+                wrapped[name] = make_collective(rec, getattr(c10d, name), op, tpos, gpos)
             except TypeError as exc:  # a torch whose signature we do not know: leave it unwrapped
                 rec.error(exc)
+    for name, op, peer_kw, group_peer_kw in P2P:
+        try:
+            wrapped[name] = make_p2p(rec, getattr(c10d, name), op, peer_kw, group_peer_kw, batch_flag)
+        except TypeError as exc:
+            rec.error(exc)
     wrapped["batch_isend_irecv"] = make_batch_p2p(
         rec, c10d.batch_isend_irecv, batch_flag, (c10d.isend, wrapped.get("isend", c10d.isend)))
     for name, fn in wrapped.items():

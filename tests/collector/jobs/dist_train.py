@@ -74,11 +74,12 @@ def main() -> None:
     peer = rank + 2 if stage == 0 else rank - 2
     t_loop = time.perf_counter()
     times: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}  # process CPU (all threads: the writer's too)
     for step in range(a.steps):
         if a.toggle_every and step and step % a.toggle_every == 0:  # between steps, not timed
             on = (step // a.toggle_every) % 2 == 0
             commops.attach() if on else commops.detach()
-        t_step = time.perf_counter()
+        t_step, c_step = time.perf_counter(), time.process_time()
         burn(a.compute_ms + (a.slow_ms if rank == a.slow_rank and step in slow else 0.0))
         if rank == a.hang_rank and step == a.hang_step:
             time.sleep(600)  # stuck before the collective; torchrun's SIGTERM ends it
@@ -108,6 +109,7 @@ def main() -> None:
         opt.step()
         if a.toggle_every and step % a.toggle_every:  # skip each block's first step (warm-up)
             times[(step // a.toggle_every) % 2 == 0].append(time.perf_counter() - t_step)
+            cpu[(step // a.toggle_every) % 2 == 0].append(time.process_time() - c_step)
     dist.barrier(group=dp)
     t_end = time.perf_counter()
     if rank == 0 and os.environ.get("DIST_TRAIN_REPORT"):
@@ -117,6 +119,7 @@ def main() -> None:
             import statistics
 
             print(f"toggled on_s={statistics.median(times[True]):.6f} off_s={statistics.median(times[False]):.6f} "
+                  f"on_cpu={statistics.mean(cpu[True]):.6f} off_cpu={statistics.mean(cpu[False]):.6f} "
                   f"n={len(times[True])},{len(times[False])}", flush=True)
     dist.destroy_process_group()
 

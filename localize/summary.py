@@ -82,7 +82,8 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None) -> 
     rank = ops.rank
     ranks = np.unique(rank)
     names = [host_of(int(r)) if host_of is not None else f"rank-{int(r)}" for r in ranks]
-    host = np.asarray(names, dtype=object)[np.searchsorted(ranks, rank)]
+    hcode, hosts = pd.factorize(np.asarray(names, dtype=object))
+    host = hcode[np.searchsorted(ranks, rank)]  # per row, as an integer: grouping on strings is slow
     per_rank = pd.DataFrame({"host": host, "rank": rank, "step": steps, "compute_s": ops.gap,
                              "step_end_ns": ops.df["end_ns"].to_numpy(np.int64)}).groupby(
         ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max")).reset_index()
@@ -93,11 +94,13 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None) -> 
     typical = per_rank.groupby(["host", "step"])["compute_s"].transform("median")
     out = pd.concat([med, per_rank[per_rank["compute_s"] > OUTLIER * typical]], ignore_index=True)
     out = out.assign(group="*", abnormal=0, abnormal_s=0.0)
-    ab = pd.DataFrame({"host": host, "step": steps, "group": ops.groups[ops.group_code],
+    ab = pd.DataFrame({"host": host, "step": steps, "group": ops.group_code,
                        "abnormal": det.abnormal.astype(np.int32), "abnormal_s": np.where(det.abnormal, ops.elapsed, 0.0)})
     ab = ab[det.abnormal].groupby(["host", "step", "group"], sort=True).sum().reset_index()
-    ab = ab.assign(rank=-1, compute_s=0.0, step_end_ns=0)
-    res = pd.concat([out, ab], ignore_index=True)[list(SUMMARY_SCHEMA.names)]
+    ab = ab.assign(rank=-1, compute_s=0.0, step_end_ns=0, group=np.asarray(ops.groups, dtype=object)[ab["group"].to_numpy()])
+    res = pd.concat([out, ab], ignore_index=True)
+    res["host"] = np.asarray(hosts, dtype=object)[res["host"].to_numpy()]
+    res = res[list(SUMMARY_SCHEMA.names)]
     return res.sort_values(["host", "rank", "step", "group"]).reset_index(drop=True)
 
 

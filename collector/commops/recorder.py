@@ -1,9 +1,11 @@
 """The hot path of the CommOps logger: wrappers around torch.distributed that time each operator.
 
 Why it looks the way it does: every wrapper runs on the training thread for every operator, so
-it only reads two clocks, bumps a per-group counter and drops one tuple into a preallocated ring
-slot; naming groups, converting to columns and writing Parquet happen later on the writer thread.
-Nothing here may raise into the training loop: bookkeeping errors are counted and reported once.
+it only reads two clocks, bumps a per-group counter and appends one flat tuple to a bounded
+ring (a deque with maxlen: one C call, memory stays bounded); naming groups, converting to
+columns and writing Parquet happen later on the writer thread. It keeps no in-flight marker:
+the writer finds an op a thread is inside of on that thread's stack. Nothing here may raise
+into the training loop: bookkeeping errors are counted and reported once.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class Recorder:
         if capacity & (capacity - 1):
             raise ValueError("capacity must be a power of two")
         self.capacity = capacity
-        self.mask = capacity - 1
+        self.mask = capacity - 1  # of the async ring
         # completed synchronous ops: a bounded ring (the oldest fall out when the writer falls
         # behind); one C-level append per op, drained by the writer with popleft
         self.ring: deque[tuple[int, ...]] = deque(maxlen=capacity)

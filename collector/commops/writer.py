@@ -23,6 +23,7 @@ from collector.commops.recorder import Recorder
 from collector.schema import COMMOPS_SCHEMA, OPS
 
 _OPS = pa.array(OPS, pa.string())
+STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.hang waits longer)
 
 
 class ShardWriter:
@@ -43,6 +44,7 @@ class ShardWriter:
         self.known_groups = -1
         self.known_ranks = -1
         self.had_pending = False
+        self.info_written: tuple[int, int, int] | None = None
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -107,8 +109,14 @@ class ShardWriter:
                 self._write_shard(rows)
             pending = self._pending(final)
             self.dropped = max(0, created - self.rows - len(pending) - len(self.rec.cuda_rows))
+            if not final:  # an op entered a moment ago is ordinary: only stuck or failed ops are evidence
+                stale = time.time_ns() - STUCK_NS
+                pending = [(r, f) for r, f in pending if f or r[5] <= stale]
             self._write_pending(pending)
-            self._write_rank_info()
+            info = (len(self.rec.group_names), self.rec.errors, self.dropped)
+            if final or info != self.info_written:  # what merge_meta reads; counters ride along
+                self._write_rank_info()
+                self.info_written = info
             if self.rank == 0 or final:  # whoever finishes last leaves the most complete meta.json
                 self._write_meta(force=final)
         except Exception as exc:

@@ -120,23 +120,26 @@ def test_failed_op_is_kept_as_pending(world1: None, tmp_path: Path) -> None:
     assert pend[["group", "op", "seq", "failed"]].values.tolist() == [["world", "all_reduce", 1, True]]
 
 
-def test_op_in_progress_is_pending_without_a_marker(world1: None, tmp_path: Path) -> None:
-    """The fast path keeps no in-flight marker: an op a thread is inside of is read off its stack."""
+def test_op_in_progress_is_pending_without_a_marker(world1: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path keeps no in-flight marker: an op a thread is inside of is read off its stack
+    (and written to pending/ once it has been in flight for STUCK_NS)."""
+    from collector.commops import writer
+
     rec = Recorder(1 << 4)
     rec.rank = 0
-    seen: list[pd.DataFrame] = []
+    seen: list[list[list[object]]] = []
     w = ShardWriter(rec, tmp_path, 0, 1, 60, "j")
+    pending = tmp_path / "pending" / "rank-00000.parquet"
 
     def stuck(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
         w.flush()  # the writer looks while this op is still running
-        p = tmp_path / "pending" / "rank-00000.parquet"
-        if p.exists():
-            seen.append(pd.read_parquet(p))
+        seen.append(pd.read_parquet(pending)[["seq", "nbytes", "failed"]].values.tolist() if pending.exists() else [])
 
     wrapped = make_collective(rec, stuck, "all_reduce", 0, 2)
     t = torch.ones(4)
-    wrapped(t)  # first op of the group: the slow path (registers it, marks `current`)
-    wrapped(t)  # the fast path
-    assert [s[["seq", "nbytes", "failed"]].values.tolist() for s in seen] == [[[1, 16, False]], [[2, 16, False]]]
+    wrapped(t)  # first op of the group: the slow path (registers it, marks `current`); just begun
+    monkeypatch.setattr(writer, "STUCK_NS", 0)
+    wrapped(t)  # the fast path, in flight "long enough" now
+    assert seen == [[], [[2, 16, False]]]
     w.flush()
-    assert not (tmp_path / "pending" / "rank-00000.parquet").exists() and w.rows == 2 and w.dropped == 0
+    assert not pending.exists() and w.rows == 2 and w.dropped == 0

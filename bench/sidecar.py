@@ -100,34 +100,41 @@ def bench_hotpath(calls: int, rounds: int = 15) -> dict[str, float]:
     return out
 
 
-def _run_job(steps: int, out: Path, block: int) -> dict[str, float]:
+def _run_job(steps: int, out: Path, work: int, logger: bool) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(REPO), DIST_TRAIN_REPORT="1", OMP_NUM_THREADS="1",
-               LAGGARD_COMMOPS_DIR=str(out), LAGGARD_COMMOPS_FLUSH_S="1")
+               LAGGARD_COMMOPS_FLUSH_S="1")
+    env.pop("LAGGARD_COMMOPS_DIR", None)
+    if logger:
+        env["LAGGARD_COMMOPS_DIR"] = str(out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB),
-           "--steps", str(steps), "--compute-ms", "20", "--toggle-every", str(block)]
+           "--steps", str(steps), "--work", str(work), *(["--attach"] if logger else [])]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    m = re.search(r"on_s=([0-9.]+) off_s=([0-9.]+) on_cpu=([0-9.]+) off_cpu=([0-9.]+)", p.stdout + p.stderr)
+    m = re.search(r"median_step_s=([0-9.]+) cpu_step_s=([0-9.]+)", p.stdout + p.stderr)
     if p.returncode != 0 or not m:
         raise RuntimeError(f"training job failed ({p.returncode}): {(p.stderr or p.stdout)[-800:]}")
-    return dict(zip(("on_s", "off_s", "on_cpu", "off_cpu"), map(float, m.groups()), strict=True))
+    if logger and not list(out.glob("commops/*.parquet")):
+        raise RuntimeError("the logger wrote no shards")
+    return {"wall": float(m.group(1)), "cpu": float(m.group(2))}
 
 
-def bench_steps(reps: int, steps: int, block: int) -> dict[str, Any]:
-    """Step time of the 4-rank gloo DDP+TP+PP job with the logger attached and detached in
-    alternating blocks of `block` steps inside the same processes (ABAB, so the shared machine's
-    load, which drifts, hits both alike), over `reps` jobs: the median step (wall) and the mean
-    CPU per step of rank 0's process, all threads (the hot path and the writer thread: what the
-    logger adds, and what a compute-bound job's step pays), with and without."""
-    runs = []
+def bench_steps(pairs: int, steps: int, work: int) -> dict[str, Any]:
+    """The 4-rank gloo DDP+TP+PP job with a fixed amount of compute per step, run without and
+    with the logger (flushing every second) alternately (ABAB: the shared machine's load drifts,
+    and hits both alike), `pairs` times. Per job: rank 0's median step (wall) and its process
+    CPU per step, all threads (the hot path and the writer thread: what the logger adds, and what
+    a compute-bound step pays; CPU time hardly depends on the other tenants). Overheads: per
+    pair, and their median."""
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(reps):
-            runs.append(_run_job(steps, Path(tmp) / f"r{i}", block))
-    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    return {"step_s_without": med["off_s"], "step_s_with": med["on_s"], "overhead": med["on_s"] / med["off_s"] - 1,
-            "overheads": [r["on_s"] / r["off_s"] - 1 for r in runs],
-            "cpu_s_without": med["off_cpu"], "cpu_s_with": med["on_cpu"],
-            "cpu_overhead": med["on_cpu"] / med["off_cpu"] - 1,
-            "cpu_overheads": [r["on_cpu"] / r["off_cpu"] - 1 for r in runs], "reps": float(reps)}
+        for i in range(pairs):
+            for logger in (False, True):
+                runs[logger].append(_run_job(steps, Path(tmp) / f"r{i}", work, logger))
+    out: dict[str, Any] = {"pairs": pairs}
+    for k in ("wall", "cpu"):
+        per = [on[k] / off[k] - 1 for off, on in zip(runs[False], runs[True], strict=True)]
+        out[k] = {"without": statistics.median(r[k] for r in runs[False]), "with": statistics.median(r[k] for r in runs[True]),
+                  "overhead": statistics.median(per), "per_pair": per}
+    return out
 
 
 def shard_like_logger(sim: Path, out: Path, steps_per_shard: int = 10) -> None:
@@ -186,9 +193,9 @@ def main() -> int:
     ap.add_argument("--only", choices=("hotpath", "steps", "bytes"))
     ap.add_argument("--calls", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=15, help="hot path: rounds (median and best reported)")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--job-steps", type=int, default=600)
-    ap.add_argument("--block", type=int, default=6, help="steps per on/off block of the logger (first one not timed)")
+    ap.add_argument("--reps", type=int, default=3, help="steps: pairs of jobs without/with the logger")
+    ap.add_argument("--job-steps", type=int, default=400)
+    ap.add_argument("--work", type=int, default=400, help="compute iterations per step of the training job")
     ap.add_argument("--gpus", type=int, default=256)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--layers", type=int, nargs="+", default=[2, 8],
@@ -216,15 +223,14 @@ def main() -> int:
               f"(injected {b['injected_rank']}); node detection {b['node_detect_s_total']} s over all hosts, "
               f"central {b['central_s']} s")
     if a.only in (None, "steps"):
-        s = bench_steps(a.reps, a.job_steps, a.block)
-        wall = ", ".join(f"{x:+.1%}" for x in s["overheads"])
-        cpu = ", ".join(f"{x:+.1%}" for x in s["cpu_overheads"])
-        print(f"step time (4-rank gloo DDP+TP+PP, {a.reps} jobs x {a.job_steps} steps, logger on/off every "
-              f"{a.block} steps, median over jobs; target <= 1%):\n"
-              f"  wall, median step: {float(s['step_s_without']) * 1e3:.2f} ms without, {float(s['step_s_with']) * 1e3:.2f} ms "
-              f"with the logger = {float(s['overhead']):+.2%} (per job: {wall})\n"
-              f"  CPU per step, all threads of a rank: {float(s['cpu_s_without']) * 1e3:.2f} ms without, "
-              f"{float(s['cpu_s_with']) * 1e3:.2f} ms with = {float(s['cpu_overhead']):+.2%} (per job: {cpu})")
+        s = bench_steps(a.reps, a.job_steps, a.work)
+        print(f"step time (4-rank gloo DDP+TP+PP, fixed compute, {a.reps} pairs of jobs without/with the logger "
+              f"(ABAB), {a.job_steps} steps each, writer flushing every 1 s; median over pairs; target <= 1%):")
+        for k, what in (("wall", "wall, median step"), ("cpu", "CPU per step, all threads of rank 0")):
+            f = s[k]
+            per = ", ".join(f"{x:+.2%}" for x in f["per_pair"])
+            print(f"  {what}: {f['without'] * 1e3:.2f} ms without, {f['with'] * 1e3:.2f} ms with the logger = "
+                  f"{f['overhead']:+.2%} (per pair: {per})")
     return 0
 
 

@@ -100,41 +100,37 @@ def bench_hotpath(calls: int, rounds: int = 15) -> dict[str, float]:
     return out
 
 
-def _run_job(steps: int, out: Path, work: int, logger: bool) -> dict[str, float]:
+def _run_job(steps: int, out: Path, work: int, block: int) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(REPO), DIST_TRAIN_REPORT="1", OMP_NUM_THREADS="1",
-               LAGGARD_COMMOPS_FLUSH_S="1")
-    env.pop("LAGGARD_COMMOPS_DIR", None)
-    if logger:
-        env["LAGGARD_COMMOPS_DIR"] = str(out)
+               LAGGARD_COMMOPS_DIR=str(out), LAGGARD_COMMOPS_FLUSH_S="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB),
-           "--steps", str(steps), "--work", str(work), *(["--attach"] if logger else [])]
+           "--steps", str(steps), "--work", str(work), "--toggle-every", str(block)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    m = re.search(r"median_step_s=([0-9.]+) cpu_step_s=([0-9.]+)", p.stdout + p.stderr)
+    m = re.search(r"on_s=([0-9.]+) off_s=([0-9.]+) on_cpu=([0-9.]+) off_cpu=([0-9.]+) writer_cpu_per_s=([0-9.]+)",
+                  p.stdout + p.stderr)
     if p.returncode != 0 or not m:
         raise RuntimeError(f"training job failed ({p.returncode}): {(p.stderr or p.stdout)[-800:]}")
-    if logger and not list(out.glob("commops/*.parquet")):
-        raise RuntimeError("the logger wrote no shards")
-    return {"wall": float(m.group(1)), "cpu": float(m.group(2))}
+    return dict(zip(("on_s", "off_s", "on_cpu", "off_cpu", "writer_cpu_per_s"), map(float, m.groups()), strict=True))
 
 
-def bench_steps(pairs: int, steps: int, work: int) -> dict[str, Any]:
-    """The 4-rank gloo DDP+TP+PP job with a fixed amount of compute per step, run without and
-    with the logger (flushing every second) alternately (ABAB: the shared machine's load drifts,
-    and hits both alike), `pairs` times. Per job: rank 0's median step (wall) and its process
-    CPU per step, all threads (the hot path and the writer thread: what the logger adds, and what
-    a compute-bound step pays; CPU time hardly depends on the other tenants). Overheads: per
-    pair, and their median."""
-    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+def bench_steps(reps: int, steps: int, work: int, block: int) -> dict[str, Any]:
+    """The 4-rank gloo DDP+TP+PP job with a fixed amount of compute per step, the logger
+    attached and detached in alternating blocks of `block` steps inside the same processes
+    (ABAB: the shared machine's load drifts and hits both alike), `reps` jobs. Per job, of
+    rank 0: the median step (wall), the training thread's CPU per step (what the hot path adds;
+    hardly affected by the other tenants), and the writer thread's CPU per second of logging
+    (its periodic flushes, every second here; the default is five), charged per step."""
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(pairs):
-            for logger in (False, True):
-                runs[logger].append(_run_job(steps, Path(tmp) / f"r{i}", work, logger))
-    out: dict[str, Any] = {"pairs": pairs}
-    for k in ("wall", "cpu"):
-        per = [on[k] / off[k] - 1 for off, on in zip(runs[False], runs[True], strict=True)]
-        out[k] = {"without": statistics.median(r[k] for r in runs[False]), "with": statistics.median(r[k] for r in runs[True]),
-                  "overhead": statistics.median(per), "per_pair": per}
-    return out
+        for i in range(reps):
+            runs.append(_run_job(steps, Path(tmp) / f"r{i}", work, block))
+    wall = [r["on_s"] / r["off_s"] - 1 for r in runs]
+    thread = [r["on_cpu"] / r["off_cpu"] - 1 for r in runs]
+    writer = [r["writer_cpu_per_s"] * r["on_s"] / r["off_cpu"] for r in runs]
+    total = [t + w for t, w in zip(thread, writer, strict=True)]
+    return {"reps": reps, "wall": wall, "thread": thread, "writer": writer, "total": total,
+            "off_s": statistics.median(r["off_s"] for r in runs), "on_s": statistics.median(r["on_s"] for r in runs),
+            "off_cpu": statistics.median(r["off_cpu"] for r in runs), "on_cpu": statistics.median(r["on_cpu"] for r in runs)}
 
 
 def shard_like_logger(sim: Path, out: Path, steps_per_shard: int = 10) -> None:
@@ -195,6 +191,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15, help="hot path: rounds (median and best reported)")
     ap.add_argument("--reps", type=int, default=3, help="steps: pairs of jobs without/with the logger")
     ap.add_argument("--job-steps", type=int, default=400)
+    ap.add_argument("--block", type=int, default=20, help="steps: steps per on/off block of the logger")
     ap.add_argument("--work", type=int, default=400, help="compute iterations per step of the training job")
     ap.add_argument("--gpus", type=int, default=256)
     ap.add_argument("--steps", type=int, default=40)
@@ -223,14 +220,18 @@ def main() -> int:
               f"(injected {b['injected_rank']}); node detection {b['node_detect_s_total']} s over all hosts, "
               f"central {b['central_s']} s")
     if a.only in (None, "steps"):
-        s = bench_steps(a.reps, a.job_steps, a.work)
-        print(f"step time (4-rank gloo DDP+TP+PP, fixed compute, {a.reps} pairs of jobs without/with the logger "
-              f"(ABAB), {a.job_steps} steps each, writer flushing every 1 s; median over pairs; target <= 1%):")
-        for k, what in (("wall", "wall, median step"), ("cpu", "CPU per step, all threads of rank 0")):
-            f = s[k]
-            per = ", ".join(f"{x:+.2%}" for x in f["per_pair"])
-            print(f"  {what}: {f['without'] * 1e3:.2f} ms without, {f['with'] * 1e3:.2f} ms with the logger = "
-                  f"{f['overhead']:+.2%} (per pair: {per})")
+        s = bench_steps(a.reps, a.job_steps, a.work, a.block)
+
+        def fig(xs: list[float]) -> str:
+            return f"{statistics.median(xs):+.2%} (per job: {', '.join(f'{x:+.2%}' for x in xs)})"
+
+        print(f"step time (4-rank gloo DDP+TP+PP, fixed compute per step, {a.reps} jobs x {a.job_steps} steps, logger "
+              f"attached/detached every {a.block} steps, writer flushing every 1 s; median over jobs; target <= 1%):\n"
+              f"  wall, median step: {s['off_s'] * 1e3:.2f} ms without, {s['on_s'] * 1e3:.2f} ms with = {fig(s['wall'])}\n"
+              f"  training-thread CPU per step: {s['off_cpu'] * 1e3:.2f} ms without, {s['on_cpu'] * 1e3:.2f} ms with "
+              f"= {fig(s['thread'])}\n"
+              f"  writer thread CPU per step: {fig(s['writer'])}\n"
+              f"  logger CPU per step, both threads: {fig(s['total'])}")
     return 0
 
 

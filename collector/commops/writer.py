@@ -41,6 +41,7 @@ class ShardWriter:
         self.rows = 0
         self.shards = 0
         self.bytes = 0
+        self.cpu_s = 0.0  # CPU time spent in periodic flushes (the writer thread's cost while the job runs)
         self.known_groups = -1
         self.known_ranks = -1
         self.had_pending = False
@@ -102,6 +103,7 @@ class ShardWriter:
     def flush(self, final: bool = False) -> None:
         if not self.lock.acquire(timeout=5):
             return
+        t0 = time.thread_time()
         try:
             created = self.rec.created()  # before draining: every record counted here is drained or pending
             rows = self._drain_main() + self._drain_async()
@@ -122,6 +124,8 @@ class ShardWriter:
         except Exception as exc:
             self.rec.error(exc)
         finally:
+            if not final:
+                self.cpu_s += time.thread_time() - t0
             self.lock.release()
 
     def _pending(self, final: bool) -> list[tuple[tuple[int, ...], bool]]:

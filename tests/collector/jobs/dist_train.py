@@ -43,6 +43,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--compute-ms", type=float, default=10.0)
     ap.add_argument("--work", type=int, default=0, help="bench: fixed compute iterations per step instead of --compute-ms")
+    ap.add_argument("--toggle-every", type=int, default=0,
+                    help="bench: attach/detach the logger every N steps; report both halves' step times")
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-steps", default="")
     ap.add_argument("--slow-ms", type=float, default=0.0)
@@ -52,7 +54,7 @@ def main() -> None:
     ap.add_argument("--attach", action="store_true")
     ap.add_argument("--no-ddp", action="store_true", help="plain all_reduce of grads (baseline)")
     a = ap.parse_args()
-    if a.attach:
+    if a.attach or a.toggle_every:
         from collector import commops
 
         commops.attach()
@@ -80,8 +82,21 @@ def main() -> None:
     peer = rank + 2 if stage == 0 else rank - 2
     t_loop, c_loop = time.perf_counter(), time.process_time()
     step_times: list[float] = []
+    # --toggle-every: per half (logger on/off), wall and training-thread CPU of each timed step,
+    # and the logger's writer CPU (its periodic flushes) and the on-half's wall time
+    halves: dict[bool, dict[str, list[float]]] = {h: {"wall": [], "cpu": []} for h in (True, False)}
+    writer_cpu, on_wall, block_t0 = 0.0, 0.0, time.perf_counter()
     for step in range(a.steps):
-        t_step = time.perf_counter()
+        if a.toggle_every and step and step % a.toggle_every == 0:  # between steps, not timed
+            on = (step // a.toggle_every) % 2 == 0
+            if on:
+                commops.attach()
+            else:
+                writer_cpu += float(commops.stats().get("writer_cpu_s", 0.0))
+                on_wall += time.perf_counter() - block_t0
+                commops.detach()
+            block_t0 = time.perf_counter()
+        t_step, c_step = time.perf_counter(), time.thread_time()
         if a.work:
             work(a.work)
         else:
@@ -113,6 +128,10 @@ def main() -> None:
                 dist.all_reduce(p.grad, group=dp)
         opt.step()
         step_times.append(time.perf_counter() - t_step)
+        if a.toggle_every and step % a.toggle_every:  # each block's first step (warm-up) is not timed
+            half = halves[(step // a.toggle_every) % 2 == 0]
+            half["wall"].append(step_times[-1])
+            half["cpu"].append(time.thread_time() - c_step)
     c_end = time.process_time()  # CPU of every thread of this process: the logger's writer too
     dist.barrier(group=dp)
     t_end = time.perf_counter()
@@ -122,6 +141,11 @@ def main() -> None:
         print(f"dist_train steps={a.steps} setup_s={t_loop - t_start:.3f} "
               f"step_s={(t_end - t_loop) / max(a.steps, 1):.5f} median_step_s={statistics.median(step_times):.6f} "
               f"cpu_step_s={(c_end - c_loop) / max(a.steps, 1):.6f}", flush=True)
+        if a.toggle_every:
+            on, off = halves[True], halves[False]
+            print(f"toggled on_s={statistics.median(on['wall']):.6f} off_s={statistics.median(off['wall']):.6f} "
+                  f"on_cpu={statistics.mean(on['cpu']):.6f} off_cpu={statistics.mean(off['cpu']):.6f} "
+                  f"writer_cpu_per_s={writer_cpu / max(on_wall, 1e-9):.6f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -24,6 +24,8 @@ from collector.schema import COMMOPS_SCHEMA, OPS
 
 _OPS = pa.array(OPS, pa.string())
 STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.hang waits longer)
+SHARD_ROWS = 1 << 16  # periodic flushes buffer drained records and write a shard once this many are
+SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parquet write costs ms)
 
 
 class ShardWriter:
@@ -41,11 +43,14 @@ class ShardWriter:
         self.rows = 0
         self.shards = 0
         self.bytes = 0
-        self.cpu_s = 0.0  # CPU time spent in periodic flushes (the writer thread's cost while the job runs)
+        self.cpu_s = 0.0  # CPU time of the periodic flushes (the writer thread's cost while the job runs)
         self.known_groups = -1
         self.known_ranks = -1
         self.had_pending = False
         self.info_written: tuple[int, int, int] | None = None
+        self.buffer: list[np.ndarray] = []  # drained records not written yet, (n, 8) int64 each
+        self.buffered = 0
+        self.buffered_since = 0.0
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -64,10 +69,10 @@ class ShardWriter:
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
-            self.wake.wait(self.interval)
+            woken = self.wake.wait(self.interval)  # woken: an op failed (or stop): write everything now
             self.wake.clear()
             if not self.stopped.is_set():
-                self.flush()
+                self.flush(write=woken)
 
     # -- draining -------------------------------------------------------------------------
     def _drain_main(self) -> list[tuple[int, ...]]:
@@ -100,7 +105,9 @@ class ShardWriter:
                 rec.cuda_rows = keep + rec.cuda_rows
         return out
 
-    def flush(self, final: bool = False) -> None:
+    def flush(self, final: bool = False, write: bool = True) -> None:
+        """Drain the rings; write a shard (always when `write`, else once enough is buffered),
+        the pending operators, and what changed in the rank's description and meta.json."""
         if not self.lock.acquire(timeout=5):
             return
         t0 = time.thread_time()
@@ -108,9 +115,16 @@ class ShardWriter:
             created = self.rec.created()  # before draining: every record counted here is drained or pending
             rows = self._drain_main() + self._drain_async()
             if rows:
-                self._write_shard(rows)
+                if not self.buffer:
+                    self.buffered_since = time.monotonic()
+                self.buffer.append(np.array(rows, dtype=np.int64))  # gid, op, seq, peer, nbytes, start, step, end
+                self.buffered += len(rows)
+            if self.buffer and (write or final or self.buffered >= SHARD_ROWS
+                                or time.monotonic() - self.buffered_since >= SHARD_AGE_S):
+                self._write_shard(np.concatenate(self.buffer))
+                self.buffer, self.buffered = [], 0
             pending = self._pending(final)
-            self.dropped = max(0, created - self.rows - len(pending) - len(self.rec.cuda_rows))
+            self.dropped = max(0, created - self.rows - self.buffered - len(pending) - len(self.rec.cuda_rows))
             if not final:  # an op entered a moment ago is ordinary: only stuck or failed ops are evidence
                 stale = time.time_ns() - STUCK_NS
                 pending = [(r, f) for r, f in pending if f or r[5] <= stale]
@@ -124,7 +138,7 @@ class ShardWriter:
         except Exception as exc:
             self.rec.error(exc)
         finally:
-            if not final:
+            if not final and not write:
                 self.cpu_s += time.thread_time() - t0
             self.lock.release()
 
@@ -159,8 +173,7 @@ class ShardWriter:
             pa.array(a[:, 5]),
         ]
 
-    def _write_shard(self, entries: list[tuple[int, ...]]) -> None:
-        a = np.array(entries, dtype=np.int64)  # gid, op, seq, peer, nbytes, start, step, end
+    def _write_shard(self, a: np.ndarray) -> None:
         table = pa.Table.from_arrays(
             [*self._record_columns(a), pa.array(a[:, 7]), pa.array(a[:, 6].astype(np.int32))],
             schema=COMMOPS_SCHEMA,

@@ -196,8 +196,8 @@ def rank_compute(summary: pd.DataFrame, meta: JobMeta, steps: list[int]) -> pd.S
 def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
     """Steps: the most irregular one with the step before it, and the last normal one before.
     Ranks: the groups of the ranks that computed longest in that step, smallest groups first,
-    then the groups with the most abnormal time, within a budget of ranks (a group not fetched
-    whole is never judged): small around slow ranks, wide when no rank computed longer."""
+    within a small budget of ranks; when no rank did (a network fault), the groups with the most
+    abnormal time within a wide one. A group not fetched whole is never judged."""
     irr_tab = table[table["irregular"].astype(bool)]
     irregular = [int(s) for s in irr_tab["step"]]
     if not irregular:
@@ -225,7 +225,8 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     ranks: set[int] = set()
     # smallest groups first over all slow ranks: a slow host's ranks each get their nearest peers
     wanted = sorted({g for r in slow_ranks for g in rank_groups.get(int(r), [])}, key=lambda g: (len(meta.groups[g]), g))
-    for g in wanted + [str(g) for g in per_group.index]:
+    # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones
+    for g in wanted or [str(g) for g in per_group.index]:
         mem = meta.groups.get(g, [])
         if g in chosen or not mem or len(ranks | set(mem)) > budget:
             continue

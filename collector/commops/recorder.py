@@ -81,8 +81,8 @@ class Recorder:
         self.group_names: list[str] = []
         self.group_ranks: list[list[int]] = []
         self.seq: list[int] = []  # per gid, collectives
-        self.send_seq: dict[tuple[int, int], int] = {}  # (gid, dst) -> last seq of sends from this rank
-        self.recv_seq: dict[tuple[int, int], int] = {}  # (gid, src) -> last seq of receives
+        self.send_seq: list[dict[int, int]] = []  # per gid: dst -> last seq of sends from this rank
+        self.recv_seq: list[dict[int, int]] = []  # per gid: src -> last seq of receives
         self.current: list[tuple[int, ...] | None] = [None]  # slow-path sync op in flight (see in_flight_frames)
         self.fast_codes: dict[Any, int] = {}  # code object of each fast-path wrapper -> its op code
         self.in_flight: dict[int, tuple[int, ...]] = {}  # id(row) -> row: async ops not completed
@@ -116,6 +116,8 @@ class Recorder:
             self.group_names.append(name)
             self.group_ranks.append(ranks)
             self.seq.append(0)
+            self.send_seq.append({})
+            self.recv_seq.append({})
         self.groups[pg] = gid
         if _is_cuda_group(pg):
             self.cuda_groups.add(gid)
@@ -152,11 +154,11 @@ class Recorder:
     def created(self) -> int:
         """Records ever begun: every one of them takes a sequence number (the writer derives the
         dropped count from this, so the hot path keeps no counter of its own)."""
-        return sum(self.seq) + sum(list(self.send_seq.values())) + sum(list(self.recv_seq.values()))
+        return sum(self.seq) + sum(sum(list(d.values())) for d in self.send_seq + self.recv_seq)
 
     def next_p2p_seq(self, gid: int, peer: int, send: bool) -> int:
-        seqs = self.send_seq if send else self.recv_seq
-        s = seqs[(gid, peer)] = seqs.get((gid, peer), 0) + 1
+        seqs = (self.send_seq if send else self.recv_seq)[gid]
+        s = seqs[peer] = seqs.get(peer, 0) + 1
         return s
 
     def peer_of(self, pg: Any, peer: Any, group_peer: Any) -> int:
@@ -372,7 +374,7 @@ def slow({decl}):
     return run_marked(rec, orig, row, gid in cuda, ({call_tuple}), {{{call_kw}}})
 """
 
-# p2p: seq counts per (group, peer) and direction (what (group, src, dst) is on this rank), so
+# p2p: seq counts per group, peer and direction (what (group, src, dst) is on this rank), so
 # both sides agree; send/recv run isend/irecv inside, so they set `batch_flag` and the inner
 # call records nothing.
 _P2P_ROW = """
@@ -381,9 +383,9 @@ _P2P_ROW = """
             peer = {peer}
             if peer.__class__ is not int:
                 peer = rec.peer_of(group, peer, {group_peer})
-            key = (gid, peer)
+            d = pseq[gid]
             nbytes = {nbytes}
-            s = pseq[key] = pseq.get(key, 0) + 1
+            s = d[peer] = d.get(peer, 0) + 1
             st = step[0]
             t0 = now()
     except Exception as exc:

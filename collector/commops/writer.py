@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collector.commops import layout
+from collector.commops import cudatime, layout
 from collector.commops.recorder import Recorder
 from collector.schema import COMMOPS_SCHEMA, OPS
 
@@ -91,12 +91,11 @@ class ShardWriter:
             cuda = rec.cuda_rows
             rec.cuda_rows = []
         out = [(*r[0], r[1]) for r in done if r is not None]
-        keep = []
-        for row, start, end in cuda:
-            if end.query():
-                out.append((*row, row[5] + int(start.elapsed_time(end) * 1e6)))
-            else:
-                keep.append((row, start, end))
+        if not cuda:
+            return out
+        finished, keep = cudatime.drain_finished(rec, cuda)
+        out += [(*row, end) for row, end in finished]
+        rec.gpu_clock.renew()
         if keep:
             with rec.async_lock:
                 over = len(keep) + len(rec.cuda_rows) - cap
@@ -124,7 +123,8 @@ class ShardWriter:
                 self._write_shard(np.concatenate(self.buffer))
                 self.buffer, self.buffered = [], 0
             pending = self._pending(final)
-            self.dropped = max(0, created - self.rows - self.buffered - len(pending) - len(self.rec.cuda_rows))
+            # (CUDA ops stay in `in_flight` until the GPU passes their end event: pending, counted once)
+            self.dropped = max(0, created - self.rows - self.buffered - len(pending))
             if not final:  # an op entered a moment ago is ordinary: only stuck or failed ops are evidence
                 stale = time.time_ns() - STUCK_NS
                 pending = [(r, f) for r, f in pending if f or r[5] <= stale]
@@ -144,8 +144,7 @@ class ShardWriter:
 
     def _pending(self, final: bool) -> list[tuple[tuple[int, ...], bool]]:
         """(row, failed) of the ops begun and not completed: async works in flight, sync ops some
-        thread is inside of (not at the final flush), and ops that raised; one each. (CUDA ops
-        whose end event has not passed yet wait in `cuda_rows` for the next drain instead.)"""
+        thread is inside of (not at the final flush), and ops that raised; one each."""
         rec = self.rec
         with rec.async_lock:
             rows = [(r, False) for r in rec.in_flight.values()]

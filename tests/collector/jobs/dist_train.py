@@ -52,6 +52,7 @@ def main() -> None:
     ap.add_argument("--hang-step", type=int, default=-1)
     ap.add_argument("--timeout-s", type=float, default=30.0)
     ap.add_argument("--attach", action="store_true")
+    ap.add_argument("--step-log", help="rank 0 appends each finished step here (for tests that act mid-run)")
     ap.add_argument("--no-ddp", action="store_true", help="plain all_reduce of grads (baseline)")
     a = ap.parse_args()
     if a.attach or a.toggle_every:
@@ -128,6 +129,9 @@ def main() -> None:
                 dist.all_reduce(p.grad, group=dp)
         opt.step()
         step_times.append(time.perf_counter() - t_step)
+        if a.step_log and rank == 0:
+            with open(a.step_log, "a") as f:
+                f.write(f"{step}\n")
         if a.toggle_every and step % a.toggle_every:  # each block's first step (warm-up) is not timed
             half = halves[(step // a.toggle_every) % 2 == 0]
             half["wall"].append(step_times[-1])

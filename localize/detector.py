@@ -34,6 +34,8 @@ DEFAULT_THRESHOLD = 0.5
 SCREEN_RATIO = 1.1  # elapsed over the slot's own (drift-normalized) median
 SCREEN_EXCESS_S = 2e-4  # ...or at most this much over it (the labels' bound for "clearly longer")
 SCREEN_PEER = (0.8, 1.1)  # instance minimum over the sibling groups' (min_vs_peer_groups)
+CLEAR_RATIO = 5.0  # a row this many times its own median...
+CLEAR_SIGMAS = 20.0  # ...and this many robust sigmas above it is abnormal whatever the forest says
 
 
 @dataclass
@@ -67,6 +69,17 @@ def clearly_normal(ops: Ops, basis: Basis) -> np.ndarray:
     return close & (peer >= SCREEN_PEER[0]) & (peer <= SCREEN_PEER[1])
 
 
+def clearly_abnormal(ops: Ops, basis: Basis) -> np.ndarray:
+    """The screen's other side: rows far outside their own history. Trees are constant beyond
+    the feature ranges they were trained on, so the forest's probability for an operator 17x
+    its usual time (a throttled NIC in a real job) can sit below a threshold that auto-tuning
+    raised on a noisy job; such rows need no model to be called abnormal."""
+    en = basis.normalized(ops)
+    q1, q3 = basis.quartiles(ops, None)
+    sigma = np.maximum((q3 - q1) / 1.349, 0.02 * basis.med)
+    return (en >= CLEAR_RATIO * basis.med) & (en - basis.med >= CLEAR_SIGMAS * sigma) & (en - basis.med > SCREEN_EXCESS_S)
+
+
 class ForestDetector:
     """The screen, then the random forest (as arrays, `localize.forest`) on `features.FEATURES`."""
 
@@ -82,7 +95,7 @@ class ForestDetector:
             proba[rest] = self.model.predict_proba(x, settle=DEFAULT_THRESHOLD)  # tune_threshold never goes below
         normal = in_steps(ops, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(proba), bool)
         thr = tune_threshold(proba, normal)
-        return Detection(proba >= thr, proba, thr, "random-forest")
+        return Detection((proba >= thr) | clearly_abnormal(ops, basis), proba, thr, "random-forest")
 
 
 def three_sigma(ops: Ops, ref_steps: np.ndarray | None, k: float = 3.0) -> Detection:

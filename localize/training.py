@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from localize.detector import (
+    clearly_abnormal,
     clearly_normal,
     label_rows,
     rule_detect,
@@ -128,7 +129,8 @@ def job_matrix(cfg: Any) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]
     basis = feature_basis(ops, table, ref)
     x = detector_matrix(ops, table, ref, basis=basis)
     base = {"3-sigma": three_sigma(ops, ref).abnormal, "robust-rule": rule_detect(ops, table, ref).abnormal,
-            "_normal": np.isin(ops.step, ref), "_screen": clearly_normal(ops, basis)}
+            "_normal": np.isin(ops.step, ref), "_screen": clearly_normal(ops, basis),
+            "_clear": clearly_abnormal(ops, basis)}
     return x, y, base
 
 
@@ -173,7 +175,7 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
 
 def evaluate(forest: ArrayForest, jobs: list[Job], say: Callable[[str], None]) -> tuple[dict[str, float], dict[str, float]]:
     """Row-level F1 on held-out jobs: the detector as shipped (screen, forest, auto-tuned
-    threshold), the forest alone, and the baselines."""
+    threshold, clear outliers), the forest alone, and the baselines."""
     ys: list[np.ndarray] = []
     preds: dict[str, list[np.ndarray]] = {"random-forest": [], "forest-unscreened": [], "3-sigma": [],
                                           "robust-rule": []}
@@ -187,11 +189,11 @@ def evaluate(forest: ArrayForest, jobs: list[Job], say: Callable[[str], None]) -
         thr = tune_threshold(proba, base["_normal"])
         screened += int(passed.sum())
         screened_pos += int((y & passed).sum())
-        preds["random-forest"].append(proba >= thr)
+        preds["random-forest"].append((proba >= thr) | base["_clear"])
         preds["3-sigma"].append(base["3-sigma"])
         preds["robust-rule"].append(base["robust-rule"])
         ys.append(y)
-        say(f"eval {j.name}: rf F1 {f1(y, proba >= thr):.3f}, 3-sigma F1 {f1(y, base['3-sigma']):.3f}")
+        say(f"eval {j.name}: rf F1 {f1(y, (proba >= thr) | base['_clear']):.3f}, 3-sigma F1 {f1(y, base['3-sigma']):.3f}")
     y_all = np.concatenate(ys)
     screen = {"rows_passed": round(screened / max(len(y_all), 1), 4),
               "abnormal_passed": round(screened_pos / max(int(y_all.sum()), 1), 4)}

@@ -88,13 +88,14 @@ def test_real_nccl_job_is_timed_on_the_gpu(tmp_path: Path) -> None:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     job = json.loads(calls.read_text())
-    delay_ns = job["delay_ms"] * 1e6
     df = Trace.open(out).commops().sort_values("seq").reset_index(drop=True)
     steps = len(job["calls"]) // 2
     rows = df[df["step"].between(1, steps)]
     assert len(rows) == 3 * steps, rows
     for step in range(1, steps + 1):
         sync_call, cpu_call = (c for c in job["calls"] if c["step"] == step)
+        delay_ns = min(sync_call["delay_ns"], cpu_call["delay_ns"])  # what the GPU really spent
+        assert delay_ns > 10e6, job  # the delays dwarf launch and clock jitter
         sync_op, async_op, cpu_op = (r for _, r in rows[rows["step"] == step].iterrows())
         # the GPU reached the all-reduce only after the delay queued before it
         assert sync_op["start_ns"] - sync_call["host_call_ns"] > 0.6 * delay_ns, (step, sync_op)

@@ -25,13 +25,30 @@ def gpu_delay(ms: float) -> None:
 
 
 def calibrate() -> float:
+    """Sleep cycles per millisecond, measured after a warm-up (an idle GPU clocks low at first)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cycles = 10_000_000
-    start.record()
-    torch.cuda._sleep(cycles)  # type: ignore[attr-defined]
-    end.record()
-    end.synchronize()
-    return cycles / start.elapsed_time(end)
+    cycles = 20_000_000
+    rate = 0.0
+    for _ in range(3):
+        start.record()
+        torch.cuda._sleep(cycles)  # type: ignore[attr-defined]
+        end.record()
+        end.synchronize()
+        rate = cycles / start.elapsed_time(end)
+    return rate
+
+
+class TimedDelay:
+    """A GPU delay bracketed by events, so the test compares with what the GPU really did."""
+
+    def __init__(self, ms: float) -> None:
+        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.start.record()
+        gpu_delay(ms)
+        self.end.record()
+
+    def ns(self) -> float:
+        return self.start.elapsed_time(self.end) * 1e6
 
 
 def main() -> None:
@@ -53,18 +70,20 @@ def main() -> None:
     torch.cuda.synchronize()
     commops.step()
     for step in range(1, a.steps + 1):
-        gpu_delay(a.delay_ms)
-        calls.append({"step": step, "kind": "sync", "host_call_ns": time.time_ns()})
+        before = TimedDelay(a.delay_ms)
+        sync_call = time.time_ns()
         dist.all_reduce(x)
         work = dist.all_reduce(x, async_op=True)
-        gpu_delay(a.delay_ms)  # queued after the async op: must not count in its time
+        after = TimedDelay(a.delay_ms)  # queued after the async op: must not count in its time
         work.wait()
-        calls.append({"step": step, "kind": "cpu", "host_call_ns": time.time_ns()})
+        cpu_call = time.time_ns()
         dist.all_reduce(host)
         torch.cuda.synchronize()
+        calls.append({"step": step, "kind": "sync", "host_call_ns": sync_call, "delay_ns": before.ns()})
+        calls.append({"step": step, "kind": "cpu", "host_call_ns": cpu_call, "delay_ns": after.ns()})
         commops.step()
     with open(a.out, "w") as f:
-        json.dump({"calls": calls, "delay_ms": a.delay_ms}, f)
+        json.dump({"calls": calls}, f)
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 

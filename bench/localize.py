@@ -21,6 +21,7 @@ process (the machine is shared; CPU time is what "per core" means).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -34,8 +35,8 @@ from collector.traceio import Trace
 from localize.baselines import BASELINES, baseline_ranks
 from localize.combine import TIE_LIST, localize_trace
 from localize.commops import COLUMNS
-from localize.detector import label_rows, rule_detect, tune_threshold
-from localize.features import detector_matrix, prepare_ops
+from localize.detector import label_rows, rule_detect
+from localize.features import prepare_ops
 from localize.model_store import load_detector
 from localize.steps import judge, step_durations
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
@@ -451,8 +452,21 @@ def latency(gpus: int, steps: int, workdir: Path) -> dict[str, float]:
     return res
 
 
-def throughput(gpus: int, workdir: Path) -> dict[str, float]:
-    """Detection rows per CPU-second: forest (features + trees) and the node-local rule."""
+TARGET_ROWS_PER_CPU_S = 2_000_000  # issue #3: detection at >= 2M operator rows/s per core
+
+
+def throughput(gpus: int, workdir: Path, repeats: int = 5) -> dict[str, float]:
+    """Detection rows per CPU-second of this process (CPU time of all its threads, so the
+    figure is per core), end to end from the CommOps DataFrame to a decision for every row,
+    and by part.
+
+    Parts: preparing rows (sort, instances, slots), the step table, then the detector —
+    features of the shared basis, the screen, features and forest for the rows the screen
+    did not pass, threshold auto-tuning. The node-local robust rule is timed on its own. The
+    best of `repeats` runs counts (the machine is shared; CPU time still grows under load).
+    """
+    from localize.detector import clearly_normal
+    from localize.features import feature_basis
     from simulator.config import FaultSpec, SimConfig
     from simulator.writer import simulate_trace
 
@@ -460,24 +474,31 @@ def throughput(gpus: int, workdir: Path) -> dict[str, float]:
     simulate_trace(SimConfig(gpus=gpus, tp=8, pp=2, steps=12, seed=77,
                              faults=[FaultSpec.parse("gpu:rank=5,factor=2,steps=6:11")]), out, counterfactual=False)
     df = Trace.open(out).commops(columns=COLUMNS)
-    det = load_detector()
-    c0 = time.process_time()
-    ops = prepare_ops(df)
-    c1 = time.process_time()
-    table = judge(step_durations(ops.df))
-    ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
-    x = detector_matrix(ops, table, ref)
-    c2 = time.process_time()
-    proba = det.model.predict_proba(x) if det is not None else np.zeros(len(x))
-    tune_threshold(proba, np.isin(ops.step, ref))
-    c3 = time.process_time()
-    rule_detect(ops, table, ref)
-    c4 = time.process_time()
-    n = len(df)
     shutil.rmtree(out, ignore_errors=True)
-    return {"rows": n, "prepare_rows_per_cpu_s": n / (c1 - c0), "forest_rows_per_cpu_s": n / (c3 - c0),
-            "forest_predict_only_rows_per_cpu_s": n / max(c3 - c2, 1e-9),
-            "rule_rows_per_cpu_s": n / (c1 - c0 + c4 - c3)}
+    det = load_detector()
+    n = len(df)
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        c0 = time.process_time()
+        ops = prepare_ops(df)
+        c1 = time.process_time()
+        table = judge(step_durations(df))
+        ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
+        c2 = time.process_time()
+        flagged = det.detect(ops, table, ref).abnormal if det is not None else rule_detect(ops, table, ref).abnormal
+        c3 = time.process_time()
+        rule_detect(ops, table, ref)
+        c4 = time.process_time()
+        for k, v in {"end_to_end": c3 - c0, "prepare": c1 - c0, "step_table": c2 - c1, "detector": c3 - c2,
+                     "rule": c1 - c0 + c2 - c1 + c4 - c3}.items():
+            best[k] = min(best.get(k, np.inf), v)
+    basis = feature_basis(ops, table, ref)
+    screened = float(clearly_normal(ops, basis).mean()) if det is not None else 0.0
+    return {"rows": n, "end_to_end_rows_per_cpu_s": n / best["end_to_end"],
+            "prepare_rows_per_cpu_s": n / best["prepare"], "step_table_rows_per_cpu_s": n / best["step_table"],
+            "detector_rows_per_cpu_s": n / best["detector"], "rule_end_to_end_rows_per_cpu_s": n / best["rule"],
+            "screened_share": screened, "flagged_share": float(flagged.mean()),
+            "load_average_1min": os.getloadavg()[0], "cpus": float(os.cpu_count() or 1)}
 
 
 def drift_f1(workdir: Path) -> dict[str, float]:
@@ -496,9 +517,8 @@ def drift_f1(workdir: Path) -> dict[str, float]:
         y = label_rows(ops, ops.df["_clean"].to_numpy(np.float64))
         table = judge(step_durations(ops.df))
         ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
-        p = det.model.predict_proba(detector_matrix(ops, table, ref)) if det else np.zeros(len(y))
-        thr = tune_threshold(p, np.isin(ops.step, ref))
-        out[f"drift {drift:+.0%}"] = f1(y, p >= thr)
+        flagged = det.detect(ops, table, ref).abnormal if det else np.zeros(len(y), bool)
+        out[f"drift {drift:+.0%}"] = f1(y, flagged)
     return out
 
 
@@ -519,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-flows", action="store_true", help="network faults from CommOps only (no flows added)")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--throughput-gpus", type=int, default=4096, help="scale of the throughput trace")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-localize-"))
     try:
@@ -556,9 +577,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.two_faults:
             print(f"\n== two concurrent faults (gpu + nic, 128 GPUs): both in top-2: "
                   f"{two_faults(128, args.steps, work, args.two_faults):.2f} ==")
-        print("\n== throughput (rows per CPU-second, one process) ==")
-        for k, v in throughput(1024, work).items():
-            print(f"  {k:<36} {v:,.0f}")
+        tput = throughput(args.throughput_gpus, work)
+        e2e = tput["end_to_end_rows_per_cpu_s"]
+        print(f"\n== throughput at {args.throughput_gpus} GPUs ({tput['rows']:,.0f} rows; rows per CPU-second, one core) ==")
+        print(f"  end-to-end detection {e2e:,.0f} rows/CPU-s: target {TARGET_ROWS_PER_CPU_S:,} "
+              f"{'met' if e2e >= TARGET_ROWS_PER_CPU_S else 'NOT met'}")
+        for k, v in tput.items():
+            print(f"  {k:<36} {v:,.0f}" if k.endswith("_s") or k == "rows" else f"  {k:<36} {v:.3f}")
+        if tput["load_average_1min"] > tput["cpus"] / 2:
+            print("  (the machine was busy: other processes inflate this process's CPU time)")
         if not args.skip_latency:
             print(f"\n== latency at {args.latency_gpus} GPUs ==", flush=True)
             for k, v in latency(args.latency_gpus, args.latency_steps, work).items():

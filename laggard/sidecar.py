@@ -29,7 +29,7 @@ from collector.meta import JobMeta
 from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.hang import find_hang
-from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
+from localize.summary import localize_from_summary, summarize, to_wire
 from localize.verdict import Verdict
 
 SUMMARY_DIR = "summary"
@@ -74,7 +74,7 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
         if win.empty:
             continue
         t0 = time.perf_counter()
-        summary = summarize(win.reset_index(drop=True))
+        summary = summarize(win.reset_index(drop=True), meta.host_of)
         path = outdir / f"{host}-w{w0:07d}-{w1:07d}.parquet"
         write_summary(summary, path)
         written.append(path)
@@ -83,24 +83,23 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     return written
 
 
-#: what travels is what costs: durations in float32 (microsecond-exact up to minutes), sorted
-#: integers delta-encoded, no per-column statistics in the footer. Readers cast back to the
-#: float64 of SUMMARY_SCHEMA.
-_ENCODING = {"rank": "DELTA_BINARY_PACKED", "step": "DELTA_BINARY_PACKED", "ops": "DELTA_BINARY_PACKED",
-             "abnormal": "DELTA_BINARY_PACKED", "step_end_ns": "DELTA_BINARY_PACKED",
-             "elapsed_s": "BYTE_STREAM_SPLIT", "abnormal_s": "BYTE_STREAM_SPLIT", "compute_s": "BYTE_STREAM_SPLIT"}
-_FLOATS = ("elapsed_s", "abnormal_s", "compute_s")
+#: what travels is what costs: times as integer microseconds (`summary.to_wire`), sorted
+#: integers delta-encoded, no statistics and no schema copy in the footer.
+_ENCODING = {"rank": "DELTA_BINARY_PACKED", "step": "DELTA_BINARY_PACKED", "abnormal": "DELTA_BINARY_PACKED",
+             "abnormal_us": "DELTA_BINARY_PACKED", "compute_us": "DELTA_BINARY_PACKED",
+             "step_end_us": "DELTA_BINARY_PACKED"}
 
 
 def write_summary(summary: pd.DataFrame, path: Path) -> None:
     """One window's summary, compactly encoded, written atomically (dot-prefixed temp file)."""
-    table = pa.Table.from_pandas(summary.sort_values(["rank", "step", "group"]), schema=SUMMARY_SCHEMA,
-                                 preserve_index=False)
-    table = pa.table({n: pc.cast(table[n], pa.float32()) if n in _FLOATS else table[n] for n in table.column_names})
+    # step rows first and then each group's: consecutive rows differ by a step, which delta-encodes small
+    # the file is one host's and named by it (<host>-w<first>-<last>): the host column stays home
+    table = pa.Table.from_pandas(to_wire(summary.sort_values(["group", "rank", "step"]).drop(columns="host")),
+                                 preserve_index=False).replace_schema_metadata(None)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(table, tmp, compression="zstd", compression_level=19, write_statistics=False,
-                   use_dictionary=["group"], column_encoding=_ENCODING)
+                   use_dictionary=["group"], column_encoding=_ENCODING, store_schema=False)
     tmp.replace(path)
 
 

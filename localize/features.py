@@ -16,6 +16,7 @@ hosts are not synchronized, so only a rank's own clock orders its own operators.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.schema import COLLECTIVE_OPS, OPS
+from localize.grouping import (
+    argsort_stable,
+    cumcount,
+    dense_codes,
+    group_max,
+    group_median,
+    group_min,
+    iota,
+    sort_keys,
+    unique,
+)
+
+_OPS_ARRAY = pa.array(list(OPS))
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
@@ -47,7 +61,8 @@ FEATURES = (
 class Ops:
     """CommOps rows sorted by (rank, own start time), with derived per-row arrays."""
 
-    df: pd.DataFrame  # original columns, sorted, index 0..n-1
+    source: pd.DataFrame  # the rows as given, index 0..n-1
+    order: np.ndarray | None  # per sorted row: its row in `source` (None: given already sorted)
     elapsed: np.ndarray  # float64 seconds
     inst: np.ndarray  # int64 instance id per row
     n_inst: int
@@ -71,6 +86,13 @@ class Ops:
     step: np.ndarray  # per row: step (int64)
     rank: np.ndarray  # per row: rank (int64)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
+    nbytes: np.ndarray  # per row: payload bytes (int64)
+
+    @cached_property
+    def df(self) -> pd.DataFrame:
+        """The original columns in sorted order, index 0..n-1 (built on first use: detection
+        itself reads only the arrays above)."""
+        return self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -84,19 +106,11 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def op_codes(values: pd.Series) -> np.ndarray:
     """Per row: index of the op into OPS (unknown ops get len(OPS))."""
-    codes, names = _codes(values)
-    lut = np.array([OPS.index(n) if n in OPS else len(OPS) for n in names], dtype=np.int64)
-    return lut[codes] if len(codes) else codes
-
-
-def _group_reduce(keys: np.ndarray, n: int, values: np.ndarray, how: str) -> np.ndarray:
-    """min/max/sum of `values` per integer key in [0, n), vectorized."""
-    if how == "sum":
-        return np.bincount(keys, weights=values, minlength=n)
-    agg = pd.Series(values).groupby(keys).agg(how)
-    out = np.full(n, np.nan)
-    out[agg.index.to_numpy(np.int64)] = agg.to_numpy()
-    return out
+    arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
+    idx = pc.fill_null(pc.index_in(arr, value_set=_OPS_ARRAY), len(OPS))
+    if isinstance(idx, pa.ChunkedArray):
+        idx = idx.combine_chunks()
+    return np.asarray(idx, dtype=np.int64)
 
 
 def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
@@ -111,23 +125,92 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     idx = np.flatnonzero(is_p2p)
     if idx.size == 0:
         return seq
-    d = pd.DataFrame({"s": pair[idx], "send": is_send[idx], "seq": seq[idx], "step": step[idx]})
-    sends = d[d["send"]].drop_duplicates(["s", "seq"])
-    recvs = d[~d["send"]].drop_duplicates(["s", "seq"])
-    shared = sends.merge(recvs, on=["s", "seq"]).groupby("s").size()
-    streams = pd.Index(np.unique(d["s"].to_numpy()))
-    n_min = pd.concat([sends.groupby("s").size().reindex(streams), recvs.groupby("s").size().reindex(streams)],
-                      axis=1).min(axis=1).fillna(0)
-    agree = (shared.reindex(streams).fillna(0) >= 0.5 * n_min) & (n_min > 0)
-    use_seq = agree.reindex(d["s"]).fillna(False).to_numpy(bool)
-    ordinal = d.sort_values("seq", kind="stable").groupby(["s", "step", "send"]).cumcount().reindex(d.index).to_numpy(np.int64)
-    n_send = d.groupby(["s", "step"])["send"].transform("sum").to_numpy(np.int64)
-    n_all = d.groupby(["s", "step"])["send"].transform("size").to_numpy(np.int64)
-    paired = 2 * n_send == n_all
-    by_order = np.where(paired, (d["step"].to_numpy(np.int64) + 1) * 1_000_000 + ordinal, -(idx + 1))
+    s, snd, q = pair[idx], is_send[idx], seq[idx]
+    qc, nq = dense_codes(q, by_first=False)
+    n_s = int(s.max()) + 1
+    key = s * nq + qc
+    k_send, k_recv = unique(key[snd]), unique(key[~snd])
+    shared = np.bincount(np.intersect1d(k_send, k_recv, assume_unique=True) // nq, minlength=n_s)
+    n_min = np.minimum(np.bincount(k_send // nq, minlength=n_s), np.bincount(k_recv // nq, minlength=n_s))
+    agree = (shared >= 0.5 * n_min) & (n_min > 0)
+    if agree[s].all():
+        return seq
+    # streams matched by order: the ordinal of each end within (stream, step), in seq order
+    own = ~agree[s]
+    j = idx[own]
+    s, snd, qc, st = s[own], snd[own], qc[own], step[j]
+    sstep, _ = dense_codes(s * (int(st.max()) - int(st.min()) + 1) + (st - st.min()), by_first=False)
+    by_seq = argsort_stable(qc)
+    o = by_seq[argsort_stable((sstep * 2 + snd)[by_seq])]
+    ordinal = np.empty(len(j), dtype=np.int64)
+    ordinal[o] = cumcount((sstep * 2 + snd)[o])
+    n_send = np.bincount(sstep, weights=snd.astype(np.float64))
+    n_all = np.bincount(sstep)
+    paired = (2 * n_send == n_all)[sstep]
     out = seq.copy()
-    out[idx] = np.where(use_seq, seq[idx], by_order)
+    out[j] = np.where(paired, (st + 1) * 1_000_000 + ordinal, -(j + 1))
     return out
+
+
+def _pair_codes(gcode: np.ndarray, n_groups: int, is_p2p: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                w: int) -> np.ndarray:
+    """Per row: code of its operator stream — the group for a collective, (group, src, dst)
+    for p2p."""
+    key = gcode.copy()
+    idx = np.flatnonzero(is_p2p)
+    if idx.size:
+        sub, _ = dense_codes((gcode[idx] * w + src[idx] + 1) * w + dst[idx] + 1, by_first=False)
+        key[idx] = n_groups + sub
+    return dense_codes(key, by_first=False)[0]
+
+
+def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per row: its slot, (rank, stream, op, ordinal of that operator within the step).
+
+    One sort by (rank, stream, op, step, row) yields both the ordinal (position within its
+    run) and the operator code (runs of equal (rank, stream, op))."""
+    n = len(pair)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    op_of, n_op = dense_codes(pair * 16 + opcode, by_first=False)
+    scode, n_step = dense_codes(step, by_first=False)
+    key = (rank - int(rank.min())) * n_op
+    key += op_of
+    key *= n_step
+    key += scode
+    order, k_sorted = sort_keys(key, runs=True)  # rows come by rank
+    new_run = np.empty(n, dtype=bool)
+    new_run[0] = True
+    np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_run[1:])
+    k_sorted //= n_step  # (rank, stream, op)
+    new_op = np.empty(n, dtype=bool)
+    new_op[0] = True
+    np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
+    start = np.where(new_run, iota(n), 0)
+    np.maximum.accumulate(start, out=start)
+    pos = iota(n) - start  # ordinal within the step
+    base = np.cumsum(new_op, dtype=np.int64) - 1
+    slot_sorted, _ = dense_codes(base * (int(pos.max()) + 1) + pos, by_first=False)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = slot_sorted
+    return out
+
+
+def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The order that sorts rows by (rank, own start time), stably, with rank and start in
+    that order; None when already sorted."""
+    if len(rank) < 2:
+        return None
+    d = np.diff(rank)
+    if not (d < 0).any() and ((np.diff(start) >= 0) | (d > 0)).all():
+        return None
+    order, r = sort_keys(rank)  # rows usually arrive in time order: sorting by rank suffices
+    t = start[order]
+    if not ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
+        rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
+        order = np.argsort((rank << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
+        r, t = rank[order], start[order]
+    return order, r, t
 
 
 def prepare_ops(df: pd.DataFrame) -> Ops:
@@ -135,36 +218,51 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     df = df.reset_index(drop=True)
     rank = df["rank"].to_numpy(np.int64)
     start = df["start_ns"].to_numpy(np.int64)
-    # sort by (rank, start) on one int64 key: rank in the high bits, start relative to the rank's first
-    if len(df) and not (np.all(np.diff(rank) >= 0) and np.all((np.diff(start) >= 0) | (np.diff(rank) > 0))):
-        rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
-        key = (rank << 42) + np.minimum(start - rmin, (1 << 42) - 1)
-        order = np.argsort(key, kind="stable")
-        df = df.iloc[order].reset_index(drop=True)
-        rank, start = rank[order], start[order]
-    end = df["end_ns"].to_numpy(np.int64)
-    elapsed = np.maximum(end - start, 0).astype(np.float64) * 1e-9
+    sort = _row_order(rank, start)
+    order = None if sort is None else sort[0]
+
+    def column(name: str) -> np.ndarray:
+        a = df[name].to_numpy()  # gathered in its own width, then widened
+        if a.dtype.kind not in "iu":
+            a = df[name].to_numpy(np.int64)
+        return (a if order is None else a[order]).astype(np.int64, copy=False)
+
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
+    if sort is not None:
+        _, rank, start = sort
+        gcode, opcode = gcode[order], opcode[order]
+        first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
+        np.minimum.at(first_of, gcode, iota(len(gcode)))
+        by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
+        remap = np.full(len(groups), -1, dtype=np.int64)
+        remap[by_first] = np.arange(len(by_first), dtype=np.int64)
+        gcode, groups = remap[gcode], groups[by_first]
+    end = column("end_ns")
+    elapsed = (end - start).astype(np.float64)
+    np.maximum(elapsed, 0, out=elapsed)
+    elapsed *= 1e-9
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
-    peer = df["peer"].to_numpy(np.int64)
-    seq = df["seq"].to_numpy(np.int64)
-    src = np.where(is_p2p, np.where(is_send, rank, peer), -1)
-    dst = np.where(is_p2p, np.where(is_send, peer, rank), -1)
+    peer = column("peer")
+    seq = column("seq")
+    src = np.full(len(rank), -1, dtype=np.int64)
+    dst = src.copy()
+    p2p_rows = np.flatnonzero(is_p2p)
+    if p2p_rows.size:
+        snd = is_send[p2p_rows]
+        src[p2p_rows] = np.where(snd, rank[p2p_rows], peer[p2p_rows])
+        dst[p2p_rows] = np.where(snd, peer[p2p_rows], rank[p2p_rows])
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
-    pair_key = (gcode * w + (src + 1)) * w + (dst + 1)
-    pair, _ = pd.factorize(pair_key)
-    step = df["step"].to_numpy(np.int64)
+    pair = _pair_codes(gcode, len(groups), is_p2p, src, dst, w)
+    step = column("step")
     seq = _p2p_match_key(pair, is_p2p, is_send, seq, step)
-    seq0 = seq - seq.min(initial=0)
-    inst, _ = pd.factorize(pair.astype(np.int64) * (int(seq0.max(initial=0)) + 1) + seq0)
-    inst = inst.astype(np.int64)
-    n_inst = int(inst.max(initial=-1)) + 1
+    qc, nq = dense_codes(seq, by_first=False)
+    inst, n_inst = dense_codes(pair * nq + qc)
     size = np.bincount(inst, minlength=n_inst)
-    imin = _group_reduce(inst, n_inst, elapsed, "min")
-    imax = _group_reduce(inst, n_inst, elapsed, "max")
-    imean = _group_reduce(inst, n_inst, elapsed, "sum") / np.maximum(size, 1)
+    imin = group_min(inst, n_inst, elapsed)
+    imax = group_max(inst, n_inst, elapsed)
+    imean = np.bincount(inst, weights=elapsed, minlength=n_inst) / np.maximum(size, 1)
     wait = elapsed - imin[inst]
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
@@ -174,23 +272,15 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     if len(df) > 1:
         same = rank[1:] == rank[:-1]
         gap[1:] = np.where(same, np.maximum(start[1:] - end[:-1], 0) * 1e-9, 0.0)
-    inst_group = np.zeros(n_inst, dtype=np.int64)
-    inst_group[inst] = gcode
-    inst_step = np.zeros(n_inst, dtype=np.int64)
-    inst_step[inst] = step
-    inst_p2p = np.zeros(n_inst, dtype=bool)
-    inst_p2p[inst] = is_p2p
-    inst_src = np.full(n_inst, -1, dtype=np.int64)
-    inst_src[inst] = src
-    inst_dst = np.full(n_inst, -1, dtype=np.int64)
-    inst_dst[inst] = dst
+    last = np.zeros(n_inst, dtype=np.int64)
+    last[inst] = iota(len(inst))  # per instance: its last row speaks for it
+    inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
-    base = pd.factorize((pair.astype(np.int64) * 16 + opcode) * (w + 1) + rank)[0].astype(np.int64)
-    ordinal = pd.Series(base).groupby([base, step]).cumcount().to_numpy(np.int64)
-    slot = pd.factorize(base * 1_000_003 + ordinal)[0].astype(np.int64)
+    slot = _slot_codes(pair, opcode, rank, step)
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
-               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair.astype(np.int64), opcode, step, rank, first)
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
+               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair, opcode, step, rank, first,
+               column("nbytes"))
 
 
 def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -211,12 +301,28 @@ def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | Non
 
 def slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-row (median, q1, q3) of any per-row value over the row's slot in reference steps
-    (NaN where the slot has none). A slot occurs once per step, so its history is one row of
-    a slots x steps matrix."""
-    use = np.ones(len(e), dtype=bool) if ref_steps is None or len(ref_steps) == 0 else np.isin(ops.step, ref_steps)
+    (NaN where the slot has none)."""
+    med, q1, q3 = slot_stats(ops, e, ref_steps)
+    return med[ops.slot], q1[ops.slot], q3[ops.slot]
+
+
+def in_steps(ops: Ops, steps: np.ndarray | None) -> np.ndarray:
+    """Per row: whether its step is one of `steps` (all rows when None or empty), by a table."""
+    if steps is None or len(steps) == 0:
+        return np.ones(len(ops.step), dtype=bool)
+    lo = min(int(ops.step.min(initial=0)), int(np.min(steps)))
+    hi = max(int(ops.step.max(initial=0)), int(np.max(steps)))
+    lut = np.zeros(hi - lo + 1, dtype=bool)
+    lut[np.asarray(steps, dtype=np.int64) - lo] = True
+    return lut[ops.step - lo]
+
+
+def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
+    A slot occurs once per step, so its history is one row of a slots x steps matrix."""
+    use = np.flatnonzero(in_steps(ops, ref_steps))
     n_slot = int(ops.slot.max(initial=-1)) + 1
-    scode, _ = pd.factorize(ops.step[use], sort=True)
-    n_cols = int(scode.max(initial=-1)) + 1
+    scode, n_cols = dense_codes(ops.step[use], by_first=False)
     mat = np.full((n_slot, max(n_cols, 1)), np.nan)
     mat[ops.slot[use], scode] = e[use]  # NaN values (unmeasurable) simply do not count
     mat.sort(axis=1)  # NaN last
@@ -230,8 +336,7 @@ def slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tup
         w = pos - lo
         return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
 
-    med, q1, q3 = q(0.5), q(0.25), q(0.75)
-    return med[ops.slot], q1[ops.slot], q3[ops.slot]
+    return q(0.5), q(0.25), q(0.75)
 
 
 def peer_group_min_ratio(ops: Ops) -> np.ndarray:
@@ -243,12 +348,11 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
     gkind = pd.Series(ops.groups.astype(str)).str.replace(r"[-_]?\d+$", "", regex=True)
     kcode = pd.factorize(gkind)[0].astype(np.int64)[ops.inst_group]
     nbytes = np.zeros(ops.n_inst, dtype=np.int64)
-    nbytes[ops.inst] = ops.df["nbytes"].to_numpy(np.int64)
+    nbytes[ops.inst] = ops.nbytes
     opc = np.zeros(ops.n_inst, dtype=np.int64)
     opc[ops.inst] = ops.opcode
-    key = pd.factorize(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919))[0]
-    ref = pd.Series(ops.inst_min).groupby(key).transform("median").to_numpy()
-    return ops.inst_min / np.maximum(ref, 1e-9)
+    key, n_key = dense_codes(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919), by_first=False)
+    return ops.inst_min / np.maximum(group_median(key, n_key, ops.inst_min), 1e-9)[key]
 
 
 def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
@@ -260,38 +364,85 @@ def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
     return _per_step(ops, (base / med).astype(np.float64))
 
 
-def _per_step(ops: Ops, values: pd.Series) -> np.ndarray:
-    """Per row: the value of its step (1.0 where unknown), by array lookup rather than a map."""
+def _per_step(ops: Ops, values: pd.Series, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`, default all): the value of its step (1.0 where unknown), by table."""
+    step = ops.step if rows is None else ops.step[rows]
     idx = values.index.to_numpy(np.int64)
     if len(idx) == 0:
-        return np.ones(len(ops.step))
+        return np.ones(len(step))
     lo = min(int(idx.min()), int(ops.step.min(initial=0)))
     hi = max(int(idx.max()), int(ops.step.max(initial=0)))
     lut = np.ones(hi - lo + 1)
     v = values.to_numpy(np.float64)
     lut[idx - lo] = np.where(np.isfinite(v) & (v > 0), v, 1.0)
-    return lut[ops.step - lo]
+    return lut[step - lo]
 
 
-def step_ratio(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
+def step_ratio(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`, default all): its step's duration over the step-time baseline."""
+    n = len(ops.elapsed) if rows is None else len(rows)
     if steps is None or steps.empty or "ratio" not in steps:
-        return np.ones(len(ops.elapsed))
-    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64))
+        return np.ones(n)
+    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64), rows)
 
 
-def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> np.ndarray:
+@dataclass
+class Basis:
+    """What the detector's screen and its features share, computed once for all rows."""
+
+    scale: np.ndarray  # per row: the step's rolling baseline over the run's median (drift)
+    med: np.ndarray  # per row: drift-normalized median of its slot over reference steps
+    slot_q1: np.ndarray  # per slot: drift-normalized quartiles (NaN: no reference)
+    slot_q3: np.ndarray
+    peer: np.ndarray  # per instance: `peer_group_min_ratio`
+
+    def normalized(self, ops: Ops) -> np.ndarray:
+        """Per row: elapsed over the step-time baseline."""
+        return ops.elapsed / self.scale
+
+    def quartiles(self, ops: Ops, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(q1, q3) of the given rows' slots, as `slot_history` gives them."""
+        slot = ops.slot if rows is None else ops.slot[rows]
+        q1, q3 = self.slot_q1[slot], self.slot_q3[slot]
+        miss = np.isnan(q1)
+        if miss.any():
+            inst, scale = (ops.inst, self.scale) if rows is None else (ops.inst[rows], self.scale[rows])
+            fb = ops.inst_min[inst] / scale
+            q1, q3 = np.where(miss, fb, q1), np.where(miss, fb, q3)
+        return q1, q3
+
+
+def feature_basis(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Basis:
+    """The per-row step scale and slot median, and per-slot quartiles, as `slot_history`
+    computes them (only the median is needed for every row)."""
+    scale = step_scale(ops, steps)
+    med_s, q1_s, q3_s = slot_stats(ops, ops.elapsed / scale, ref_steps)
+    med = med_s[ops.slot]
+    miss = np.isnan(med)
+    if miss.any():  # slots never seen in reference steps: the instance minimum (transfer time)
+        med = np.where(miss, ops.inst_min[ops.inst] / scale, med)
+    return Basis(scale, med, q1_s, q3_s, peer_group_min_ratio(ops))
+
+
+def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None,
+                    rows: np.ndarray | None = None, basis: Basis | None = None) -> np.ndarray:
     """The feature matrix of DESIGN.md's detector: own history, group peers, size, type, step.
 
-    Column-major float32 (features x rows, transposed view returned) so each feature is
-    written once, in place.
+    `rows` (indices) limits it to those rows — the ones a screen did not pass; `basis`
+    reuses what the screen computed. Column-major float32 (features x rows, transposed view
+    returned) so each feature is written once, in place.
     """
-    e = ops.elapsed
-    scale = step_scale(ops, steps)
-    med, q1, q3 = slot_history(ops, ref_steps, scale)
+    b = basis if basis is not None else feature_basis(ops, steps, ref_steps)
+
+    def at(v: np.ndarray) -> np.ndarray:
+        return v if rows is None else v[rows]
+
+    e, scale, med = at(ops.elapsed), at(b.scale), at(b.med)
+    q1, q3 = b.quartiles(ops, rows)
     en = e / scale
     iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)
     eps = 1e-9
-    inst = ops.inst
+    inst = at(ops.inst)
     imin = ops.inst_min[inst]
     out = np.empty((len(FEATURES), len(e)), dtype=np.float32)
     out[0] = np.log10(en + 1e-7)  # elapsed against the rolling step-time baseline
@@ -302,11 +453,14 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     out[5] = (e - imin) / np.maximum(ops.inst_max - ops.inst_min, eps)[inst]
     out[6] = e / np.maximum(ops.inst_mean, eps)[inst]
     out[7] = e / np.maximum(imin, eps)
-    out[8] = ops.wait / np.maximum(e, eps)
-    out[9] = np.log10(ops.df["nbytes"].to_numpy(np.float64) + 1)
-    out[10] = ops.opcode
+    out[8] = at(ops.wait) / np.maximum(e, eps)
+    out[9] = np.log10(at(ops.nbytes).astype(np.float64) + 1)
+    out[10] = at(ops.opcode)
     out[11] = ops.inst_p2p[inst]
-    out[12] = step_ratio(ops, steps)
-    out[13] = peer_group_min_ratio(ops)[inst]
-    np.nan_to_num(out, copy=False, nan=0.0, posinf=1e3, neginf=-1e3)
+    out[12] = step_ratio(ops, steps, rows)
+    out[13] = b.peer[inst]
+    bad = ~np.isfinite(out)  # as np.nan_to_num(nan=0, posinf=1e3, neginf=-1e3), without its slow inf tests
+    if bad.any():
+        v = out[bad]
+        out[bad] = np.where(np.isnan(v), 0.0, np.where(v > 0, 1e3, -1e3))
     return out.T

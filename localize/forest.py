@@ -2,7 +2,7 @@
 
 The shipped model is a few small trees. Keeping it as node arrays in an `.npz` (no pickle)
 makes loading safe and instant — the localizer never imports scikit-learn — and evaluation
-walks all trees for all rows at once, one vectorized step per tree level.
+walks all trees for a chunk of rows at once, one vectorized step per tree level.
 """
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ from __future__ import annotations
 import io
 import zipfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+
+_PAD = 15  # feature column that is always 0: what leaves test
 
 
 @dataclass
@@ -46,35 +49,95 @@ class ArrayForest:
         depth = max(est.get_depth() for est in model.estimators_)  # type: ignore[attr-defined]
         return cls(feature, threshold, left, right, proba, int(depth))
 
-    def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        """Mean P(abnormal) over trees, per row of x (float32 features).
+    @cached_property
+    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """All trees as one node table for `predict_proba`: (records, P(abnormal), roots, and
+        per tree its largest leaf P(abnormal)).
 
-        Rows that reach a leaf leave the working set, so each level only touches the rows
-        still descending; features are read column-major through one flat index.
+        Nodes are renumbered breadth-first so that a node's right child follows its left one;
+        each record packs the float32 threshold's bits (high word) with left*16 + feature (low
+        word), so one gather fetches a node. A leaf points to itself with threshold +inf on
+        a padding feature, so rows that reached a leaf stay there for the remaining levels.
+        """
+        recs, probs, roots, top = [], [], [], []
+        base = 0
+        for t in range(self.feature.shape[0]):
+            f_t, l_t, r_t = self.feature[t], self.left[t], self.right[t]
+            order = [0]
+            i = 0
+            while i < len(order):  # breadth-first over a few hundred nodes, once per model
+                k = order[i]
+                i += 1
+                if f_t[k] >= 0:
+                    order += [int(l_t[k]), int(r_t[k])]
+            nodes = np.asarray(order, dtype=np.int64)
+            new_id = np.zeros(self.feature.shape[1], dtype=np.int64)
+            new_id[nodes] = np.arange(len(nodes)) + base
+            leaf = f_t[nodes] < 0
+            left = np.where(leaf, new_id[nodes], new_id[l_t[nodes]])
+            feat = np.where(leaf, _PAD, f_t[nodes]).astype(np.int64)
+            thr = np.where(leaf, np.inf, self.threshold[t][nodes]).astype(np.float32)
+            recs.append((thr.view(np.uint32).astype(np.int64) << 32) | (left * 16 + feat))
+            probs.append(self.proba[t][nodes].astype(np.float64))
+            top.append(float(self.proba[t][nodes][leaf].max()))
+            roots.append(base)
+            base += len(nodes)
+        return np.concatenate(recs), np.concatenate(probs), np.asarray(roots, dtype=np.int64), np.asarray(top)
+
+    def predict_proba(self, x: np.ndarray, settle: float | None = None) -> np.ndarray:
+        """Mean P(abnormal) over trees, per row of x (float32 features, at most 15 columns).
+
+        With `settle`, rows the first trees already place below it — even if every later
+        tree gave its largest leaf — skip the later trees; their value is then only a lower
+        bound (still below `settle`), which is all a decision at a threshold >= `settle` needs.
         """
         n = x.shape[0]
-        t_count = self.feature.shape[0]
         if n == 0:
             return np.zeros(0)
-        flat = np.ascontiguousarray(x.T, dtype=np.float32).ravel()  # free when x is a transposed view
-        out = np.zeros(n, dtype=np.float64)
-        for t in range(t_count):  # a handful of trees; each level is one vectorized step
-            f_t, th_t, l_t, r_t = self.feature[t], self.threshold[t], self.left[t], self.right[t]
-            leaf_of = np.zeros(n, dtype=np.int32)
-            rows = np.arange(n)
-            node = np.zeros(n, dtype=np.int32)
-            for _ in range(self.depth + 1):
-                f = f_t[node]
-                inner = f >= 0
-                if not inner.all():
-                    leaf_of[rows[~inner]] = node[~inner]
-                    rows, node, f = rows[inner], node[inner], f[inner]
-                if rows.size == 0:
-                    break
-                v = flat[f.astype(np.int64) * n + rows]
-                node = np.where(v <= th_t[node], l_t[node], r_t[node])
-            out += self.proba[t][leaf_of]
-        return out / t_count
+        if x.shape[1] > _PAD:
+            raise ValueError(f"at most {_PAD} features, got {x.shape[1]}")
+        _, _, roots, top = self._flat
+        t_count = len(roots)
+        if settle is None:
+            return self._tree_sum(x, 0, t_count) / t_count
+        # the fewest leading trees after which some rows can be settled
+        rest_max = np.r_[np.cumsum(top[::-1])[::-1], 0.0]  # rest_max[k]: most trees k.. can add
+        k = next((i for i in range(1, t_count) if rest_max[i] < settle * t_count), t_count)
+        total = self._tree_sum(x, 0, k)
+        if k < t_count:
+            open_rows = np.flatnonzero(total + rest_max[k] >= settle * t_count)
+            total[open_rows] += self._tree_sum(x[open_rows], k, t_count)
+        return total / t_count
+
+    def _tree_sum(self, x: np.ndarray, first: int, last: int, chunk: int = 8192) -> np.ndarray:
+        """Sum of P(abnormal) over trees first..last-1, per row.
+
+        Level-synchronous: the trees descend one level per step for a chunk of rows at once
+        (chunks small enough that the working set stays in cache), one gather for the nodes
+        and one for the features they test.
+        """
+        n = x.shape[0]
+        out = np.zeros(n)
+        if n == 0 or last <= first:
+            return out
+        rec, prob, roots, _ = self._flat
+        t_count = last - first
+        c = min(chunk, n)
+        rows = np.zeros((c, 16), dtype=np.float32)  # row-major, column _PAD stays 0
+        flat = rows.ravel()
+        row_base = np.tile(np.arange(c, dtype=np.int64) * 16, t_count)
+        start_nodes = np.repeat(roots[first:last], c)
+        for s in range(0, n, c):
+            m = min(c, n - s)
+            rows[:m, : x.shape[1]] = x[s:s + m]
+            node = start_nodes
+            for _ in range(self.depth):
+                r = rec[node]
+                low = r & 0xFFFFFFFF
+                thr = (r >> 32).astype(np.uint32).view(np.float32)
+                node = (low >> 4) + (flat[(low & 15) + row_base] > thr)
+            out[s:s + m] = prob[node].reshape(t_count, c).sum(axis=0)[:m]
+        return out
 
     def save(self, path: Path) -> None:
         """An .npz that np.load reads, written byte-for-byte reproducibly (fixed zip timestamps)."""

@@ -9,6 +9,7 @@ localize/ runs while the timeline stage is unavailable; the timeline stage is pr
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,7 @@ import pandas as pd
 
 from collector.meta import JobMeta
 from collector.traceio import Trace
+from localize.grouping import dense_codes, group_max, group_min
 
 WINDOW = 8
 
@@ -93,12 +95,32 @@ def with_steps(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_durations(df: pd.DataFrame) -> pd.Series:
-    """Median over ranks of each step's length on the rank's own clock."""
-    last = df[df["step"] >= 0].groupby(["rank", "step"])["end_ns"].max().unstack("step").sort_index(axis=1)
-    first = df[df["step"] >= 0].groupby(["rank", "step"])["start_ns"].min().unstack("step").sort_index(axis=1)
-    dur = last.diff(axis=1)
-    dur.iloc[:, 0] = last.iloc[:, 0] - first.iloc[:, 0]
-    return (dur.median(axis=0) * 1e-9).rename("duration_s")
+    """Median over ranks of each step's length on the rank's own clock: end of the rank's last
+    operator of the step minus that of the previous step (the first step: minus its first
+    start). Ranks missing a step do not count for it or the next one."""
+    step = df["step"].to_numpy(np.int64)
+    keep = step >= 0
+    step = step[keep]
+    if len(step) == 0:
+        return pd.Series(np.zeros(0), index=pd.Index(step, name="step"), name="duration_s")
+    scode, n_steps = dense_codes(step, by_first=False)  # in step order
+    steps = np.empty(n_steps, dtype=np.int64)
+    steps[scode] = step
+    rank, n_rank = dense_codes(df["rank"].to_numpy(np.int64)[keep], by_first=False)
+    start = df["start_ns"].to_numpy(np.int64)[keep]
+    t0 = int(start.min())
+    cell = rank * len(steps) + scode
+    last = group_max(cell, n_rank * len(steps), (df["end_ns"].to_numpy(np.int64)[keep] - t0).astype(np.float64))
+    first = group_min(cell, n_rank * len(steps), (start - t0).astype(np.float64))
+    last = np.where(np.isfinite(last), last, np.nan).reshape(n_rank, len(steps))
+    first = np.where(np.isfinite(first), first, np.nan).reshape(n_rank, len(steps))
+    dur = np.empty_like(last)
+    dur[:, 0] = last[:, 0] - first[:, 0]
+    dur[:, 1:] = last[:, 1:] - last[:, :-1]
+    with warnings.catch_warnings():  # a step no rank has in full has no duration (NaN)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(dur, axis=0)
+    return pd.Series(med * 1e-9, index=pd.Index(steps, name="step"), name="duration_s")
 
 
 def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> StepView:

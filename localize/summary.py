@@ -1,29 +1,31 @@
 """Abnormal-operator summaries, and the localizer path that starts from them.
 
 Detection runs where the records are (the sidecar on each node); only a compact summary
-travels. The central localizer reads the summaries of every node, finds the irregular steps
-and the groups where operators were abnormal, and fetches full records only for the members
-of those groups and a few steps (`Trace.commops(ranks=..., steps=...)`).
+travels. The central localizer reads the summaries of every node, finds the irregular steps,
+the ranks that computed longest and the groups where operators were abnormal, and fetches full
+records only for a few of those groups' members and a few steps (`Trace.commops(ranks=...,
+steps=...)`).
 
 Summary format — `summary.parquet` (or `.jsonl`/`.csv`, or a directory `summary/` of one
-Parquet file per node) in the trace directory; one row per
+Parquet file per node and window) in the trace directory. A summary describes hosts, not
+ranks, wherever that is all the central localizer needs; one row per
 
-- (rank, step) with `group` = "*": the rank's step totals, always present —
-  `step_end_ns` (end of the rank's last operator of the step, its own clock), `compute_s`
-  (time between its operators in the step: compute), `ops`, `elapsed_s`;
-- (rank, step, group) where the rank had abnormal operators in that group —
-  `ops` (operators of the group in the step), `abnormal` (how many were abnormal),
-  `elapsed_s`, `abnormal_s` (their total elapsed time).
+- (host, step) with `rank` = -1 and `group` = "*": the host's step — `step_end_ns` (median
+  over its ranks of the end of their last operator of the step, the host's own clock) and
+  `compute_s` (median over its ranks of the time between their operators: compute);
+- (host, rank, step) with `group` = "*" for a rank that computed over OUTLIER x its host's
+  median in that step (a slow GPU stands out on its own node): its `compute_s`, `step_end_ns`;
+- (host, step, group) with `rank` = -1 where the host's ranks had abnormal operators in that
+  group: `abnormal` (how many), `abnormal_s` (their total elapsed time).
 
 | column | type | meaning |
 |---|---|---|
-| rank | int32 | global rank |
+| host | string | host of the ranks summarized |
+| rank | int32 | global rank of an outlier row, else -1 |
 | step | int32 | training step |
-| group | string | process group, or "*" for the rank's step totals |
-| ops | int32 | operators counted |
-| abnormal | int32 | abnormal operators among them (0 on "*" rows) |
-| elapsed_s | float64 | total elapsed time of the operators counted |
-| abnormal_s | float64 | total elapsed time of the abnormal ones |
+| group | string | process group, or "*" for step rows |
+| abnormal | int32 | abnormal operators (0 on "*" rows) |
+| abnormal_s | float64 | their total elapsed time |
 | compute_s | float64 | "*" rows: compute time of the step; else 0 |
 | step_end_ns | int64 | "*" rows: own-clock end of the step; else 0 |
 
@@ -33,12 +35,14 @@ operator against its own history (drift-normalized robust rule, `detector.rule_d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from collector.errors import TraceError
 from collector.meta import JobMeta
@@ -51,45 +55,53 @@ from localize.verdict import Verdict
 
 SUMMARY_SCHEMA = pa.schema(
     [
+        pa.field("host", pa.string(), nullable=False),
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),
         pa.field("group", pa.string(), nullable=False),
-        pa.field("ops", pa.int32(), nullable=False),
         pa.field("abnormal", pa.int32(), nullable=False),
-        pa.field("elapsed_s", pa.float64(), nullable=False),
         pa.field("abnormal_s", pa.float64(), nullable=False),
         pa.field("compute_s", pa.float64(), nullable=False),
         pa.field("step_end_ns", pa.int64(), nullable=False),
     ]
 )
-MAX_STEPS = 3  # irregular steps fetched in full
-REF_STEPS = 3  # normal steps fetched for the operators' own history
-MAX_RANKS = 1024  # budget of ranks fetched in full
+OUTLIER = 1.05  # a rank computing this much over its host's median is summarized on its own
+MAX_STEPS = 1  # irregular steps fetched in full (each with the step before it)
+MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest
+MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
 
 
-def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """The summary of one node's (or any set of ranks') CommOps rows, in SUMMARY_SCHEMA."""
+def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None) -> pd.DataFrame:
+    """The summary of one node's (or any set of ranks') CommOps rows, in SUMMARY_SCHEMA.
+
+    `host_of` maps a rank to its host (default: every rank is a host of its own, "rank-R")."""
     ops = prepare_ops(df)
     steps = ops.step
-    uniq = np.unique(steps)
     # the node's own step table, for drift normalization; history from all its steps
-    det = rule_detect(ops, None, uniq)
+    det = rule_detect(ops, None, np.unique(steps))
     rank = ops.rank
-    end = ops.df["end_ns"].to_numpy(np.int64)
-    tot = pd.DataFrame({"rank": rank, "step": steps, "ops": 1, "elapsed_s": ops.elapsed, "compute_s": ops.gap,
-                        "step_end_ns": end}).groupby(["rank", "step"], sort=True).agg(
-        ops=("ops", "sum"), elapsed_s=("elapsed_s", "sum"), compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max")
-    ).reset_index()
-    tot["group"] = "*"
-    tot["abnormal"] = 0
-    tot["abnormal_s"] = 0.0
-    ab = pd.DataFrame({"rank": rank, "step": steps, "group": ops.groups[ops.group_code], "ops": 1,
-                       "abnormal": det.abnormal.astype(np.int32), "elapsed_s": ops.elapsed,
-                       "abnormal_s": np.where(det.abnormal, ops.elapsed, 0.0)})
-    per = ab.groupby(["rank", "step", "group"], sort=True).sum().reset_index()
-    per = per[per["abnormal"] > 0].assign(compute_s=0.0, step_end_ns=0)
-    out = pd.concat([tot, per], ignore_index=True)
-    return out[list(SUMMARY_SCHEMA.names)]
+    ranks = np.unique(rank)
+    names = [host_of(int(r)) if host_of is not None else f"rank-{int(r)}" for r in ranks]
+    hcode, hosts = pd.factorize(np.asarray(names, dtype=object))
+    host = hcode[np.searchsorted(ranks, rank)]  # per row, as an integer: grouping on strings is slow
+    per_rank = pd.DataFrame({"host": host, "rank": rank, "step": steps, "compute_s": ops.gap,
+                             "step_end_ns": ops.df["end_ns"].to_numpy(np.int64)}).groupby(
+        ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max")).reset_index()
+    med = per_rank.groupby(["host", "step"], sort=True).agg(
+        compute_s=("compute_s", "median"), step_end_ns=("step_end_ns", "median")).reset_index()
+    med["rank"] = -1
+    med["step_end_ns"] = med["step_end_ns"].round().astype(np.int64)
+    typical = per_rank.groupby(["host", "step"])["compute_s"].transform("median")
+    out = pd.concat([med, per_rank[per_rank["compute_s"] > OUTLIER * typical]], ignore_index=True)
+    out = out.assign(group="*", abnormal=0, abnormal_s=0.0)
+    ab = pd.DataFrame({"host": host, "step": steps, "group": ops.group_code,
+                       "abnormal": det.abnormal.astype(np.int32), "abnormal_s": np.where(det.abnormal, ops.elapsed, 0.0)})
+    ab = ab[det.abnormal].groupby(["host", "step", "group"], sort=True).sum().reset_index()
+    ab = ab.assign(rank=-1, compute_s=0.0, step_end_ns=0, group=np.asarray(ops.groups, dtype=object)[ab["group"].to_numpy()])
+    res = pd.concat([out, ab], ignore_index=True)
+    res["host"] = np.asarray(hosts, dtype=object)[res["host"].to_numpy()]
+    res = res[list(SUMMARY_SCHEMA.names)]
+    return res.sort_values(["host", "rank", "step", "group"]).reset_index(drop=True)
 
 
 def write_summaries(trace: Trace, out_name: str = "summary") -> Path:
@@ -102,7 +114,7 @@ def write_summaries(trace: Trace, out_name: str = "summary") -> Path:
     for host, ranks in by_host.items():
         df = trace.commops(columns=COLUMNS, ranks=ranks)
         if len(df):
-            write_table(summarize(df), d / f"{host}.parquet", SUMMARY_SCHEMA)
+            write_table(summarize(df, trace.meta.host_of), d / f"{host}.parquet", SUMMARY_SCHEMA)
     return d
 
 
@@ -115,10 +127,34 @@ def find_summary(trace: Trace) -> Path | None:
     return d if d.is_dir() and any(d.glob("*.parquet")) else None
 
 
+#: on the wire, times travel as integer microseconds (delta-encoded they take a byte or two)
+WIRE_US = {"abnormal_s": "abnormal_us", "compute_s": "compute_us", "step_end_ns": "step_end_us"}
+
+
+def to_wire(summary: pd.DataFrame) -> pd.DataFrame:
+    out = summary.copy()
+    for col, wire in WIRE_US.items():
+        x = out.pop(col).to_numpy()
+        out[wire] = (x // 1000 if col == "step_end_ns" else np.rint(x * 1e6)).astype(np.int64)
+    return out
+
+
 def read_summary(trace: Trace) -> pd.DataFrame:
     p = find_summary(trace)
     if p is None:
         raise TraceError(f"{trace.path}: no abnormal-operator summary", "run the sidecar, or `write_summaries` on the trace")
+    if p.is_dir():  # the sidecars' files (<host>-w<first>-<last>.parquet): microseconds on the wire
+        files = sorted(p.glob("*.parquet"))
+        table = ds.dataset(files, format="parquet").to_table()
+        df = table.to_pandas()
+        if "host" not in df:  # one host per file, named by the file
+            sizes = [f.metadata.num_rows for f in ds.dataset(files, format="parquet").get_fragments()]
+            df["host"] = np.repeat([f.name.rsplit("-w", 1)[0] for f in files], sizes)
+        for col, wire in WIRE_US.items():
+            if wire in df:
+                x = df.pop(wire).to_numpy(np.int64)
+                df[col] = x * 1000 if col == "step_end_ns" else x * 1e-6
+        return pa.Table.from_pandas(df[list(SUMMARY_SCHEMA.names)], schema=SUMMARY_SCHEMA, preserve_index=False).to_pandas()
     return read_table(p, SUMMARY_SCHEMA).to_pandas()
 
 
@@ -134,18 +170,34 @@ class FetchPlan:
 
 
 def step_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Step durations from the summaries: each rank's own-clock step ends, median over ranks."""
-    star = summary[summary["group"] == "*"]
-    ends = star.pivot_table(index="rank", columns="step", values="step_end_ns", aggfunc="max").sort_index(axis=1)
+    """Step durations from the summaries: each host's own-clock step ends, median over hosts."""
+    star = summary[(summary["group"] == "*") & (summary["rank"] < 0)]
+    ends = star.pivot_table(index="host", columns="step", values="step_end_ns", aggfunc="max").sort_index(axis=1)
     dur = ends.diff(axis=1).median(axis=0) * 1e-9
     dur = dur.iloc[1:] if len(dur) > 1 else dur
     return judge(dur.rename("duration_s"))
 
 
+def rank_compute(summary: pd.DataFrame, meta: JobMeta, steps: list[int]) -> pd.Series:
+    """Per rank, median over `steps` of its compute: its own row where it was an outlier on its
+    host, else its host's median."""
+    sub = summary[summary["step"].isin(steps) & (summary["group"] == "*")]
+    hosts = sub[sub["rank"] < 0].groupby("host")["compute_s"].median()
+    own = sub[sub["rank"] >= 0].groupby("rank")["compute_s"].median()
+    ranks = sorted(meta.ranks)
+    # (a summary made without a host map names every rank a host of its own)
+    comp = pd.Series([hosts.get(meta.host_of(r), hosts.get(f"rank-{r}", np.nan)) for r in ranks], index=ranks,
+                     dtype=np.float64)
+    hit = own.index[own.index.isin(comp.index)]
+    comp.loc[hit] = np.maximum(comp.loc[hit].to_numpy(), own.loc[hit].to_numpy())
+    return comp.dropna()
+
+
 def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
-    """Steps: the most irregular few plus the normal ones before them. Ranks: every member of
-    the groups with the most abnormal time (the one normal copy among waiting ones is what the
-    wait graph needs), and the ranks that computed longest in those steps with their groups."""
+    """Steps: the most irregular one with the step before it, and the last normal one before.
+    Ranks: the groups of the ranks that computed longest in that step, smallest groups first,
+    within a small budget of ranks; when no rank did (a network fault), the groups with the most
+    abnormal time within a wide one. A group not fetched whole is never judged."""
     irr_tab = table[table["irregular"].astype(bool)]
     irregular = [int(s) for s in irr_tab["step"]]
     if not irregular:
@@ -154,28 +206,31 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     normal = table.loc[~table["irregular"].astype(bool) & (table["step"] < worst[0]), "step"].astype(int).tolist()
     if not normal:
         normal = table.loc[~table["irregular"].astype(bool), "step"].astype(int).tolist()
-    fetch_steps = sorted(set(worst) | set(normal[-REF_STEPS:]))
+    # each step with the one before it: a rank's operator streams run across step boundaries,
+    # and the wait graph measures a rank's compute only between consecutive records of a stream
+    # (the normal step only gives the operators' history: it needs no predecessor)
+    fetch_steps = sorted(({x - d for x in worst for d in (0, 1)} | set(normal[-1:])) & set(table["step"].astype(int)))
     sub = summary[summary["step"].isin(worst)]
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
-    star = sub[sub["group"] == "*"]
-    comp = star.groupby("rank")["compute_s"].median()
+    comp = rank_compute(summary, meta, worst)
     slow_ranks = comp[comp > 1.1 * comp.median()].nlargest(16).index.tolist()
+    # no rank computed longer: slow transfers, which only many groups side by side can pin on
+    # one NIC, link or switch -- the wide budget
+    budget = MAX_RANKS if slow_ranks else MAX_RANKS_NET
     rank_groups: dict[int, list[str]] = {}
     for g, mem in meta.groups.items():
         for r in mem:
             rank_groups.setdefault(r, []).append(g)
     chosen: list[str] = []
     ranks: set[int] = set()
-    for r in slow_ranks:
-        for g in rank_groups.get(int(r), []):
-            if g not in chosen and len(ranks) + len(meta.groups[g]) <= MAX_RANKS:
-                chosen.append(g)
-                ranks.update(meta.groups[g])
-    for g in per_group.index:
-        mem = meta.groups.get(str(g), [])
-        if len(ranks | set(mem)) > MAX_RANKS:
+    # smallest groups first over all slow ranks: a slow host's ranks each get their nearest peers
+    wanted = sorted({g for r in slow_ranks for g in rank_groups.get(int(r), [])}, key=lambda g: (len(meta.groups[g]), g))
+    # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones
+    for g in wanted or [str(g) for g in per_group.index]:
+        mem = meta.groups.get(g, [])
+        if g in chosen or not mem or len(ranks | set(mem)) > budget:
             continue
-        chosen.append(str(g))
+        chosen.append(g)
         ranks.update(mem)
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen)
 

@@ -83,14 +83,15 @@ def flush() -> None:
 
 
 def stats() -> dict[str, Any]:
-    """Rows written, shards, bytes, dropped records and bookkeeping errors of this rank."""
+    """Rows written, shards, bytes, dropped records, bookkeeping errors and the CPU time of the
+    writer's periodic flushes, of this rank."""
     rec: Recorder | None = _state.get("rec")
     w: ShardWriter | None = _state.get("writer")
     if rec is None:
         return {}
-    return {"rank": rec.rank, "recorded": rec.pos[0] + rec.async_pos[0], "rows": w.rows if w else 0,
+    return {"rank": rec.rank, "recorded": rec.created(), "rows": w.rows if w else 0,
             "shards": w.shards if w else 0, "bytes": w.bytes if w else 0,
-            "dropped": w.dropped if w else 0, "errors": rec.errors}
+            "dropped": w.dropped if w else 0, "errors": rec.errors, "writer_cpu_s": w.cpu_s if w else 0.0}
 
 
 def detach() -> None:

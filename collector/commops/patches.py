@@ -38,17 +38,20 @@ def install(rec: Recorder, on_first_op: Callable[[Recorder], None]) -> None:
 
     rec.group_id = group_id  # type: ignore[method-assign]
     wrapped: dict[str, Any] = {}
+    batch_flag = [False]
     for name, op, tpos, gpos in COLLECTIVES:
         if hasattr(c10d, name):
             try:
                 wrapped[name] = make_collective(rec, getattr(c10d, name), op, tpos, gpos)
             except TypeError as exc:  # a torch whose signature we do not know: leave it unwrapped
                 rec.error(exc)
-    batch_flag = [False]
     for name, op, peer_kw, group_peer_kw in P2P:
-        wrapped[name] = make_p2p(rec, getattr(c10d, name), op, peer_kw, group_peer_kw, batch_flag)
+        try:
+            wrapped[name] = make_p2p(rec, getattr(c10d, name), op, peer_kw, group_peer_kw, batch_flag)
+        except TypeError as exc:
+            rec.error(exc)
     wrapped["batch_isend_irecv"] = make_batch_p2p(
-        rec, c10d.batch_isend_irecv, batch_flag, (c10d.isend, wrapped["isend"]))
+        rec, c10d.batch_isend_irecv, batch_flag, (c10d.isend, wrapped.get("isend", c10d.isend)))
     for name, fn in wrapped.items():
         orig = getattr(c10d, name)
         _set(c10d, name, fn)

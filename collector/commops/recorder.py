@@ -1,9 +1,11 @@
 """The hot path of the CommOps logger: wrappers around torch.distributed that time each operator.
 
 Why it looks the way it does: every wrapper runs on the training thread for every operator, so
-it only reads two clocks, bumps a per-group counter and drops one tuple into a preallocated ring
-slot; naming groups, converting to columns and writing Parquet happen later on the writer thread.
-Nothing here may raise into the training loop: bookkeeping errors are counted and reported once.
+it only reads two clocks, bumps a per-group counter and appends one flat tuple to a bounded
+ring (a deque with maxlen: one C call, memory stays bounded); naming groups, converting to
+columns and writing Parquet happen later on the writer thread. It keeps no in-flight marker:
+the writer finds an op a thread is inside of on that thread's stack. Nothing here may raise
+into the training loop: bookkeeping errors are counted and reported once.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import inspect
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from collector.commops.cudatime import run_cuda
 from collector.schema import OPS
 
 OP_CODE = {name: i for i, name in enumerate(OPS)}
@@ -63,10 +67,10 @@ class Recorder:
         if capacity & (capacity - 1):
             raise ValueError("capacity must be a power of two")
         self.capacity = capacity
-        self.mask = capacity - 1
-        # main-thread ring: one producer (the training thread), read by the writer thread
-        self.ring: list[tuple[tuple[int, ...], int] | None] = [None] * capacity
-        self.pos = [0]  # records ever written to `ring`
+        self.mask = capacity - 1  # of the async ring
+        # completed synchronous ops: a bounded ring (the oldest fall out when the writer falls
+        # behind); one C-level append per op, drained by the writer with popleft
+        self.ring: deque[tuple[int, ...]] = deque(maxlen=capacity)
         # completion ring for async ops: callbacks run on backend threads, so it takes a lock
         self.async_ring: list[tuple[tuple[int, ...], int] | None] = [None] * capacity
         self.async_pos = [0]
@@ -74,14 +78,19 @@ class Recorder:
         self.step = [0]
         self.manual_step = False
         self.groups: dict[Any, int] = {}  # process group object (None = default) -> gid
+        self.cpu_groups: dict[Any, int] = {}  # the same, for groups timed on the CPU (the wrappers' fast path)
         self.group_names: list[str] = []
         self.group_ranks: list[list[int]] = []
         self.seq: list[int] = []  # per gid, collectives
-        self.p2p_seq: dict[tuple[int, int, int], int] = {}  # (gid, src, dst) -> last seq
-        self.current: list[tuple[int, ...] | None] = [None]  # sync op in flight on the training thread
+        self.send_seq: list[dict[int, int]] = []  # per gid: dst -> last seq of sends from this rank
+        self.recv_seq: list[dict[int, int]] = []  # per gid: src -> last seq of receives
+        self.current: list[tuple[int, ...] | None] = [None]  # slow-path sync op in flight (see in_flight_frames)
+        self.fast_codes: dict[Any, int] = {}  # code object of each fast-path wrapper -> its op code
         self.in_flight: dict[int, tuple[int, ...]] = {}  # id(row) -> row: async ops not completed
         self.cuda_groups: set[int] = set()  # gids whose backend runs on CUDA: timed with events
-        self.cuda_rows: list[tuple[tuple[int, ...], Any, Any]] = []  # (row, start event, end event)
+        self.mixed_groups: set[int] = set()  # of those, gids that also serve CPU tensors
+        self.cuda_rows: list[tuple[tuple[int, ...], Any, Any, Any]] = []  # (row, clock anchor, start, end event)
+        self.gpu_clock: Any = None  # cudatime.GpuClock, made on the first CUDA op
         self.failed: list[tuple[int, ...]] = []  # ops that raised (timeouts): kept for hang attribution
         self.rank = -1
         self.errors = 0
@@ -110,21 +119,64 @@ class Recorder:
             self.group_names.append(name)
             self.group_ranks.append(ranks)
             self.seq.append(0)
+            self.send_seq.append({})
+            self.recv_seq.append({})
         self.groups[pg] = gid
-        if _is_cuda_group(pg):
+        kind = _cuda_kind(pg)
+        if kind:
             self.cuda_groups.add(gid)
+            if kind == "mixed":
+                self.mixed_groups.add(gid)
+        else:
+            self.cpu_groups[pg] = gid
         return gid
+
+    def failed_op(self, row: tuple[int, ...]) -> None:
+        """An op raised (a timeout, a dead peer): keep it for hang attribution, then tell the logger."""
+        self.failed.append(row)
+        if self.on_failure is not None:
+            self.on_failure()
+
+    def in_flight_frames(self) -> list[tuple[int, ...]]:
+        """Rows of the ops some thread is inside of on the fast path right now, read from the
+        wrappers' frames (the fast path keeps no marker; a stuck op is still on its stack)."""
+        rows: list[tuple[int, ...]] = []
+        for frame in sys._current_frames().values():
+            f: Any = frame
+            while f is not None:
+                code = self.fast_codes.get(f.f_code)
+                if code is not None:
+                    loc = f.f_locals
+                    if "t0" in loc and "out" not in loc:
+                        rows.append((loc["gid"], code, loc["s"], loc.get("peer", -1), loc["nbytes"], loc["t0"], loc["st"]))
+                f = f.f_back
+        return rows
+
+    def run_host(self, orig: Callable[..., Any], row: tuple[int, ...], args: Any, kwargs: Any) -> Any:
+        """Host-clock timing for a CPU-tensor op on a group that also serves CUDA (the slow path's
+        CPU timing, `run_marked`)."""
+        return run_marked(self, orig, row, False, args, kwargs)
 
     def global_peer(self, pg: Any, group_peer: int) -> int:
         import torch.distributed as dist
 
         return int(dist.get_global_rank(pg, group_peer)) if pg is not None else int(group_peer)
 
-    def next_p2p_seq(self, gid: int, src: int, dst: int) -> int:
-        key = (gid, src, dst)
-        s = self.p2p_seq.get(key, 0) + 1
-        self.p2p_seq[key] = s
+    def created(self) -> int:
+        """Records ever begun: every one of them takes a sequence number (the writer derives the
+        dropped count from this, so the hot path keeps no counter of its own)."""
+        return sum(self.seq) + sum(sum(list(d.values())) for d in self.send_seq + self.recv_seq)
+
+    def next_p2p_seq(self, gid: int, peer: int, send: bool) -> int:
+        seqs = (self.send_seq if send else self.recv_seq)[gid]
+        s = seqs[peer] = seqs.get(peer, 0) + 1
         return s
+
+    def peer_of(self, pg: Any, peer: Any, group_peer: Any) -> int:
+        """The global peer rank of a p2p call given either as a global rank or as a group rank."""
+        if peer is not None:
+            return int(peer)
+        return -1 if group_peer is None else self.global_peer(pg, group_peer)
 
     def complete_async(self, row: tuple[int, ...], fut: Any) -> None:
         """Future callback: the op finished (or failed) now; time it here."""
@@ -222,38 +274,18 @@ def timed_work(rec: Recorder, work: Any, row: tuple[int, ...]) -> Any:
 _FAILED = object()
 
 
-def _is_cuda_group(pg: Any) -> bool:
+def _cuda_kind(pg: Any) -> str:
+    """"nccl" when the group's backend runs only CUDA ops, "mixed" when it serves CPU tensors too
+    (e.g. "cpu:gloo,cuda:nccl": decided per call by the tensors), "" for CPU-only backends."""
     import torch.distributed as dist
 
     try:
-        return "nccl" in str(dist.get_backend(pg))
+        backend = str(dist.get_backend(pg))
     except Exception:
-        return False
-
-
-def run_cuda(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], args: Any, kwargs: Any) -> Any:
-    """GPU path: bracket the op with CUDA events on the current stream; the writer thread turns
-    them into an end time once the GPU has passed the end event (the CPU return time means little)."""
-    import torch
-
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    rec.current[0] = row
-    try:
-        out = orig(*args, **kwargs)
-    except BaseException:
-        rec.current[0] = None
-        rec.failed.append(row)
-        raise
-    rec.current[0] = None
-    if out is None or out.__class__ is int:
-        end.record()
-        with rec.async_lock:
-            rec.cuda_rows.append((row, start, end))
-    else:
-        out = rec.watch(out, row)
-    return out
+        return ""
+    if "nccl" not in backend:
+        return ""
+    return "mixed" if "cpu" in backend else "nccl"
 
 
 def _future_failed(fut: Any) -> bool:
@@ -286,50 +318,136 @@ def describe_group(pg: Any) -> tuple[str, list[int]]:
     return f"pg-{pg.group_name}", ranks
 
 
-_COLLECTIVE_BODY = """
+# Wrappers are generated with the wrapped function's own signature: forwarding *args/**kwargs
+# would cost more than everything else they do. Each has two paths:
+#  - fast (a CPU-timed group seen before): one dict lookup, one seq update, the payload size,
+#    two clock reads and one flat tuple (gid, op, seq, peer, nbytes, start_ns, step, end_ns)
+#    appended to the ring. It keeps no in-flight marker: an op it is inside of is found by the
+#    writer in the thread's frames (`in_flight_frames`), from these locals;
+#  - slow (a group's first op, groups on CUDA): registers the group, marks the row in flight in
+#    `current`, and times CUDA groups with events (`run_cuda`).
+_FAST_COLLECTIVE = """
 def {name}({decl}):
     try:
-        gid = groups.get({group})
-        if gid is None:
-            gid = rec.group_id({group})
-        s = seqs[gid] = seqs[gid] + 1
-        row = (gid, code, s, -1, {nbytes}, now(), step[0])
+        gid = fast.get({group})
+        if gid is not None:
+            nbytes = {nbytes}
+            s = seqs[gid] = seqs[gid] + 1
+            st = step[0]
+            t0 = now()
     except Exception as exc:
         rec.error(exc)
         return orig({call})
-    if gid in cuda:
-        return run_cuda(rec, orig, row, ({call_tuple}), {{{call_kw}}})
-    current[0] = row
+    if gid is None:
+        return slow({call})
     try:
         out = orig({call})
     except BaseException:
-        current[0] = None
-        rec.failed.append(row)
-        if rec.on_failure is not None:
-            rec.on_failure()
+        rec.failed_op((gid, code, s, -1, nbytes, t0, st))
         raise
-    current[0] = None
     if out is None:
-        i = pos[0]
-        ring[i & mask] = (row, now())
-        pos[0] = i + 1
+        publish((gid, code, s, -1, nbytes, t0, st, now()))
     else:
-        out = rec.watch(out, row)
+        out = rec.watch(out, (gid, code, s, -1, nbytes, t0, st))
     return out
 """
 
+_SLOW_COLLECTIVE = """
+def slow({decl}):
+    try:
+        gid = rec.group_id({group})
+        nbytes = {nbytes}
+        s = seqs[gid] = seqs[gid] + 1
+        row = (gid, code, s, -1, nbytes, now(), step[0])
+    except Exception as exc:
+        rec.error(exc)
+        return orig({call})
+    return run_marked(rec, orig, row, gid in cuda, ({call_tuple}), {{{call_kw}}})
+"""
 
-def make_collective(rec: Recorder, orig: Callable[..., Any], op: str, tpos: int, gpos: int) -> Callable[..., Any]:
-    """Wrap one collective. A ring entry is ((gid, op, seq, peer, nbytes, start_ns, step), end_ns):
-    the row built before the call doubles as the in-flight marker, and is not copied after it.
+# p2p: seq counts per group, peer and direction (what (group, src, dst) is on this rank), so
+# both sides agree; send/recv run isend/irecv inside, so they set `batch_flag` and the inner
+# call records nothing.
+_P2P_ROW = """
+        {lookup}
+        if gid is not None:
+            peer = {peer}
+            if peer.__class__ is not int:
+                peer = rec.peer_of(group, peer, {group_peer})
+            d = pseq[gid]
+            nbytes = {nbytes}
+            s = d[peer] = d.get(peer, 0) + 1
+            st = step[0]
+            t0 = now()
+    except Exception as exc:
+        rec.error(exc)
+        return orig({call})"""
 
-    The wrapper is generated with the wrapped function's own signature: forwarding *args/**kwargs
-    would cost more than everything else the wrapper does.
-    """
+_FAST_P2P = """
+def {name}({decl}):
+    if batch_flag[0]:
+        return orig({call})
+    try:""" + _P2P_ROW.replace("{lookup}", "gid = fast.get(group)") + """
+    if gid is None:
+        return slow({call})
+    FLAG_ON
+    try:
+        out = orig({call})
+    except BaseException:
+        rec.failed_op((gid, code, s, peer, nbytes, t0, st))
+        raise
+    FLAG_OFF
+    if out is None or out.__class__ is int:  # send returns None, recv the source rank
+        publish((gid, code, s, peer, nbytes, t0, st, now()))
+    else:
+        out = rec.watch(out, (gid, code, s, peer, nbytes, t0, st))
+    return out
+"""
+
+_SLOW_P2P = """
+def slow({decl}):
+    try:""" + _P2P_ROW.replace("{lookup}", "gid = rec.group_id(group)") + """
+    FLAG_ON
+    try:
+        return run_marked(rec, orig, (gid, code, s, peer, nbytes, t0, st), gid in cuda, ({call_tuple}), {{{call_kw}}})
+    finally:
+        batch_flag[0] = False
+"""
+
+
+def _p2p_templates(sync: bool) -> tuple[str, str]:
+    """send/recv hold `batch_flag` for the duration of the call; isend/irecv leave it alone."""
+    on, off = ("batch_flag[0] = True", "finally:\n        batch_flag[0] = False") if sync else ("", "")
+    return _FAST_P2P.replace("FLAG_ON", on).replace("FLAG_OFF", off), _SLOW_P2P.replace("FLAG_ON", on)
+
+
+def run_marked(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], gpu: bool, args: Any,
+               kwargs: Any) -> Any:
+    """The slow path's call: CUDA groups through `run_cuda`, others with `row` marked in flight."""
+    if gpu:
+        return run_cuda(rec, orig, row, args, kwargs)
+    rec.current[0] = row
+    try:
+        out = orig(*args, **kwargs)
+    except BaseException:
+        rec.current[0] = None
+        rec.failed_op(row)
+        raise
+    rec.current[0] = None
+    if out is None or out.__class__ is int:
+        rec.ring.append((*row, _now()))
+    else:
+        out = rec.watch(out, row)
+    return out
+
+
+def _generate(rec: Recorder, orig: Callable[..., Any], op: str, fast: str, slow: str, need: list[int],
+              fields: dict[str, str], env: dict[str, Any]) -> Callable[..., Any]:
+    """Compile the fast and slow templates into functions with `orig`'s signature. `need`:
+    parameter positions the templates name; `fields` may name parameters as {p0}, {p1}, ..."""
     params = list(inspect.signature(orig).parameters.values())
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY) for p in params) or gpos >= len(params):
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY) for p in params) or max(need) >= len(params):
         raise TypeError(f"cannot wrap {op}: unexpected signature {inspect.signature(orig)}")
-    defaults = [p.default for p in params]
     decl, call, positional, keyword = [], [], [], []
     for i, p in enumerate(params):
         if p.kind is p.KEYWORD_ONLY and "*" not in decl:
@@ -341,79 +459,49 @@ def make_collective(rec: Recorder, orig: Callable[..., Any], op: str, tpos: int,
         else:
             call.append(p.name)
             positional.append(p.name)
-    t = params[tpos].name if tpos >= 0 else ""
-    name = orig.__name__ if orig.__name__.isidentifier() else "wrapper"
-    src = _COLLECTIVE_BODY.format(
-        name=name, decl=", ".join(decl), group=params[gpos].name, call=", ".join(call),
+    names = {f"p{i}": p.name for i, p in enumerate(params)}
+    name = orig.__name__ if orig.__name__.isidentifier() and orig.__name__ != "slow" else "wrapper"
+    src = (slow + fast).format(
+        name=name, decl=", ".join(decl), call=", ".join(call),
         call_tuple="".join(f"{x}, " for x in positional), call_kw=", ".join(keyword),
-        nbytes=f"{t}.nbytes if {t}.__class__ is not list else payload_bytes({t})" if t else "0")
-    env: dict[str, Any] = {
-        "_d": defaults, "groups": rec.groups, "rec": rec, "seqs": rec.seq, "code": OP_CODE[op],
-        "now": _now, "step": rec.step, "orig": orig, "cuda": rec.cuda_groups, "run_cuda": run_cuda,
-        "current": rec.current, "pos": rec.pos, "ring": rec.ring, "mask": rec.mask, "payload_bytes": payload_bytes,
+        **{k: v.format(**names) for k, v in fields.items()})
+    env = {
+        **env, "_d": [p.default for p in params], "rec": rec, "fast": rec.cpu_groups, "code": OP_CODE[op],
+        "now": _now, "step": rec.step, "orig": orig, "cuda": rec.cuda_groups, "run_marked": run_marked,
+        "publish": rec.ring.append,
     }
     exec(compile(src, f"<laggard commops wrapper of {name}>", "exec"), env)
     wrapper = env[name]
+    rec.fast_codes[wrapper.__code__] = OP_CODE[op]
     wrapper.__wrapped__ = orig
     wrapper.__doc__ = getattr(orig, "__doc__", None)
-    wrapper.__qualname__ = orig.__qualname__
+    wrapper.__qualname__ = getattr(orig, "__qualname__", name)
     return wrapper  # type: ignore[no-any-return]
+
+
+def make_collective(rec: Recorder, orig: Callable[..., Any], op: str, tpos: int, gpos: int) -> Callable[..., Any]:
+    """Wrap one collective (`tpos`: position of the payload, -1 for none; `gpos`: of the group)."""
+    params = list(inspect.signature(orig).parameters)
+    if tpos < 0:
+        nbytes = "0"
+    elif tpos < len(params) and params[tpos].endswith("list"):  # all_to_all, reduce_scatter: lists of tensors
+        nbytes = f"payload_bytes({{p{tpos}}})"
+    else:
+        nbytes = f"{{p{tpos}}}.nbytes"
+    return _generate(rec, orig, op, _FAST_COLLECTIVE, _SLOW_COLLECTIVE, [max(tpos, 0), gpos],
+                     {"group": f"{{p{gpos}}}", "nbytes": nbytes}, {"seqs": rec.seq, "payload_bytes": payload_bytes})
 
 
 def make_p2p(rec: Recorder, orig: Callable[..., Any], op: str, peer_kw: str, group_peer_kw: str,
              batch_flag: list[bool]) -> Callable[..., Any]:
-    """Wrap send/recv/isend/irecv; seq counts per (group, src, dst) so both sides agree."""
-    code = OP_CODE[op]
-    is_send = code == SEND
-    sync = not orig.__name__.startswith("i")
-    ring, pos, mask, current, step = rec.ring, rec.pos, rec.mask, rec.current, rec.step
-    groups, cuda = rec.groups, rec.cuda_groups
-    now = _now
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if batch_flag[0]:  # inside batch_isend_irecv: the batch wrapper records these
-            return orig(*args, **kwargs)
-        try:
-            g = kwargs["group"] if "group" in kwargs else (args[2] if len(args) > 2 else None)
-            gid = groups[g] if g in groups else rec.group_id(g)
-            peer = kwargs[peer_kw] if peer_kw in kwargs else (args[1] if len(args) > 1 else None)
-            if peer is None and kwargs.get(group_peer_kw) is not None:
-                peer = rec.global_peer(g, kwargs[group_peer_kw])
-            peer = -1 if peer is None else int(peer)
-            me = rec.rank
-            s = rec.next_p2p_seq(gid, me, peer) if is_send else rec.next_p2p_seq(gid, peer, me)
-            t = args[0] if args else kwargs["tensor"]
-            row = (gid, code, s, peer, t.nbytes, now(), step[0])
-        except Exception as exc:
-            rec.error(exc)
-            return orig(*args, **kwargs)
-        if gid in cuda:
-            return run_cuda(rec, orig, row, args, kwargs)
-        current[0] = row
-        batch_flag[0] = sync  # send/recv are built on isend/irecv: record them once, here
-        try:
-            out = orig(*args, **kwargs)
-        except BaseException:
-            current[0] = None
-            rec.failed.append(row)
-            if rec.on_failure is not None:
-                rec.on_failure()
-            raise
-        finally:
-            batch_flag[0] = False
-        current[0] = None
-        if out is None or out.__class__ is int:  # send returns None, recv returns the source rank
-            i = pos[0]
-            ring[i & mask] = (row, now())
-            pos[0] = i + 1
-        else:
-            out = rec.watch(out, row)
-        return out
-
-    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
-    wrapper.__name__ = getattr(orig, "__name__", op)
-    wrapper.__doc__ = getattr(orig, "__doc__", None)
-    return wrapper
+    """Wrap send/recv/isend/irecv (the tensor first; the peer, `group` and `group_peer_kw` by name)."""
+    params = list(inspect.signature(orig).parameters)
+    if not params or peer_kw not in params or "group" not in params or group_peer_kw not in params:
+        raise TypeError(f"cannot wrap {op}: unexpected signature {inspect.signature(orig)}")
+    fast, slow = _p2p_templates(not orig.__name__.startswith("i"))
+    return _generate(rec, orig, op, fast, slow, [params.index(peer_kw)],
+                     {"peer": peer_kw, "group_peer": group_peer_kw, "nbytes": f"{params[0]}.nbytes"},
+                     {"pseq": rec.send_seq if OP_CODE[op] == SEND else rec.recv_seq, "batch_flag": batch_flag})
 
 
 def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], batch_flag: list[bool],
@@ -429,7 +517,7 @@ def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], batch_flag: list[boo
                 gid = rec.group_id(p.group)
                 send = p.op in send_fns
                 peer = int(p.peer)
-                s = rec.next_p2p_seq(gid, rec.rank, peer) if send else rec.next_p2p_seq(gid, peer, rec.rank)
+                s = rec.next_p2p_seq(gid, peer, send)
                 rows.append((gid, SEND if send else RECV, s, peer,
                              p.tensor.nbytes, t0, step[0]))
         except Exception as exc:

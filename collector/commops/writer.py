@@ -18,11 +18,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collector.commops import layout
+from collector.commops import cudatime, layout
 from collector.commops.recorder import Recorder
 from collector.schema import COMMOPS_SCHEMA, OPS
 
 _OPS = pa.array(OPS, pa.string())
+STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.hang waits longer)
+SHARD_ROWS = 1 << 16  # periodic flushes buffer drained records and write a shard once this many are
+SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parquet write costs ms)
 
 
 class ShardWriter:
@@ -35,15 +38,19 @@ class ShardWriter:
         self.world = world
         self.interval = interval
         self.job = job
-        self.consumed = 0
         self.async_consumed = 0
         self.dropped = 0
         self.rows = 0
         self.shards = 0
         self.bytes = 0
+        self.cpu_s = 0.0  # CPU time of the periodic flushes (the writer thread's cost while the job runs)
         self.known_groups = -1
         self.known_ranks = -1
         self.had_pending = False
+        self.info_written: tuple[int, int, int] | None = None
+        self.buffer: list[np.ndarray] = []  # drained records not written yet, (n, 8) int64 each
+        self.buffered = 0
+        self.buffered_since = 0.0
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -62,65 +69,95 @@ class ShardWriter:
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
-            self.wake.wait(self.interval)
+            woken = self.wake.wait(self.interval)  # woken: an op failed (or stop): write everything now
             self.wake.clear()
             if not self.stopped.is_set():
-                self.flush()
+                self.flush(write=woken)
 
     # -- draining -------------------------------------------------------------------------
-    def _drain_main(self) -> list[tuple[tuple[int, ...], int]]:
-        """Records the training thread published since the last drain, minus any it overwrote."""
-        rec, cap = self.rec, self.rec.capacity
-        n1 = rec.pos[0]
-        lo = max(self.consumed, n1 - cap)
-        snap = _slice(rec.ring, lo, n1, rec.mask)
-        n2 = rec.pos[0]
-        valid = max(lo, n2 + 1 - cap)  # slots at or below this may have been overwritten meanwhile
-        self.dropped += valid - self.consumed if valid > self.consumed else 0
-        self.consumed = n1
-        return [r for r in snap[valid - lo:] if r is not None]
+    def _drain_main(self) -> list[tuple[int, ...]]:
+        """Records the training thread published since the last drain. Only this thread pops, and
+        an append to a full ring drops from the left, so `n` pops always succeed."""
+        pop = self.rec.ring.popleft
+        return [pop() for _ in range(len(self.rec.ring))]
 
-    def _drain_async(self) -> list[tuple[tuple[int, ...], int]]:
+    def _drain_async(self) -> list[tuple[int, ...]]:
         rec, cap = self.rec, self.rec.capacity
         with rec.async_lock:
             n = rec.async_pos[0]
             lo = max(self.async_consumed, n - cap)
-            self.dropped += lo - self.async_consumed
-            rows = [rec.async_ring[i & rec.mask] for i in range(lo, n)]
+            done = [rec.async_ring[i & rec.mask] for i in range(lo, n)]
             self.async_consumed = n
             cuda = rec.cuda_rows
             rec.cuda_rows = []
-        out = [r for r in rows if r is not None]
-        keep = []
-        for row, start, end in cuda:
-            if end.query():
-                out.append((row, row[5] + int(start.elapsed_time(end) * 1e6)))
-            else:
-                keep.append((row, start, end))
+        out = [(*r[0], r[1]) for r in done if r is not None]
+        if not cuda:
+            return out
+        finished, keep = cudatime.drain_finished(rec, cuda)
+        out += [(*row, end) for row, end in finished]
+        rec.gpu_clock.renew()
         if keep:
             with rec.async_lock:
                 over = len(keep) + len(rec.cuda_rows) - cap
                 if over > 0:
-                    self.dropped += over
                     keep = keep[over:]
                 rec.cuda_rows = keep + rec.cuda_rows
         return out
 
-    def flush(self, final: bool = False) -> None:
+    def flush(self, final: bool = False, write: bool = True) -> None:
+        """Drain the rings; write a shard (always when `write`, else once enough is buffered),
+        the pending operators, and what changed in the rank's description and meta.json."""
         if not self.lock.acquire(timeout=5):
             return
+        t0 = time.thread_time()
         try:
+            created = self.rec.created()  # before draining: every record counted here is drained or pending
             rows = self._drain_main() + self._drain_async()
             if rows:
-                self._write_shard(rows)
-            self._write_pending(final)
-            self._write_rank_info()
+                if not self.buffer:
+                    self.buffered_since = time.monotonic()
+                self.buffer.append(np.array(rows, dtype=np.int64))  # gid, op, seq, peer, nbytes, start, step, end
+                self.buffered += len(rows)
+            if self.buffer and (write or final or self.buffered >= SHARD_ROWS
+                                or time.monotonic() - self.buffered_since >= SHARD_AGE_S):
+                self._write_shard(np.concatenate(self.buffer))
+                self.buffer, self.buffered = [], 0
+            pending = self._pending(final)
+            # (CUDA ops stay in `in_flight` until the GPU passes their end event: pending, counted once)
+            self.dropped = max(0, created - self.rows - self.buffered - len(pending))
+            if not final:  # an op entered a moment ago is ordinary: only stuck or failed ops are evidence
+                stale = time.time_ns() - STUCK_NS
+                pending = [(r, f) for r, f in pending if f or r[5] <= stale]
+            self._write_pending(pending)
+            info = (len(self.rec.group_names), self.rec.errors, self.dropped)
+            if final or info != self.info_written:  # what merge_meta reads; counters ride along
+                self._write_rank_info()
+                self.info_written = info
             if self.rank == 0 or final:  # whoever finishes last leaves the most complete meta.json
                 self._write_meta(force=final)
         except Exception as exc:
             self.rec.error(exc)
         finally:
+            if not final and not write:
+                self.cpu_s += time.thread_time() - t0
             self.lock.release()
+
+    def _pending(self, final: bool) -> list[tuple[tuple[int, ...], bool]]:
+        """(row, failed) of the ops begun and not completed: async works in flight, sync ops some
+        thread is inside of (not at the final flush), and ops that raised; one each."""
+        rec = self.rec
+        with rec.async_lock:
+            rows = [(r, False) for r in rec.in_flight.values()]
+        if not final:
+            cur = rec.current[0]
+            rows += [(r, False) for r in rec.in_flight_frames() + ([cur] if cur is not None else [])]
+        rows += [(r, True) for r in list(rec.failed)]
+        seen: dict[tuple[int, int, int], tuple[tuple[int, ...], bool]] = {}
+        for r, failed in rows:  # an op that raised may still be on its thread's stack
+            key = (r[0], r[1], r[2])
+            if failed or key not in seen:
+                seen[key] = (r, failed)
+        return list(seen.values())
 
     def _record_columns(self, a: np.ndarray) -> list[pa.Array]:
         """rank, group, op, seq, peer, nbytes, start_ns from records (gid, op, seq, peer, nbytes, start, ...)."""
@@ -135,11 +172,7 @@ class ShardWriter:
             pa.array(a[:, 5]),
         ]
 
-    def _write_shard(self, entries: list[tuple[tuple[int, ...], int]]) -> None:
-        a = np.empty((len(entries), 8), dtype=np.int64)  # gid, op, seq, peer, nbytes, start, step, end
-        a[:, :7] = np.array([e[0] for e in entries], dtype=np.int64)
-        a[:, 7] = np.fromiter((e[1] for e in entries), dtype=np.int64, count=len(entries))
-        n = len(a)
+    def _write_shard(self, a: np.ndarray) -> None:
         table = pa.Table.from_arrays(
             [*self._record_columns(a), pa.array(a[:, 7]), pa.array(a[:, 6].astype(np.int32))],
             schema=COMMOPS_SCHEMA,
@@ -147,17 +180,10 @@ class ShardWriter:
         path = layout.shard_path(self.root, self.rank, self.shards)
         layout.atomic_write_table(path, table)
         self.shards += 1
-        self.rows += n
+        self.rows += len(a)
         self.bytes += path.stat().st_size
 
-    def _write_pending(self, final: bool) -> None:
-        rec = self.rec
-        with rec.async_lock:
-            rows = [(r, False) for r in rec.in_flight.values()]
-        cur = rec.current[0]
-        if cur is not None and not final:
-            rows.append((cur, False))
-        rows += [(r, True) for r in list(rec.failed)]
+    def _write_pending(self, rows: list[tuple[tuple[int, ...], bool]]) -> None:
         path = self.root / "pending" / f"rank-{self.rank:05d}.parquet"
         if not rows:
             if self.had_pending:
@@ -197,12 +223,3 @@ class ShardWriter:
         layout.write_meta(self.root, layout.merge_meta(self.root, self.job))
         self.known_ranks, self.known_groups = n, groups
 
-
-def _slice(ring: list[Any], lo: int, hi: int, mask: int) -> list[Any]:
-    """ring[lo:hi] in logical indices, as at most two list slices (fast for large drains)."""
-    a, b = lo & mask, hi & mask
-    if hi - lo == 0:
-        return []
-    if a < b:
-        return ring[a:b]
-    return ring[a:] + ring[:b]

@@ -100,7 +100,7 @@ def test_ring_overflow_is_counted_and_memory_bounded(world1: None, tmp_path: Pat
         wrapped(t)
     w = ShardWriter(rec, tmp_path, 0, 1, 60, "j")
     w.flush()
-    assert len(rec.ring) == 16 and w.rows + w.dropped == 100 and w.rows <= 16
+    assert rec.ring.maxlen == 16 and w.rows + w.dropped == 100 and w.rows <= 16
     df = pd.read_parquet(next((tmp_path / "commops").glob("*.parquet")))
     assert df["seq"].tolist() == list(range(100 - w.rows + 1, 101))  # the newest survive, in order
 
@@ -118,3 +118,28 @@ def test_failed_op_is_kept_as_pending(world1: None, tmp_path: Path) -> None:
     ShardWriter(rec, tmp_path, 0, 1, 60, "j").flush()
     pend = pd.read_parquet(tmp_path / "pending" / "rank-00000.parquet")
     assert pend[["group", "op", "seq", "failed"]].values.tolist() == [["world", "all_reduce", 1, True]]
+
+
+def test_op_in_progress_is_pending_without_a_marker(world1: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path keeps no in-flight marker: an op a thread is inside of is read off its stack
+    (and written to pending/ once it has been in flight for STUCK_NS)."""
+    from collector.commops import writer
+
+    rec = Recorder(1 << 4)
+    rec.rank = 0
+    seen: list[list[list[object]]] = []
+    w = ShardWriter(rec, tmp_path, 0, 1, 60, "j")
+    pending = tmp_path / "pending" / "rank-00000.parquet"
+
+    def stuck(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
+        w.flush()  # the writer looks while this op is still running
+        seen.append(pd.read_parquet(pending)[["seq", "nbytes", "failed"]].values.tolist() if pending.exists() else [])
+
+    wrapped = make_collective(rec, stuck, "all_reduce", 0, 2)
+    t = torch.ones(4)
+    wrapped(t)  # first op of the group: the slow path (registers it, marks `current`); just begun
+    monkeypatch.setattr(writer, "STUCK_NS", 0)
+    wrapped(t)  # the fast path, in flight "long enough" now
+    assert seen == [[], [[2, 16, False]]]
+    w.flush()
+    assert not pending.exists() and w.rows == 2 and w.dropped == 0

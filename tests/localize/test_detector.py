@@ -1,4 +1,5 @@
-"""The detector: forest arrays agree with scikit-learn, training is deterministic, features."""
+"""The detector: forest arrays agree with scikit-learn, training is deterministic, features,
+the screen-then-forest cascade."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from localize.detector import rule_detect, three_sigma, tune_threshold
-from localize.features import FEATURES, detector_matrix, prepare_ops, slot_history
+from localize.detector import clearly_normal, rule_detect, three_sigma, tune_threshold
+from localize.features import FEATURES, detector_matrix, feature_basis, prepare_ops, slot_history
 from localize.forest import ArrayForest
+from localize.model_store import load_detector, load_model
+from localize.steps import step_durations
 
 MS = 1_000_000
 
@@ -39,6 +42,45 @@ def test_features_see_own_history_and_peers() -> None:
     assert x[waited, FEATURES.index("ratio_instance_min")][0] > 5
     assert three_sigma(ops, np.arange(6)).abnormal[waited].all()
     assert rule_detect(ops, None, np.arange(6)).abnormal.tolist() == waited.tolist()
+
+
+def test_screen_passes_rows_close_to_their_history_and_the_forest_judges_the_rest() -> None:
+    ops = prepare_ops(history_rows())
+    ref = np.arange(6)
+    waited = (ops.step == 6) & (ops.rank == 0)
+    assert clearly_normal(ops, feature_basis(ops, None, ref)).tolist() == (~waited).tolist()
+    rows = np.flatnonzero(waited)
+    full = detector_matrix(ops, None, ref)
+    assert np.array_equal(detector_matrix(ops, None, ref, rows), full[rows])
+    det = load_detector()
+    assert det is not None
+    got = det.detect(ops, None, ref)
+    assert not got.abnormal[~waited].any() and (got.proba[~waited] == 0).all()
+
+
+def test_forest_settles_rows_early_without_changing_decisions() -> None:
+    forest = load_model()
+    assert forest is not None
+    rng = np.random.default_rng(5)
+    x = (rng.exponential(size=(4000, len(FEATURES))) * rng.choice([0.5, 3.0], size=(4000, 1))).astype(np.float32)
+    full = forest.predict_proba(x)
+    early = forest.predict_proba(x, settle=0.5)
+    assert (full >= 0.5).any() and (full < 0.5).any()
+    assert np.array_equal(full >= 0.5, early >= 0.5)
+    assert np.array_equal(full[full >= 0.5], early[full >= 0.5]) and (early <= full + 1e-12).all()
+    assert (early < full - 1e-9).any()  # some rows were settled before the last trees
+
+
+def test_step_durations_skip_ranks_missing_a_step() -> None:
+    df = history_rows()
+    df = df[~((df["rank"] == 1) & (df["step"] == 3))]
+    last = df.groupby(["rank", "step"])["end_ns"].max().unstack("step")
+    first = df.groupby(["rank", "step"])["start_ns"].min().unstack("step")
+    want = last.diff(axis=1)
+    want.iloc[:, 0] = last.iloc[:, 0] - first.iloc[:, 0]
+    got = step_durations(df)
+    assert got.index.tolist() == list(range(8)) and got.name == "duration_s"
+    assert np.allclose(got.to_numpy(), want.median(axis=0).to_numpy() * 1e-9, rtol=0, atol=1e-12)
 
 
 def test_threshold_auto_tuning_caps_false_alarms() -> None:

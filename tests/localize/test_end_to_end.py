@@ -119,7 +119,7 @@ def test_model_is_shipped_and_hash_checked(tmp_path: Path) -> None:
 
 
 def test_node_summaries_equal_whole_job_summary(traces: dict[str, Trace]) -> None:
-    # every summary column is per rank, so a sidecar summarizing its own node agrees with the whole
+    # every summary row is per host, so a sidecar summarizing its own node agrees with the whole
     import pandas as pd
 
     from localize.commops import COLUMNS
@@ -127,10 +127,12 @@ def test_node_summaries_equal_whole_job_summary(traces: dict[str, Trace]) -> Non
 
     t = traces["nic"]
     df = t.commops(columns=COLUMNS)
-    whole = summarize(df).sort_values(["rank", "step", "group"]).reset_index(drop=True)
+    key = ["host", "rank", "step", "group"]
+    whole = summarize(df, t.meta.host_of).sort_values(key).reset_index(drop=True)
     hosts = df["rank"].map(lambda r: t.meta.host_of(int(r)))
-    parts = pd.concat([summarize(g) for _, g in df.groupby(hosts)]).sort_values(["rank", "step", "group"]).reset_index(drop=True)
+    parts = pd.concat([summarize(g, t.meta.host_of) for _, g in df.groupby(hosts)]).sort_values(key).reset_index(drop=True)
     pd.testing.assert_frame_equal(whole, parts, check_dtype=False)
+    assert (whole["host"].nunique(), (whole["rank"] < 0).mean() > 0.5) == (len(t.meta.hosts()), True)
 
 
 def test_registry_skips_missing_localizers(traces: dict[str, Trace]) -> None:

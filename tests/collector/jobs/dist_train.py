@@ -31,10 +31,20 @@ def burn(ms: float) -> None:
         x = torch.tanh(x @ x * 0.01)
 
 
+def work(n: int) -> None:
+    """A fixed amount of compute (the same CPU time however loaded the machine is)."""
+    x = torch.ones(64, 64)
+    for _ in range(n):
+        x = torch.tanh(x @ x * 0.01)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--compute-ms", type=float, default=10.0)
+    ap.add_argument("--work", type=int, default=0, help="bench: fixed compute iterations per step instead of --compute-ms")
+    ap.add_argument("--toggle-every", type=int, default=0,
+                    help="bench: attach/detach the logger every N steps; report both halves' step times")
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-steps", default="")
     ap.add_argument("--slow-ms", type=float, default=0.0)
@@ -42,9 +52,8 @@ def main() -> None:
     ap.add_argument("--hang-step", type=int, default=-1)
     ap.add_argument("--timeout-s", type=float, default=30.0)
     ap.add_argument("--attach", action="store_true")
+    ap.add_argument("--step-log", help="rank 0 appends each finished step here (for tests that act mid-run)")
     ap.add_argument("--no-ddp", action="store_true", help="plain all_reduce of grads (baseline)")
-    ap.add_argument("--toggle-every", type=int, default=0,
-                    help="bench: attach/detach the logger every N steps and report step times of both")
     a = ap.parse_args()
     if a.attach or a.toggle_every:
         from collector import commops
@@ -72,14 +81,27 @@ def main() -> None:
     data = torch.randn(32, 64)
     act = torch.zeros(32, 64)
     peer = rank + 2 if stage == 0 else rank - 2
-    t_loop = time.perf_counter()
-    times: dict[bool, list[float]] = {True: [], False: []}
+    t_loop, c_loop = time.perf_counter(), time.process_time()
+    step_times: list[float] = []
+    # --toggle-every: per half (logger on/off), wall and training-thread CPU of each timed step,
+    # and the logger's writer CPU (its periodic flushes) and the on-half's wall time
+    halves: dict[bool, dict[str, list[float]]] = {h: {"wall": [], "cpu": []} for h in (True, False)}
+    writer_cpu, on_wall, block_t0 = 0.0, 0.0, time.perf_counter()
     for step in range(a.steps):
         if a.toggle_every and step and step % a.toggle_every == 0:  # between steps, not timed
             on = (step // a.toggle_every) % 2 == 0
-            commops.attach() if on else commops.detach()
-        t_step = time.perf_counter()
-        burn(a.compute_ms + (a.slow_ms if rank == a.slow_rank and step in slow else 0.0))
+            if on:
+                commops.attach()
+            else:
+                writer_cpu += float(commops.stats().get("writer_cpu_s", 0.0))
+                on_wall += time.perf_counter() - block_t0
+                commops.detach()
+            block_t0 = time.perf_counter()
+        t_step, c_step = time.perf_counter(), time.thread_time()
+        if a.work:
+            work(a.work)
+        else:
+            burn(a.compute_ms + (a.slow_ms if rank == a.slow_rank and step in slow else 0.0))
         if rank == a.hang_rank and step == a.hang_step:
             time.sleep(600)  # stuck before the collective; torchrun's SIGTERM ends it
         with torch.no_grad():
@@ -106,18 +128,28 @@ def main() -> None:
             for p in head.parameters():
                 dist.all_reduce(p.grad, group=dp)
         opt.step()
-        if a.toggle_every and step % a.toggle_every:  # skip each block's first step (warm-up)
-            times[(step // a.toggle_every) % 2 == 0].append(time.perf_counter() - t_step)
+        step_times.append(time.perf_counter() - t_step)
+        if a.step_log and rank == 0:
+            with open(a.step_log, "a") as f:
+                f.write(f"{step}\n")
+        if a.toggle_every and step % a.toggle_every:  # each block's first step (warm-up) is not timed
+            half = halves[(step // a.toggle_every) % 2 == 0]
+            half["wall"].append(step_times[-1])
+            half["cpu"].append(time.thread_time() - c_step)
+    c_end = time.process_time()  # CPU of every thread of this process: the logger's writer too
     dist.barrier(group=dp)
     t_end = time.perf_counter()
     if rank == 0 and os.environ.get("DIST_TRAIN_REPORT"):
-        print(f"dist_train steps={a.steps} setup_s={t_loop - t_start:.3f} "
-              f"step_s={(t_end - t_loop) / max(a.steps, 1):.5f}", flush=True)
-        if a.toggle_every:
-            import statistics
+        import statistics
 
-            print(f"toggled on_s={statistics.median(times[True]):.6f} off_s={statistics.median(times[False]):.6f} "
-                  f"n={len(times[True])},{len(times[False])}", flush=True)
+        print(f"dist_train steps={a.steps} setup_s={t_loop - t_start:.3f} "
+              f"step_s={(t_end - t_loop) / max(a.steps, 1):.5f} median_step_s={statistics.median(step_times):.6f} "
+              f"cpu_step_s={(c_end - c_loop) / max(a.steps, 1):.6f}", flush=True)
+        if a.toggle_every:
+            on, off = halves[True], halves[False]
+            print(f"toggled on_s={statistics.median(on['wall']):.6f} off_s={statistics.median(off['wall']):.6f} "
+                  f"on_cpu={statistics.mean(on['cpu']):.6f} off_cpu={statistics.mean(off['cpu']):.6f} "
+                  f"writer_cpu_per_s={writer_cpu / max(on_wall, 1e-9):.6f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -133,13 +133,12 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         tl = build.build_timeline(trace, steps=steps)
         view = StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
                         dict(tl.group_kind))
-        if len(tl.steps) >= 3:
-            # a fault covering most of the window can become its own baseline (the timeline then
-            # sees at most a spike on top of it): judge again against the steps before it (the
-            # faster half), as the fallback does, and keep whichever finds more
+        if not view.irregular_steps and len(tl.steps) >= 3:
+            # a fault covering most of the window can become its own baseline: judge again
+            # against the steps before it (the faster half), as the fallback does
             again = judge(tl.steps.set_index("step")["duration_s"].astype(float))
             irr = [int(s) for s in again.loc[again["irregular"], "step"]]
-            if len(irr) > len(view.irregular_steps):
+            if irr:
                 normal = again.loc[~again["irregular"], "duration_s"]
                 slow = float(again.loc[again["irregular"], "duration_s"].median() / normal.median())
                 view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind))

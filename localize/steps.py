@@ -133,12 +133,18 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         tl = build.build_timeline(trace, steps=steps)
         view = StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
                         dict(tl.group_kind))
-        if not view.irregular_steps and len(tl.steps) >= 3:
-            # a fault covering most of the window can become its own baseline: judge again
-            # against the steps before it (the faster half), as the fallback does
+        if len(tl.steps) >= 3:
+            # a fault covering most of the window can become its own baseline (the timeline then
+            # sees nothing, or a spike on top of it): judge again against the steps before it
+            # (the faster half), as the fallback does. Beside what the timeline found, that is
+            # believed only for a degradation that lasts to the end (a drift slower at first
+            # than later must not make the first steps irregular)
             again = judge(tl.steps.set_index("step")["duration_s"].astype(float))
-            irr = [int(s) for s in again.loc[again["irregular"], "step"]]
-            if irr:
+            flags = again["irregular"].to_numpy(bool)
+            irr = [int(s) for s in again.loc[flags, "step"]]
+            lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
+            if irr and (not view.irregular_steps or (lasting and set(view.irregular_steps) <= set(irr)
+                                                     and len(irr) > len(view.irregular_steps))):
                 normal = again.loc[~again["irregular"], "duration_s"]
                 slow = float(again.loc[again["irregular"], "duration_s"].median() / normal.median())
                 view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind))

@@ -68,6 +68,18 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise Refused("the pickle uses persistent ids")
 
 
+def _interval(created: int, started: Any, completed: Any, duration_ms: Any) -> tuple[int, int]:
+    """An entry's (start, end) in ns. The watchdog *discovers* starts and completions when it polls
+    (about 100 ms late on an H100 with torch 2.11), so its times bound the op only coarsely; with
+    TORCH_NCCL_ENABLE_TIMING=1 the dump carries the GPU-measured `duration_ms`, which then sets the
+    op's length, ending at the discovered completion."""
+    start = int(started or created)
+    if duration_ms:
+        end = int(completed) if completed else start + round(float(duration_ms) * 1e6)
+        return max(created, end - round(float(duration_ms) * 1e6)), end
+    return start, int(completed) if completed else start
+
+
 def load_dump(path: Path) -> dict[str, Any]:
     """One rank's dump as plain data; a one-line UserError for anything unreadable or hostile."""
     try:
@@ -177,10 +189,8 @@ def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> Non
             seq = int(e["p2p_seq_id"] if p2p else e["collective_seq_id"])
             peer = _peer(rest, group_ranks.get(pg_key)) if p2p else -1
             created = int(e["time_created_ns"])
-            start = int(e.get("time_discovered_started_ns") or created)
-            done = e.get("time_discovered_completed_ns")
-            dur = e.get("duration_ms")
-            end = int(done) if done else (start + int(float(dur) * 1e6) if dur else start)
+            start, end = _interval(created, e.get("time_discovered_started_ns"),
+                                   e.get("time_discovered_completed_ns"), e.get("duration_ms"))
             state = str(e.get("state", "scheduled"))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise UserError(f"{path}: entry {i} is malformed ({type(exc).__name__}: {exc})",

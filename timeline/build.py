@@ -27,7 +27,7 @@ COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns",
 #: What step durations need of every row; the other columns are read for sampled steps only.
 NARROW = ("rank", "group", "step", "start_ns", "end_ns")
 #: Steps sampled for group kinds and clock offsets (first, middle, last).
-SAMPLED_STEPS = 3
+SAMPLED_STEPS = 5
 
 
 def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: float = 1.1) -> Timeline:

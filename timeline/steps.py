@@ -19,6 +19,10 @@ from timeline.instances import estimate_clock_offsets, host_codes, instance_ids
 
 #: Normal steps the rolling baseline looks back over (Holmes' sliding window).
 WINDOW = 10
+#: steps beyond this many σ of the job's own step noise are irregular, if that exceeds δ
+NOISE_SIGMAS = 4.0
+#: lower quartile of |a - b| for a, b ~ N(0, σ²), in units of σ
+HALF_NORMAL_Q25 = 0.4506
 #: Irregular steps at most this many steps apart belong to one episode.
 EPISODE_GAP = 4
 #: An episode with at least this share of its steps irregular, whose 90th/10th percentile
@@ -91,20 +95,38 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
 
 
 def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,
-                          samples: int = 3) -> pd.DataFrame:
+                          samples: int = 5) -> pd.DataFrame:
     """Step × host clock offsets (ns), estimated on `samples` evenly spread steps, linear between.
 
     `steps` are all the job's steps (default: those in `df`); `df` needs rows of the sampled
     ones (`spread(steps, samples)`) only. Linear interpolation follows clocks that drift apart
-    at a steady rate. Columns are host indexes in `meta.hosts()` order.
+    at a steady rate. A sampled step during a fault can mislead the estimate (a rank whose own
+    egress is slow finishes its collectives before its peers do), so samples that stray from
+    the robust line through all of them are left out. Columns are host indexes in `meta.hosts()` order.
     """
     step_col = df["step"].to_numpy()
     if steps is None:
         steps = np.unique(step_col[step_col >= 0])
     picks = spread(steps, samples)
     est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
-    table = np.column_stack([np.interp(steps, picks, est[:, h]) for h in range(est.shape[1])])
+    keep = consistent_samples(picks.astype(np.float64), est)
+    table = np.column_stack([np.interp(steps, picks[keep[:, h]], est[keep[:, h], h]) for h in range(est.shape[1])])
     return pd.DataFrame(table, index=pd.Index(steps, name="step"))
+
+
+def consistent_samples(x: np.ndarray, est: np.ndarray, floor_ns: float = 1e6) -> np.ndarray:
+    """Samples × hosts mask of offset estimates within 3 MADs (at least `floor_ns`) of each host's
+    Theil-Sen line: a straight clock drift fits, a misled sample does not. Fewer than 3 samples
+    are all kept (nothing to outvote them)."""
+    n = len(x)
+    if n < 3:
+        return np.ones(est.shape, dtype=bool)
+    i, j = np.triu_indices(n, 1)
+    slope = np.median((est[j] - est[i]) / (x[j] - x[i])[:, None], axis=0)
+    icept = np.median(est - slope * x[:, None], axis=0)
+    resid = np.abs(est - (icept + slope * x[:, None]))
+    mad = np.median(resid, axis=0)
+    return resid <= np.maximum(3 * 1.4826 * mad, floor_ns)
 
 
 def spread(steps: np.ndarray, keep: int) -> np.ndarray:
@@ -213,10 +235,13 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
     The baseline only learns from normal steps, so persistent degradation stays flagged for as
     long as it lasts, while slow drift (each step close to the last normal ones) is absorbed.
     It is seeded from the first window's fast steps so a fault that starts early is caught.
+    δ is widened to NOISE_SIGMAS × the job's own step-to-step noise when that is larger: Holmes'
+    δ suits steps that repeat within a few percent, and noise is not an irregularity.
     Returns the steps table (step, duration_s, baseline_s, ratio, irregular, pattern).
     """
     steps = durations.index.to_numpy(np.int64)
     d = durations.to_numpy(np.float64)
+    delta = max(delta, 1.0 + NOISE_SIGMAS * step_noise(d))
     base = np.full(d.shape, np.nan)
     irregular = np.zeros(d.shape, dtype=bool)
     history = list(_seed(d, delta, window))
@@ -243,6 +268,16 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
             "pattern": classify_patterns(steps, irregular, ratio),
         }
     )
+
+
+def step_noise(d: np.ndarray) -> float:
+    """Relative step-to-step noise σ: from the lower quartile of successive differences (a spike,
+    a level shift or a fault over most steps moves only the upper ones) over the median step."""
+    x = d[np.isfinite(d)]
+    if len(x) < 4:
+        return 0.0
+    q = float(np.quantile(np.abs(np.diff(x)), 0.25))
+    return q / HALF_NORMAL_Q25 / float(np.median(x))
 
 
 def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray) -> np.ndarray:

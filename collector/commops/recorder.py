@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from collector.commops.cudatime import run_cuda
 from collector.schema import OPS
 
 OP_CODE = {name: i for i, name in enumerate(OPS)}
@@ -81,7 +82,9 @@ class Recorder:
         self.current: list[tuple[int, ...] | None] = [None]  # sync op in flight on the training thread
         self.in_flight: dict[int, tuple[int, ...]] = {}  # id(row) -> row: async ops not completed
         self.cuda_groups: set[int] = set()  # gids whose backend runs on CUDA: timed with events
-        self.cuda_rows: list[tuple[tuple[int, ...], Any, Any]] = []  # (row, start event, end event)
+        self.mixed_groups: set[int] = set()  # of those, gids that also serve CPU tensors
+        self.cuda_rows: list[tuple[tuple[int, ...], Any, Any, Any]] = []  # (row, clock anchor, start, end event)
+        self.gpu_clock: Any = None  # cudatime.GpuClock, made on the first CUDA op
         self.failed: list[tuple[int, ...]] = []  # ops that raised (timeouts): kept for hang attribution
         self.rank = -1
         self.errors = 0
@@ -111,8 +114,11 @@ class Recorder:
             self.group_ranks.append(ranks)
             self.seq.append(0)
         self.groups[pg] = gid
-        if _is_cuda_group(pg):
+        kind = _cuda_kind(pg)
+        if kind:
             self.cuda_groups.add(gid)
+            if kind == "mixed":
+                self.mixed_groups.add(gid)
         return gid
 
     def global_peer(self, pg: Any, group_peer: int) -> int:
@@ -161,6 +167,27 @@ class Recorder:
         # (+20% step time in bench.sidecar); then() costs nothing measurable
         fut.then(lambda f: self.complete_async(row, f))
         return work
+
+
+    def run_host(self, orig: Callable[..., Any], row: tuple[int, ...], args: Any, kwargs: Any) -> Any:
+        """Host-clock timing for a CPU-tensor op on a group that also serves CUDA. The generated
+        wrappers inline this same logic, where the extra call would cost too much."""
+        self.current[0] = row
+        try:
+            out = orig(*args, **kwargs)
+        except BaseException:
+            self.current[0] = None
+            self.failed.append(row)
+            if self.on_failure is not None:
+                self.on_failure()
+            raise
+        self.current[0] = None
+        if out is None or out.__class__ is int:
+            i = self.pos[0]
+            self.ring[i & self.mask] = (row, _now())
+            self.pos[0] = i + 1
+            return out
+        return self.watch(out, row)
 
 
 _TimedWork: Any = None
@@ -222,38 +249,18 @@ def timed_work(rec: Recorder, work: Any, row: tuple[int, ...]) -> Any:
 _FAILED = object()
 
 
-def _is_cuda_group(pg: Any) -> bool:
+def _cuda_kind(pg: Any) -> str:
+    """"nccl" when the group's backend runs only CUDA ops, "mixed" when it serves CPU tensors too
+    (e.g. "cpu:gloo,cuda:nccl": decided per call by the tensors), "" for CPU-only backends."""
     import torch.distributed as dist
 
     try:
-        return "nccl" in str(dist.get_backend(pg))
+        backend = str(dist.get_backend(pg))
     except Exception:
-        return False
-
-
-def run_cuda(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], args: Any, kwargs: Any) -> Any:
-    """GPU path: bracket the op with CUDA events on the current stream; the writer thread turns
-    them into an end time once the GPU has passed the end event (the CPU return time means little)."""
-    import torch
-
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    rec.current[0] = row
-    try:
-        out = orig(*args, **kwargs)
-    except BaseException:
-        rec.current[0] = None
-        rec.failed.append(row)
-        raise
-    rec.current[0] = None
-    if out is None or out.__class__ is int:
-        end.record()
-        with rec.async_lock:
-            rec.cuda_rows.append((row, start, end))
-    else:
-        out = rec.watch(out, row)
-    return out
+        return ""
+    if "nccl" not in backend:
+        return ""
+    return "mixed" if "cpu" in backend else "nccl"
 
 
 def _future_failed(fut: Any) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collector.commops import layout
+from collector.commops import cudatime, layout
 from collector.commops.recorder import Recorder
 from collector.schema import COMMOPS_SCHEMA, OPS
 
@@ -91,12 +91,11 @@ class ShardWriter:
             cuda = rec.cuda_rows
             rec.cuda_rows = []
         out = [r for r in rows if r is not None]
-        keep = []
-        for row, start, end in cuda:
-            if end.query():
-                out.append((row, row[5] + int(start.elapsed_time(end) * 1e6)))
-            else:
-                keep.append((row, start, end))
+        if not cuda:
+            return out
+        done, keep = cudatime.drain_finished(rec, cuda)
+        out += done
+        rec.gpu_clock.renew()
         if keep:
             with rec.async_lock:
                 over = len(keep) + len(rec.cuda_rows) - cap

@@ -80,6 +80,11 @@ class NetnsLab:
                 "ranks": {str(i): {"host": self.host(i), "gpu": 0, "ip": self.ip(i)} for i in range(self.n)},
                 "topology": {self.host(i): {"switch": "bridge-0"} for i in range(self.n)}}
 
+    def argv(self, rank: int, cmd: list[str]) -> list[str]:
+        """`cmd` run inside rank's namespace with its own hostname (a UTS namespace), as in a pod."""
+        return ["ip", "netns", "exec", self.rank_ns[rank], "unshare", "--uts", "sh", "-c",
+                f'hostname {self.host(rank)} && exec "$@"', "sh", *cmd]
+
     def throttle(self, rank: int, rate: str = "80mbit") -> None:
         """Token-bucket rate limit on a rank's egress (netem is not available on every kernel)."""
         _sh("ip", "netns", "exec", self.rank_ns[rank], "tc", "qdisc", "add", "dev", "eth0", "root",

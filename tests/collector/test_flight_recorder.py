@@ -90,3 +90,27 @@ def test_cli_refuses_bad_dumps_with_one_line(tmp_path: Path, content: bytes, say
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "t").exists()
+
+
+NCCL_H100 = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("form", ["pickle", "json"])
+def test_real_nccl_dumps_from_an_h100_import(form: str, tmp_path: Path) -> None:
+    """Dumped by tests/collector/jobs/nccl_events.py (torch 2.11 + NCCL 2.28 on an H100; one rank)."""
+    meta = import_flight_recorder(NCCL_H100 / f"fr-nccl-h100-{form}", tmp_path / "t")
+    assert meta.world_size == 1 and meta.extra["backends"] == ["nccl"]
+    df = pd.read_parquet(tmp_path / "t" / "commops.parquet")
+    assert (df["op"] == "all_reduce").all() and list(df["seq"]) == list(range(1, len(df) + 1))
+    assert (df["end_ns"] >= df["start_ns"]).all()
+
+
+def test_gpu_measured_durations_set_op_lengths_when_timing_was_on(tmp_path: Path) -> None:
+    """Without TORCH_NCCL_ENABLE_TIMING an op ends when the watchdog discovers it (~100 ms late);
+    with it, the dump's duration_ms (microseconds here: one-rank all-reduces) is the op's length."""
+    import_flight_recorder(NCCL_H100 / "fr-nccl-h100-timed", tmp_path / "timed")
+    import_flight_recorder(NCCL_H100 / "fr-nccl-h100-pickle", tmp_path / "untimed")
+    timed = pd.read_parquet(tmp_path / "timed" / "commops.parquet")
+    untimed = pd.read_parquet(tmp_path / "untimed" / "commops.parquet")
+    assert ((timed["end_ns"] - timed["start_ns"]) < 1_000_000).all()
+    assert (untimed["end_ns"] - untimed["start_ns"]).median() > 10_000_000

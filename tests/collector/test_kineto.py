@@ -56,6 +56,15 @@ def test_real_gloo_profile(tmp_path: Path) -> None:
     assert (df["end_ns"] >= df["start_ns"]).all()
 
 
+def test_real_nccl_profile_from_an_h100(tmp_path: Path) -> None:
+    """torch 2.11 + NCCL 2.28, one rank: NCCL launches no kernel for a one-rank all-reduce, so the
+    rows come from record_param_comms (tests/collector/jobs/nccl_events.py --profile)."""
+    meta = import_kineto(DATA.parent / "kineto-nccl-h100", tmp_path / "out")
+    df = pd.read_parquet(tmp_path / "out" / "commops.parquet")
+    assert meta.world_size == 1 and df["op"].tolist() == ["all_reduce"] * 3
+    assert (df["nbytes"] == 4 << 20).all() and df["seq"].tolist() == [1, 2, 3]
+
+
 @pytest.mark.parametrize("text,match", [("{\"traceEvents\": [", "not valid JSON"), ("{\"x\": 1}", "no traceEvents"),
                                         ("{\"traceEvents\": []}", "no communication events")])
 def test_bad_traces(tmp_path: Path, text: str, match: str) -> None:

@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--hang-step", type=int, default=-1)
     ap.add_argument("--timeout-s", type=float, default=30.0)
     ap.add_argument("--attach", action="store_true")
+    ap.add_argument("--step-log", help="rank 0 appends each finished step here (for tests that act mid-run)")
     ap.add_argument("--no-ddp", action="store_true", help="plain all_reduce of grads (baseline)")
     ap.add_argument("--toggle-every", type=int, default=0,
                     help="bench: attach/detach the logger every N steps and report step times of both")
@@ -106,6 +107,9 @@ def main() -> None:
             for p in head.parameters():
                 dist.all_reduce(p.grad, group=dp)
         opt.step()
+        if a.step_log and rank == 0:
+            with open(a.step_log, "a") as f:
+                f.write(f"{step}\n")
         if a.toggle_every and step % a.toggle_every:  # skip each block's first step (warm-up)
             times[(step // a.toggle_every) % 2 == 0].append(time.perf_counter() - t_step)
     dist.barrier(group=dp)

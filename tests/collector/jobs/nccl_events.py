@@ -1,0 +1,88 @@
+"""A one-GPU NCCL job (torchrun, 1 process) that shows what the CUDA-event timing must capture.
+
+Each step delays the GPU (torch.cuda._sleep) before an all-reduce, so the host reaches the op long
+before the GPU does: the logged start must be the GPU's arrival, not the host's call. An async
+all-reduce is followed by another GPU delay before wait(): its logged end must be the op's own
+completion. CPU-tensor ops on the mixed "cpu:gloo,cuda:nccl" group take the host path. The host
+times of each call are written to `--out` for the test to compare with the shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.distributed as dist
+
+from collector import commops
+
+
+def gpu_delay(ms: float) -> None:
+    """Keep the current stream busy for about `ms` milliseconds (calibrated once)."""
+    torch.cuda._sleep(int(ms * gpu_delay.cycles_per_ms))  # type: ignore[attr-defined]
+
+
+def calibrate() -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 10_000_000
+    start.record()
+    torch.cuda._sleep(cycles)  # type: ignore[attr-defined]
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--delay-ms", type=float, default=50.0)
+    ap.add_argument("--profile", help="also write a Kineto trace of a few all-reduces into this directory")
+    ap.add_argument("--fr-dump", help="also write this rank's NCCL Flight Recorder dump (pickle, and .json)")
+    a = ap.parse_args()
+    commops.attach()
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl")
+    torch.cuda.set_device(0)
+    gpu_delay.cycles_per_ms = calibrate()  # type: ignore[attr-defined]
+    x = torch.ones(1 << 20, device="cuda")
+    host = torch.ones(1024)
+    calls: list[dict[str, float | int | str]] = []
+    dist.all_reduce(x)  # step 0: the first NCCL op also creates the communicator (~0.4 s)
+    torch.cuda.synchronize()
+    commops.step()
+    for step in range(1, a.steps + 1):
+        gpu_delay(a.delay_ms)
+        calls.append({"step": step, "kind": "sync", "host_call_ns": time.time_ns()})
+        dist.all_reduce(x)
+        work = dist.all_reduce(x, async_op=True)
+        gpu_delay(a.delay_ms)  # queued after the async op: must not count in its time
+        work.wait()
+        calls.append({"step": step, "kind": "cpu", "host_call_ns": time.time_ns()})
+        dist.all_reduce(host)
+        torch.cuda.synchronize()
+        commops.step()
+    with open(a.out, "w") as f:
+        json.dump({"calls": calls, "delay_ms": a.delay_ms}, f)
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                dist.all_reduce(x)
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(f"{a.profile}/rank{dist.get_rank()}.json")
+    if a.fr_dump:
+        from torch._C import _distributed_c10d as c10d
+
+        with open(a.fr_dump, "wb") as f:
+            f.write(c10d._dump_nccl_trace())
+        with open(f"{a.fr_dump}.json", "wb") as f:
+            dump = c10d._dump_nccl_trace_json()
+            f.write(dump if isinstance(dump, bytes) else dump.encode())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

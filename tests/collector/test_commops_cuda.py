@@ -1,0 +1,118 @@
+"""CUDA-event timing of NCCL operators.
+
+Unit tests (any machine): the anchor arithmetic, the finished/unfinished split, the per-call
+choice of timing path. GPU tests (skipped without CUDA; run on a GPU machine): a real one-rank
+NCCL job under torchrun whose GPU is delayed before each op, its profiler trace and its Flight
+Recorder dump, through the importers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collector.commops.cudatime import drain_finished, has_cuda_tensor, wall_ns
+from collector.commops.recorder import Recorder
+from collector.traceio import Trace
+from tests.conftest import REPO, run_cli
+
+
+class FakeEvent:
+    """An event that fired at `t_ms` on the GPU's own timeline (test double for torch.cuda.Event)."""
+
+    def __init__(self, t_ms: float, fired: bool = True) -> None:
+        self.t_ms, self.fired = t_ms, fired
+
+    def elapsed_time(self, other: FakeEvent) -> float:
+        return other.t_ms - self.t_ms
+
+    def query(self) -> bool:
+        return self.fired
+
+
+def test_events_map_onto_the_wall_clock_through_the_anchor() -> None:
+    anchor = (FakeEvent(1000.0), 5_000_000_000)
+    assert wall_ns(anchor, FakeEvent(1002.5)) == 5_002_500_000
+
+
+def test_finished_ops_get_gpu_start_and_end_unfinished_ones_stay_pending() -> None:
+    rec = Recorder(capacity=8)
+    anchor = (FakeEvent(0.0), 10_000_000_000)
+    done_row = (0, 1, 1, -1, 64, 123, 4)  # host call time 123 ns: replaced by the GPU's arrival
+    stuck_row = (0, 1, 2, -1, 64, 456, 4)
+    rec.in_flight = {id(done_row): done_row, id(stuck_row): stuck_row}
+    done, waiting = drain_finished(rec, [(done_row, anchor, FakeEvent(50.0), FakeEvent(51.0)),
+                                         (stuck_row, anchor, FakeEvent(60.0), FakeEvent(0.0, fired=False))])
+    assert done == [((0, 1, 1, -1, 64, 10_050_000_000, 4), 10_051_000_000)]
+    assert [w[0] for w in waiting] == [stuck_row]
+    assert list(rec.in_flight.values()) == [stuck_row]  # a hung NCCL op is still reported pending
+
+
+class _Tensor:
+    def __init__(self, is_cuda: bool) -> None:
+        self.is_cuda = is_cuda
+
+
+def test_mixed_groups_choose_the_timing_path_by_the_tensors() -> None:
+    assert has_cuda_tensor((_Tensor(True),), {})
+    assert has_cuda_tensor(([_Tensor(True)], _Tensor(False)), {})  # all_gather's output list
+    assert has_cuda_tensor((), {"tensor": _Tensor(True)})
+    assert not has_cuda_tensor((_Tensor(False), None, 3), {"async_op": True})
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (run on a GPU machine)")
+def test_real_nccl_job_is_timed_on_the_gpu(tmp_path: Path) -> None:
+    out, calls, prof, fr = tmp_path / "run", tmp_path / "calls.json", tmp_path / "prof", tmp_path / "fr"
+    prof.mkdir()
+    fr.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO), LAGGARD_COMMOPS_DIR=str(out), LAGGARD_COMMOPS_FLUSH_S="0.5",
+               TORCH_FR_BUFFER_SIZE="200")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+           str(REPO / "tests" / "collector" / "jobs" / "nccl_events.py"), "--out", str(calls),
+           "--profile", str(prof), "--fr-dump", str(fr / "rank_0")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    job = json.loads(calls.read_text())
+    delay_ns = job["delay_ms"] * 1e6
+    df = Trace.open(out).commops().sort_values("seq").reset_index(drop=True)
+    steps = len(job["calls"]) // 2
+    rows = df[df["step"].between(1, steps)]
+    assert len(rows) == 3 * steps, rows
+    for step in range(1, steps + 1):
+        sync_call, cpu_call = (c for c in job["calls"] if c["step"] == step)
+        sync_op, async_op, cpu_op = (r for _, r in rows[rows["step"] == step].iterrows())
+        # the GPU reached the all-reduce only after the delay queued before it
+        assert sync_op["start_ns"] - sync_call["host_call_ns"] > 0.6 * delay_ns, (step, sync_op)
+        assert sync_op["end_ns"] - sync_op["start_ns"] < 0.3 * delay_ns
+        # the async op ends when its own work is done, not when the caller's wait() returns
+        assert async_op["end_ns"] - async_op["start_ns"] < 0.3 * delay_ns, (step, async_op)
+        assert async_op["start_ns"] >= sync_op["end_ns"] - 1_000_000
+        # a CPU tensor on the mixed group is timed on the host
+        assert 0 <= cpu_op["start_ns"] - cpu_call["host_call_ns"] < 0.3 * delay_ns
+    kineto = tmp_path / "kineto"
+    run_cli("import", "kineto", prof, "--out", kineto, check=True)
+    k = Trace.open(kineto).commops()
+    assert (k["op"] == "all_reduce").sum() >= 3, k
+    for dump in (fr / "rank_0", fr / "rank_0.json"):
+        dump_dir = tmp_path / f"fr-{dump.suffix or 'pickle'}"
+        dump_dir.mkdir()
+        (dump_dir / "rank_0").write_bytes(dump.read_bytes())
+        imported = tmp_path / f"imported-{dump.suffix or 'pickle'}"
+        run_cli("import", "flight-recorder", dump_dir, "--out", imported, check=True)
+        f = pd.read_parquet(imported / "commops.parquet")
+        assert (f["op"] == "all_reduce").sum() >= 2 * steps, f

@@ -1,0 +1,42 @@
+"""Step judgement on noisy jobs, and clock offsets that a fault-time sample would mislead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from timeline.steps import consistent_samples, judge_steps, step_noise
+
+
+def _durations(sigma: float, fault: slice, factor: float, n: int = 60, seed: int = 3) -> pd.Series:
+    d = 0.05 * (1 + np.random.default_rng(seed).normal(0, sigma, n))
+    d[fault] *= factor
+    return pd.Series(d, index=pd.RangeIndex(n, name="step"))
+
+
+def test_noise_is_not_irregular_but_a_fault_is() -> None:
+    """A job whose steps vary by 15% (a busy shared host) with a 5x fault in steps 20-29."""
+    table = judge_steps(_durations(0.15, slice(20, 30), 5.0))
+    assert table.loc[table["irregular"], "step"].tolist() == list(range(20, 30))
+
+
+def test_quiet_jobs_keep_holmes_delta() -> None:
+    """At 1% noise, δ = 1.1 still decides: a 1.2x slowdown is irregular."""
+    table = judge_steps(_durations(0.01, slice(20, 30), 1.2))
+    assert table.loc[table["irregular"], "step"].tolist() == list(range(20, 30))
+
+
+def test_step_noise_ignores_a_level_shift() -> None:
+    quiet = _durations(0.01, slice(0, 0), 1.0).to_numpy()
+    shifted = _durations(0.01, slice(30, 60), 3.0).to_numpy()
+    assert abs(step_noise(shifted) - step_noise(quiet)) < 0.01
+
+
+def test_a_misled_offset_sample_is_left_out() -> None:
+    steps = np.array([0.0, 10, 20, 30, 40])
+    drift = np.column_stack([np.zeros(5), 5e6 + 2e5 * steps])  # host 1: 5 ms ahead, drifting
+    misled = drift.copy()
+    misled[2, 1] += 55e6  # a fault step: host 1's copies ended early
+    keep = consistent_samples(steps, misled)
+    assert keep[:, 0].all() and keep[:, 1].tolist() == [True, True, False, True, True]
+    assert consistent_samples(steps, drift).all()

@@ -85,15 +85,62 @@ def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray
     """
     late = ops.late_row
     n = ops.n_inst
-    is_send = ops.opcode == OPS.index("send")
-    send_row = np.full(n, -1, dtype=np.int64)
-    send_row[ops.inst[is_send]] = np.flatnonzero(is_send)
+    send_row, recv_row = _p2p_rows(ops)
     n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=n)
     row = np.where(ops.inst_p2p & (send_row >= 0), send_row, late)
     ex = ops.elapsed[row] - base[row]
     slow = abnormal[row] & (ex > 0.2 * base[row])
     slow &= ops.inst_p2p | (n_abn >= ops.inst_size)
     return np.where(slow, ex, 0.0)
+
+
+def _p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: the row of its send and of its recv (-1 where absent or a collective)."""
+    n = ops.n_inst
+    rows = []
+    for op in ("send", "recv"):
+        mine = ops.opcode == OPS.index(op)
+        r = np.full(n, -1, dtype=np.int64)
+        r[ops.inst[mine]] = np.flatnonzero(mine)
+        rows.append(r)
+    return rows[0], rows[1]
+
+
+def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per p2p instance: how much longer its data took to arrive than in normal steps, on clocks
+    aligned across hosts (0 where not clearly slow).
+
+    A send is done once its data is handed to the transport, so a slow path does not show in
+    the send copy: it shows as the receiver waiting although the sender was on time. The
+    arrival time is the recv's end minus the later of the two starts, after removing each
+    host's clock offset (timeline's estimate); it is compared with the same stream's normal.
+    """
+    send_row, recv_row = _p2p_rows(ops)
+    both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
+    out = np.zeros(ops.n_inst)
+    cand = both & abnormal[np.maximum(recv_row, 0)] & ~abnormal[np.maximum(send_row, 0)]
+    if not cand.any():
+        return out
+    from timeline.instances import host_codes
+    from timeline.steps import clock_offsets_by_step
+
+    offsets = clock_offsets_by_step(ops.df, meta)
+    host, _ = host_codes(meta, ops.rank)
+    at = np.clip(np.searchsorted(offsets.index.to_numpy(), ops.step), 0, len(offsets) - 1)
+    off = offsets.to_numpy()[at, host]
+    start = ops.df["start_ns"].to_numpy(np.float64) - off
+    end = ops.df["end_ns"].to_numpy(np.float64) - off
+    s, r = send_row[both], recv_row[both]
+    arrive = np.full(ops.n_inst, np.nan)
+    arrive[both] = (end[r] - np.maximum(start[s], start[r])) * 1e-9
+    stream = ops.pair[np.maximum(send_row, 0)]
+    normal_set = both & np.isin(ops.inst_step, ref)
+    usual = pd.Series(arrive[normal_set]).groupby(stream[normal_set]).median()
+    typical = usual.reindex(stream).to_numpy()
+    ex = arrive - typical
+    slow = cand & np.isfinite(ex) & (ex > np.maximum(typical, 0.2 * ops.elapsed[np.maximum(recv_row, 0)]))
+    out[slow] = ex[slow]
+    return out
 
 
 def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.ndarray:
@@ -135,7 +182,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     abnormal = detection.abnormal
     scale = step_scale(ops, view.steps)
     med, _, _ = slot_history(ops, ref, scale)
-    comm_excess = _comm_excess(ops, abnormal, med * scale)
+    comm_excess = np.maximum(_comm_excess(ops, abnormal, med * scale), _late_data_excess(ops, meta, abnormal, ref))
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
@@ -164,8 +211,16 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
 
     rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * per_rank(to_rank & in_ref), 0.0)
-    comm_w = np.where(graph.comm & in_irr, graph.delay, 0.0)
-    comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[graph.comm & in_ref].sum()), 0.0)
+    # a last arriver that was not late on its own clock (it neither computed nor waited more than
+    # its peers) did not hold them up: its data reached them late, so the transfer between them
+    # was slow -- e.g. a throttled egress, where the sender hands its data to the NIC and is done
+    # first. Such instances are network evidence for their unit, like all-copies-slow ones.
+    late_data = graph.suspect & origin & ~explained & (graph.root_rank >= 0) & judge & ~graph.comm
+    if late_data[in_irr].any():
+        slow = slow_units(unit_of_inst, unit_names, (slow_transfer | late_data) & in_irr, judge & in_irr)
+    comm_like = graph.comm | late_data
+    comm_w = np.where(comm_like & in_irr, graph.delay, 0.0)
+    comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[comm_like & in_ref].sum()), 0.0)
     # only units with a judged instance are evidence: one never seen says nothing of health
     seen = np.bincount(unit_of_inst[judge & in_irr], minlength=len(unit_names))
     judged = {n: members[n] for n, k in zip(unit_names, seen, strict=True) if k > 0}

@@ -85,7 +85,7 @@ def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray
     """
     late = ops.late_row
     n = ops.n_inst
-    send_row, recv_row = _p2p_rows(ops)
+    send_row = _p2p_rows(ops)[0]
     n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=n)
     row = np.where(ops.inst_p2p & (send_row >= 0), send_row, late)
     ex = ops.elapsed[row] - base[row]

@@ -69,15 +69,16 @@ def clearly_normal(ops: Ops, basis: Basis) -> np.ndarray:
     return close & (peer >= SCREEN_PEER[0]) & (peer <= SCREEN_PEER[1])
 
 
-def clearly_abnormal(ops: Ops, basis: Basis) -> np.ndarray:
-    """The screen's other side: rows far outside their own history. Trees are constant beyond
-    the feature ranges they were trained on, so the forest's probability for an operator 17x
-    its usual time (a throttled NIC in a real job) can sit below a threshold that auto-tuning
-    raised on a noisy job; such rows need no model to be called abnormal."""
-    en = basis.normalized(ops)
-    q1, q3 = basis.quartiles(ops, None)
-    sigma = np.maximum((q3 - q1) / 1.349, 0.02 * basis.med)
-    return (en >= CLEAR_RATIO * basis.med) & (en - basis.med >= CLEAR_SIGMAS * sigma) & (en - basis.med > SCREEN_EXCESS_S)
+def clearly_abnormal(ops: Ops, basis: Basis, rows: np.ndarray | None = None) -> np.ndarray:
+    """The screen's other side: rows (all, or those given) far outside their own history. Trees
+    are constant beyond the feature ranges they were trained on, so the forest's probability for
+    an operator 17x its usual time (a throttled NIC in a real job) can sit below a threshold that
+    auto-tuning raised on a noisy job; such rows need no model to be called abnormal."""
+    scale, med = (basis.scale, basis.med) if rows is None else (basis.scale[rows], basis.med[rows])
+    en = (ops.elapsed if rows is None else ops.elapsed[rows]) / scale
+    q1, q3 = basis.quartiles(ops, rows)
+    sigma = np.maximum((q3 - q1) / 1.349, 0.02 * med)
+    return (en >= CLEAR_RATIO * med) & (en - med >= CLEAR_SIGMAS * sigma) & (en - med > SCREEN_EXCESS_S)
 
 
 class ForestDetector:
@@ -95,7 +96,9 @@ class ForestDetector:
             proba[rest] = self.model.predict_proba(x, settle=DEFAULT_THRESHOLD)  # tune_threshold never goes below
         normal = in_steps(ops, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(proba), bool)
         thr = tune_threshold(proba, normal)
-        return Detection((proba >= thr) | clearly_abnormal(ops, basis), proba, thr, "random-forest")
+        abnormal = proba >= thr
+        abnormal[rest] |= clearly_abnormal(ops, basis, rest)  # the screen passed none of them
+        return Detection(abnormal, proba, thr, "random-forest")
 
 
 def three_sigma(ops: Ops, ref_steps: np.ndarray | None, k: float = 3.0) -> Detection:

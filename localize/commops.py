@@ -76,22 +76,23 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     return expected, members_sum, names, ucode.astype(np.int64), members, mesh
 
 
-def _comm_excess(ops: Ops, abnormal: np.ndarray, base: np.ndarray) -> np.ndarray:
+def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow.
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
     and so every copy, is abnormal. A p2p transfer is its send copy: a send never waits for
-    the data to arrive, so an abnormal send is a slow transfer.
+    the data to arrive, so an abnormal send is a slow transfer; so is data that arrived late
+    although it was sent on time (`_late_data_excess`).
     """
     late = ops.late_row
     n = ops.n_inst
-    send_row = _p2p_rows(ops)[0]
+    send_row, recv_row = _p2p_rows(ops)
     n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=n)
     row = np.where(ops.inst_p2p & (send_row >= 0), send_row, late)
     ex = ops.elapsed[row] - base[row]
     slow = abnormal[row] & (ex > 0.2 * base[row])
     slow &= ops.inst_p2p | (n_abn >= ops.inst_size)
-    return np.where(slow, ex, 0.0)
+    return np.maximum(np.where(slow, ex, 0.0), _late_data_excess(ops, meta, abnormal, ref, send_row, recv_row))
 
 
 def _p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +107,8 @@ def _p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     return rows[0], rows[1]
 
 
-def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.ndarray) -> np.ndarray:
+def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.ndarray, send_row: np.ndarray,
+                      recv_row: np.ndarray) -> np.ndarray:
     """Per p2p instance: how much longer its data took to arrive than in normal steps, on clocks
     aligned across hosts (0 where not clearly slow).
 
@@ -115,7 +117,6 @@ def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.nda
     arrival time is the recv's end minus the later of the two starts, after removing each
     host's clock offset (timeline's estimate); it is compared with the same stream's normal.
     """
-    send_row, recv_row = _p2p_rows(ops)
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     out = np.zeros(ops.n_inst)
     cand = both & abnormal[np.maximum(recv_row, 0)] & ~abnormal[np.maximum(send_row, 0)]
@@ -182,7 +183,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     abnormal = detection.abnormal
     scale = step_scale(ops, view.steps)
     med, _, _ = slot_history(ops, ref, scale)
-    comm_excess = np.maximum(_comm_excess(ops, abnormal, med * scale), _late_data_excess(ops, meta, abnormal, ref))
+    comm_excess = _comm_excess(ops, meta, abnormal, med * scale, ref)
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p

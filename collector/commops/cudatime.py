@@ -97,32 +97,29 @@ def run_cuda(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], args
     except BaseException:
         with rec.async_lock:
             rec.in_flight.pop(id(row), None)
-        rec.failed.append(row)
-        if rec.on_failure is not None:
-            rec.on_failure()
+        rec.failed_op(row)
         raise
     if out is None or out.__class__ is int:
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        with rec.async_lock:
-            rec.cuda_rows.append((row, anchor, start, end))
+        record_end(rec, row, anchor, start)
         return out
     return watch_cuda(rec, out, row, anchor, start)
+
+
+def record_end(rec: Recorder, row: tuple[int, ...], anchor: tuple[Any, int], start: Any) -> None:
+    """Put the op's end event on the current stream and queue the op for the writer."""
+    import torch
+
+    end = torch.cuda.Event(enable_timing=True)
+    end.record()
+    with rec.async_lock:
+        rec.cuda_rows.append((row, anchor, start, end))
 
 
 def watch_cuda(rec: Recorder, work: Any, row: tuple[int, ...], anchor: tuple[Any, int], start: Any) -> Any:
     """Async CUDA op: the future's callback runs on a stream made to wait for the op's completion,
     so an event recorded there fires when the op is done on the GPU, whenever the caller waits."""
-    import torch
-
-    def done(_: Any) -> None:
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        with rec.async_lock:
-            rec.cuda_rows.append((row, anchor, start, end))
-
     try:
-        work.get_future().then(done)
+        work.get_future().then(lambda _: record_end(rec, row, anchor, start))
     except Exception as exc:  # no future: fall back to host-side completion timing
         with rec.async_lock:
             rec.in_flight.pop(id(row), None)

@@ -129,7 +129,8 @@ def baseline_correct(rank: int | None, root: dict[str, Any], meta: Any) -> bool:
 
 
 def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path, layouts: list[str] | None = None,
-             kinds: tuple[str, ...] = KINDS, flows: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+             kinds: tuple[str, ...] = KINDS, flows: bool = True,
+             keep: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Top-1 per trace from CommOps alone; for network faults also whether the truth is among
     the devices CommOps could not tell apart, and top-1 once the trace's flows are added."""
     from simulator.config import FaultSpec, SimConfig
@@ -140,6 +141,8 @@ def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path, layouts: 
     base_rows: list[dict[str, Any]] = []
     no_effect: list[str] = []
     rng = np.random.default_rng(1000)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
     for gpus in scales:
         for lname, (tp, pp, cp, ep, vpp) in LAYOUTS.items():
             if layouts and lname not in layouts:
@@ -191,8 +194,10 @@ def accuracy(scales: list[int], seeds: int, steps: int, workdir: Path, layouts: 
                         got = baseline_ranks(ops, irr, ref)
                         base_rows.append({"gpus": gpus, "layout": lname, "kind": kind, "laggard": ok,
                                           **{b: baseline_correct(got[b], roots[0], trace.meta) for b in BASELINES}})
-                    shutil.rmtree(out, ignore_errors=True)
                     r = rows[-1]
+                    if keep is not None and not r["ok"]:  # a miss is kept for whoever debugs it
+                        shutil.move(str(out), str(keep / f"{gpus}-{lname.split()[1]}-{kind}-v{variant}"))
+                    shutil.rmtree(out, ignore_errors=True)
                     mark = ("ok " if ok else ("TIE " if r["in_tie"] else "MISS")) + (f" (tie of {r['tied']})" if r["tied"] > 1 else "")
                     with_flows = "" if "ok_flows" not in r else " +flows " + ("ok" if r["ok_flows"] else "MISS")
                     print(f"  {gpus:>5} {lname:<24} {kind:<8} v{variant} {mark} {r['got']} (want {r['want']}){with_flows}"
@@ -537,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--net-max-gpus", type=int, default=2048)
     ap.add_argument("--net-seed", type=int, default=5000, help="seed of the network sweep's draws")
     ap.add_argument("--no-flows", action="store_true", help="network faults from CommOps only (no flows added)")
+    ap.add_argument("--keep", type=Path, default=None, help="move the traces of the grid's misses into this folder")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--throughput-gpus", type=int, default=4096, help="scale of the throughput trace")
@@ -557,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
             names = list(LAYOUTS)
             pick = [names[int(i)] for i in args.layouts.split(",")] if args.layouts else None
             acc, base = accuracy([int(s) for s in args.scales.split(",")], args.seeds, args.steps, work, pick,
-                                 tuple(args.kinds.split(",")), flows=not args.no_flows)
+                                 tuple(args.kinds.split(",")), flows=not args.no_flows, keep=args.keep)
             print(acc.pivot_table(index=["gpus", "layout"], columns="kind", values="ok", aggfunc="mean").round(2).to_string())
             report_targets(acc)
             healthy = acc[acc["kind"] == "healthy"]

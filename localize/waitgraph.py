@@ -72,18 +72,31 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
 
 
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges)."""
+    """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges).
+
+    A sparse table built level by level: level j holds the max of each window of 2**j rows,
+    and a range of length L is the max of two (overlapping) windows of 2**floor(log2 L).
+    O(rows x log(longest range) + ranges), whatever the order or overlap of the ranges.
+    """
     out = np.full(len(lo), -1, dtype=np.int64)
-    ok = hi > lo
-    if not ok.any() or len(values) == 0:
+    ok = np.flatnonzero(hi > lo)
+    if not ok.size or len(values) == 0:
         return out
-    # pack (value in microseconds, row index) into one int64 so a max-reduce yields the argmax
+    # pack (value in microseconds, row index) into one int64 so a max yields the argmax
+    # (ties: the later row)
     q = np.clip(values * 1e6, 0, 2**35 - 1).astype(np.int64)
-    packed = (q << 27) | np.arange(len(values), dtype=np.int64)
-    idx = np.empty(2 * int(ok.sum()), dtype=np.int64)
-    idx[0::2], idx[1::2] = lo[ok], hi[ok]
-    red = np.maximum.reduceat(np.r_[packed, 0], idx)[0::2]  # sentinel: a range may end at len
-    out[ok] = red & ((1 << 27) - 1)
+    table = (q << 27) | np.arange(len(values), dtype=np.int64)
+    a, b = lo[ok], hi[ok]
+    level = np.frexp((b - a).astype(np.float64))[1] - 1  # floor(log2(length)), exact for ints
+    best = np.zeros(len(ok), dtype=np.int64)
+    for j in range(int(level.max()) + 1):
+        if j:
+            h = 1 << (j - 1)
+            table = np.maximum(table[:-h], table[h:])  # windows of 2**j starting at each row
+        at = np.flatnonzero(level == j)
+        if at.size:
+            best[at] = np.maximum(table[a[at]], table[b[at] - (1 << j)])
+    out[ok] = best & ((1 << 27) - 1)
     return out
 
 

@@ -109,13 +109,16 @@ def _p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
 
 def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.ndarray, send_row: np.ndarray,
                       recv_row: np.ndarray) -> np.ndarray:
-    """Per p2p instance: how much longer its data took to arrive than in normal steps, on clocks
-    aligned across hosts (0 where not clearly slow).
+    """Per p2p instance: how much longer its data took to arrive than it needs, on clocks aligned
+    across hosts (0 where not clearly slow).
 
     A send is done once its data is handed to the transport, so a slow path does not show in
-    the send copy: it shows as the receiver waiting although the sender was on time. The
-    arrival time is the recv's end minus the later of the two starts, after removing each
-    host's clock offset (timeline's estimate); it is compared with the same stream's normal.
+    the send copy: it shows as the receiver waiting although the sender was on time. The data's
+    flight is the recv's end minus the send's start, after removing each host's clock offset
+    (timeline's estimate). A receiver that was already waiting sees exactly the flight; one that
+    came later sees its data waiting for it (the flight reads longer), so what the stream needs
+    is the low end of its flights in normal steps. A sender that starts late is no slow data:
+    the flight is counted from when it sent.
     """
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     out = np.zeros(ops.n_inst)
@@ -132,13 +135,13 @@ def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.nda
     start = ops.df["start_ns"].to_numpy(np.float64) - off
     end = ops.df["end_ns"].to_numpy(np.float64) - off
     s, r = send_row[both], recv_row[both]
-    arrive = np.full(ops.n_inst, np.nan)
-    arrive[both] = (end[r] - np.maximum(start[s], start[r])) * 1e-9
+    flight = np.full(ops.n_inst, np.nan)
+    flight[both] = (end[r] - start[s]) * 1e-9
     stream = ops.pair[np.maximum(send_row, 0)]
     normal_set = both & np.isin(ops.inst_step, ref)
-    usual = pd.Series(arrive[normal_set]).groupby(stream[normal_set]).median()
-    typical = usual.reindex(stream).to_numpy()
-    ex = arrive - typical
+    needs = pd.Series(flight[normal_set]).groupby(stream[normal_set]).quantile(0.25)
+    typical = needs.reindex(stream).to_numpy()
+    ex = flight - typical
     slow = cand & np.isfinite(ex) & (ex > np.maximum(typical, 0.2 * ops.elapsed[np.maximum(recv_row, 0)]))
     out[slow] = ex[slow]
     return out
@@ -212,11 +215,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
 
     rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * per_rank(to_rank & in_ref), 0.0)
-    # a last arriver that was not late on its own clock (it neither computed nor waited more than
-    # its peers) did not hold them up: its data reached them late, so the transfer between them
-    # was slow -- e.g. a throttled egress, where the sender hands its data to the NIC and is done
-    # first. Such instances are network evidence for their unit, like all-copies-slow ones.
-    late_data = graph.suspect & origin & ~explained & (graph.root_rank >= 0) & judge & ~graph.comm
+    # a last arriver that was not late on its own clock (since the copies last ended together it
+    # spent no more time than its peers computing, waiting or in other transfers) did not hold
+    # them up: its data reached them late, so the transfer between them was slow -- e.g. a
+    # throttled egress, where the sender hands its data to the NIC and is done first. Such
+    # instances are network evidence for their unit, like all-copies-slow ones. One that did
+    # spend longer (a transfer elsewhere within its noise, say a wide DP ring) was simply late.
+    on_time = graph.excess_own < 0.5 * graph.delay
+    late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm
     if late_data[in_irr].any():
         slow = slow_units(unit_of_inst, unit_names, (slow_transfer | late_data) & in_irr, judge & in_irr)
     comm_like = graph.comm | late_data

@@ -39,6 +39,7 @@ class WaitGraph:
     missing_rank: np.ndarray  # per instance: the one expected rank absent from an orphan (-1 else)
     excess_compute: np.ndarray  # per instance: suspect's extra compute vs peers since last sync, s
     excess_wait: np.ndarray  # per instance: suspect's extra waiting vs peers since last sync, s
+    excess_own: np.ndarray  # per instance: suspect's extra own-clock time vs peers since last sync, s
 
 
 def _prev_same_pair(ops: Ops) -> np.ndarray:
@@ -144,31 +145,39 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # delay a row received: waiting for others, or a transfer slower than normal
     received = wait_x + comm_excess[inst]
     cw = np.cumsum(received)
+    ce = np.cumsum(ops.elapsed)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
     seg_compute = np.where(has_prev, cg - cg[p], np.nan)
     cw_before = np.r_[0.0, cw[:-1]]
     seg_wait = np.where(has_prev, cw_before - cw[p], np.nan)
+    # all of it: from the end of the previous operator of the stream to this one's start
+    seg_own = seg_compute + np.where(has_prev, np.r_[0.0, ce[:-1]] - ce[p], np.nan)
     valid = np.isfinite(seg_compute) & (cu - cu[p] == 0)
     sc = np.nan_to_num(seg_compute)
     sw = np.nan_to_num(seg_wait)
+    so = np.nan_to_num(seg_own)
     n_valid = np.bincount(inst, weights=valid.astype(np.float64), minlength=n)
     sum_sc = np.bincount(inst, weights=sc, minlength=n)
     sum_sw = np.bincount(inst, weights=sw, minlength=n)
+    sum_so = np.bincount(inst, weights=so, minlength=n)
     lv = valid[late]
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
     peers_n = np.maximum(n_valid - lv, 1)
     excess_compute = np.where(lv & (n_valid >= 2), sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
     excess_wait = np.where(lv & (n_valid >= 2), sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
+    excess_own = np.where(lv & (n_valid >= 2), so[late] - (sum_so - so[late]) / peers_n, 0.0)
     # the two ends of a p2p transfer do different work: judge the sender against its own
     # history (the same operator in normal steps) instead of against the receiver
     if ref_steps is not None and len(ref_steps) and ops.inst_p2p.any():
         h_sc, _, _ = slot_quantiles(ops, np.where(valid, seg_compute, np.nan), ref_steps)
         h_sw, _, _ = slot_quantiles(ops, np.where(valid, seg_wait, np.nan), ref_steps)
-        ok = ops.inst_p2p & lv & np.isfinite(h_sc[late]) & np.isfinite(h_sw[late])
+        h_so, _, _ = slot_quantiles(ops, np.where(valid, seg_own, np.nan), ref_steps)
+        ok = ops.inst_p2p & lv & np.isfinite(h_sc[late]) & np.isfinite(h_sw[late]) & np.isfinite(h_so[late])
         excess_compute = np.where(ok, sc[late] - h_sc[late], excess_compute)
         excess_wait = np.where(ok, sw[late] - h_sw[late], excess_wait)
+        excess_own = np.where(ok, so[late] - h_so[late], excess_own)
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
     # every instance points back along waiting, flagged or not: chains pass through operators
@@ -187,4 +196,5 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         nxt = nn
     root_rank = np.where(comm[nxt], -1, rank[late[nxt]])
     root_rank = np.where(orphan, missing_rank, root_rank)
-    return WaitGraph(suspect, comm, orphan, delay, nxt, root_rank, missing_rank, excess_compute, excess_wait)
+    return WaitGraph(suspect, comm, orphan, delay, nxt, root_rank, missing_rank, excess_compute, excess_wait,
+                     excess_own)

@@ -104,3 +104,18 @@ def test_steps_inferred_from_gradient_sync_bursts() -> None:
     got = pd.Series(infer_steps(df), index=df.index).sort_index()
     want = [s for s in range(3) for _ in range(8)]
     assert got.tolist() == want
+
+
+def test_a_last_arriver_held_up_by_a_longer_transfer_elsewhere_was_late_on_its_own_clock() -> None:
+    # cp-0 = ranks 0, 1; between its two operators each takes part in a DP ring of its own, and
+    # rank 1's ring takes 3 ms longer for every member (its transfer, not a wait): rank 1 reaches
+    # cp-0 late by that much, with no extra compute and no extra waiting
+    spec = [(r, "cp-0", "all_gather", 0, -1, 0.0, 1.0) for r in (0, 1)]
+    spec += [(r, "dp-0", "reduce_scatter", 0, -1, 1.5, 5.5) for r in (0, 2)]
+    spec += [(r, "dp-1", "reduce_scatter", 0, -1, 1.5, 8.5) for r in (1, 3)]
+    spec += [(0, "cp-0", "all_gather", 1, -1, 6.0, 9.5), (1, "cp-0", "all_gather", 1, -1, 9.0, 9.5)]
+    ops, g = graph(rows(spec), {(0, "cp-0", 1)})
+    i = int(ops.inst[((ops.df["group"] == "cp-0") & (ops.df["seq"] == 1)).to_numpy()][0])
+    assert g.suspect[i] and ops.rank[ops.late_row[i]] == 1
+    assert abs(g.excess_compute[i]) < 1e-6 and abs(g.excess_wait[i]) < 1e-6
+    assert abs(g.excess_own[i] - 0.003) < 1e-6

@@ -60,8 +60,8 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     ucode, _ = pd.factorize(ukey)
     names: list[str] = []
     members: dict[str, list[int]] = {}
+    rank = ops.rank
     first_inst = pd.Series(np.arange(ops.n_inst)).groupby(ucode).first().to_numpy()
-    seen: dict[int, list[int]] | None = None
     for i in first_inst:
         g = str(gnames[ops.inst_group[i]])
         if p2p[i]:
@@ -69,23 +69,11 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
             members[name] = [int(ops.inst_src[i]), int(ops.inst_dst[i])]
         else:
             name = g
-            members[name] = list(meta.groups.get(g, []))
-            if not members[name]:  # no membership in the metadata: the ranks seen in the group
-                seen = _ranks_seen(ops) if seen is None else seen
-                members[name] = seen[int(ops.inst_group[i])]
+            members[name] = list(meta.groups.get(g, [])) or sorted({int(r) for r in rank[ops.inst_group[ops.inst] == ops.inst_group[i]]})
         names.append(name)
     a2a = ops.opcode[ops.late_row] == OPS.index("all_to_all")
     mesh = {names[u] for u in np.unique(ucode[a2a])}
     return expected, members_sum, names, ucode.astype(np.int64), members, mesh
-
-
-def _ranks_seen(ops: Ops) -> dict[int, list[int]]:
-    """Per group code: the ranks with a row in it, sorted."""
-    w = int(ops.rank.max(initial=0)) + 1
-    pairs = np.unique(ops.group_code * w + ops.rank)
-    g, r = pairs // w, pairs % w
-    cut = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    return {int(g[c]): [int(x) for x in part] for c, part in zip(cut, np.split(r, cut[1:]), strict=True)}
 
 
 def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, ref: np.ndarray) -> np.ndarray:

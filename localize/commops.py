@@ -358,7 +358,7 @@ def _stage(u: RankUnit) -> int | None:
 
 def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
     ex = ", ".join(c.examples)
-    common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}); every copy of their operators was slow"
+    common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}): every copy of a collective was slow, or a transfer's data arrived late while its sender was on time"
     if c.kind == "gpu":
         r = int(c.key)  # type: ignore[arg-type]
         info = meta.ranks.get(r)

@@ -483,6 +483,19 @@ def throughput(gpus: int, workdir: Path, repeats: int = 5) -> dict[str, float]:
     det = load_detector()
     n = len(df)
     best: dict[str, float] = {}
+    # the simulator interleaves ranks in time order; the sidecar's per-rank shards come rank
+    # by rank, which spares the detector its sort: both orders are timed
+    by_rank = df.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    for _ in range(repeats):
+        c0 = time.process_time()
+        ops = prepare_ops(by_rank)
+        table = judge(step_durations(by_rank))
+        ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
+        if det is not None:
+            det.detect(ops, table, ref)
+        else:
+            rule_detect(ops, table, ref)
+        best["rank_major"] = min(best.get("rank_major", np.inf), time.process_time() - c0)
     for _ in range(repeats):
         c0 = time.process_time()
         ops = prepare_ops(df)
@@ -500,6 +513,7 @@ def throughput(gpus: int, workdir: Path, repeats: int = 5) -> dict[str, float]:
     basis = feature_basis(ops, table, ref)
     screened = float(clearly_normal(ops, basis).mean()) if det is not None else 0.0
     return {"rows": n, "end_to_end_rows_per_cpu_s": n / best["end_to_end"],
+            "end_to_end_rank_major_rows_per_cpu_s": n / best["rank_major"],
             "prepare_rows_per_cpu_s": n / best["prepare"], "step_table_rows_per_cpu_s": n / best["step_table"],
             "detector_rows_per_cpu_s": n / best["detector"], "rule_end_to_end_rows_per_cpu_s": n / best["rule"],
             "screened_share": screened, "flagged_share": float(flagged.mean()),
@@ -586,8 +600,10 @@ def main(argv: list[str] | None = None) -> int:
         tput = throughput(args.throughput_gpus, work)
         e2e = tput["end_to_end_rows_per_cpu_s"]
         print(f"\n== throughput at {args.throughput_gpus} GPUs ({tput['rows']:,.0f} rows; rows per CPU-second, one core) ==")
-        print(f"  end-to-end detection {e2e:,.0f} rows/CPU-s: target {TARGET_ROWS_PER_CPU_S:,} "
-              f"{'met' if e2e >= TARGET_ROWS_PER_CPU_S else 'NOT met'}")
+        for what, rate in (("rows interleaved across ranks", e2e),
+                           ("rows rank by rank (sidecar shards)", tput["end_to_end_rank_major_rows_per_cpu_s"])):
+            print(f"  end-to-end detection, {what}: {rate:,.0f} rows/CPU-s: target {TARGET_ROWS_PER_CPU_S:,} "
+                  f"{'met' if rate >= TARGET_ROWS_PER_CPU_S else 'NOT met'}")
         for k, v in tput.items():
             print(f"  {k:<36} {v:,.0f}" if k.endswith("_s") or k == "rows" else f"  {k:<36} {v:.3f}")
         if tput["load_average_1min"] > tput["cpus"] / 2:

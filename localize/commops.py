@@ -18,6 +18,7 @@ from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detector import Detection, rule_detect
 from localize.features import Ops, prepare_ops, slot_history, step_scale
+from localize.grouping import unique
 from localize.groupkinds import group_kinds
 from localize.model_store import load_detector
 from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
@@ -44,6 +45,15 @@ class Analysis:
     unit_names: list[str]
 
 
+def _observed_members(ops: Ops) -> dict[int, list[int]]:
+    """Per group code: the ranks that logged rows of it (for groups the metadata does not list)."""
+    width = int(ops.rank.max(initial=0)) + 1
+    pairs = unique(ops.group_code * width + ops.rank)
+    g, r = pairs // width, pairs % width
+    cut = np.flatnonzero(np.diff(g)) + 1
+    return {int(gs[0]): rs.tolist() for gs, rs in zip(np.split(g, cut), np.split(r, cut), strict=True)}
+
+
 def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, dict[str, list[int]], set[str]]:
     """Per instance: expected copies, sum of expected member ranks, unit code; unit names,
     members, and the units whose operator is all-to-all."""
@@ -60,7 +70,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     ucode, _ = pd.factorize(ukey)
     names: list[str] = []
     members: dict[str, list[int]] = {}
-    rank = ops.rank
+    seen = _observed_members(ops) if any(not meta.groups.get(str(g)) for g in gnames) else {}
     first_inst = pd.Series(np.arange(ops.n_inst)).groupby(ucode).first().to_numpy()
     for i in first_inst:
         g = str(gnames[ops.inst_group[i]])
@@ -69,10 +79,10 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
             members[name] = [int(ops.inst_src[i]), int(ops.inst_dst[i])]
         else:
             name = g
-            members[name] = list(meta.groups.get(g, [])) or sorted({int(r) for r in rank[ops.inst_group[ops.inst] == ops.inst_group[i]]})
+            members[name] = list(meta.groups.get(g, [])) or seen.get(int(ops.inst_group[i]), [])
         names.append(name)
     a2a = ops.opcode[ops.late_row] == OPS.index("all_to_all")
-    mesh = {names[u] for u in np.unique(ucode[a2a])}
+    mesh = {names[u] for u in unique(ucode[a2a])}
     return expected, members_sum, names, ucode.astype(np.int64), members, mesh
 
 
@@ -174,12 +184,12 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     irr = np.asarray(view.irregular_steps, dtype=np.int64)
     if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
         first = int(df["step"].min())
-        if len(np.unique(df["step"].to_numpy())) >= 4:
+        if len(unique(df["step"].to_numpy())) >= 4:
             irr = irr[irr != first]
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind), None
     ops = prepare_ops(df[COLUMNS])
-    all_steps = np.unique(ops.step)
+    all_steps = unique(ops.step)
     ref = np.setdiff1d(all_steps, irr)
     detector = load_detector() if forest else None
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
@@ -354,7 +364,7 @@ def _stage(u: RankUnit) -> int | None:
 
 def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
     ex = ", ".join(c.examples)
-    common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}); every copy of their operators was slow"
+    common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}): every copy of a collective was slow, or a transfer's data arrived late while its sender was on time"
     if c.kind == "gpu":
         r = int(c.key)  # type: ignore[arg-type]
         info = meta.ranks.get(r)

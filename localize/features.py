@@ -189,10 +189,13 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     start = np.where(new_run, iota(n), 0)
     np.maximum.accumulate(start, out=start)
     pos = iota(n) - start  # ordinal within the step
-    base = np.cumsum(new_op, dtype=np.int64) - 1
-    slot_sorted, _ = dense_codes(base * (int(pos.max()) + 1) + pos, by_first=False)
+    # every ordinal below a run's largest occurs (a step's ordinals count from 0), so the slots
+    # of operator b are offset[b] + 0..width[b]-1: dense codes in key order, without a sort
+    op_start = np.flatnonzero(new_op)
+    width = np.maximum.reduceat(pos, op_start) + 1
+    offset = np.cumsum(width) - width
     out = np.empty(n, dtype=np.int64)
-    out[order] = slot_sorted
+    out[order] = np.repeat(offset, np.diff(np.r_[op_start, n])) + pos
     return out
 
 
@@ -258,7 +261,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     step = column("step")
     seq = _p2p_match_key(pair, is_p2p, is_send, seq, step)
     qc, nq = dense_codes(seq, by_first=False)
-    inst, n_inst = dense_codes(pair * nq + qc)
+    inst, n_inst = dense_codes(pair * nq + qc, by_first=False)
     size = np.bincount(inst, minlength=n_inst)
     imin = group_min(inst, n_inst, elapsed)
     imax = group_max(inst, n_inst, elapsed)

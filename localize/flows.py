@@ -248,7 +248,7 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
         cands = [c for c in cands if c.score >= 1 - 1 / 2.0]  # without a slow iteration, only strong outliers
     cands.sort(key=lambda c: -c.score)
     durs = it.loc[it["irregular"], "duration_s"]
-    slowdown = float(durs.median() / base) if irregular else 1.0
+    slowdown = float(durs.median() / base) if irregular and base > 0 else 1.0
     status: Status = "irregular" if irregular or cands else "healthy"
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base

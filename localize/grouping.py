@@ -139,7 +139,7 @@ def group_max(codes: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
 
 def group_median(codes: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
     """Median of finite values per code in [0, k), each occurring (`groupby(...).median()`)."""
-    order = np.argsort(values, kind="stable")
+    order = np.argsort(values)  # which of equal values comes first cannot change a median
     order = order[argsort_stable(codes[order])]
     v = values[order]
     count = np.bincount(codes, minlength=k)

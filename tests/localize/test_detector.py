@@ -111,3 +111,21 @@ def test_train_detector_is_deterministic(tmp_path: Path, cli) -> None:
     for name in ("detector.npz", "detector.sha256", "detector.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert "held-out F1" in a.stdout
+
+
+def test_slots_match_pandas_with_lost_rows() -> None:
+    """A slot is (rank, stream, op, ordinal within the step); numbering them from each
+    operator's widest step must agree with pandas' grouping, also when rows were lost."""
+    from localize.features import _slot_codes
+
+    rng = np.random.default_rng(5)
+    n_steps, ranks, per_step = 6, 4, 9
+    rows = pd.DataFrame({"rank": np.repeat(np.arange(ranks), n_steps * per_step),
+                         "step": np.tile(np.repeat(np.arange(n_steps), per_step), ranks),
+                         "pair": rng.integers(0, 3, ranks * n_steps * per_step),
+                         "op": rng.integers(0, 2, ranks * n_steps * per_step)})
+    rows = rows[rng.random(len(rows)) > 0.15].reset_index(drop=True)  # lost records
+    got = _slot_codes(*(rows[c].to_numpy(np.int64) for c in ("pair", "op", "rank", "step")))
+    ordinal = rows.groupby(["rank", "pair", "op", "step"]).cumcount()
+    want = rows.assign(k=ordinal).groupby(["rank", "pair", "op", "k"]).ngroup().to_numpy()
+    assert np.array_equal(got, want)

@@ -140,3 +140,18 @@ def test_registry_skips_missing_localizers(traces: dict[str, Trace]) -> None:
 
     assert "commops" in combine.available(traces["gpu"])
     assert combine._function(("localize.no_such_module", "f")) is None
+
+
+def test_metadata_without_group_members(traces: dict[str, Trace], tmp_path: Path) -> None:
+    """A producer that names groups in its rows but lists no members in meta.json: the members
+    are who logged each group, and the verdicts do not change."""
+    import shutil
+
+    for name in ("gpu", "nic"):
+        dst = tmp_path / name
+        shutil.copytree(traces[name].path, dst)
+        meta = json.loads((dst / "meta.json").read_text())
+        assert meta.pop("groups")
+        (dst / "meta.json").write_text(json.dumps(meta))
+        want, got = top(localize_trace(traces[name])), top(localize_trace(Trace.open(dst)))
+        assert (got.kind, got.rank, got.host) == (want.kind, want.rank, want.host)

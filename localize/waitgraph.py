@@ -189,11 +189,14 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     nxt = np.arange(n, dtype=np.int64)
     ok = target_row >= 0
     nxt[np.flatnonzero(follow)[ok]] = inst[target_row[ok]]
-    for _ in range(64):  # pointer jumping; chains point back in time, so they end
-        nn = nxt[nxt]
-        if np.array_equal(nn, nxt):
+    # pointer jumping; chains point back in time, so they end. Only the instances not yet at
+    # their root move (most chains are short: each round touches fewer of them)
+    active = np.flatnonzero(nxt[nxt] != nxt)
+    for _ in range(64):
+        if not active.size:
             break
-        nxt = nn
+        nxt[active] = nxt[nxt[active]]
+        active = active[nxt[nxt[active]] != nxt[active]]
     root_rank = np.where(comm[nxt], -1, rank[late[nxt]])
     root_rank = np.where(orphan, missing_rank, root_rank)
     return WaitGraph(suspect, comm, orphan, delay, nxt, root_rank, missing_rank, excess_compute, excess_wait,

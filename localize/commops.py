@@ -230,8 +230,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # them up: its data reached them late, so the transfer between them was slow -- e.g. a
     # throttled egress, where the sender hands its data to the NIC and is done first. Such
     # instances are network evidence for their unit, like all-copies-slow ones. One that did
-    # spend longer (a transfer elsewhere within its noise, say a wide DP ring) was simply late.
-    on_time = graph.excess_own < 0.5 * graph.delay
+    # spend longer (a transfer elsewhere within its noise, say a wide DP ring) was simply late;
+    # one whose time cannot be measured (a lost record in between) is evidence of nothing.
+    on_time = graph.measured & (graph.excess_own < 0.5 * graph.delay)
     late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm
     if late_data[in_irr].any():
         slow = slow_units(unit_of_inst, unit_names, (slow_transfer | late_data) & in_irr, judge & in_irr)

@@ -40,6 +40,7 @@ class WaitGraph:
     excess_compute: np.ndarray  # per instance: suspect's extra compute vs peers since last sync, s
     excess_wait: np.ndarray  # per instance: suspect's extra waiting vs peers since last sync, s
     excess_own: np.ndarray  # per instance: suspect's extra own-clock time vs peers since last sync, s
+    measured: np.ndarray  # bool per instance: the excess figures were measured (else 0: unknown)
 
 
 def _prev_same_pair(ops: Ops) -> np.ndarray:
@@ -165,9 +166,10 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
     peers_n = np.maximum(n_valid - lv, 1)
-    excess_compute = np.where(lv & (n_valid >= 2), sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
-    excess_wait = np.where(lv & (n_valid >= 2), sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
-    excess_own = np.where(lv & (n_valid >= 2), so[late] - (sum_so - so[late]) / peers_n, 0.0)
+    measured = lv & (n_valid >= 2)
+    excess_compute = np.where(measured, sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
+    excess_wait = np.where(measured, sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
+    excess_own = np.where(measured, so[late] - (sum_so - so[late]) / peers_n, 0.0)
     # the two ends of a p2p transfer do different work: judge the sender against its own
     # history (the same operator in normal steps) instead of against the receiver
     if ref_steps is not None and len(ref_steps) and ops.inst_p2p.any():
@@ -178,6 +180,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         excess_compute = np.where(ok, sc[late] - h_sc[late], excess_compute)
         excess_wait = np.where(ok, sw[late] - h_sw[late], excess_wait)
         excess_own = np.where(ok, so[late] - h_so[late], excess_own)
+        measured |= ok
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
     # every instance points back along waiting, flagged or not: chains pass through operators
@@ -200,4 +203,4 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     root_rank = np.where(comm[nxt], -1, rank[late[nxt]])
     root_rank = np.where(orphan, missing_rank, root_rank)
     return WaitGraph(suspect, comm, orphan, delay, nxt, root_rank, missing_rank, excess_compute, excess_wait,
-                     excess_own)
+                     excess_own, measured)

@@ -124,8 +124,11 @@ def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.nda
 
     A send is done once its data is handed to the transport, so a slow path does not show in
     the send copy: it shows as the receiver waiting although the sender was on time. The
-    arrival time is the recv's end minus the later of the two starts, after removing each
-    host's clock offset (timeline's estimate); it is compared with the same stream's normal.
+    transfer time is the recv's end minus the send's start, after removing each host's clock
+    offset (timeline's estimate): exact when the receiver waited for the data (the candidates
+    here), an upper bound when the data was there before the recv was posted. Compared with
+    the same stream's normal, a late sender (a receiver that used to find its data waiting now
+    waits for it) is not a slow transfer.
     """
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     out = np.zeros(ops.n_inst)
@@ -143,7 +146,7 @@ def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.nda
     end = ops.df["end_ns"].to_numpy(np.float64) - off
     s, r = send_row[both], recv_row[both]
     arrive = np.full(ops.n_inst, np.nan)
-    arrive[both] = (end[r] - np.maximum(start[s], start[r])) * 1e-9
+    arrive[both] = (end[r] - start[s]) * 1e-9
     stream = ops.pair[np.maximum(send_row, 0)]
     normal_set = both & np.isin(ops.inst_step, ref)
     usual = pd.Series(arrive[normal_set]).groupby(stream[normal_set]).median()

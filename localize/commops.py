@@ -123,12 +123,13 @@ def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.nda
     across hosts (0 where not clearly slow).
 
     A send is done once its data is handed to the transport, so a slow path does not show in
-    the send copy: it shows as the receiver waiting although the sender was on time. The data's
-    flight is the recv's end minus the send's start, after removing each host's clock offset
-    (timeline's estimate). A receiver that was already waiting sees exactly the flight; one that
-    came later sees its data waiting for it (the flight reads longer), so what the stream needs
-    is the low end of its flights in normal steps. A sender that starts late is no slow data:
-    the flight is counted from when it sent.
+    the send copy: it shows as the receiver waiting although the sender was on time. The
+    transfer time is the recv's end minus the send's start, after removing each host's clock
+    offset (timeline's estimate): exact when the receiver waited for the data (the candidates
+    here), an upper bound when the data was there before the recv was posted. So what the
+    stream needs is the low end of its normal steps' times (the median would be an upper bound
+    whenever receivers mostly come late), and a late sender (a receiver that used to find its
+    data waiting now waits for it) is not a slow transfer.
     """
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     out = np.zeros(ops.n_inst)

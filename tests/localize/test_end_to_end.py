@@ -155,3 +155,13 @@ def test_metadata_without_group_members(traces: dict[str, Trace], tmp_path: Path
         (dst / "meta.json").write_text(json.dumps(meta))
         want, got = top(localize_trace(traces[name])), top(localize_trace(Trace.open(dst)))
         assert (got.kind, got.rank, got.host) == (want.kind, want.rank, want.host)
+
+
+def test_late_sender_is_not_a_slow_transfer(tmp_path: Path) -> None:
+    """A slow host in a pipeline: its sends start late, so receivers that used to find the
+    data waiting now wait for it. That is the sender's lateness, not a slow path: no NIC or
+    link may be named beside the host."""
+    v = localize_trace(sim(tmp_path, "pp-host", ["host:host=node-6,factor=2,steps=6:11"], gpus=64, tp=1, pp=4,
+                           steps=12, seed=1))
+    assert (top(v).kind, top(v).host) == ("host", "node-6")
+    assert not [c for c in v.candidates if c.kind in ("nic", "link", "switch")], v.to_dict()

@@ -260,7 +260,9 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """The pause that separates iterations, and the bytes one iteration synchronises.
 
     Every iteration synchronises the same gradient volume, so a good threshold cuts the
-    activity into segments of even bytes. Among candidate thresholds (between consecutive
+    activity into segments of even bytes -- most of them: evenness is the interquartile spread
+    over the median, so a phase where a straggler's stall splits each synchronisation in two
+    cannot outvote the rest. Among candidate thresholds (between consecutive
     distinct pauses, pauses shorter than a burst gap counting as one) keep those whose
     segments are about as even as the most even cut, and of these take the one in the widest
     break between pauses (cutting between reduce-scatter and all-gather also gives even halves,
@@ -274,10 +276,11 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     scored = []
     for lo, hi in zip(levels[:-1].tolist(), levels[1:].tolist(), strict=True):
         cuts = np.flatnonzero(g > lo)
-        if cuts.size < 4:
+        if cuts.size < 8:
             continue
         seg = np.diff(cum[cuts + 1])  # whole segments between consecutive cuts (the first is partial)
-        scored.append((float(seg.std() / seg.mean()), float(np.log(hi / lo)), float(np.sqrt(lo * hi)), float(np.median(seg))))
+        q1, med, q3 = np.quantile(seg, [0.25, 0.5, 0.75])
+        scored.append((float((q3 - q1) / med), float(np.log(hi / lo)), float(np.sqrt(lo * hi)), float(med)))
     if not scored:
         return 0.0, float(np.median(b))
     best = min(x[0] for x in scored)

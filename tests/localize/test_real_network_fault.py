@@ -88,8 +88,10 @@ def test_slow_nic_is_named_from_commops(trace: Path) -> None:
     assert v["status"] == "irregular", v
     assert len(set(range(*FAULT_STEPS)) & set(v["irregular_steps"])) >= 7, v["irregular_steps"]
     # one GPU per host here: host-1's NIC and rank 1's own NIC port are one device, so CommOps
-    # may list both, tied first; nothing else may share first place
+    # may list both, tied first; so may a link out of host-1, when in a run on this busy machine
+    # only one peer's transfers from it were judged slow. Nothing without host-1 may share first place
     best = v["candidates"][0]["score"]
     first = [c for c in v["candidates"] if c["score"] >= best - 1e-9]
-    assert all(c["host"] == f"host-{SLOW_HOST}" for c in first), v["candidates"][:4]
+    slow = f"host-{SLOW_HOST}"
+    assert all(c.get("host") == slow or slow in (c.get("hosts") or []) for c in first), v["candidates"][:4]
     assert any(c["kind"] == "nic" for c in first), v["candidates"][:4]

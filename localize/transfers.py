@@ -56,19 +56,44 @@ def aligned_times(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray]:
     return start, end
 
 
+def batched_rows(ops: Ops) -> np.ndarray:
+    """Per row: a p2p operator posted in one batch with another (Megatron's
+    `batch_isend_irecv`: the same rank, the same start), whose end is the whole batch's."""
+    p2p = ops.inst_p2p[ops.inst]
+    idx = np.flatnonzero(p2p)
+    out = np.zeros(len(p2p), dtype=bool)
+    if idx.size < 2:
+        return out
+    start = ops.df["start_ns"].to_numpy(np.int64)[idx]
+    order = np.lexsort((start, ops.rank[idx]))
+    r, t = ops.rank[idx][order], start[order]
+    same = (r[1:] == r[:-1]) & (t[1:] == t[:-1])
+    hit = np.zeros(idx.size, dtype=bool)
+    hit[1:] |= same
+    hit[:-1] |= same
+    out[idx[order]] = hit
+    return out
+
+
 def flights(ops: Ops, start: np.ndarray, end: np.ndarray, send_row: np.ndarray,
             recv_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per instance: how long the data took once both sides had posted (s, NaN when one end is
     missing); whether the receiver was waiting for the sender (then that is the transfer's whole
     time under any semantics); whether both ends completed together (the whole time under
-    rendezvous, a lower bound under an eager send that completes when its data lands)."""
+    rendezvous, a lower bound under an eager send that completes when its data lands).
+
+    The data has arrived when the recv ends, except in a batch: a batched operator ends with its
+    whole batch, which may wait on another transfer, so the data was there by the earlier of the
+    two ends."""
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     flight = np.full(ops.n_inst, np.nan)
     waited = np.zeros(ops.n_inst, dtype=bool)
     together = np.zeros(ops.n_inst, dtype=bool)
     s, r = send_row[both], recv_row[both]
+    batch = batched_rows(ops)
+    arrived = np.where(batch[s] | batch[r], np.minimum(end[s], end[r]), end[r])
     ready = np.maximum(start[s], start[r])
-    took = np.clip(end[r] - ready, 0.0, end[r] - start[r])
+    took = np.clip(arrived - ready, 0.0, end[r] - start[r])
     tol = np.maximum(TOLERANCE * took, TOLERANCE_S)
     flight[both] = took
     waited[both] = start[r] <= start[s] + tol

@@ -177,7 +177,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # spend longer (a transfer elsewhere within its noise, say a wide DP ring) was simply late;
     # one whose time cannot be measured (a lost record in between) is evidence of nothing.
     on_time = graph.measured & (graph.excess_own < 0.5 * graph.delay)
-    late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm
+    # (a p2p transfer's data is measured directly, `localize.transfers`: never inferred this way)
+    late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
     if late_data[in_irr].any():
         slow = slow_units(unit_of_inst, unit_names, (slow_transfer | late_data) & in_irr, judge & in_irr)
     comm_like = graph.comm | late_data

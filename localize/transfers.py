@@ -56,47 +56,52 @@ def aligned_times(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray]:
     return start, end
 
 
-def batched_rows(ops: Ops) -> np.ndarray:
-    """Per row: a p2p operator posted in one batch with another (Megatron's
-    `batch_isend_irecv`: the same rank, the same start), whose end is the whole batch's."""
-    p2p = ops.inst_p2p[ops.inst]
-    idx = np.flatnonzero(p2p)
-    out = np.zeros(len(p2p), dtype=bool)
-    if idx.size < 2:
-        return out
-    start = ops.df["start_ns"].to_numpy(np.int64)[idx]
-    order = np.lexsort((start, ops.rank[idx]))
-    r, t = ops.rank[idx][order], start[order]
-    same = (r[1:] == r[:-1]) & (t[1:] == t[:-1])
-    hit = np.zeros(idx.size, dtype=bool)
-    hit[1:] |= same
-    hit[:-1] |= same
-    out[idx[order]] = hit
-    return out
+def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: when its rank last started anything before the row ended (its own start at the
+    earliest), and whether the row was blocking (nothing else of its rank started while it ran,
+    nor with it: its end is what it waited for, not a batch's or a later wait's).
+
+    An irecv posted early and waited on later, or an operator of a batch, ends when the rank's
+    wait returned; the rank was certainly inside the operator only after its last other start."""
+    n = len(ops.rank)
+    ready = start.copy()
+    blocking = np.ones(n, dtype=bool)
+    if n < 2:
+        return ready, blocking
+    first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
+    seg = np.cumsum(first) - 1
+    t0 = float(min(start.min(), end.min()))
+    span = float(max(start.max(), end.max()) - t0) + 1.0
+    lifted_start = seg * span + (start - t0)  # rows are sorted by (rank, start): so is this
+    j = np.searchsorted(lifted_start, seg * span + (end - t0), side="left") - 1
+    j = np.maximum(j, np.arange(n))
+    ready = np.maximum(start, start[j])
+    same_start = np.r_[(~first[1:]) & (start[1:] == start[:-1]), False] | np.r_[False, (~first[1:]) & (start[1:] == start[:-1])]
+    blocking = (j == np.arange(n)) & ~same_start
+    return ready, blocking
 
 
 def flights(ops: Ops, start: np.ndarray, end: np.ndarray, send_row: np.ndarray,
             recv_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per instance: how long the data took once both sides had posted (s, NaN when one end is
-    missing); whether the receiver was waiting for the sender (then that is the transfer's whole
-    time under any semantics); whether both ends completed together (the whole time under
-    rendezvous, a lower bound under an eager send that completes when its data lands).
+    """Per instance: how long the data took once both sides were certainly in the transfer (s,
+    NaN when one end is missing); whether the receiver was there first (then that is the
+    transfer's whole time under any semantics); whether both ends completed together (the whole
+    time under rendezvous, a lower bound under an eager send that completes when its data lands).
 
-    The data has arrived when the recv ends, except in a batch: a batched operator ends with its
-    whole batch, which may wait on another transfer, so the data was there by the earlier of the
-    two ends."""
+    A blocking recv ends when its data arrived. Otherwise (a batch, an irecv waited on later)
+    the recv ends when the rank's wait returned, which may have waited on something else: the
+    data was there by the earlier of the two ends."""
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     flight = np.full(ops.n_inst, np.nan)
     waited = np.zeros(ops.n_inst, dtype=bool)
     together = np.zeros(ops.n_inst, dtype=bool)
     s, r = send_row[both], recv_row[both]
-    batch = batched_rows(ops)
-    arrived = np.where(batch[s] | batch[r], np.minimum(end[s], end[r]), end[r])
-    ready = np.maximum(start[s], start[r])
-    took = np.clip(arrived - ready, 0.0, end[r] - start[r])
+    ready, blocking = last_activity(ops, start, end)
+    arrived = np.where(blocking[r], end[r], np.minimum(end[s], end[r]))
+    took = np.maximum(arrived - np.maximum(ready[s], ready[r]), 0.0)
     tol = np.maximum(TOLERANCE * took, TOLERANCE_S)
     flight[both] = took
-    waited[both] = start[r] <= start[s] + tol
+    waited[both] = ready[r] <= ready[s] + tol
     together[both] = np.abs(end[s] - end[r]) <= tol
     return flight, waited, together
 

@@ -9,6 +9,10 @@ from collector.errors import UserError
 
 FAULT_KINDS = ("gpu", "pcie", "host", "nic", "link", "switch", "stage", "seqlen")
 PATTERNS = ("persistent", "spike", "fluctuation")
+#: point-to-point semantics: eager (a send ends after its transfer, whatever the receiver does),
+#: rendezvous (a transfer starts once both sides posted: NCCL/gloo for large messages), batched
+#: (Megatron's batch_isend_irecv: a stage's send and receive posted together, waited together)
+P2P_MODES = ("rendezvous", "eager", "batched")
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class SimConfig:
     hosts_per_switch: int = 4
     faults: list[FaultSpec] = field(default_factory=list)
     job: str = "sim-job"
+    p2p: str = "rendezvous"  # one of P2P_MODES
     # physics (milliseconds, GB/s)
     layer_fwd_ms: float = 1.5
     activation_mb: float = 32.0
@@ -124,6 +129,8 @@ class SimConfig:
         for name in ("tp", "pp", "ep", "cp", "steps", "gpus_per_host", "hosts_per_switch", "layers_per_chunk"):
             if getattr(c, name) < 1:
                 raise UserError(f"--{name} must be >= 1", f"got {getattr(c, name)}")
+        if c.p2p not in P2P_MODES:
+            raise UserError(f"--p2p {c.p2p!r} is not a p2p semantics", f"use one of {', '.join(P2P_MODES)}")
         mp = c.tp * c.pp * c.cp
         if c.gpus < 1 or c.gpus % mp:
             raise UserError(f"--gpus {c.gpus} is not a multiple of tp*pp*cp = {mp}", "pick sizes whose product divides the GPU count")

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests.collector.netns_job import NetnsLab, ensure_tools
-from tests.collector.realjob import Fault, RealJob, run
+from tests.collector.realjob import Fault, RealJob, run, step_times
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -88,32 +88,40 @@ def is_device(c: dict[str, Any], fault: Fault) -> bool:
     return c["kind"] == fault.kind and c.get("host") == fault.host
 
 
-def check(v: dict[str, Any], fault: Fault | None) -> None:
-    """The right device alone in first place and the onset within one step; or healthy."""
+def check(v: dict[str, Any], fault: Fault | None, truth: str) -> None:
+    """The right device alone in first place and the onset within one step; or healthy.
+    `truth`: the job's own step times, shown beside laggard's answer when it is wrong."""
+    said = f"{brief(v)}\n  the job's own step times (s, slowest rank per step): {truth}"
     if fault is None:
-        assert v["status"] == "healthy" and not v["candidates"], brief(v)
+        assert v["status"] == "healthy" and not v["candidates"], said
         return
-    assert v["status"] == "irregular" and v["candidates"], brief(v)
+    assert v["status"] == "irregular" and v["candidates"], said
     best = v["candidates"][0]["score"]
     first = [c for c in v["candidates"] if c["score"] >= best - 1e-9]
-    assert len(first) == 1 and is_device(first[0], fault), brief(v)
+    assert len(first) == 1 and is_device(first[0], fault), said
     got = onset(v)
-    assert got is not None and abs(got - fault.start) <= 1, brief(v)
+    assert got is not None and abs(got - fault.start) <= 1, said
 
 
 Answers = dict[str, dict[str, Any]]
 
 
+def own_steps(out: Path) -> str:
+    """The slowest rank's duration of each step, from the ranks' own logs."""
+    per_rank = step_times(out, JOB.world)
+    return " ".join(f"{max(r[i] for r in per_rank):.2f}" for i in range(len(per_rank[0])))
+
+
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Run a scenario on first use (once per module): its trace and both paths' verdicts."""
-    cache: dict[str, tuple[Path, Answers]] = {}
+    cache: dict[str, tuple[Path, Answers, str]] = {}
 
-    def get(name: str) -> tuple[Path, Answers]:
+    def get(name: str) -> tuple[Path, Answers, str]:
         if name not in cache:
             out = tmp_path_factory.mktemp(name)
             trace = run_nic(out) if name == "nic-from-20" else run(out, JOB, f"real-{name}", SCENARIOS[name])
-            cache[name] = (trace, verdicts(trace))
+            cache[name] = (trace, verdicts(trace), own_steps(out))
         return cache[name]
 
     return get
@@ -122,14 +130,16 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_real_job_is_localized(ran: Any, name: str, path: str) -> None:
-    check(ran(name)[1][path], SCENARIOS[name])
+    _, answers, truth = ran(name)
+    check(answers[path], SCENARIOS[name], truth)
 
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
-    check(ran("nic-from-20")[1][path], NIC)
+    _, answers, truth = ran("nic-from-20")
+    check(answers[path], NIC, truth)
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:

@@ -107,6 +107,7 @@ class SimConfig:
     faults: list[FaultSpec] = field(default_factory=list)
     job: str = "sim-job"
     p2p: str = "rendezvous"  # one of P2P_MODES
+    mp_sync: bool = False  # an all_reduce over each model-parallel group (tp x cp x pp) at every iteration's end
     # physics (milliseconds, GB/s)
     layer_fwd_ms: float = 1.5
     activation_mb: float = 32.0

@@ -55,6 +55,9 @@ def register(sub: Any) -> None:
                    help="pipeline send/recv semantics: rendezvous (default; a transfer starts once both sides posted, "
                         "as NCCL and gloo do for activations), eager (a send never waits for its receiver), batched "
                         "(Megatron's batch_isend_irecv: a stage's send and recv posted and waited together)")
+    p.add_argument("--mp-sync", action="store_true",
+                   help="end every iteration with an all_reduce over each model-parallel group (tp x cp x pp of one "
+                        "replica, e.g. Megatron's grad-norm); groups mp-<i> in meta.json")
     p.add_argument("--drift", type=float, help="relative compute-time drift over the run, e.g. 0.2")
     p.add_argument("--clock-skew-ms", type=float, help="host clock offsets are uniform in +- this (default 50)")
     p.add_argument("--missing-ranks", type=int, help="ranks whose logs are lost entirely")
@@ -76,7 +79,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
     overrides: dict[str, Any] = {
         "gpus": args.gpus, "dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp,
         "steps": args.steps, "seed": args.seed, "microbatches": args.microbatches,
-        "virtual_stages": args.virtual_stages, "p2p": args.p2p, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
+        "virtual_stages": args.virtual_stages, "p2p": args.p2p, "mp_sync": args.mp_sync or None, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
         "missing_ranks": args.missing_ranks, "row_loss": args.row_loss, "job": args.job,
         "hide_steps": args.hide_steps or None, "opaque_groups": args.opaque_groups or None,
         "gpus_per_host": args.gpus_per_host, "hosts_per_switch": args.hosts_per_switch,

@@ -120,3 +120,27 @@ def test_every_mode_writes_a_valid_trace_with_its_setting(tmp_path: Path, mode: 
     assert ok.returncode == 0, ok.stderr
     assert validate_trace(tmp_path / mode) == []
     assert Trace.open(tmp_path / mode).truth()["config"]["p2p"] == mode  # type: ignore[index]
+
+
+@pytest.mark.parametrize("mp_sync", [False, True])
+def test_iteration_end_model_parallel_sync_on_or_off(tmp_path: Path, mp_sync: bool) -> None:
+    cfg = SimConfig(gpus=32, tp=2, pp=4, steps=3, seed=6, clock_skew_ms=0, mp_sync=mp_sync)
+    simulate_trace(cfg, tmp_path / "t")
+    assert validate_trace(tmp_path / "t") == []
+    trace = Trace.open(tmp_path / "t")
+    mp_groups = {g: m for g, m in trace.meta.groups.items() if g.startswith("mp-")}
+    df = trace.commops()
+    mp = df[df["group"].str.startswith("mp-")]
+    if not mp_sync:
+        assert not mp_groups and mp.empty and "group_kinds" not in trace.meta.extra
+        return
+    # one group per replica (dp = 4), each holding that replica's tp x pp = 8 ranks across all stages
+    assert len(mp_groups) == 4 and all(len(m) == 8 for m in mp_groups.values())
+    assert sorted(mp_groups["mp-0"]) == [0, 1, 8, 9, 16, 17, 24, 25]
+    assert "mp" in trace.meta.extra["group_kinds"]
+    assert (mp["op"] == "all_reduce").all() and len(mp) == 32 * 3  # once per rank per step
+    assert (mp.groupby(["group", "step"])["seq"].nunique() == 1).all()
+    # a collective: every member leaves together (within jitter), however late it arrived
+    spread_ms = mp.groupby(["group", "step"])["end_ns"].agg(np.ptp) / 1e6
+    assert spread_ms.max() < 0.05
+    assert (mp.groupby("step")["start_ns"].agg(np.ptp) / 1e6).min() > 1  # stages arrive at different times

@@ -216,6 +216,29 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     return order, r, t
 
 
+def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row (sorted by rank, then start): seconds the rank had no operator in flight before
+    it, on its own clock -- compute. Operators may overlap (an irecv posted beside a blocking
+    send, a batch of p2p ops), so the rank is busy until the latest end of all its earlier rows,
+    not only the previous one's."""
+    n = len(rank)
+    gap = np.zeros(n)
+    if n < 2:
+        return gap
+    first = np.r_[True, rank[1:] != rank[:-1]]
+    base = int(min(start.min(), end.min()))
+    rel = (end - base).astype(np.int64)
+    span = int(rel.max()) + 1
+    seg = np.cumsum(first) - 1
+    if (int(seg[-1]) + 1) * span < 2**62:  # one running max over all ranks, each lifted apart
+        lifted = np.maximum.accumulate(rel + seg * span) - seg * span
+    else:  # a trace too long to lift: one running max per rank
+        lifted = np.concatenate([np.maximum.accumulate(part) for part in np.split(rel, np.flatnonzero(first)[1:])])
+    busy = np.r_[0, lifted[:-1]] + base
+    gap[~first] = np.maximum(start - busy, 0)[~first] * 1e-9
+    return gap
+
+
 def prepare_ops(df: pd.DataFrame) -> Ops:
     """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
     df = df.reset_index(drop=True)
@@ -270,11 +293,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
-    # compute gaps on each rank's own clock
-    gap = np.zeros(len(df))
-    if len(df) > 1:
-        same = rank[1:] == rank[:-1]
-        gap[1:] = np.where(same, np.maximum(start[1:] - end[:-1], 0) * 1e-9, 0.0)
+    gap = idle_gaps(rank, start, end)
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = iota(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]

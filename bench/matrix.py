@@ -68,8 +68,10 @@ def draw_job(i: int, p2p: str, kind: str, rng: np.random.Generator, scales: tupl
             break
     sampled = float(rng.choice([0.0, 0.0, 0.0, 0.0, 2.0, 0.4]))
     steps = 28 if sampled else 16
+    # a switch fault on a job's only switch slows every inter-host path alike: nothing to tell it by
+    hps_opts = [h for h in (4, 8, 16, 32) if kind != "switch" or gpus // gph >= 2 * h] or [max(1, gpus // gph // 2)]
     cfg = SimConfig(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=vpp, steps=steps, gpus_per_host=gph,
-                    hosts_per_switch=int(rng.choice([4, 8, 16, 32])), p2p=p2p, mp_sync=bool(rng.random() < 0.5),
+                    hosts_per_switch=int(rng.choice(hps_opts)), p2p=p2p, mp_sync=bool(rng.random() < 0.5),
                     clock_skew_ms=float(rng.uniform(0, 100)), drift=float(rng.uniform(-0.1, 0.1)),
                     logged_ranks="one-per-tp" if tp > 1 and rng.random() < 0.25 else "all", sample_steps=sampled,
                     seed=int(rng.integers(TRAIN_SEED_LIMIT, 2 * TRAIN_SEED_LIMIT)), job=f"matrix-{kind}-{i}")

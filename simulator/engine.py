@@ -346,8 +346,9 @@ class _StageProgram:
     """One stage's step as boundaries between chunks: at boundary b it posts receives, sends chunk b-1's
     output, waits for chunk b's input, then runs chunk b.
 
-    Receives are posted as Megatron does: the next chunk's input at each boundary (1F1B), the next two
-    chunks' inputs under the interleaved schedule. A rendezvous send blocks after the receives are posted
+    Receives are posted as Megatron does: the next chunk's input at each boundary (1F1B), and one chunk
+    ahead under the interleaved schedule, where Megatron overlaps p2p with compute by default
+    (`overlap_p2p_comm`): that receive stays in flight while the stage computes. A rendezvous send blocks after the receives are posted
     (as gloo/NCCL do for large messages); batched mode posts sends and receives as one batch and waits
     for all of it (`batch_isend_irecv`). Both orders are deadlock-free for 1F1B and interleaved schedules.
     """

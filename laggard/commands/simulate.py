@@ -24,6 +24,8 @@ EXAMPLES = """\
   laggard simulate --scenario link-slow --seed 3 --out /tmp/link
   laggard simulate --gpus 128 --tp 2 --pp 2 --cp 2 --ep 4 --fault nic:host=node-3,factor=3,steps=5:19 --out /tmp/moe
   laggard simulate --gpus 64 --tp 8 --fault gpu:rank=5,factor=3,steps=4:12,pattern=spike --flows --logs --out /tmp/all
+  laggard simulate --gpus 64 --tp 4 --pp 4 --p2p batched --mp-sync --logged-ranks one-per-tp --sample-steps 3 \
+      --hosts-per-switch 16 --clock-skew-ms 100 --fault gpu:rank=5,factor=2.3 --out /tmp/megatron-like
 
 fault SPEC (several --fault at once are fine):
   gpu:rank=R,factor=F          slow compute on one GPU
@@ -45,7 +47,8 @@ def register(sub: Any) -> None:
         "Simulates every communication operator of every rank of a DP x TP x PP x CP x EP job (Megatron\n"
         "rank order, 1F1B or interleaved pipeline, 8 GPUs per host under ToR switches) with compute and\n"
         "bandwidth noise, slow drift and unsynchronized host clocks. Delays propagate through every\n"
-        "dependency. Writes meta.json, commops.parquet and truth.json (the injected faults).",
+        "dependency; pipeline transfers follow --p2p (rendezvous by default: a send waits for its receiver).\n"
+        "Writes meta.json, commops.parquet and truth.json (the injected faults, logged steps and ranks).",
         EXAMPLES,
     )
     p.add_argument("--out", type=Path, required=True, help="trace directory to write")

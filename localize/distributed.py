@@ -32,7 +32,7 @@ from collector.meta import JobMeta
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import Piece, list_pieces, open_filesystem, read_pieces
 from localize.commops import COLUMNS
-from localize.summary import SUMMARY_SCHEMA, FetchPlan, localize_summary, summarize
+from localize.summary import SUMMARY_SCHEMA, Fetch, FetchPlan, localize_summary, summarize
 from localize.verdict import Verdict
 
 #: rows (before filtering) one fetch task reads at most, unless a single row group is larger
@@ -87,7 +87,6 @@ class Stats:
 
     map_tasks: int = 0
     fetch_tasks: int = 0
-    rows_read: int = 0
     summary_rows: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -171,15 +170,22 @@ def localize_distributed(src: Source, run: Executor, top: int = 5,
     summary = combine_summaries(run.map(summarize_host, tasks))
     st.summary_rows = len(summary)
 
+    if summary.empty:
+        raise TraceError(f"{src.location}: no CommOps rows of the ranks in meta.json", "check the trace's shards")
+    return localize_summary(summary, src.meta, fetcher(src, run, st), top)
+
+
+def fetcher(src: Source, run: Executor, stats: Stats | None = None) -> Fetch:
+    """`summary.Fetch` with its reads as map tasks on `run`: rows in trace order, as
+    `Trace.commops(columns=COLUMNS, ranks=..., steps=...)` returns them."""
+
     def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
         ft = fetch_tasks(src, ranks, steps)
-        st.fetch_tasks = len(ft)
+        if stats is not None:
+            stats.fetch_tasks += len(ft)
         parts = run.map(fetch_rows, ft)
         if not parts:
             return COMMOPS_SCHEMA.empty_table().select(COLUMNS).to_pandas()
         return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
-    st.rows_read = sum(p.rows for p in src.pieces)
-    if summary.empty:
-        raise TraceError(f"{src.location}: no CommOps rows of the ranks in meta.json", "check the trace's shards")
-    return localize_summary(summary, src.meta, fetch, top)
+    return fetch

@@ -219,6 +219,12 @@ def read_pieces(fs: pafs.FileSystem, pieces: Sequence[Piece], schema: pa.Schema,
     return _conform(table, sub, Path(pieces[0].path))
 
 
+def frame(table: pa.Table) -> pd.DataFrame:
+    """A table as a DataFrame, each column's Arrow buffers released as it is converted (the
+    table is unusable after): the read's peak is the frame, not the frame plus the table."""
+    return table.to_pandas(split_blocks=True, self_destruct=True)
+
+
 class ChunkedParquetWriter:
     """Streams record batches into one Parquet file in row groups, keeping memory bounded."""
 
@@ -297,7 +303,7 @@ class Trace:
         if steps is not None:
             s = (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
             expr = s if expr is None else expr & s
-        return self.table("commops", columns, expr).to_pandas()
+        return frame(self.table("commops", columns, expr))
 
     def flows(self) -> pd.DataFrame:
         return self.table("flows").to_pandas()

@@ -30,7 +30,7 @@ import pyarrow.dataset as ds
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Piece, list_pieces, open_filesystem, read_pieces
+from collector.traceio import Piece, frame, list_pieces, open_filesystem, read_pieces
 from localize.commops import COLUMNS
 from localize.summary import SUMMARY_SCHEMA, Fetch, FetchPlan, localize_summary, summarize
 from localize.verdict import Verdict
@@ -112,7 +112,7 @@ def host_tasks(src: Source) -> list[tuple[str, str, list[int], list[Piece]]]:
 def summarize_host(location: str, host: str, ranks: list[int], pieces: list[Piece]) -> pd.DataFrame | None:
     """Map: the abnormal-operator summary of one host's rows (what its sidecar would write)."""
     fs, _ = open_filesystem(location)
-    df = read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(ranks)).to_pandas()
+    df = frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(ranks)))
     if not len(df):
         return None
     return summarize(df, dict.fromkeys(ranks, host).__getitem__)
@@ -150,7 +150,7 @@ def fetch_rows(location: str, pieces: list[Piece], ranks: list[int], steps: tupl
     """Map: the full rows of `ranks` within `steps` (inclusive) held by `pieces`, in their order."""
     fs, _ = open_filesystem(location)
     expr = ds.field("rank").isin(list(ranks)) & (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
-    return read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, expr).to_pandas()
+    return frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, expr))
 
 
 def localize_distributed(src: Source, run: Executor, top: int = 5,

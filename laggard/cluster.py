@@ -24,8 +24,12 @@ DEFAULT_WORKERS = 2
 DEFAULT_MEMORY = "2GiB"
 
 
-def add_cluster_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("distributed (Dask): per-host detection and row fetches as tasks")
+def add_cluster_args(p: argparse.ArgumentParser, summary_first: bool = True) -> None:
+    g = p.add_argument_group("summary-first and distributed (Dask): per-host detection and row fetches as tasks")
+    if summary_first:
+        g.add_argument("--summary-first", action="store_true",
+                       help="localize as the sidecars do, one host's rows at a time, in this process: memory "
+                            "stays that of one host (what --cluster does on workers; the same verdict)")
     g.add_argument("--cluster", metavar="local|ADDRESS", default=None,
                    help="run the summary-first localizer's tasks on a Dask cluster: 'local' starts worker "
                         "processes here, or give a scheduler address (tcp://host:8786). The verdict is the "

@@ -25,12 +25,13 @@ def register(sub: Any) -> None:
         "  laggard localize /data/run7 --format json --top 3\n"
         "  laggard localize /data/run7 --commops --steps 400:450 --fail-on-irregular\n"
         "  laggard localize /data/run7 --cluster local --workers 2 --worker-memory 1.5GiB\n"
+        "  laggard localize /data/run7 --summary-first       # one process, one host's rows at a time\n"
         "  laggard localize s3://bucket/run7 --cluster tcp://10.0.0.5:8786 --format json\n"
         "\n"
         "--cluster runs the summary-first localizer (the sidecar's: per-host abnormal-operator\n"
         "summaries, then full records of only the ranks and steps they point at) as Dask tasks\n"
         "that read the CommOps shards where they lie; its verdict is byte for byte the one the\n"
-        "same method gives in one process (localize.summary).",
+        "same method gives in one process (--summary-first, or localize.summary).",
     )
     p.add_argument("trace", help="trace directory (holds meta.json); with --cluster also a file:// or fsspec URL")
     ev = p.add_argument_group("evidence (default: all the trace has)")
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         from collector.errors import UserError
 
         raise UserError(f"--top {args.top}", "give at least 1")
-    if args.cluster:
+    if args.cluster or args.summary_first:
         verdict = cluster_verdict(args)
     else:
         trace = Trace.open(args.trace)
@@ -85,18 +86,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def cluster_verdict(args: argparse.Namespace) -> Verdict:
-    """The summary-first verdict with its tasks on the cluster; what the run did goes to stderr."""
+    """The summary-first verdict, its tasks on the cluster (or in this process with
+    --summary-first alone); what the run did goes to stderr."""
     from collector.errors import UserError
     from laggard.cluster import open_cluster
-    from localize.distributed import Source, Stats, localize_distributed
+    from localize.distributed import Serial, Source, Stats, localize_distributed
 
     if getattr(args, "steps", None):
-        raise UserError("--steps does not combine with --cluster", "drop --steps: the summaries pick the steps to fetch")
+        raise UserError("--steps does not combine with --cluster/--summary-first",
+                        "drop --steps: the summaries pick the steps to fetch")
     if set(getattr(args, "evidence", None) or ()) - {"commops"}:
-        raise UserError("--cluster localizes from CommOps only", "drop --flows/--logs, or --cluster")
+        raise UserError("--cluster/--summary-first localize from CommOps only", "drop --flows/--logs")
     src = Source.open(args.trace)
     stats = Stats()
     t0 = time.perf_counter()
+    if not args.cluster:
+        verdict, _ = localize_distributed(src, Serial(), args.top, stats)
+        print(f"summary-first in one process: {stats.map_tasks} host(s) summarized, {stats.fetch_tasks} fetch(es), "
+              f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        return verdict
     with open_cluster(args.cluster, args.workers, args.worker_memory) as run:
         verdict, _ = localize_distributed(src, run, args.top, stats)
         workers = run.worker_stats()

@@ -66,15 +66,16 @@ def run(args: argparse.Namespace) -> int:
     from localize.combine import localize_trace
     from timeline.build import build_timeline
 
-    if args.cluster:  # the whole-trace timeline is what does not fit one process: the report goes without it
+    large = args.cluster or args.summary_first
+    if large:  # the whole-trace timeline is what does not fit one process: the report goes without it
         from laggard.commands.localize import cluster_verdict
 
         args.evidence = None
         verdict = cluster_verdict(args)
     with progress("building the timeline", total=4) as stages:
-        timeline = build_timeline(trace, steps) if trace.has("commops") and not args.cluster else None
+        timeline = build_timeline(trace, steps) if trace.has("commops") and not large else None
         stages.next("localizing the root cause")
-        if not args.cluster:
+        if not large:
             verdict = localize_trace(trace, None, steps, args.top)
         stages.next("diagnosing")
         diagnosis = diagnose(trace, verdict, backend=backend)

@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
     loc.add_argument("trace", type=Path)
     loc.add_argument("--top", type=int, default=5, help="candidates to report (default 5)")
     add_format(loc)
-    add_cluster_args(loc)
+    add_cluster_args(loc, summary_first=False)
     loc.set_defaults(func=run)
 
 

@@ -105,14 +105,22 @@ def test_bad_locations_are_one_line_errors(tmp_path: Path) -> None:
         Source.open("nosuchscheme://bucket/run")
 
 
-def test_without_cluster_no_engine_is_imported() -> None:
-    code = ("import sys, contextlib, io\n"
+def test_without_cluster_no_engine_is_imported(tmp_path: Path) -> None:
+    """Neither the full path nor the one-process summary-first path loads Dask (or fsspec)."""
+    d = tmp_path / "t"
+    shutil.copytree(REPO / "traces" / "gpu-straggler", d)
+    code = ("import sys, contextlib, io, json\n"
             "from laggard.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    main(['localize', 'traces/gpu-straggler', '--format', 'json'])\n"
+            "buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            f"    assert main(['localize', {str(d)!r}, '--format', 'json']) == 0\n"
+            f"    assert main(['localize', {str(d)!r}, '--summary-first', '--format', 'json']) == 0\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'ray', 'fsspec'))\n"
-            "print(bad)\n")
+            "print(json.dumps([bad, buf.getvalue()]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    bad, printed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert bad == []
+    summary_first = json.loads(printed[printed.index("}\n{") + 2:])
+    assert json.dumps(summary_first) == reference(d)

@@ -272,46 +272,58 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen)
 
 
+#: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order
+Fetch = Callable[[list[int], tuple[int, int]], pd.DataFrame]
+
+
 def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False) -> tuple[Verdict, FetchPlan]:
-    """Localize from summaries, fetching full records only for the planned ranks and steps.
+    """Localize from the trace's summaries, fetching full records only for the planned ranks and steps."""
+    def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
+        return trace.commops(columns=COLUMNS, ranks=ranks, steps=steps)
+
+    return localize_summary(read_summary(trace), trace.meta, fetch, top, forest)
+
+
+def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: int = 5,
+                     forest: bool = False) -> tuple[Verdict, FetchPlan]:
+    """Localize from summaries, fetching full records through `fetch` only for the planned ranks
+    and steps (the same reduce whether the rows come from this process or a cluster's workers).
 
     The fetched operators are judged with the same robust rule the sidecars use (`forest`
     switches to the random forest, about three times slower). With no irregular step, the
     summaries' compute says whether the job was slow from the start (`localize.persistent`)."""
-    summary = read_summary(trace)
     table, onset = step_table(summary)
-    plan = plan_fetch(summary, trace.meta, table)
+    plan = plan_fetch(summary, meta, table)
     if not plan.irregular:
-        return _persistent_from_summary(trace, summary, top), plan
-    df = trace.commops(columns=COLUMNS, ranks=plan.ranks, steps=(plan.fetch_steps[0], plan.fetch_steps[-1]))
+        return _persistent_from_summary(summary, meta, fetch, top), plan
+    df = fetch(plan.ranks, (plan.fetch_steps[0], plan.fetch_steps[-1]))
     df = df[df["step"].isin(plan.fetch_steps)].reset_index(drop=True)
     plan.rows_fetched = len(df)
     fetched = set(plan.ranks)
-    partial = {g for g, m in trace.meta.groups.items() if not set(m) <= fetched}
+    partial = {g for g, m in meta.groups.items() if not set(m) <= fetched}
     worst = [s for s in plan.fetch_steps if s in set(plan.irregular)]
     sub_table = table[table["step"].isin(plan.fetch_steps)]
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
-    view = StepView(trace.meta.job, trace.meta, sub_table, worst, slow, "irregular")
-    verdict, _ = analyse_ops(df, trace.meta, view, top, partial, forest)
+    view = StepView(meta.job, meta, sub_table, worst, slow, "irregular")
+    verdict, _ = analyse_ops(df, meta, view, top, partial, forest)
     verdict.irregular_steps = plan.irregular
     verdict.onset_step = onset if verdict.status == "irregular" else None
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan
 
 
-def _persistent_from_summary(trace: Trace, summary: pd.DataFrame, top: int) -> Verdict:
+def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: int) -> Verdict:
     """Slow from the start, judged on the summaries' compute per rank and step: worker against
     its stage peers, stage against stage (the group kinds from one fetched step when the group
     names do not say them)."""
-    meta = trace.meta
     comp, seen, steps = compute_matrix(summary, meta)
     extra = {"from": "summary"}
     if not steps or not seen.any():
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})
     kinds = {g: k for g in meta.groups if (k := named_kind(g)) is not None}
     if len(kinds) < len(meta.groups):
-        sample = trace.commops(columns=COLUMNS, steps=(steps[-1], steps[-1]))
+        sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
         kinds = group_kinds(prepare_ops(sample)) if len(sample) else kinds
     units, x, typical = imbalance(comp, seen, meta, kinds, top)
     return imbalance_verdict(meta, units, x, typical, int(summary["step"].min()), extra)

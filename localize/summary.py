@@ -318,7 +318,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     its stage peers, stage against stage (the group kinds from one fetched step when the group
     names do not say them)."""
     comp, seen, steps = compute_matrix(summary, meta)
-    extra = {"from": "summary"}
+    extra: dict[str, object] = {"from": "summary"}
     if not steps or not seen.any():
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})
     kinds = {g: k for g in meta.groups if (k := named_kind(g)) is not None}

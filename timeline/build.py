@@ -44,6 +44,11 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         )
     notes: list[str] = []
     df = _read(trace, steps, NARROW)
+    if df.empty and steps is None and (stuck := _pending_ops(trace)):
+        return Timeline(job=trace.meta.job, meta=trace.meta, group_kind={}, steps=empty_steps(), status="hang",
+                        delta=delta, notes=[
+                            f"no operator completed: the trace holds only the {stuck} operator(s) its ranks entered and "
+                            "never finished (a hang snapshot); `laggard localize` names the ranks they wait on"])
     if df.empty:
         raise UserError(f"{trace.path}: no operator rows" + (f" in steps {steps[0]}:{steps[1]}" if steps else ""),
                         "check --steps against the steps the trace holds")
@@ -107,6 +112,14 @@ def expected_step_seconds(meta: JobMeta) -> float | None:
     if min(params, tokens, peak, mfu, meta.world_size) <= 0:
         return None
     return 6.0 * params * tokens / (meta.world_size * peak * mfu)
+
+
+def _pending_ops(trace: Trace) -> int:
+    """Operators entered and never completed (a Flight Recorder snapshot or the logger's pending files)."""
+    from collector.commops.layout import read_pending
+
+    pending = read_pending(trace.path)
+    return pending.num_rows if pending is not None else 0
 
 
 def _read(trace: Trace, steps: tuple[int, int] | None, columns: tuple[str, ...]) -> pd.DataFrame:

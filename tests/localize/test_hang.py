@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from collector.commops.layout import PENDING_SCHEMA, atomic_write_table
 from collector.flight_recorder import import_flight_recorder
@@ -164,3 +165,20 @@ def test_hosts_from_per_host_directories(tmp_path: Path) -> None:
     assert [meta.ranks[r].host for r in range(4)] == ["node-0", "node-0", "node-1", "node-1"]
     v = find_hang(Trace.open(tmp_path / "t"))
     assert v is not None and v.candidates[0].host == "node-1"
+
+
+@pytest.mark.slow
+def test_every_verb_takes_a_hang_only_import(tmp_path: Path) -> None:
+    """validate, timeline, localize, explain and report on an import with no completed operator."""
+    from tests.conftest import run_cli
+
+    src = write_hang_only_dumps(tmp_path / "d", {r: [(7, "scheduled")] for r in (0, 1, 3)}, timing=False)
+    run_cli("import", "flight-recorder", src, "--out", tmp_path / "t", check=True)
+    assert "valid" in run_cli("validate", tmp_path / "t", check=True).stdout
+    tl = json.loads(run_cli("timeline", tmp_path / "t", "--format", "json", check=True).stdout)
+    assert tl["status"] == "hang" and tl["steps"] == []
+    v = json.loads(run_cli("localize", tmp_path / "t", "--format", "json", check=True).stdout)
+    assert v["status"] == "hang" and v["candidates"][0]["rank"] == 2 and v["candidates"][0]["kind"] == "host"
+    assert "rank 2" in run_cli("explain", tmp_path / "t", check=True).stdout
+    run_cli("report", tmp_path / "t", "--out", tmp_path / "r.md", "--format", "md", check=True)
+    assert "rank 2 never entered all_reduce #7" in (tmp_path / "r.md").read_text()

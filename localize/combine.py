@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from collector.errors import UserError
+from collector.meta import coverage_note
 from collector.traceio import Trace
 from localize.verdict import Candidate, Verdict
 
@@ -89,7 +90,11 @@ def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps:
     wide = top if len(kinds) == 1 else max(4 * top, 20)
     verdicts = [run_one(k, trace, steps, max(wide, TIE_LIST) if k == "commops" and len(kinds) > 1 else wide)
                 for k in kinds]
-    return merge(trace.meta.job, verdicts, top)
+    verdict = merge(trace.meta.job, verdicts, top)
+    if note := coverage_note(trace.meta):  # a partial rank set is said, never passed off as the whole job
+        verdict.extra["coverage"] = {"ranks_present": trace.meta.extra["ranks_present"],
+                                     "ranks_missing": trace.meta.extra["ranks_missing"], "note": note}
+    return verdict
 
 
 def _device_key(c: Candidate) -> tuple[Any, ...]:

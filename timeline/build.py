@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from collector.errors import TraceError, UserError
-from collector.meta import JobMeta
+from collector.meta import JobMeta, coverage_note
 from collector.traceio import Trace
 from timeline.columns import read_commops
 from timeline.groups import infer_group_kinds
@@ -42,7 +42,7 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
             f"{trace.path}: the timeline needs commops evidence",
             "add commops.parquet (sidecar, import or simulate); for flow-only traces use `laggard localize --flows`",
         )
-    notes: list[str] = []
+    notes: list[str] = [n] if (n := coverage_note(trace.meta)) else []
     df = _read(trace, steps, NARROW)
     if df.empty and steps is None and (stuck := _pending_ops(trace)):
         return Timeline(job=trace.meta.job, meta=trace.meta, group_kind={}, steps=empty_steps(), status="hang",

@@ -261,14 +261,14 @@ def write_roce_pcap(bursts: Bursts, path: Path, max_packets: int = PCAP_MAX_PACK
                / UDP(sport=int(sport), dport=ROCE_UDP_PORT) / BTH(opcode=4, dqpn=int(qp)) / Raw(b"\0" * 64))
         rows.append(np.frombuffer(bytes(pkt)[:PCAP_SNAPLEN], dtype=np.uint8))
     templates = np.stack(rows)
-    tmpl = pd.MultiIndex.from_frame(key).map(pd.Series(np.arange(len(uniq)), index=pd.MultiIndex.from_frame(uniq)))
+    tmpl = key.merge(uniq.assign(t=np.arange(len(uniq))), on=list(key.columns), how="left")["t"].to_numpy(np.int64)
     burst = np.repeat(np.arange(per.size), per)
     k = np.arange(total) - np.repeat(np.cumsum(per) - per, per)  # packet index inside its burst
     span = np.where(per > 1, per - 1, 1)[burst]
     ts = start[burst] + ((end - start)[burst] * k) // span
     nbytes = c["bytes"][order]
     size = (nbytes // per)[burst] + np.where(k == 0, (nbytes % per)[burst], 0)
-    frames = templates[np.asarray(tmpl, dtype=np.int64)[burst]]
+    frames = templates[tmpl[burst]]
     o = np.argsort(ts, kind="stable")
     write_pcap(path, ts[o], frames[o], wirelen=np.maximum(size[o], templates.shape[1]), snaplen=PCAP_SNAPLEN)
     return total

@@ -56,6 +56,6 @@ def test_pcap_reads_back_into_the_same_bursts() -> None:
 def test_a_capture_too_large_for_a_file_is_refused(tmp_path: Path) -> None:
     d = sim_flows("small-a")
     bursts = sim_bursts(d)
-    with pytest.raises(UserError, match="need .* packets .* use --flows"):
+    with pytest.raises(UserError, match=r"need .* packets .* use --flows"):
         write_roce_pcap(bursts, tmp_path / "c.pcap", max_packets=100)
     assert not (tmp_path / "c.pcap").exists()

@@ -21,6 +21,7 @@ from collector.traceio import Trace
 from localize.verdict import Candidate, Status, Verdict
 from timeline.flows import MIN_DATA_PACKET, FlowJob, FlowTimeline, build_flow_timeline, too_short
 
+
 class NoTrainingJob(UserError):
     """The flows hold no collective-communication traffic: there is nothing to judge."""
 
@@ -268,5 +269,5 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     status: Status = "irregular" if irregular or cands else "healthy"
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base
-    summary["notes"] = [*summary["notes"], *tl.notes]
+    summary["notes"] = [*job.notes, *tl.notes]
     return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary})

@@ -128,12 +128,14 @@ def collective_traffic(flows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int
         ok = pd.MultiIndex.from_frame(conn).isin(good)
         keep[np.flatnonzero(cand)[ok]] = True
     dropped: dict[str, int] = {}
+    counts: dict = {}
     if (~keep).any():
         port = np.where(np.isin(low, list(SERVICES)), low, high)
         names = np.where(tcp | (proto == "udp"), [SERVICES.get(int(p), "") for p in port], "")
         label = np.where(names != "", names, np.where(tcp & ~service, "tcp (not collective-shaped)", proto))
-        dropped = pd.Series(label[~keep]).value_counts().to_dict()
-    return flows[keep], {str(k): int(v) for k, v in dropped.items()}
+        counts = pd.Series(label[~keep]).value_counts().to_dict()
+    dropped = {str(k): int(v) for k, v in counts.items()}
+    return flows[keep], dropped
 
 
 def too_short(job: FlowJob) -> str | None:

@@ -227,7 +227,7 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     tl = timeline or build_flow_timeline(trace.flows(), trace.meta)
     flows = tl.flows if tl.flows is not None else trace.flows()
     job = tl.job(trace.meta.job)
-    if job is None or job.iterations.empty:
+    if job is None:
         raise NoTrainingJob(f"{trace.path}: no training job found in the flows ({'; '.join(tl.notes) or 'no data traffic'})",
                             "capture on the job's data interfaces (RoCEv2, or the NCCL/gloo sockets) while it trains")
     if (short := too_short(job)) is not None:

@@ -38,6 +38,8 @@ SERVICES = {22: "ssh", 53: "dns", 80: "http", 443: "tls", 8080: "http", 8443: "t
 #: a TCP connection carries collective traffic when it repeats large data bursts
 MIN_TCP_BURSTS = 3
 MIN_TCP_BURST_BYTES = 16 * 1024
+#: pause lengths this many times apart are of different kinds (compute phase vs pause inside a sync)
+WIDE_BREAK = 4.0
 #: complete iterations a capture must hold before its iterations are judged
 MIN_ITERATIONS = 6
 
@@ -144,11 +146,13 @@ def too_short(job: FlowJob) -> str | None:
     done = int(it["complete"].sum()) if len(it) else 0
     if done >= MIN_ITERATIONS:
         return None
-    typical = float(it.loc[it["complete"], "duration_s"].median()) if done else float("nan")
-    span = (float(it["end_ns"].max() - it["start_ns"].min()) / 1e9) if len(it) else 0.0
-    need = f"; capture at least {MIN_ITERATIONS + 2} iterations (~{(MIN_ITERATIONS + 2) * typical:.1f} s)" if done else ""
-    return (f"capture too short: {done} complete iteration(s) of job {job.name} in {span:.2f} s, "
-            f"need {MIN_ITERATIONS} to judge any{need}")
+    if not done:
+        return (f"capture too short: job {job.name} shows too few of the pauses between iterations to cut one, "
+                f"need {MIN_ITERATIONS} complete iterations to judge any")
+    typical = float(it.loc[it["complete"], "duration_s"].median())
+    span = float(it["end_ns"].max() - it["start_ns"].min()) / 1e9
+    return (f"capture too short: {done} complete iteration(s) of job {job.name} in {span:.2f} s, need "
+            f"{MIN_ITERATIONS} to judge any; capture at least ~{(MIN_ITERATIONS + 2) * typical:.1f} s")
 
 
 def endpoint_hosts(meta: JobMeta | None, ips: np.ndarray) -> dict[str, str]:
@@ -350,6 +354,16 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
         return 0.0, float(np.median(b))
     best = min(x[0] for x in scored)
     _, _, thr, vol = max((x for x in scored if x[0] <= best + 0.02), key=lambda x: x[1])
+    # the widest break between pause lengths separates compute phases from pauses inside a sync;
+    # when the capture holds too few of those long pauses to score them, yet they are a regular
+    # part of the traffic (not a rare checkpoint stall), a cut below them splits iterations into
+    # their phases: the capture is too short to show iterations at all
+    ratios = np.log(levels[1:] / levels[:-1])
+    w = int(np.argmax(ratios))
+    wide = float(np.sqrt(levels[w] * levels[w + 1]))
+    n_long, n_cut = int((g > wide).sum()), int((g > thr).sum())
+    if ratios[w] >= np.log(WIDE_BREAK) and thr < wide and n_long < 8 and n_long >= 0.2 * n_cut:
+        return float("nan"), float("nan")
     return thr, vol
 
 
@@ -370,6 +384,8 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
         return e
     gaps = (s[1:] - e[:-1]).astype(np.float64)
     _, vol = _gap_threshold(gaps, b)
+    if np.isnan(vol):  # too few pauses between iterations to tell them from pauses inside one
+        return np.zeros(0, dtype=np.int64)
     cum = np.cumsum(b, dtype=np.float64)  # cum[i]: bytes up to the end of interval i (gap i follows it)
     after = np.append(gaps, gaps.max())  # the end of the capture counts as a long pause
     out = []

@@ -7,7 +7,10 @@ torch writes one dump per rank (`TORCH_FR_DUMP_TEMP_FILE` + rank: pickle from
 "time_discovered_started_ns", "time_discovered_completed_ns", "state", ...}]}.
 Every entry becomes a CommOps row (what the rank entered); NCCL entries not yet completed go to
 pending.parquet. gloo records no completion, so its rows have unknown durations (end = start).
-Pickles are untrusted input: they are read with an unpickler that builds only plain containers
+Hosts come from the dump when it names one (a "hostname"/"host_name"/"host" key that collectors
+add), else from the directory layout HOST/PREFIX<rank>; NCCL entries still "scheduled" while the
+job records GPU starts (TORCH_NCCL_ENABLE_TIMING=1) are listed in meta.json `not_started`: queued
+on the CPU, never started by the GPU. Pickles are untrusted input: they are read with an unpickler that builds only plain containers
 and scalars, and a dump that asks for anything else is refused.
 """
 

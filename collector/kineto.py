@@ -21,6 +21,7 @@ import gzip
 import json
 import re
 import zlib
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,10 @@ def import_kineto(src: Path, out: Path, job: str | None = None) -> JobMeta:
     for rank, parts in frames.items():
         if not parts:
             continue
+        spans = sorted((int(p["start_ns"].min()), int(p["end_ns"].max())) for p in parts)
+        if any(b[0] < a[1] for a, b in pairwise(spans)):
+            raise UserError(f"{src}: two traces of rank {rank} cover the same time (a copy, or .json beside its .json.gz)",
+                            "keep one file per profiling window of each rank")
         df = pd.concat(parts, ignore_index=True).sort_values("start_ns", kind="stable")
         df["seq"] = df.groupby("group").cumcount() + 1
         df["rank"] = rank

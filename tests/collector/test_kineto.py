@@ -180,3 +180,12 @@ def test_real_profiled_gloo_job_under_torchrun(tmp_path: Path) -> None:
     assert sorted(df["step"].unique().tolist()) == list(range(2, 14))
     dur = df.assign(d=df["end_ns"] - df["start_ns"]).pivot_table(index="step", columns="rank", values="d")
     assert (dur.loc[10:].idxmin(axis=1) == 2).all()
+
+
+def test_the_same_window_twice_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "prof"
+    src.mkdir()
+    _gz(src / "gpu-00_1.1.pt.trace.json.gz", _nccl_rank_trace(0))
+    (src / "gpu-00_1.1.pt.trace.json").write_text(json.dumps(_nccl_rank_trace(0)))
+    with pytest.raises(UserError, match="two traces of rank 0 cover the same time"):
+        import_kineto(src, tmp_path / "out")

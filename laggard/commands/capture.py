@@ -23,7 +23,11 @@ def register(sub: Any) -> None:
         "--iface for --duration seconds; --read takes an existing .pcap/.pcapng (tcpdump -w) or a CSV of\n"
         "flow-exporter records (IPFIX/sFlow column names). Give --meta (a meta.json with each rank's host\n"
         "and ip, and the topology) so that endpoints map to hosts and switches; without it every address\n"
-        "is its own host. A damaged capture keeps what was readable and says where it stopped.",
+        "is its own host. A damaged capture keeps what was readable and says where it stopped.\n"
+        "Then it says what the capture shows. Only collective communication makes a training job:\n"
+        "RoCEv2, and TCP between unprivileged, non-service ports that repeats large bursts (NCCL and\n"
+        "gloo sockets); SSH, TLS, DNS, HTTP and other services are set aside and counted. A capture\n"
+        "holding fewer than 6 complete iterations is too short: `localize --flows` gives no verdict.",
         "  laggard capture --iface eth1 --duration 30 --out /tmp/run7-flows\n"
         "  laggard capture --read dump.pcap --meta run7/meta.json --out /tmp/run7-flows\n"
         "  laggard capture --read exporter.csv --out /tmp/fabric\n"

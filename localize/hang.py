@@ -120,8 +120,12 @@ def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
             stalls.append(Stall(int(row.rank), str(row.group), str(row.op), int(row.seq), int(row.peer),
                                 int(row.step), float(w)))
     if snapshot:  # every rank at its group's frontier waits there (gloo dumps record no completion)
-        keys = list(zip(entered["rank"].astype(int), entered["group"].astype(str), entered["seq"].astype(int), strict=True))
-        running = entered[[k not in not_started for k in keys]] if not_started else entered
+        running = entered
+        if not_started:  # an anti-join, not a loop over rows: dumps hold thousands of entries per rank
+            queued = pd.DataFrame(sorted(not_started), columns=["rank", "group", "seq"]).assign(queued=True)
+            flag = entered[["rank", "group", "seq"]].astype({"rank": "int64", "group": str, "seq": "int64"}).merge(
+                queued, on=["rank", "group", "seq"], how="left")["queued"].fillna(False).to_numpy(dtype=bool)
+            running = entered[~flag]
         run_front, _ = _frontiers(running)  # queued operators a GPU has not reached wait on nobody
         last = running.sort_values("seq").groupby(["rank", "group"]).tail(1)
         for row in last.itertuples(index=False):

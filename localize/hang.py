@@ -122,9 +122,9 @@ def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
     if snapshot:  # every rank at its group's frontier waits there (gloo dumps record no completion)
         running = entered
         if not_started:  # an anti-join, not a loop over rows: dumps hold thousands of entries per rank
-            queued = pd.DataFrame(sorted(not_started), columns=["rank", "group", "seq"]).assign(queued=True)
+            ns = pd.DataFrame(sorted(not_started), columns=["rank", "group", "seq"]).assign(queued=True)
             flag = entered[["rank", "group", "seq"]].astype({"rank": "int64", "group": str, "seq": "int64"}).merge(
-                queued, on=["rank", "group", "seq"], how="left")["queued"].fillna(False).to_numpy(dtype=bool)
+                ns, on=["rank", "group", "seq"], how="left")["queued"].fillna(False).to_numpy(dtype=bool)
             running = entered[~flag]
         run_front, _ = _frontiers(running)  # queued operators a GPU has not reached wait on nobody
         last = running.sort_values("seq").groupby(["rank", "group"]).tail(1)

@@ -49,6 +49,9 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
                         delta=delta, notes=[
                             f"no operator completed: the trace holds only the {stuck} operator(s) its ranks entered and "
                             "never finished (a hang snapshot); `laggard localize` names the ranks they wait on"])
+    if trace.meta.extra.get("source") == "flight-recorder" and (stuck := _pending_ops(trace)):
+        notes.append(f"the dump also holds {stuck} operator(s) entered and never completed: the job is stuck after "
+                     "these steps; `laggard localize` names the ranks they wait on")
     if df.empty:
         raise UserError(f"{trace.path}: no operator rows" + (f" in steps {steps[0]}:{steps[1]}" if steps else ""),
                         "check --steps against the steps the trace holds")

@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         missing = sorted(set(range(meta.world_size)) - set(dumped))
         print(f"{args.out}: {len(dumped)} rank dump(s), world {meta.world_size}, groups {', '.join(meta.groups) or '-'}"
               + (f"; no dump from rank(s) {', '.join(map(str, missing))}" if missing else ""))
+        done, pending = meta.extra.get("completed_ops", 0), meta.extra.get("pending_ops", 0)
+        print(f"{done:,} completed operator(s), {pending:,} entered and not completed"
+              + ("; no operator completed: a hang snapshot, see `laggard localize`" if pending and not done else ""))
     else:
         from collector.kineto import import_kineto
         from collector.meta import coverage_note

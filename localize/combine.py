@@ -92,11 +92,14 @@ def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps:
     unjudged: list[str] = []
     for k in kinds:
         try:
-            verdicts.append(run_one(k, trace, steps, max(wide, TIE_LIST) if k == "commops" and len(kinds) > 1 else wide))
+            v = run_one(k, trace, steps, max(wide, TIE_LIST) if k == "commops" and len(kinds) > 1 else wide)
         except UserError as exc:  # evidence that cannot be judged (a capture too short, no job in it)
             if len(kinds) == 1 or not getattr(exc, "unjudged", False) or (k == kinds[-1] and not verdicts):
                 raise
             unjudged.append(f"{k}: {exc.what}")
+            continue
+        v.extra.setdefault("source", k)
+        verdicts.append(v)
     verdict = merge(trace.meta.job, verdicts, top)
     if unjudged:
         verdict.extra["unjudged"] = unjudged

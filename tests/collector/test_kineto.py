@@ -12,6 +12,7 @@ import pytest
 
 from collector.errors import UserError
 from collector.kineto import import_kineto
+from collector.meta import coverage_note
 
 DATA = Path(__file__).parent / "data" / "kineto-gloo"
 
@@ -78,17 +79,33 @@ def test_bad_traces(tmp_path: Path, text: str, match: str) -> None:
 STEPS = DATA.parent / "kineto-gloo-steps"
 
 
-def test_real_gzip_traces_steps_from_profiler_markers_and_a_partial_rank_set(tmp_path: Path) -> None:
-    """Ranks 0 and 2 of a real 4-rank gloo DDP job profiled with tensorboard_trace_handler(use_gzip=True)
-    (tests/collector/jobs/profiled_train.py, trimmed by tests/collector/jobs/trim_kineto.py)."""
+def test_real_gzip_traces_steps_from_profiler_markers(tmp_path: Path) -> None:
+    """A real 4-rank gloo DDP job profiled with tensorboard_trace_handler(use_gzip=True), rank 2
+    computing 60 ms longer from step 15 (tests/collector/jobs/profiled_train.py --steps 24
+    --compute-ms 10 --slow-rank 2 --slow-from 15 --slow-ms 60, trimmed by jobs/trim_kineto.py)."""
     meta = import_kineto(STEPS, tmp_path / "out")
     df = pd.read_parquet(tmp_path / "out" / "commops.parquet")
-    assert meta.world_size == 4 and meta.extra["ranks_present"] == [0, 2] and meta.extra["ranks_missing"] == [1, 3]
+    assert meta.world_size == 4 and meta.extra["ranks_present"] == [0, 1, 2, 3] and meta.extra["ranks_missing"] == []
     assert meta.groups == {"world": [0, 1, 2, 3]} and meta.extra["steps_from"] == "ProfilerStep markers"
     # the schedule was wait=1, warmup=1, active=22: the profiler's own steps 2..23, one DDP all-reduce each
-    for rank in (0, 2):
+    for rank in range(4):
         assert df[df["rank"] == rank]["step"].tolist() == list(range(2, 24))
     assert (df["op"] == "all_reduce").all() and (df["group"] == "world").all()
+    # from step 15 rank 2 arrives last at every all-reduce: its copy is the shortest, its peers waited
+    dur = df.assign(d=df["end_ns"] - df["start_ns"]).pivot_table(index="step", columns="rank", values="d")
+    assert (dur.loc[15:22].idxmin(axis=1) == 2).all()
+
+
+def test_a_partial_rank_set_is_named(tmp_path: Path) -> None:
+    """Ranks 0 and 2 of the 4-rank job: the world size and groups of distributedInfo say who is missing."""
+    src = tmp_path / "prof"
+    src.mkdir()
+    for f in STEPS.iterdir():
+        if f.name.startswith(("vm_19926.", "vm_19928.")):
+            (src / f.name).write_bytes(f.read_bytes())
+    meta = import_kineto(src, tmp_path / "out")
+    assert meta.world_size == 4 and meta.extra["ranks_present"] == [0, 2] and meta.extra["ranks_missing"] == [1, 3]
+    assert "no trace from rank(s) 1, 3" in str(coverage_note(meta))
 
 
 def _gz(path: Path, trace: dict) -> None:

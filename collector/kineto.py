@@ -72,25 +72,38 @@ def _rank(path: Path, data: dict[str, Any]) -> int:
     return int(m.group(1))
 
 
-def _comm_events(events: list[Any]) -> tuple[str, list[dict[str, Any]], dict[Any, dict[str, Any]]]:
-    """The best communication source of one file, its events, and record_param_comms args by External id."""
-    kernels, params, gloo = [], [], []
+def _scan(events: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """One pass over a file's events, keeping the few the importer reads: NCCL kernels,
+    record_param_comms, gloo annotations, ProfilerStep markers and CUDA runtime calls."""
+    out: dict[str, list[dict[str, Any]]] = {"kernel": [], "params": [], "gloo": [], "step": [], "runtime": []}
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        name = str(e.get("name", ""))
-        if _KERNEL.match(name):
-            kernels.append(e)
+        name = e.get("name")
+        if not isinstance(name, str):
+            continue
+        if name.startswith("nccl") and _KERNEL.match(name):
+            out["kernel"].append(e)
         elif name == "record_param_comms":
-            params.append(e)
+            out["params"].append(e)
         elif name.startswith("gloo:"):
-            gloo.append(e)
+            out["gloo"].append(e)
+        elif name.startswith("ProfilerStep#"):
+            out["step"].append(e)
+        elif e.get("cat") == "cuda_runtime":
+            out["runtime"].append(e)
+    return out
+
+
+def _comm_events(scan: dict[str, list[dict[str, Any]]]) -> tuple[str, list[dict[str, Any]], dict[Any, dict[str, Any]]]:
+    """The best communication source of one file, its events, and record_param_comms args by External id."""
+    params = scan["params"]
     by_ext = {_args(e).get("External id"): e for e in params if _args(e).get("External id") is not None}
-    if kernels:
-        return "nccl-kernel", kernels, by_ext
+    if scan["kernel"]:
+        return "nccl-kernel", scan["kernel"], by_ext
     if params:
         return "record_param_comms", params, by_ext
-    return "gloo-annotation", gloo, by_ext
+    return "gloo-annotation", scan["gloo"], by_ext
 
 
 def _args(e: dict[str, Any]) -> dict[str, Any]:
@@ -154,11 +167,11 @@ def steps_at(ts: np.ndarray, spans: tuple[np.ndarray, np.ndarray, np.ndarray]) -
     return np.where(ok, numbers[np.clip(i, 0, None)], -1)
 
 
-def _launch_times(events: list[Any]) -> dict[Any, float]:
+def _launch_times(runtime: list[dict[str, Any]]) -> dict[Any, float]:
     """CPU time (us) of every CUDA runtime call by its correlation id: when a kernel was launched."""
     out: dict[Any, float] = {}
-    for e in events:
-        if isinstance(e, dict) and e.get("cat") == "cuda_runtime":
+    for e in runtime:
+        if e.get("cat") == "cuda_runtime":
             c = _args(e).get("correlation")
             if c is not None and isinstance(e.get("ts"), (int, float)):
                 out[c] = float(e["ts"])
@@ -181,9 +194,9 @@ def trace_files(src: Path) -> list[Path]:
 def _rows_of(f: Path, data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     """One file's communication rows (op, group, nbytes, peer, start_ns, end_ns, step) and their source."""
     base = int(data.get("baseTimeNanoseconds", 0) or 0)
-    events = data["traceEvents"]
-    kind, comm, by_ext = _comm_events(events)
-    launches = _launch_times(events) if kind == "nccl-kernel" else {}
+    scan = _scan(data["traceEvents"])
+    kind, comm, by_ext = _comm_events(scan)
+    launches = _launch_times(scan["runtime"]) if kind == "nccl-kernel" else {}
     rows, cpu_ts = [], []
     for e in comm:
         r = _row(kind, e, by_ext)
@@ -200,7 +213,7 @@ def _rows_of(f: Path, data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
             ts = launches.get(a.get("correlation"), launcher.get("ts", ts))
         cpu_ts.append(float(ts))
     df = pd.DataFrame(rows, columns=["op", "group", "nbytes", "peer", "start_ns", "end_ns"])
-    df["step"] = steps_at(np.asarray(cpu_ts, dtype=np.float64), step_spans(events)).astype(np.int32)
+    df["step"] = steps_at(np.asarray(cpu_ts, dtype=np.float64), step_spans(scan["step"])).astype(np.int32)
     return kind, df
 
 

@@ -17,7 +17,6 @@ partial rank set is recorded as such (meta.json `ranks_present`, `ranks_missing`
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import zlib
@@ -35,6 +34,8 @@ from collector.meta import JobMeta, RankInfo
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import write_table
 
+#: decompressed size a .json.gz may reach (torch.profiler writes tens to hundreds of MB per rank)
+MAX_TRACE_BYTES = 4 << 30
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _TRACE_NAME = re.compile(r"\.json(\.gz)?$")
 _KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
@@ -43,14 +44,26 @@ KERNEL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatt
               "Recv": "recv", "SendRecv": "send"}
 
 
+def gunzip(raw: bytes, path: Path, cap: int = MAX_TRACE_BYTES) -> bytes:
+    """A gzip member's content, refused past `cap` bytes (a small file may expand a thousandfold)."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(raw, cap + 1)
+    except zlib.error as exc:
+        raise UserError(f"{path}: not a valid gzip file ({exc})", "copy the .json.gz again") from exc
+    if len(out) > cap:
+        raise UserError(f"{path}: expands past {cap >> 20} MiB of JSON", "profile a shorter window (fewer active steps)")
+    if not d.eof:
+        raise UserError(f"{path}: not a complete gzip file; truncated?", "copy the .json.gz again")
+    return out
+
+
 def load_trace(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":  # gzip, whatever the name says
-            raw = gzip.decompress(raw)
+            raw = gunzip(raw, path)
         data = json.loads(raw)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise UserError(f"{path}: not a complete gzip file; truncated?", "copy the .json.gz again") from exc
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror})", "check the path") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -206,3 +206,12 @@ def test_the_same_window_twice_is_refused(tmp_path: Path) -> None:
     (src / "gpu-00_1.1.pt.trace.json").write_text(json.dumps(_nccl_rank_trace(0)))
     with pytest.raises(UserError, match="two traces of rank 0 cover the same time"):
         import_kineto(src, tmp_path / "out")
+
+
+def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
+    from collector.kineto import gunzip
+
+    raw = gzip.compress(b" " * (8 << 20))
+    with pytest.raises(UserError, match="expands past 1 MiB"):
+        gunzip(raw, tmp_path / "bomb.json.gz", cap=1 << 20)
+    assert gunzip(raw, tmp_path / "ok.json.gz", cap=16 << 20) == b" " * (8 << 20)

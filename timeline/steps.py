@@ -41,6 +41,15 @@ MIN_LOST_SHARE = 0.02
 SPIKE_RATIO = 1.5
 #: The onset is the first step of the first episode that lost at least this share of the time lost.
 ONSET_SHARE = 0.2
+#: A lasting move of the step time to a higher level (a change point) is believed when the later
+#: segment's mean log step time sits SHIFT_SIGMAS standard errors above the earlier one's, each
+#: segment holds SHIFT_MIN_STEPS steps, and -- unless the later level is DRIFT_MAX times the
+#: earlier or more, which is worth saying whatever its shape -- a step fits the durations clearly
+#: better than a steady drift does (squared residuals under SHIFT_OVER_TREND x the line's).
+SHIFT_SIGMAS = 5.0
+SHIFT_MIN_STEPS = 3
+SHIFT_OVER_TREND = 0.5
+DRIFT_MAX = 1.5
 #: Largest anchor-cycle length (anchor operators per step) that step inference tries.
 MAX_CYCLE = 256
 #: Fraction of anchor comparisons allowed to break the period (lost rows, reordered streams):
@@ -260,6 +269,7 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
     """
     steps = durations.index.to_numpy(np.int64)
     d = durations.to_numpy(np.float64)
+    delta_base = delta
     delta = max(delta, 1.0 + NOISE_SIGMAS * step_noise(d))
     base = np.full(d.shape, np.nan)
     irregular = np.zeros(d.shape, dtype=bool)
@@ -276,6 +286,14 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
             irregular[k] = True
         else:
             history.append(x)
+    shift = level_shift(d[1:], delta_base) if len(d) > 1 else None  # the first step holds the warm-up
+    if shift is not None:
+        at = shift + 1
+        before = float(np.nanmedian(d[1:at]))
+        later = np.arange(len(d)) >= at
+        moved = later & np.isfinite(d) & (d >= delta_base * before)
+        base = np.where(moved & ~irregular, before, base)
+        irregular |= moved
     ratio = d / base
     return pd.DataFrame(
         {
@@ -334,6 +352,39 @@ def _onset(steps: np.ndarray, irr: np.ndarray, lost: np.ndarray) -> int | None:
         if total <= 0 or float(lost[ep].sum()) >= ONSET_SHARE * total:
             return int(steps[ep[0]])
     return int(steps[idx[0]])
+
+
+def level_shift(d: np.ndarray, delta: float) -> int | None:
+    """Index where the step time moves up to a new level that lasts to the end, or None.
+
+    Holmes' δ-rule judges each step against its neighbours, so in a job whose steps are noisy
+    (δ widened to several σ) a lasting slowdown of a few tens of percent is never one step's
+    outlier; averaged over the steps on either side it is unmistakable. The split is the one
+    with the largest t-statistic of the mean log step time (outliers clipped at 4 robust σ); it
+    must be δ slower, significant, and a step rather than a steady drift."""
+    x = np.log(d[np.isfinite(d) & (d > 0)])
+    n = len(x)
+    m = SHIFT_MIN_STEPS
+    if n < 2 * m:
+        return None
+    med = float(np.median(x))
+    mad = 1.4826 * float(np.median(np.abs(x - med))) or 1e-6
+    x = np.clip(x, med - 4 * mad, med + 4 * mad)
+    k = np.arange(m, n - m + 1)
+    cs, cs2 = np.r_[0.0, np.cumsum(x)], np.r_[0.0, np.cumsum(x * x)]
+    mean_a, mean_b = cs[k] / k, (cs[n] - cs[k]) / (n - k)
+    ss = (cs2[k] - k * mean_a**2) + ((cs2[n] - cs2[k]) - (n - k) * mean_b**2)
+    sd = np.sqrt(np.maximum(ss, 1e-12) / max(n - 2, 1))
+    t = (mean_b - mean_a) / (sd * np.sqrt(1.0 / k + 1.0 / (n - k)))
+    best = int(np.argmax(t))
+    if t[best] < SHIFT_SIGMAS or mean_b[best] - mean_a[best] < np.log(delta):
+        return None
+    line = np.polyval(np.polyfit(np.arange(n), x, 1), np.arange(n))
+    gradual = ss[best] >= SHIFT_OVER_TREND * float(np.sum((x - line) ** 2))
+    if gradual and mean_b[best] - mean_a[best] < np.log(DRIFT_MAX):
+        return None
+    split = int(k[best])
+    return int(np.flatnonzero(np.isfinite(d) & (d > 0))[split])
 
 
 def step_noise(d: np.ndarray) -> float:

@@ -55,6 +55,24 @@ def _prev_same_pair(ops: Ops) -> np.ndarray:
     return prev
 
 
+def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the row its own-clock segment starts after (-1: none), and the running count of
+    rows whose gap may hold a lost record (a segment is measured where the count does not move).
+
+    The segment starts at the previous operator of the same stream. Where that one is in a step
+    that was not logged before this one (sampled steps), or there is none, it starts at the
+    rank's first operator of this step instead: every copy of an operator meets the same case,
+    so the copies are still compared on one footing."""
+    prev = _prev_same_pair(ops)
+    step = ops.step
+    far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
+    n = len(step)
+    new = np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])]
+    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    start = np.where(far, np.where(first < np.arange(n), first, -1), prev)
+    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)))
+
+
 def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
     """Per row: its gap may hold a lost record (so it is not pure compute).
 
@@ -140,8 +158,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
 
     # backtracking: what the suspect did since its previous operator of the same stream
-    prev = _prev_same_pair(ops)
-    cu = np.cumsum(_unreliable_gaps(ops, prev))
+    prev, cu = _segment_starts(ops)
     cg = np.cumsum(ops.gap)
     # delay a row received: waiting for others, or a transfer slower than normal
     received = wait_x + comm_excess[inst]

@@ -123,7 +123,8 @@ def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
     print(f"probes run ({len(d.probes)}):")
     for pr in d.probes:
         args = " ".join(f"{k}={v}" for k, v in pr["args"].items())
-        print(f"  {pr['id']:4} {pr['probe']} on {pr['host']} {args} -> {', '.join(pr['findings']) or 'ok'}: {pr['summary']}")
+        found = f" ({', '.join(pr['findings'])})" if pr["findings"] else ""
+        print(f"  {pr['id']:4} {pr['probe']} on {pr['host']} {args} -> {pr['outcome']}{found}: {pr['summary']}")
         print(f"       $ {' '.join(pr['argv'])}")
     for r in d.rejected:
         print(f"  rejected: {r['probe']} on {r['host']}: {r['reason']}")

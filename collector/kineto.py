@@ -9,7 +9,7 @@ args when present (else "world"); seq counts per group in time order.
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from collector.errors import UserError
+from collector.contract import MAX_NS
+from collector.errors import TraceError, UserError
 from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, group_name
-from collector.meta import JobMeta, RankInfo
+from collector.limits import ENV, limits
+from collector.meta import JobMeta, RankInfo, as_int
+from collector.names import host_problem
+from collector.safeio import load_json, read_regular
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import write_table
 
@@ -31,12 +35,12 @@ KERNEL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatt
 
 
 def load_trace(path: Path) -> dict[str, Any]:
+    """One profiler trace as JSON: a regular file within the size and depth caps."""
+    raw = read_regular(path, limits().dump_bytes, "dump_bytes")
     try:
-        data = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror})", "check the path") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON; truncated?", "pass the file written by export_chrome_trace()") from exc
+        data = load_json(raw, path)
+    except TraceError as exc:
+        raise UserError(f"{exc.what}; truncated?", "pass the file written by export_chrome_trace()") from exc
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -45,13 +49,16 @@ def load_trace(path: Path) -> dict[str, Any]:
 
 
 def _rank(path: Path, data: dict[str, Any]) -> int:
+    """The rank from distributedInfo, else from the file name; checked against the world-size cap."""
     info = data.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"])
+    cap = limits().world_size
+    fix = f"a rank is 0..world_size-1; raise {ENV['world_size']} for a larger job"
+    if isinstance(info, dict) and "rank" in info:
+        return as_int(info["rank"], f"{path}: distributedInfo.rank", 0, cap - 1, fix)
     m = re.search(r"(\d+)(?:\.pt\.trace)?\.json$", path.name)
     if not m:
         raise UserError(f"{path}: cannot tell which rank wrote it", "name the file ...<rank>.json or keep distributedInfo")
-    return int(m.group(1))
+    return as_int(m.group(1)[:12], f"{path}: rank in the file name", 0, cap - 1, fix)
 
 
 def _comm_events(events: list[Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -97,7 +104,7 @@ def _row(kind: str, e: dict[str, Any]) -> tuple[str, str, int, int] | None:
     peer = args.get("Dst Rank", args.get("Src Rank", args.get("Peer Rank", -1)))
     try:
         return op, group, int(nelems) * size, int(peer)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return op, group, 0, -1
 
 
@@ -113,9 +120,13 @@ def import_kineto(src: Path, out: Path, job: str | None = None) -> JobMeta:
         rank = _rank(f, data)
         raw_info = data.get("distributedInfo")
         info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
-        world = max(world, int(info.get("world_size", 0) or 0), rank + 1)
+        cap = limits().world_size
+        world = max(world, as_int(info.get("world_size", 0) or 0, f"{f}: distributedInfo.world_size", 0, cap,
+                                  f"raise {ENV['world_size']} for a larger job"), rank + 1)
         hosts[rank] = str(data.get("host_name", "unknown"))
-        base = int(data.get("baseTimeNanoseconds", 0) or 0)
+        if why := host_problem(hosts[rank]):
+            raise UserError(f"{f}: host_name: {why}", "profile on hosts with RFC 1123 names, or fix host_name")
+        base = as_int(data.get("baseTimeNanoseconds", 0) or 0, f"{f}: baseTimeNanoseconds", 0, MAX_NS)
         kind, events = _comm_events(data["traceEvents"])
         rows = []
         for e in events:
@@ -124,8 +135,15 @@ def import_kineto(src: Path, out: Path, job: str | None = None) -> JobMeta:
                 continue
             try:
                 ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise UserError(f"{f}: event '{e.get('name')}' has no numeric ts/dur", "this is not a Chrome trace") from exc
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                raise UserError(f"{f}: event '{str(e.get('name'))[:60]}' has no numeric ts/dur", "this is not a Chrome trace") from exc
+            if not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0 and 0 <= base + (ts + dur) * 1e3 <= MAX_NS
+                    and base + ts * 1e3 >= 0):
+                raise UserError(f"{f}: event '{str(e.get('name'))[:60]}' has ts {ts!r} / dur {dur!r} out of range",
+                                "ts and dur are microseconds (finite, dur >= 0); this trace is corrupt")
+            if abs(r[2]) > 2**62 or not -1 <= r[3] < cap:
+                raise UserError(f"{f}: event '{str(e.get('name'))[:60]}' has a message size or peer out of range",
+                                "this trace is corrupt")
             rows.append((*r, base + int(ts * 1e3), base + int((ts + dur) * 1e3)))
         if rows:
             sources.add(kind)

@@ -175,6 +175,8 @@ class Trace:
         problems = meta_problems(meta, str(p / "meta.json"))
         if problems:
             raise TraceError(f"{problems[0].where}: {problems[0].what}", problems[0].fix)
+        for log in log_paths(p):
+            check_regular(log)  # a FIFO in logs/ would block every verb that reads logs
         evidence = {k: f for k in EVIDENCE if (f := find_evidence(p, k)) is not None}
         if not evidence and not log_paths(p):
             raise TraceError(

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.contract import Problem, commops_problems, flows_problems, log_problems, meta_problems
+from collector.contract import (
+    Problem,
+    commops_problems,
+    flows_problems,
+    log_problems,
+    meta_problems,
+)
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.schema import EVIDENCE

@@ -26,7 +26,7 @@ from explain.evidence import (
     verdict_evidence,
 )
 from explain.extract import Keys, extract_keys
-from explain.inventory import Inventory
+from explain.inventory import Inventory, InventoryError
 from explain.knowledge import KnowledgeBase, load_kb
 from explain.llm import (
     SCHEMA_ATTRIBUTE,
@@ -135,7 +135,11 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
     t0 = time.perf_counter()
     if kb is None or retriever is None:
         kb, retriever = shared_kb()
-    inv = Inventory.from_meta(trace.meta)
+    try:
+        inv = Inventory.from_meta(trace.meta)
+    except InventoryError as exc:  # refused before anything runs, and on record
+        (audit or AuditLog()).append("inventory.refused", job=verdict.job, reason=str(exc))
+        raise
     evidence = verdict_evidence(verdict)
     evidence += log_evidence(trace.log_files(), kb)
     evidence += alert_evidence(alert, kb)

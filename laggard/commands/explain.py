@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
 from laggard.backends import MODES
-from laggard.cliutil import add_format, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
     from collector.traceio import Trace
@@ -106,41 +106,41 @@ def run(args: argparse.Namespace) -> int:
 
 def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
     steps = f" over steps {min(v.irregular_steps)}-{max(v.irregular_steps)}" if v.irregular_steps else ""
-    print(f"job {d.job}: {d.status}, slowdown {v.slowdown:.2f}x{steps}   [engine {d.engine}, probes {d.backend}]")
+    emit(f"job {d.job}: {d.status}, slowdown {v.slowdown:.2f}x{steps}   [engine {d.engine}, probes {d.backend}]")
     if d.cause is None:
-        print("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
+        emit("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
     else:
         how = "confirmed by probes" if d.confirmed else "NOT confirmed by a probe"
-        print(f"cause: {d.cause['title']} [{d.cause['category']}] on {d.device} — confidence {d.confidence:.2f}, {how}")
-        print(f"  {d.cause['text']}")
+        emit(f"cause: {d.cause['title']} [{d.cause['category']}] on {d.device} — confidence {d.confidence:.2f}, {how}")
+        emit(f"  {d.cause['text']}")
     if d.claims:
-        print("why:")
+        emit("why:")
         for c in d.claims:
-            print(f"  - {c['text']} [{', '.join(c['evidence'])}]")
-    print("evidence:")
+            emit(f"  - {c['text']} [{', '.join(c['evidence'])}]")
+    emit("evidence:")
     for e in d.evidence:
-        print(f"  {e['id']:4} {e['text']}")
-    print(f"probes run ({len(d.probes)}):")
+        emit(f"  {e['id']:4} {e['text']}")
+    emit(f"probes run ({len(d.probes)}):")
     for pr in d.probes:
         args = " ".join(f"{k}={v}" for k, v in pr["args"].items())
         found = f" ({', '.join(pr['findings'])})" if pr["findings"] else ""
-        print(f"  {pr['id']:4} {pr['probe']} on {pr['host']} {args} -> {pr['outcome']}{found}: {pr['summary']}")
-        print(f"       $ {' '.join(pr['argv'])}")
+        emit(f"  {pr['id']:4} {pr['probe']} on {pr['host']} {args} -> {pr['outcome']}{found}: {pr['summary']}")
+        emit(f"       $ {' '.join(pr['argv'])}")
     for r in d.rejected:
-        print(f"  rejected: {r['probe']} on {r['host']}: {r['reason']}")
+        emit(f"  rejected: {r['probe']} on {r['host']}: {r['reason']}")
     if d.remediation:
         pending = any(r["status"] == "proposed" for r in d.remediation)
-        print("remediation" + (" (proposed; run again with --approve or --interactive to execute):" if pending else ":"))
+        emit("remediation" + (" (proposed; run again with --approve or --interactive to execute):" if pending else ":"))
         for r in d.remediation:
             cmd = "; ".join(" ".join(a) for a in r["argvs"]) or "(no command: hand over)"
-            print(f"  - [{r['status']}] {r['action']}: {r['why']}\n       $ {cmd}")
+            emit(f"  - [{r['status']}] {r['action']}: {r['why']}\n       $ {cmd}")
     for f in d.flags:
-        print(f"flag: {f}")
+        emit(f"flag: {f}")
     if dot == "xml":
-        print(d.dot_xml)
+        emit(d.dot_xml)
     elif dot == "lines":
-        print("diagram of thought:")
+        emit("diagram of thought:")
         for n in d.dot["nodes"]:
             text = next((s["value"] for s in n["sections"] if s["kind"] == "text"), "")
             cites = [s["ref"] for s in n["sections"] if s["kind"] == "cite"]
-            print(f"  r{n['round']} {n['id']:4} {n['type']:12} {text[:110]}" + (f" [{', '.join(cites)}]" if cites else ""))
+            emit(f"  r{n['round']} {n['id']:4} {n['type']:12} {text[:110]}" + (f" [{', '.join(cites)}]" if cites else ""))

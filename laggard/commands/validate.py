@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.validate import validate_trace
-from laggard.cliutil import add_format, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 
 def register(sub: Any) -> None:
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
                     "problems": [{"where": p.where, "what": p.what, "fix": p.fix} for p in problems]})
     elif problems:
         for p in problems:
-            print(p.line(), file=sys.stderr)
+            emit(p.line(), file=sys.stderr)
     else:
         print(f"{args.trace}: valid")
     return 2 if problems else 0

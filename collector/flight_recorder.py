@@ -29,7 +29,7 @@ from collector.contract import MAX_NS
 from collector.errors import TraceError, UserError
 from collector.limits import ENV, limits
 from collector.meta import JobMeta, RankInfo
-from collector.safeio import load_json, read_regular
+from collector.safeio import check_regular, load_json, read_regular
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import write_table
 
@@ -206,7 +206,10 @@ def _bounded(v: Any, what: str, lo: int, hi: int) -> int:
 
 def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> None:
     acc.versions.add(str(dump.get("version", "")))
-    group_ranks = _pg_ranks(dump.get("pg_config"))
+    try:
+        group_ranks = _pg_ranks(dump.get("pg_config"))
+    except UserError as exc:
+        raise UserError(f"{path}: {exc.what}", exc.fix) from exc
     seen_ns = 0
     for i, e in enumerate(dump["entries"]):
         _check_entry(e, i, path)
@@ -298,10 +301,13 @@ def _pg_ranks(pg_config: Any) -> dict[str, list[int]]:
                 if len(ranks) > 16 * cap:
                     continue
                 ranks = ast.literal_eval(ranks)  # torch writes '[0, 1]'; literal_eval runs no code
-            if ranks and len(ranks) <= cap:
+            if ranks:
+                if not isinstance(ranks, list | tuple) or len(ranks) > cap:
+                    raise ValueError(f"{len(ranks)} ranks, over the {cap}-rank limit")
                 out[str(key)] = [_bounded(r, "group rank", 0, cap - 1) for r in ranks]
-        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError, OverflowError):
-            continue
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError, OverflowError) as exc:
+            raise UserError(f"pg_config group {str(key)[:40]!r}: ranks are not a list of ranks ({exc})",
+                            f"a group lists global ranks below the {cap}-rank limit ({ENV['world_size']})") from exc
     return out
 
 
@@ -317,7 +323,8 @@ def _peer(rest: str, ranks: list[int] | None) -> int:
 def dump_files(src: Path) -> list[Path]:
     if not src.exists():
         raise UserError(f"{src}: no such file or directory", "pass a Flight Recorder dump or a directory of them")
-    if src.is_file():
+    if not src.is_dir():
+        check_regular(src)  # a FIFO or device would block the reader
         return [src]
     files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith(".") and re.search(r"\d+(\.json|\.pkl|\.pickle)?$", p.name))
     if not files:

@@ -104,8 +104,9 @@ def _row(kind: str, e: dict[str, Any]) -> tuple[str, str, int, int] | None:
     peer = args.get("Dst Rank", args.get("Src Rank", args.get("Peer Rank", -1)))
     try:
         return op, group, int(nelems) * size, int(peer)
-    except (TypeError, ValueError, OverflowError):
-        return op, group, 0, -1
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise UserError(f"event '{name[:60]}': message size {str(nelems)[:20]!r} or peer {str(peer)[:20]!r} "
+                        "is not an integer", "this trace is corrupt; re-export it") from exc
 
 
 def import_kineto(src: Path, out: Path, job: str | None = None) -> JobMeta:
@@ -130,7 +131,10 @@ def import_kineto(src: Path, out: Path, job: str | None = None) -> JobMeta:
         kind, events = _comm_events(data["traceEvents"])
         rows = []
         for e in events:
-            r = _row(kind, e)
+            try:
+                r = _row(kind, e)
+            except UserError as exc:
+                raise UserError(f"{f}: {exc.what}", exc.fix) from exc
             if r is None:
                 continue
             try:

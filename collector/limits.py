@@ -27,6 +27,8 @@ class Limits:
     meta_bytes: int  # meta.json
     dump_bytes: int  # one Flight Recorder dump or profiler trace
     log_bytes: int  # one log file, after decompression
+    gzip_ratio: int  # decompressed / compressed size of a gzipped log (text gzips 5-20x; bombs 1000x)
+    log_lines: int  # lines in one log file (each costs ~100 bytes of index besides its text)
     line_bytes: int  # one log line (longer ones are cut)
     max_step: int  # the largest training iteration number a record may carry
     json_depth: int  # nesting of any JSON or pickle document
@@ -39,6 +41,8 @@ class Limits:
             meta_bytes=_env_int("LAGGARD_MAX_META_BYTES", 256 << 20),
             dump_bytes=_env_int("LAGGARD_MAX_DUMP_BYTES", 2 << 30),
             log_bytes=_env_int("LAGGARD_MAX_LOG_BYTES", 1 << 30),
+            gzip_ratio=_env_int("LAGGARD_MAX_GZIP_RATIO", 100),
+            log_lines=_env_int("LAGGARD_MAX_LOG_LINES", 20_000_000),
             line_bytes=_env_int("LAGGARD_MAX_LINE_BYTES", 64 << 10),
             max_step=_env_int("LAGGARD_MAX_STEP", 10_000_000),
             json_depth=_env_int("LAGGARD_MAX_JSON_DEPTH", 64),
@@ -53,5 +57,6 @@ def limits() -> Limits:
 
 ENV = {"world_size": "LAGGARD_MAX_WORLD_SIZE", "meta_bytes": "LAGGARD_MAX_META_BYTES",
        "dump_bytes": "LAGGARD_MAX_DUMP_BYTES", "log_bytes": "LAGGARD_MAX_LOG_BYTES",
+       "gzip_ratio": "LAGGARD_MAX_GZIP_RATIO", "log_lines": "LAGGARD_MAX_LOG_LINES",
        "line_bytes": "LAGGARD_MAX_LINE_BYTES", "max_step": "LAGGARD_MAX_STEP",
        "json_depth": "LAGGARD_MAX_JSON_DEPTH", "objects": "LAGGARD_MAX_OBJECTS"}

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from drain3.drain import Drain
 
 from collector.errors import TraceError
-from collector.limits import limits
+from collector.limits import ENV, limits
 from collector.safeio import gunzip_bounded, read_regular
 
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
@@ -121,7 +121,10 @@ def read_log(path: Path) -> bytes:
     lim = limits()
     data = read_regular(path, lim.log_bytes, "log_bytes")
     if data[:2] == b"\x1f\x8b":
-        data = gunzip_bounded(data, lim.log_bytes, path)
+        data = gunzip_bounded(data, min(lim.log_bytes, lim.gzip_ratio * len(data)), path)
+    if data.count(b"\n") > lim.log_lines:
+        raise TraceError(f"{path}: more than {lim.log_lines} lines",
+                         f"raise {ENV['log_lines']} if the log is genuine, or cut it to the window of interest")
     sample = data[:1 << 16]
     if sample:
         bad = len(sample) - len(sample.translate(None, _BINARY))
@@ -134,11 +137,13 @@ def read_log(path: Path) -> bytes:
 
 def _cut_long_lines(data: bytes, cap: int) -> bytes:
     """Lines over `cap` bytes are cut to `cap` (a Python loop only when such a line exists)."""
-    if len(data) <= cap:
-        return data
-    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-    bounds = np.concatenate(([-1], ends, [len(data)]))
-    if int(np.diff(bounds).max()) - 1 <= cap:
+    pos, n = 0, len(data)
+    while n - pos > cap:  # each window of cap+1 bytes must hold a newline; jumps ~cap bytes a step
+        nl = data.rfind(b"\n", pos, pos + cap + 1)
+        if nl < 0:
+            break
+        pos = nl + 1
+    else:
         return data
     return b"\n".join(line[:cap] for line in data.split(b"\n"))
 

@@ -62,8 +62,9 @@ def gunzip_bounded(data: bytes, cap: int, where: Path) -> bytes:
                 chunk = d.decompress(rest, 1 << 20)
                 size += len(chunk)
                 if size > cap:
-                    raise TraceError(f"{where}: decompresses to more than {cap} bytes",
-                                     f"raise {ENV['log_bytes']} if the log is genuine (a gzip bomb is not)")
+                    raise TraceError(f"{where}: decompresses to more than {cap} bytes ({cap // max(len(data), 1)}x "
+                                     "its size)", f"raise {ENV['log_bytes']} or {ENV['gzip_ratio']} if the log is "
+                                     "genuine (a gzip bomb is not)")
                 out.append(chunk)
                 rest = d.unconsumed_tail
                 if d.eof or not rest:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ _OPS = pa.array(OPS, pa.string())
 STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.hang waits longer)
 SHARD_ROWS = 1 << 16  # periodic flushes buffer drained records and write a shard once this many are
 SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parquet write costs ms)
+MAX_BUFFER_ROWS = 8 * SHARD_ROWS  # kept in memory (32 MB) while the directory cannot be written; older are dropped
 
 
 class ShardWriter:
@@ -51,6 +53,8 @@ class ShardWriter:
         self.buffer: list[np.ndarray] = []  # drained records not written yet, (n, 8) int64 each
         self.buffered = 0
         self.buffered_since = 0.0
+        self.write_failures = 0  # shard writes that failed (each flush retries)
+        self.failing = False  # the last shard write failed: records are held, then dropped
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -120,11 +124,22 @@ class ShardWriter:
                 self.buffered += len(rows)
             if self.buffer and (write or final or self.buffered >= SHARD_ROWS
                                 or time.monotonic() - self.buffered_since >= SHARD_AGE_S):
-                self._write_shard(np.concatenate(self.buffer))
-                self.buffer, self.buffered = [], 0
+                try:
+                    self._write_shard(np.concatenate(self.buffer))
+                except OSError as exc:  # unwritable or full: hold a bounded backlog, retry next flush
+                    self._shard_failed(exc, final)
+                else:
+                    self.buffer, self.buffered = [], 0
+                    if self.failing:
+                        self.failing = False
+                        print(f"laggard commops: writing to {self.root} again; "
+                              f"{self.dropped} record(s) were dropped while it failed", file=sys.stderr)
             pending = self._pending(final)
             # (CUDA ops stay in `in_flight` until the GPU passes their end event: pending, counted once)
             self.dropped = max(0, created - self.rows - self.buffered - len(pending))
+            if final and self.failing and self.buffered:
+                print(f"laggard commops: {self.buffered} record(s) could not be written to {self.root} and are "
+                      f"lost ({self.dropped} dropped in all)", file=sys.stderr)
             if not final:  # an op entered a moment ago is ordinary: only stuck or failed ops are evidence
                 stale = time.time_ns() - STUCK_NS
                 pending = [(r, f) for r, f in pending if f or r[5] <= stale]
@@ -141,6 +156,20 @@ class ShardWriter:
             if not final and not write:
                 self.cpu_s += time.thread_time() - t0
             self.lock.release()
+
+    def _shard_failed(self, exc: OSError, final: bool) -> None:
+        """Say plainly, once per outage, that records are not being kept; drop the oldest past the cap."""
+        self.write_failures += 1
+        if not self.failing:
+            self.failing = True
+            print(f"laggard commops: cannot write to {self.root} ({exc.strerror or exc}): holding at most "
+                  f"{MAX_BUFFER_ROWS} records and retrying every {self.interval:g} s; records beyond that are "
+                  "DROPPED (counted in ranks/*.json 'dropped'). Training is not affected.", file=sys.stderr)
+        while self.buffered > MAX_BUFFER_ROWS and len(self.buffer) > 1:
+            self.buffered -= len(self.buffer.pop(0))
+        if self.buffered > MAX_BUFFER_ROWS:  # one huge drain: keep its newest rows
+            self.buffer = [self.buffer[0][-MAX_BUFFER_ROWS:]]
+            self.buffered = MAX_BUFFER_ROWS
 
     def _pending(self, final: bool) -> list[tuple[tuple[int, ...], bool]]:
         """(row, failed) of the ops begun and not completed: async works in flight, sync ops some
@@ -211,7 +240,8 @@ class ShardWriter:
             "host": socket.gethostname(), "gpu": int(os.environ.get("LOCAL_RANK", "0")), "pid": os.getpid(),
             "groups": dict(zip(rec.group_names, rec.group_ranks, strict=True)),
             "rows": self.rows, "shards": self.shards, "bytes": self.bytes,
-            "dropped": self.dropped, "errors": rec.errors, "first_error": rec.first_error,
+            "dropped": self.dropped, "write_failures": self.write_failures, "errors": rec.errors,
+            "first_error": rec.first_error,
         }
         layout.atomic_write_bytes(self.root / "ranks" / f"rank-{self.rank:05d}.json", json.dumps(info).encode())
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,18 +52,43 @@ def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
     from localize.verdict import Verdict
 
     if args.verdict:
+        from collector.limits import limits
+        from collector.safeio import load_json, read_regular
+
+        if not args.verdict.exists():
+            raise UserError(f"--verdict {args.verdict}: no such file", "write one with `laggard localize TRACE --format json`")
+        raw = load_json(read_regular(args.verdict, limits().meta_bytes, "meta_bytes"), args.verdict)
         try:
-            raw = json.loads(args.verdict.read_text())
-            return Verdict.from_dict(raw)
-        except FileNotFoundError:
-            raise UserError(f"--verdict {args.verdict}: no such file", "write one with `laggard localize TRACE --format json`") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise UserError(f"--verdict {args.verdict}: not a verdict ({exc})", "use `laggard localize --format json` output") from exc
+            verdict = Verdict.from_dict(raw)
+            _check_verdict(verdict)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UserError(f"--verdict {args.verdict}: not a verdict ({type(exc).__name__}: {str(exc)[:120]})",
+                            "use `laggard localize --format json` output") from exc
+        return verdict
     try:
         from localize.combine import localize_trace  # type: ignore[import-not-found]
     except ImportError:
         raise UserError("no localizer in this build", "pass --verdict FILE from `laggard localize --format json`") from None
     return localize_trace(trace, None)  # type: ignore[no-any-return]
+
+
+def _check_verdict(v: Verdict) -> None:
+    """Types and ranges the diagnosis relies on (ValueError/TypeError name the first that is off)."""
+    import math
+
+    if v.status not in ("healthy", "irregular", "hang") or not isinstance(v.job, str):
+        raise ValueError(f"status {str(v.status)[:20]!r} / job must be healthy|irregular|hang / a string")
+    if not math.isfinite(float(v.slowdown)) or not all(isinstance(s, int) and not isinstance(s, bool) for s in v.irregular_steps):
+        raise ValueError("slowdown must be finite and irregular_steps integers")
+    for c in v.candidates:
+        if not isinstance(c.kind, str) or not math.isfinite(float(c.score)):
+            raise ValueError("candidate kind must be a string and score finite")
+        for name in ("rank", "gpu"):
+            val = getattr(c, name)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int)):
+                raise TypeError(f"candidate {name} {str(val)[:20]!r} is not an integer")
+        if (c.host is not None and not isinstance(c.host, str)) or not isinstance(c.hosts or [], list):
+            raise TypeError("candidate host must be a string and hosts a list")
 
 
 def ask(prop: Proposal) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 MAX_GPU_INDEX = 1023  # nvidia-smi indexes; no node has more GPUs
 
 
@@ -24,7 +24,7 @@ def host_problem(name: Any) -> str | None:
         return f"host {name!r} is not a string"
     if not name or len(name) > 253:
         return f"host {name[:40]!r} must be 1 to 253 characters"
-    if not all(_LABEL.match(label) for label in name.removesuffix(".").split(".")):
+    if not all(_LABEL.fullmatch(label) for label in name.removesuffix(".").split(".")):
         return (f"host {name[:60]!r} is not an RFC 1123 host name (letters, digits, '-' and '.'; "
                 "no leading '-', no '@', brackets or whitespace)")
     return None

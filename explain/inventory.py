@@ -16,7 +16,7 @@ from collector.meta import JobMeta
 from collector.names import gpu_problem, host_problem, nic_problem
 
 #: Slurm/Kubernetes job ids: never option-like (no leading '-')
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
 
 class InventoryError(UserError):

@@ -140,7 +140,7 @@ def test_a_planted_log_line_proposes_but_never_confirms(tmp_path: Path, nic_faul
             assert any("log or alert text" in f for f in d.flags)
 
 
-@pytest.mark.parametrize("host", ["node[0-999]", "root@evil.example", "--all", "node-1\nnode-2", "-oProxyCommand=x",
+@pytest.mark.parametrize("host", ["node[0-999]", "root@evil.example", "--all", "node-1\nnode-2", "node-1\n", "-oProxyCommand=x",
                                   "node 1", "a" * 64])
 def test_a_bad_host_name_is_refused_before_anything_runs(tmp_path: Path, host: str) -> None:
     path = write_trace(tmp_path / "t", [])

@@ -163,6 +163,8 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     rng = np.random.default_rng(14)
     trace("rows-random-steps", "value-ranges", lambda p: _commops(p, lambda c: c.__setitem__(
         "step", rng.integers(0, 2**31 - 1, c["step"].size, dtype=np.int64).astype(np.int32))))
+    trace("rows-one-step-far-away", "value-ranges", lambda p: _commops(p, lambda c: c.__setitem__(
+        "step", np.where(c["step"] == c["step"].max(), 9_999_999, c["step"]).astype(np.int32))))
     trace("rows-zero-durations", "value-ranges", lambda p: _commops(p, lambda c: c.__setitem__("end_ns", c["start_ns"].copy())),
           valid=True)
     trace("rows-negative-ranks", "ranks", lambda p: _commops(p, lambda c: c.__setitem__("rank", -c["rank"] - 1)))

@@ -64,18 +64,29 @@ def _np(t: pa.Table, col: str) -> np.ndarray | None:
     return t.column(col).to_numpy() if col in t.column_names else None
 
 
-def commops_problems(t: pa.Table, meta: JobMeta, where: str) -> list[Problem]:
-    """Row checks of CommOps columns present in `t` (a reader may have selected a subset)."""
+def commops_problems(t: pa.Table, meta: JobMeta, where: str, full: bool = False) -> list[Problem]:
+    """Row checks of CommOps columns present in `t` (a reader may have selected a subset); linear
+    passes only. `full` adds the duplicate-row check (a hash aggregation: validate runs it; the
+    analysis tolerates duplicates, so readers skip its cost)."""
     out: list[Problem] = []
     if t.num_rows == 0:
         return [Problem(where, "empty: no operator rows", "record at least one step, or drop the file")]
     rank = _np(t, "rank")
     if rank is not None:
-        known = np.fromiter(meta.ranks.keys(), dtype=np.int64, count=len(meta.ranks))
-        unknown = np.setdiff1d(np.unique(rank), known)
-        if unknown.size:
-            out.append(Problem(where, f"rank(s) {unknown[:5].tolist()} not in meta.json ranks",
+        lo, hi = int(rank.min()), int(rank.max())
+        if lo < 0 or hi >= meta.world_size:
+            bad = np.unique(rank[(rank < 0) | (rank >= meta.world_size)])
+            out.append(Problem(where, f"rank(s) {bad[:5].tolist()} not in meta.json ranks",
                                "add them to meta.json or drop their rows"))
+        else:
+            present = np.zeros(meta.world_size, bool)
+            present[rank] = True
+            known = np.zeros(meta.world_size, bool)
+            known[np.fromiter(meta.ranks.keys(), dtype=np.int64, count=len(meta.ranks))] = True
+            unknown = np.flatnonzero(present & ~known)
+            if unknown.size:
+                out.append(Problem(where, f"rank(s) {unknown[:5].tolist()} not in meta.json ranks",
+                                   "add them to meta.json or drop their rows"))
     peer = _np(t, "peer")
     if peer is not None and ((peer < -1) | (peer >= meta.world_size)).any():
         bad = peer[(peer < -1) | (peer >= meta.world_size)]
@@ -92,11 +103,19 @@ def commops_problems(t: pa.Table, meta: JobMeta, where: str) -> list[Problem]:
             out.append(Problem(where, f"{n_bad} row(s) with end_ns < start_ns (first at row {first})",
                                "fix the clock source or drop those rows"))
     step = _np(t, "step")
-    cap = limits().max_step
-    if step is not None and ((step < -1) | (step > cap)).any():
-        bad = step[(step < -1) | (step > cap)]
-        out.append(Problem(where, f"step(s) {np.unique(bad)[:3].tolist()} outside -1..{cap}",
+    lim = limits()
+    if step is not None and ((step < -1) | (step > lim.max_step)).any():
+        bad = step[(step < -1) | (step > lim.max_step)]
+        out.append(Problem(where, f"step(s) {np.unique(bad)[:3].tolist()} outside -1..{lim.max_step}",
                            f"steps are iteration numbers (-1 unknown); raise {ENV['max_step']} if genuine"))
+    elif step is not None and rank is not None and (step >= 0).any():
+        known = step >= 0
+        span = int(step[known].max()) - int(step[known].min()) + 1
+        ranks = int(np.unique(rank[known]).size) if span > lim.step_cells // max(meta.world_size, 1) else 1
+        if span * ranks > lim.step_cells:
+            out.append(Problem(where, f"steps span {int(step[known].min())}..{int(step[known].max())} over {ranks} ranks, "
+                                      f"more than {lim.step_cells} step-rank cells",
+                               f"analyse a window with --steps A:B, or raise {ENV['step_cells']} if genuine"))
     seq = _np(t, "seq")
     if seq is not None and (seq < 0).any():
         out.append(Problem(where, "negative seq", "sequence numbers count up from 0 or 1 within a group"))
@@ -108,7 +127,7 @@ def commops_problems(t: pa.Table, meta: JobMeta, where: str) -> list[Problem]:
     if nbytes is not None and (nbytes < 0).any():
         out.append(Problem(where, "negative nbytes", "payload sizes are >= 0"))
     keys = ["rank", "group", "op", "seq", "peer"]
-    if all(k in t.column_names for k in keys):
+    if full and all(k in t.column_names for k in keys):
         counts = t.select(keys).group_by(keys).aggregate([([], "count_all")])
         dup = t.num_rows - counts.num_rows
         if dup:

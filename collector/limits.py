@@ -31,6 +31,7 @@ class Limits:
     log_lines: int  # lines in one log file (each costs ~100 bytes of index besides its text)
     line_bytes: int  # one log line (longer ones are cut)
     max_step: int  # the largest training iteration number a record may carry
+    step_cells: int  # steps spanned x ranks: the size of the step-by-rank tables the analysis builds
     json_depth: int  # nesting of any JSON or pickle document
     objects: int  # containers and scalars in one pickle
 
@@ -45,6 +46,7 @@ class Limits:
             log_lines=_env_int("LAGGARD_MAX_LOG_LINES", 20_000_000),
             line_bytes=_env_int("LAGGARD_MAX_LINE_BYTES", 64 << 10),
             max_step=_env_int("LAGGARD_MAX_STEP", 10_000_000),
+            step_cells=_env_int("LAGGARD_MAX_STEP_CELLS", 10_000_000),
             json_depth=_env_int("LAGGARD_MAX_JSON_DEPTH", 64),
             objects=_env_int("LAGGARD_MAX_OBJECTS", 50_000_000),
         )
@@ -58,5 +60,5 @@ def limits() -> Limits:
 ENV = {"world_size": "LAGGARD_MAX_WORLD_SIZE", "meta_bytes": "LAGGARD_MAX_META_BYTES",
        "dump_bytes": "LAGGARD_MAX_DUMP_BYTES", "log_bytes": "LAGGARD_MAX_LOG_BYTES",
        "gzip_ratio": "LAGGARD_MAX_GZIP_RATIO", "log_lines": "LAGGARD_MAX_LOG_LINES",
-       "line_bytes": "LAGGARD_MAX_LINE_BYTES", "max_step": "LAGGARD_MAX_STEP",
+       "line_bytes": "LAGGARD_MAX_LINE_BYTES", "max_step": "LAGGARD_MAX_STEP", "step_cells": "LAGGARD_MAX_STEP_CELLS",
        "json_depth": "LAGGARD_MAX_JSON_DEPTH", "objects": "LAGGARD_MAX_OBJECTS"}

@@ -178,6 +178,9 @@ class Trace:
         for log in log_paths(p):
             check_regular(log)  # a FIFO in logs/ would block every verb that reads logs
         evidence = {k: f for k in EVIDENCE if (f := find_evidence(p, k)) is not None}
+        for f in evidence.values():
+            for part in sorted(f.glob("*.parquet")) if f.is_dir() else [f]:
+                check_regular(part)
         if not evidence and not log_paths(p):
             raise TraceError(
                 f"{p}: no evidence file",

@@ -42,6 +42,6 @@ def validate_trace(path: Path) -> list[Problem]:
         except TraceError as exc:
             problems.append(Problem(str(f), exc.what.split(": ", 1)[-1], exc.fix))
             continue
-        problems += commops_problems(table, meta, str(f)) if kind == "commops" else flows_problems(table, str(f))
+        problems += commops_problems(table, meta, str(f), full=True) if kind == "commops" else flows_problems(table, str(f))
     problems += log_problems(logs)
     return problems

@@ -19,6 +19,7 @@ def register(sub: Any) -> None:
         "These are the checks every verb applies when it reads a trace: what validate accepts, no verb\n"
         "crashes on; what it refuses, no verb analyses. Prints one line per problem and exits 2 if any.\n"
         "Caps (raise for a genuinely larger job): LAGGARD_MAX_WORLD_SIZE (131072), LAGGARD_MAX_STEP,\n"
+        "LAGGARD_MAX_STEP_CELLS (steps spanned x ranks, 10M; or analyse a window with --steps A:B),\n"
         "LAGGARD_MAX_LOG_BYTES, LAGGARD_MAX_GZIP_RATIO (100), LAGGARD_MAX_LOG_LINES, LAGGARD_MAX_LINE_BYTES,\n"
         "LAGGARD_MAX_JSON_DEPTH (64), LAGGARD_MAX_DUMP_BYTES, LAGGARD_MAX_META_BYTES, LAGGARD_MAX_OBJECTS.",
         "  laggard validate traces/gpu-straggler\n  laggard validate /data/run7 --format json",

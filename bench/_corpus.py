@@ -133,6 +133,9 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     trace("ok-logs", "control", lambda p: None, logs=True, valid=True)
     trace("ok-escape-sequences", "terminal-escapes", lambda p: (p / "logs" / "node-1.log").open("ab").write(
         b"\x1b[2J\x1b]0;pwned\x07 NCCL WARN \x1b[31mfake\x1b[0m \xe2\x80\xae reversed\n"), logs=True, valid=True)
+    esc = "\x1b]0;pwned\x07\x1b[2J"
+    trace("ok-escapes-in-names", "terminal-escapes", lambda p: (_meta(p, _set("job", f"job{esc}")), _commops(
+        p, lambda c: c.__setitem__("group", [f"{g}{esc}" for g in c["group"]]))), valid=True)
     trace("ok-long-line", "line-length", lambda p: (p / "logs" / "node-2.log").open("ab").write(
         b"x" * (2 << 20) + b"\n"), logs=True, valid=True)
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from laggard.cliutil import Formatter, verb_parser
+from laggard.cliutil import Formatter, emit, verb_parser
 
 
 def register(sub: Any) -> None:
@@ -47,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
         meta = import_flight_recorder(args.src, args.out, world_size=args.world_size, job=args.job)
         dumped = meta.extra.get("dumped_ranks", [])
         missing = sorted(set(range(meta.world_size)) - set(dumped))
-        print(f"{args.out}: {len(dumped)} rank dump(s), world {meta.world_size}, groups {', '.join(meta.groups) or '-'}"
+        emit(f"{args.out}: {len(dumped)} rank dump(s), world {meta.world_size}, groups {', '.join(meta.groups) or '-'}"
               + (f"; no dump from rank(s) {', '.join(map(str, missing))}" if missing else ""))
     else:
         from collector.kineto import import_kineto
 
         meta = import_kineto(args.src, args.out, job=args.job)
-        print(f"{args.out}: {meta.world_size} rank(s) from {', '.join(meta.extra.get('kineto_sources', []))}")
+        emit(f"{args.out}: {meta.world_size} rank(s) from {', '.join(meta.extra.get('kineto_sources', []))}")
     return 0

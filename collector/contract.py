@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.errors import TraceError
 from collector.limits import ENV, limits
 from collector.meta import JobMeta
 from collector.names import host_problem, nic_problem
@@ -164,8 +165,7 @@ def flows_problems(t: pa.Table, where: str) -> list[Problem]:
 
 def log_problems(paths: Sequence[Path]) -> list[Problem]:
     """Each log must be a regular, readable, bounded text file (the reader's own checks)."""
-    from collector.errors import TraceError
-    from collector.logs import read_log
+    from collector.logs import read_log  # drain3 loads only when logs are checked
 
     out: list[Problem] = []
     for p in paths:

@@ -20,6 +20,7 @@ import pyarrow.dataset as ds
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from collector.contract import commops_problems, flows_problems, meta_problems
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.safeio import check_regular
@@ -170,8 +171,6 @@ class Trace:
         if not p.is_dir():
             raise TraceError(f"{p}: a trace is a directory, not a file", "pass the directory that holds meta.json")
         meta = JobMeta.load(p / "meta.json")
-        from collector.contract import meta_problems  # contract imports this module's neighbours
-
         problems = meta_problems(meta, str(p / "meta.json"))
         if problems:
             raise TraceError(f"{problems[0].where}: {problems[0].what}", problems[0].fix)
@@ -201,8 +200,6 @@ class Trace:
     ) -> pa.Table:
         if kind not in self.evidence:
             raise TraceError(f"{self.path}: trace has no {kind} evidence", f"add {EVIDENCE[kind][0]}.parquet")
-        from collector.contract import commops_problems, flows_problems
-
         table = read_table(self.evidence[kind], EVIDENCE[kind][1], columns, filter_expr)
         where = str(self.evidence[kind])
         problems = commops_problems(table, self.meta, where) if kind == "commops" else flows_problems(table, where)

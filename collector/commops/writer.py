@@ -7,10 +7,10 @@ and rank 0 refreshes meta.json. All failures are counted on the recorder, never 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +28,12 @@ STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ 
 SHARD_ROWS = 1 << 16  # periodic flushes buffer drained records and write a shard once this many are
 SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parquet write costs ms)
 MAX_BUFFER_ROWS = 8 * SHARD_ROWS  # kept in memory (32 MB) while the directory cannot be written; older are dropped
+
+
+def _say(text: str) -> None:
+    """One line on the job's stderr, written unbuffered from the writer thread; never raises."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"laggard commops: {text}\n".encode())
 
 
 class ShardWriter:
@@ -132,14 +138,13 @@ class ShardWriter:
                     self.buffer, self.buffered = [], 0
                     if self.failing:
                         self.failing = False
-                        print(f"laggard commops: writing to {self.root} again; "
-                              f"{self.dropped} record(s) were dropped while it failed", file=sys.stderr)
+                        _say(f"writing to {self.root} again; {self.dropped} record(s) were dropped while it failed")
             pending = self._pending(final)
             # (CUDA ops stay in `in_flight` until the GPU passes their end event: pending, counted once)
             self.dropped = max(0, created - self.rows - self.buffered - len(pending))
             if final and self.failing and self.buffered:
-                print(f"laggard commops: {self.buffered} record(s) could not be written to {self.root} and are "
-                      f"lost ({self.dropped} dropped in all)", file=sys.stderr)
+                _say(f"{self.buffered} record(s) could not be written to {self.root} and are lost "
+                     f"({self.dropped} dropped in all)")
             if not final:  # an op entered a moment ago is ordinary: only stuck or failed ops are evidence
                 stale = time.time_ns() - STUCK_NS
                 pending = [(r, f) for r, f in pending if f or r[5] <= stale]
@@ -162,9 +167,9 @@ class ShardWriter:
         self.write_failures += 1
         if not self.failing:
             self.failing = True
-            print(f"laggard commops: cannot write to {self.root} ({exc.strerror or exc}): holding at most "
-                  f"{MAX_BUFFER_ROWS} records and retrying every {self.interval:g} s; records beyond that are "
-                  "DROPPED (counted in ranks/*.json 'dropped'). Training is not affected.", file=sys.stderr)
+            _say(f"cannot write to {self.root} ({exc.strerror or exc}): holding at most {MAX_BUFFER_ROWS} records "
+                 f"and retrying every {self.interval:g} s; records beyond that are DROPPED (counted in "
+                 "ranks/*.json 'dropped'). Training is not affected.")
         while self.buffered > MAX_BUFFER_ROWS and len(self.buffer) > 1:
             self.buffered -= len(self.buffer.pop(0))
         if self.buffered > MAX_BUFFER_ROWS:  # one huge drain: keep its newest rows
@@ -240,8 +245,7 @@ class ShardWriter:
             "host": socket.gethostname(), "gpu": int(os.environ.get("LOCAL_RANK", "0")), "pid": os.getpid(),
             "groups": dict(zip(rec.group_names, rec.group_ranks, strict=True)),
             "rows": self.rows, "shards": self.shards, "bytes": self.bytes,
-            "dropped": self.dropped, "write_failures": self.write_failures, "errors": rec.errors,
-            "first_error": rec.first_error,
+            "dropped": self.dropped, "errors": rec.errors, "first_error": rec.first_error,
         }
         layout.atomic_write_bytes(self.root / "ranks" / f"rank-{self.rank:05d}.json", json.dumps(info).encode())
 

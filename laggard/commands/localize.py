@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.traceio import Trace
-from laggard.cliutil import add_format, emit, parse_steps, print_json, verb_parser
+from laggard.cliutil import add_format, parse_steps, print_json, verb_parser
 from localize.combine import localize_trace
 from localize.verdict import Verdict
 
@@ -67,5 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(verdict.to_dict())
     else:
-        emit(render_text(verdict))
+        from laggard.cliutil import safe_text  # job and device names come from the trace
+
+        print(safe_text(render_text(verdict)))
     return 1 if args.fail_on_irregular and verdict.status != "healthy" else 0

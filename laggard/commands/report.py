@@ -10,14 +10,7 @@ from typing import Any
 
 from collector.errors import UserError
 from collector.traceio import Trace
-from laggard.cliutil import (
-    add_fail_on_irregular,
-    emit,
-    exit_status,
-    parse_steps,
-    progress,
-    verb_parser,
-)
+from laggard.cliutil import add_fail_on_irregular, exit_status, parse_steps, progress, verb_parser
 
 SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
 
@@ -88,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)
-        emit(f"{report.headline()}\nreport: {out}", file=sys.stderr)
+        from laggard.cliutil import safe_text  # input text (job, hosts) on the terminal, escaped
+
+        print(safe_text(f"{report.headline()}\nreport: {out}"), file=sys.stderr)
     if args.notify:
         from laggard.notify import notify
 

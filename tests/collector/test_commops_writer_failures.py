@@ -28,7 +28,7 @@ def world1() -> None:
 
 def test_unwritable_directory_drops_plainly_counts_and_retries(world1: None, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+                                                                capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(writer, "MAX_BUFFER_ROWS", 20)
     rec = Recorder(1 << 8)
     rec.rank = 0
@@ -40,13 +40,13 @@ def test_unwritable_directory_drops_plainly_counts_and_retries(world1: None, tmp
         wrapped(t)
     w.flush()
     w.flush()  # a retry: still failing, said once
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert err.count("cannot write to") == 1 and "DROPPED" in err
     assert w.write_failures == 2 and w.rows == 0 and w.buffered == 20 and w.dropped == 80
     (tmp_path / "commops").unlink()
     (tmp_path / "commops").mkdir()
     w.flush()  # the directory is back: the held backlog is written, the loss stays counted
-    assert "writing to" in capsys.readouterr().err
+    assert "writing to" in capfd.readouterr().err
     assert w.rows == 20 and w.rows + w.dropped == 100 and not w.failing
     df = pd.read_parquet(next((tmp_path / "commops").glob("*.parquet")))
     assert df["seq"].tolist() == list(range(81, 101))  # the newest records survive

@@ -21,7 +21,7 @@ from drain3.drain import Drain
 
 from collector.errors import TraceError
 from collector.limits import ENV, limits
-from collector.safeio import gunzip_bounded, read_regular
+from collector.safeio import check_log_file, gunzip_bounded, read_regular
 
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 #: masks applied to each new digit-folded line, in order (IPs before numbers, paths before words)
@@ -119,6 +119,7 @@ def read_log(path: Path) -> bytes:
     than the line cap cut to it (so no single line can stall template mining).
     """
     lim = limits()
+    check_log_file(path)
     data = read_regular(path, lim.log_bytes, "log_bytes")
     if data[:2] == b"\x1f\x8b":
         data = gunzip_bounded(data, min(lim.log_bytes, lim.gzip_ratio * len(data)), path)

@@ -77,6 +77,30 @@ def gunzip_bounded(data: bytes, cap: int, where: Path) -> bytes:
     return b"".join(out)
 
 
+def check_log_file(path: Path) -> None:
+    """The cheap part of a log's budget, checked before anything is read (Trace.open runs it for
+    every log, so a bomb is refused before any analysis): a regular file within the size cap,
+    and, if gzipped, a declared decompressed size (the gzip trailer) within the size and ratio caps.
+    A trailer that lies is still caught while decompressing (gunzip_bounded)."""
+    lim = limits()
+    st = check_regular(path)
+    if st.st_size > lim.log_bytes:
+        raise TraceError(f"{path}: {st.st_size} bytes, over the {lim.log_bytes}-byte limit",
+                         f"raise {ENV['log_bytes']} if the log is genuine, or cut it to the window of interest")
+    if st.st_size < 18:
+        return
+    with path.open("rb") as fh:
+        magic = fh.read(2)
+        if magic != b"\x1f\x8b":
+            return
+        fh.seek(-4, os.SEEK_END)
+        declared = int.from_bytes(fh.read(4), "little")
+    cap = min(lim.log_bytes, lim.gzip_ratio * st.st_size)
+    if declared > cap:
+        raise TraceError(f"{path}: decompresses to {declared} bytes, more than {cap} ({declared // st.st_size}x its size)",
+                         f"raise {ENV['log_bytes']} or {ENV['gzip_ratio']} if the log is genuine (a gzip bomb is not)")
+
+
 def json_depth(obj: Any, cap: int) -> int:
     """Nesting depth of a parsed JSON value, stopping (and returning cap + 1) once past `cap`."""
     stack: list[tuple[Any, int]] = [(obj, 1)]

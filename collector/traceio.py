@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from collector.contract import commops_problems, flows_problems, meta_problems
 from collector.errors import TraceError
 from collector.meta import JobMeta
-from collector.safeio import check_regular
+from collector.safeio import check_log_file, check_regular
 from collector.schema import EVIDENCE
 
 FORMATS = (".parquet", ".jsonl", ".csv")
@@ -175,7 +175,7 @@ class Trace:
         if problems:
             raise TraceError(f"{problems[0].where}: {problems[0].what}", problems[0].fix)
         for log in log_paths(p):
-            check_regular(log)  # a FIFO in logs/ would block every verb that reads logs
+            check_log_file(log)  # a FIFO would block every verb that reads logs; a bomb fill its memory
         evidence = {k: f for k in EVIDENCE if (f := find_evidence(p, k)) is not None}
         for f in evidence.values():
             for part in sorted(f.glob("*.parquet")) if f.is_dir() else [f]:

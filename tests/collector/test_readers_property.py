@@ -194,8 +194,12 @@ def test_gzip_output_is_capped_before_it_is_held(monkeypatch_env: None, mib: int
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "node-0.log.gz"
-        p.write_bytes(gzip.compress(b"a" * (mib << 20)))
-        with pytest.raises(TraceError, match="decompresses to more than"):
+        data = gzip.compress(b"a" * (mib << 20))
+        p.write_bytes(data)
+        with pytest.raises(TraceError, match="decompresses to"):  # the trailer gives it away
+            read_log(p)
+        p.write_bytes(data[:-4] + (100).to_bytes(4, "little"))  # a trailer that lies
+        with pytest.raises(TraceError, match="decompresses to more than"):  # caught while streaming
             read_log(p)
 
 

@@ -1,5 +1,7 @@
 """Reliability on hostile and broken inputs (issue #14): `python -m bench.reliability [--quick]`.
 
+First the remediation matrix (bench/_remediation.py: is anything run on an unconfirmed cause or with
+an unchecked name?), then the input corpus.
 Builds the fuzz corpus (bench/_corpus.py: every class of input the issue lists, plus controls),
 runs every verb that reads each input through the real CLI in its own process, and prints the
 inputs tried, exit codes by class, hangs, silent acceptances (a broken input that exits 0),
@@ -73,6 +75,15 @@ def main() -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="print every run")
     args = ap.parse_args()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    from bench._remediation import TRANSPORTS, run_matrix
+
+    m = run_matrix()
+    print(f"remediation matrix: {m['diagnoses']} diagnoses with --approve (6 fault kinds x {len(TRANSPORTS)} transports "
+          f"x planted log or not): {m['probe_commands']} probe and {m['remediation_commands']} control commands run, "
+          f"{m['not_whitelisted']} not a whitelisted argv, {m['unchecked_names']} with an unchecked name; remediation "
+          f"executed on a confirmed cause {m['executed_confirmed']}, on an unconfirmed cause {m['executed_unconfirmed']}; "
+          f"withheld {m['withheld']}", flush=True)
+    remediation_bad = m["not_whitelisted"] + m["unchecked_names"] + m["executed_unconfirmed"]
     with tempfile.TemporaryDirectory(prefix="laggard-fuzz-") as tmp:
         root = Path(tmp)
         cases = [c for c in build(root / "corpus", bomb_bytes=(64 if args.quick else 1024) * MB) if args.only in c.name]
@@ -128,7 +139,7 @@ def main() -> int:
         print(f"closest to the memory budget: {worst[1]} (margin {-worst[0]:.0f} MB)")
         for b in bad:
             print("MISS", b)
-    return 1 if bad else 0
+    return 1 if bad or remediation_bad else 0
 
 
 if __name__ == "__main__":

@@ -181,3 +181,16 @@ def test_cli_explain_refuses_a_dash_host_with_exit_2_and_one_line(tmp_path: Path
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "RFC 1123" in proc.stderr
     assert not audit.exists() or "remediation" not in audit.read_text()
+
+
+def test_remediation_matrix_runs_nothing_unconfirmed_or_unchecked() -> None:
+    """bench.reliability's matrix: 6 fault kinds x 5 transports (healthy, ssh refused, timeouts,
+    garbage, tool missing) x planted log line or not, all with --approve."""
+    from bench._remediation import run_matrix, whitelisted
+
+    assert not whitelisted(["ethtool", "-s"]) or whitelisted(["ethtool", "ens1np0"])  # the matcher itself
+    assert not whitelisted(["scontrol", "update", "NodeName=x", "State=RESUME", "Reason=laggard:x"])
+    m = run_matrix()
+    assert m["diagnoses"] == 60 and m["probe_commands"] > 100
+    assert (m["not_whitelisted"], m["unchecked_names"], m["executed_unconfirmed"]) == (0, 0, 0)
+    assert m["executed_confirmed"] > 0 and m["withheld"] > 0  # the gate opens for confirmed causes only

@@ -188,7 +188,7 @@ def test_remediation_matrix_runs_nothing_unconfirmed_or_unchecked() -> None:
     garbage, tool missing) x planted log line or not, all with --approve."""
     from bench._remediation import run_matrix, whitelisted
 
-    assert not whitelisted(["ethtool", "-s"]) or whitelisted(["ethtool", "ens1np0"])  # the matcher itself
+    assert whitelisted(["ethtool", "ens1np0"]) and not whitelisted(["ethtool", "-S", "ens1np0", "-s"])  # the matcher
     assert not whitelisted(["scontrol", "update", "NodeName=x", "State=RESUME", "Reason=laggard:x"])
     m = run_matrix()
     assert m["diagnoses"] == 60 and m["probe_commands"] > 100

@@ -240,7 +240,7 @@ def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothes
                          rc=rc, outcome=res.outcome, findings=res.findings, backend=ctx.backend.name)
         if res.outcome == "unreachable":
             unreachable.add(call.host)
-            ctx.flags.append(f"{call.host} could not be probed: {res.summary}; it confirms nothing and rules out nothing")
+            ctx.flags.append(f"{res.summary}; {call.host} could not be probed, which confirms nothing and rules out nothing")
         elif res.outcome == "error":
             ctx.flags.append(f"probe {call.name} on {call.host} failed: {res.summary}; it confirms nothing")
         ctx.evidence.append(EvidenceItem(res.id, "probe", f"{call.name} on {call.host}: {res.summary}", host=call.host))
@@ -307,9 +307,9 @@ def recheck(ctx: Context, att: Attribution, parent: str) -> None:
                      outcome=res.outcome, findings=res.findings, backend=ctx.backend.name, purpose="verify remediation")
     cleared = att.entry is not None and res.answered and not set(res.findings) & set(att.entry.confirmed_by)
     ctx.evidence.append(EvidenceItem(res.id, "probe", f"re-check {call.name} on {call.host}: {res.summary}", host=call.host))
-    verdict = ("remediation verified: " if cleared else "remediation did not clear the fault: " if res.answered
-               else "remediation could not be verified: ")
-    ctx.dot.add("verification", 3, (parent,), text=verdict
+    said = ("remediation verified: " if cleared else "remediation did not clear the fault: " if res.answered
+            else "remediation could not be verified: ")
+    ctx.dot.add("verification", 3, (parent,), text=said
                 + res.summary, code=[" ".join(call.argv)], cites=[res.id])
 
 

@@ -275,6 +275,6 @@ def attribute(kb: KnowledgeBase, verdict: Verdict, hyps: Sequence[Hypothesis], r
     failed = [r for r in results if r.outcome in ("unreachable", "error")]
     if failed:
         hosts = sorted({r.host for r in failed})
-        claims.append((f"{', '.join(hosts)} could not be probed ({failed[0].summary}); that confirms nothing",
-                       [r.id for r in failed]))
+        claims.append((f"{len(failed)} probe(s) on {', '.join(hosts)} failed ({failed[0].summary}); "
+                       "a failed probe confirms nothing", [r.id for r in failed]))
     return Attribution(h.entry, round(0.25 * cscore + 0.1, 2), False, claims)

@@ -90,7 +90,7 @@ def main() -> int:
         by_class: dict[str, Counter[str]] = defaultdict(Counter)
         bad: list[str] = []
         runs = hangs = exit3 = silent = rejected_valid = unsafe = over_mem = multi_line = 0
-        worst = (0.0, "")
+        worst = (-float("inf"), "no run")
         for case in cases:
             size = case.size()
             verbs = case.verbs[:1] if args.quick else case.verbs

@@ -18,19 +18,22 @@ from __future__ import annotations
 
 import ast
 import io
-import json
+import math
 import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from collector.commops import layout
-from collector.errors import UserError
+from collector.contract import MAX_NS
+from collector.errors import TraceError, UserError
+from collector.limits import ENV, limits
 from collector.meta import JobMeta, RankInfo
+from collector.names import host_problem
+from collector.safeio import check_regular, load_json, read_regular
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import write_table
 
@@ -85,18 +88,14 @@ def _interval(created: int, started: Any, completed: Any, duration_ms: Any) -> t
 
 def load_dump(path: Path) -> dict[str, Any]:
     """One rank's dump as plain data; a one-line UserError for anything unreadable or hostile."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror})", "check the path and permissions") from exc
+    raw = read_regular(path, limits().dump_bytes, "dump_bytes")
     if not raw.strip():
         raise UserError(f"{path}: empty file", "re-dump the Flight Recorder; this rank wrote nothing")
     if raw.lstrip()[:1] in (b"{", b"["):
         try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-            raise UserError(f"{path}: not valid JSON{where}; truncated?",
+            data = load_json(raw, path)
+        except TraceError as exc:
+            raise UserError(f"{exc.what}; truncated?",
                             "re-dump with _dump_fr_trace_json() or pass the pickle dump") from exc
     else:
         try:
@@ -114,25 +113,42 @@ def load_dump(path: Path) -> dict[str, Any]:
     return data
 
 
-def _check_plain(obj: Any, path: Path, depth: int = 0) -> None:
-    if depth > 64:
-        raise UserError(f"{path}: nested too deeply", "this is not a Flight Recorder dump")
-    if not isinstance(obj, _PLAIN):
-        raise UserError(f"{path}: unexpected {type(obj).__name__}", "this is not a Flight Recorder dump")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_plain(k, path, depth + 1)
-            _check_plain(v, path, depth + 1)
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        for v in obj:
-            _check_plain(v, path, depth + 1)
+def _check_plain(obj: Any, path: Path) -> None:
+    """Every object is plain data, nesting is within the depth cap, and the walk is linear: a
+    container met again through a shared reference is not walked again (a 300-byte pickle of
+    shared references is a DAG whose tree is 2**levels nodes), and the objects walked are capped."""
+    lim = limits()
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    walked = 0
+    while stack:
+        o, depth = stack.pop()
+        if not isinstance(o, _PLAIN):
+            raise UserError(f"{path}: unexpected {type(o).__name__}", "this is not a Flight Recorder dump")
+        if not isinstance(o, (dict, list, tuple, set, frozenset)):
+            continue
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        walked += len(o)
+        if depth >= lim.json_depth:
+            raise UserError(f"{path}: nested deeper than {lim.json_depth} levels", "this is not a Flight Recorder dump")
+        if walked > lim.objects:
+            raise UserError(f"{path}: more than {lim.objects} objects", f"raise {ENV['objects']} if the dump is genuine")
+        items = [x for kv in o.items() for x in kv] if isinstance(o, dict) else o
+        stack.extend((v, depth + 1) for v in items)
 
 
 def rank_of(path: Path) -> int:
+    """The rank in a dump's file name (PREFIX<rank>), checked against the world-size cap."""
     m = re.search(r"(\d+)(\.json|\.pkl|\.pickle)?$", path.name)
     if not m:
         raise UserError(f"{path}: no rank number at the end of the file name",
                         "Flight Recorder names dumps PREFIX<rank>; rename the file or pass a directory of such files")
+    cap = limits().world_size
+    if len(m.group(1)) > 9 or int(m.group(1)) >= cap:
+        raise UserError(f"{path}: rank {m.group(1)[:12]} in the file name is beyond the {cap}-rank limit",
+                        f"rename the file to its rank, or raise {ENV['world_size']} for a larger job")
     return int(m.group(1))
 
 
@@ -163,11 +179,18 @@ class Imported:
 
 
 def _nbytes(entry: dict[str, Any]) -> int:
+    """Payload bytes from the input shapes; ValueError when the sizes do not fit int64."""
     sizes, dtypes = entry.get("input_sizes") or [], entry.get("input_dtypes") or []
     total = 0
     for i, shape in enumerate(sizes):
-        n = int(np.prod([int(d) for d in shape])) if shape else 1
+        n = 1
+        for d in shape if shape else []:
+            n *= _bounded(d, "input size", 0, INT64_MAX)
+            if n > INT64_MAX:
+                raise ValueError("input size overflows int64")
         total += n * DTYPE_BYTES.get(str(dtypes[i]) if i < len(dtypes) else "Float", 4)
+        if total > INT64_MAX:
+            raise ValueError("payload overflows int64")
     return total
 
 
@@ -176,7 +199,8 @@ def _tracks_starts(dump: dict[str, Any]) -> bool:
     the GPU only with TORCH_NCCL_ENABLE_TIMING=1 (else every operator stays "scheduled" until done).
     Timing is a job-wide setting, so one dump that records starts speaks for all."""
     for e in dump["entries"]:
-        if isinstance(e, dict) and (e.get("state") == "started" or (e.get("time_discovered_started_ns") or 0) > 0):
+        started = e.get("time_discovered_started_ns") if isinstance(e, dict) else None
+        if isinstance(e, dict) and (e.get("state") == "started" or (isinstance(started, int) and started > 0)):
             return True
     status = dump.get("pg_status")
     if isinstance(status, dict):
@@ -184,7 +208,7 @@ def _tracks_starts(dump: dict[str, Any]) -> bool:
             try:
                 if isinstance(st, dict) and int(st.get("last_started_collective", -1)) >= 0:
                     return True
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
     return False
 
@@ -196,18 +220,42 @@ HOST_KEYS = ("hostname", "host_name", "host", "node", "nodename")
 def dump_host(dump: dict[str, Any], path: Path, src: Path) -> str | None:
     """The host that wrote a dump: a host key in the dump, else the sub-directory of `src` it sits in
     (collectors gather dumps as HOST/PREFIX<rank>), else None."""
+    host = None
     for key in HOST_KEYS:
         v = dump.get(key)
         if isinstance(v, str) and v.strip():
-            return v.strip()
-    if src.is_dir() and path.parent != src and path.parent.parent == src:
-        return path.parent.name
-    return None
+            host = v.strip()
+            break
+    if host is None and src.is_dir() and path.parent != src and path.parent.parent == src:
+        host = path.parent.name
+    if host is not None and (why := host_problem(host)):  # it will name ssh targets and Slurm nodes
+        raise UserError(f"{path}: {why}", "name the dump's host (or its HOST/ directory) as the scheduler does")
+    return host
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _bounded(v: Any, what: str, lo: int, hi: int) -> int:
+    """An int in [lo, hi] (ValueError otherwise): every number from a dump is checked before use."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise ValueError(f"{what} {str(v)[:30]!r} is not a number")
+    if isinstance(v, float) and (not math.isfinite(v) or not v.is_integer()):
+        raise ValueError(f"{what} {v!r} is not a whole number")
+    if isinstance(v, str) and len(v) > 20:
+        raise ValueError(f"{what} {v[:30]!r} is not a number")
+    n = int(v)
+    if not lo <= n <= hi:
+        raise ValueError(f"{what} {n} outside {lo}..{hi}")
+    return n
 
 
 def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> None:
     acc.versions.add(str(dump.get("version", "")))
-    group_ranks = _pg_ranks(dump.get("pg_config"))
+    try:
+        group_ranks = _pg_ranks(dump.get("pg_config"))
+    except UserError as exc:
+        raise UserError(f"{path}: {exc.what}", exc.fix) from exc
     acc.tracks_starts |= _tracks_starts(dump)
     seen_ns = 0
     for i, e in enumerate(dump["entries"]):
@@ -227,13 +275,23 @@ def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> Non
             acc.groups.setdefault(g, set()).add(rank)
             acc.groups[g].update(group_ranks.get(pg_key, ()))
             p2p = op in ("send", "recv")
-            seq = int(e["p2p_seq_id"] if p2p else e["collective_seq_id"])
+            seq = _bounded(e["p2p_seq_id"] if p2p else e["collective_seq_id"], "seq id", 0, INT64_MAX)
             peer = _peer(rest, group_ranks.get(pg_key)) if p2p else -1
-            created = int(e["time_created_ns"])
+            if peer >= limits().world_size:
+                raise ValueError(f"peer {peer} beyond the world-size limit")
+            created = _bounded(e["time_created_ns"], "time_created_ns", 0, MAX_NS)
+            for key in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+                if e.get(key) is not None:
+                    _bounded(e[key], key, 0, MAX_NS)
+            dur = e.get("duration_ms")
+            if dur is not None and not (isinstance(dur, int | float) and not isinstance(dur, bool)
+                                        and math.isfinite(dur) and 0 <= dur <= 1e9):
+                raise ValueError(f"duration_ms {str(dur)[:30]!r} is not a duration")
             start, end = _interval(created, e.get("time_discovered_started_ns"),
-                                   e.get("time_discovered_completed_ns"), e.get("duration_ms"))
+                                   e.get("time_discovered_completed_ns"), dur)
             state = str(e.get("state", "scheduled"))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            nbytes = _nbytes(e)
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             raise UserError(f"{path}: entry {i} is malformed ({type(exc).__name__}: {exc})",
                             "entries need profiling_name, process_group, collective_seq_id, time_created_ns") from exc
         seen_ns = max(seen_ns, created, end)
@@ -241,12 +299,12 @@ def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> Non
             if state == "scheduled":
                 acc.scheduled.append((rank, g, seq))
             for k, v in (("rank", rank), ("group", g), ("op", op), ("seq", seq), ("peer", peer),
-                         ("nbytes", _nbytes(e)), ("start_ns", start), ("step", -1), ("seen_ns", 0),
+                         ("nbytes", nbytes), ("start_ns", start), ("step", -1), ("seen_ns", 0),
                          ("failed", False)):
                 acc.pending[k].append(v)
             continue
         for k, v in (("rank", rank), ("group", g), ("op", op), ("seq", seq), ("peer", peer),
-                     ("nbytes", _nbytes(e)), ("start_ns", start), ("end_ns", max(end, start)), ("step", -1)):
+                     ("nbytes", nbytes), ("start_ns", start), ("end_ns", min(max(end, start), MAX_NS)), ("step", -1)):
             acc.rows[k].append(v)
     acc.pending["seen_ns"] = [s or seen_ns for s in acc.pending["seen_ns"]]
 
@@ -282,17 +340,23 @@ def _check_entry(e: Any, i: int, path: Path) -> None:
 
 def _pg_ranks(pg_config: Any) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
+    cap = limits().world_size
     if not isinstance(pg_config, dict):
         return out
     for key, cfg in pg_config.items():
         try:
             ranks = cfg.get("ranks", []) if isinstance(cfg, dict) else []
             if isinstance(ranks, str):
+                if len(ranks) > 16 * cap:
+                    continue
                 ranks = ast.literal_eval(ranks)  # torch writes '[0, 1]'; literal_eval runs no code
             if ranks:
-                out[str(key)] = [int(r) for r in ranks]
-        except (ValueError, SyntaxError, TypeError):
-            continue
+                if not isinstance(ranks, list | tuple) or len(ranks) > cap:
+                    raise ValueError(f"{len(ranks)} ranks, over the {cap}-rank limit")
+                out[str(key)] = [_bounded(r, "group rank", 0, cap - 1) for r in ranks]
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError, OverflowError) as exc:
+            raise UserError(f"pg_config group {str(key)[:40]!r}: ranks are not a list of ranks ({exc})",
+                            f"a group lists global ranks below the {cap}-rank limit ({ENV['world_size']})") from exc
     return out
 
 
@@ -308,7 +372,8 @@ def _peer(rest: str, ranks: list[int] | None) -> int:
 def dump_files(src: Path) -> list[Path]:
     if not src.exists():
         raise UserError(f"{src}: no such file or directory", "pass a Flight Recorder dump or a directory of them")
-    if src.is_file():
+    if not src.is_dir():
+        check_regular(src)  # a FIFO or device would block the reader
         return [src]
     inner = [src, *sorted(d for d in src.iterdir() if d.is_dir() and not d.name.startswith("."))]
     files = [p for d in inner for p in sorted(d.iterdir())
@@ -321,6 +386,10 @@ def dump_files(src: Path) -> list[Path]:
 
 def import_flight_recorder(src: Path, out: Path, world_size: int | None = None, job: str | None = None) -> JobMeta:
     """Read every dump under `src` and write a trace (meta.json, commops.parquet, pending.parquet)."""
+    cap = limits().world_size
+    if world_size is not None and not 1 <= world_size <= cap:
+        raise UserError(f"--world-size {world_size} is outside 1..{cap}",
+                        f"give the job's number of ranks (raise {ENV['world_size']} for a larger job)")
     acc = Imported()
     ranks: list[int] = []
     for f in dump_files(src):
@@ -337,6 +406,9 @@ def import_flight_recorder(src: Path, out: Path, world_size: int | None = None, 
         raise UserError(f"{src}: no communication entries in the dump(s)",
                         "dump after the job ran collectives, with TORCH_FR_BUFFER_SIZE > 0")
     world = max(world_size or 0, max(ranks) + 1, *(max(g) + 1 for g in acc.groups.values() if g))
+    if world > limits().world_size or (world_size and world > world_size):
+        raise UserError(f"{src}: ranks up to {world - 1} for a world of {world_size or limits().world_size}",
+                        f"pass the job's --world-size, or raise {ENV['world_size']} for a larger job")
     if "world" in acc.groups or world_size:
         acc.groups["world"] = set(range(world))
     meta = JobMeta(

@@ -18,6 +18,7 @@ import pyarrow.csv as pacsv
 
 from collector.errors import UserError
 from collector.pcap import PacketFields, ReadStats, format_ips, iter_packets
+from collector.safeio import check_regular
 from collector.schema import FLOW_PROTOS, FLOWS_SCHEMA, ROCE_UDP_PORT
 
 #: default burst gap: longer than packet spacing inside a collective, shorter than compute phases
@@ -195,6 +196,7 @@ def read_flow_records(path: Path) -> pa.Table:
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such flow-record file", "pass a CSV exported by your flow collector")
+    check_regular(path)  # a FIFO or device would block the reader
     try:
         df = pacsv.read_csv(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:

@@ -17,7 +17,7 @@ partial rank set is recorded as such (meta.json `ranks_present`, `ranks_missing`
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import zlib
 from itertools import pairwise
@@ -28,9 +28,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from collector.errors import UserError
+from collector.contract import MAX_NS
+from collector.errors import TraceError, UserError
 from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, group_name
-from collector.meta import JobMeta, RankInfo
+from collector.limits import ENV, limits
+from collector.meta import JobMeta, RankInfo, as_int
+from collector.names import host_problem
+from collector.safeio import load_json, read_regular
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import write_table
 
@@ -59,15 +63,14 @@ def gunzip(raw: bytes, path: Path, cap: int = MAX_TRACE_BYTES) -> bytes:
 
 
 def load_trace(path: Path) -> dict[str, Any]:
+    """One profiler trace as JSON: a regular file within the size and depth caps."""
+    raw = read_regular(path, limits().dump_bytes, "dump_bytes")
     try:
-        raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":  # gzip, whatever the name says
-            raw = gunzip(raw, path)
-        data = json.loads(raw)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror})", "check the path") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON; truncated?", "pass the file written by export_chrome_trace()") from exc
+            raw = gunzip(raw, path, min(MAX_TRACE_BYTES, limits().dump_bytes, limits().gzip_ratio * len(raw)))
+        data = load_json(raw, path)
+    except TraceError as exc:
+        raise UserError(f"{exc.what}; truncated?", "pass the file written by export_chrome_trace()") from exc
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -76,13 +79,16 @@ def load_trace(path: Path) -> dict[str, Any]:
 
 
 def _rank(path: Path, data: dict[str, Any]) -> int:
+    """The rank from distributedInfo, else from the file name; checked against the world-size cap."""
     info = data.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"])
+    cap = limits().world_size
+    fix = f"a rank is 0..world_size-1; raise {ENV['world_size']} for a larger job"
+    if isinstance(info, dict) and "rank" in info:
+        return as_int(info["rank"], f"{path}: distributedInfo.rank", 0, cap - 1, fix)
     m = re.search(r"(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$", path.name)
     if not m:
         raise UserError(f"{path}: cannot tell which rank wrote it", "name the file ...<rank>.json or keep distributedInfo")
-    return int(m.group(1))
+    return as_int(m.group(1)[:12], f"{path}: rank in the file name", 0, cap - 1, fix)
 
 
 def _scan(events: list[Any]) -> dict[str, list[dict[str, Any]]]:
@@ -151,8 +157,9 @@ def _row(kind: str, e: dict[str, Any], by_ext: dict[Any, dict[str, Any]]) -> tup
     peer = args.get("Dst Rank", args.get("Src Rank", args.get("Peer Rank", -1)))
     try:
         return op, group, int(nelems) * size, int(peer)
-    except (TypeError, ValueError):
-        return op, group, 0, -1
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise UserError(f"event '{name[:60]}': message size {str(nelems)[:20]!r} or peer {str(peer)[:20]!r} "
+                        "is not an integer", "this trace is corrupt; re-export it") from exc
 
 
 def step_spans(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -206,19 +213,30 @@ def trace_files(src: Path) -> list[Path]:
 
 def _rows_of(f: Path, data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     """One file's communication rows (op, group, nbytes, peer, start_ns, end_ns, step) and their source."""
-    base = int(data.get("baseTimeNanoseconds", 0) or 0)
+    base = as_int(data.get("baseTimeNanoseconds", 0) or 0, f"{f}: baseTimeNanoseconds", 0, MAX_NS)
+    cap = limits().world_size
     scan = _scan(data["traceEvents"])
     kind, comm, by_ext = _comm_events(scan)
     launches = _launch_times(scan["runtime"]) if kind == "nccl-kernel" else {}
     rows, cpu_ts = [], []
     for e in comm:
-        r = _row(kind, e, by_ext)
+        try:
+            r = _row(kind, e, by_ext)
+        except UserError as exc:
+            raise UserError(f"{f}: {exc.what}", exc.fix) from exc
         if r is None:
             continue
         try:
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(f"{f}: event '{e.get('name')}' has no numeric ts/dur", "this is not a Chrome trace") from exc
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise UserError(f"{f}: event '{str(e.get('name'))[:60]}' has no numeric ts/dur", "this is not a Chrome trace") from exc
+        if not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0 and 0 <= base + (ts + dur) * 1e3 <= MAX_NS
+                and base + ts * 1e3 >= 0):
+            raise UserError(f"{f}: event '{str(e.get('name'))[:60]}' has ts {ts!r} / dur {dur!r} out of range",
+                            "ts and dur are microseconds (finite, dur >= 0); this trace is corrupt")
+        if abs(r[2]) > 2**62 or not -1 <= r[3] < cap:
+            raise UserError(f"{f}: event '{str(e.get('name'))[:60]}' has a message size or peer out of range",
+                            "this trace is corrupt")
         rows.append((*r, base + int(ts * 1e3), base + int((ts + dur) * 1e3)))
         if kind == "nccl-kernel":  # a kernel runs on the GPU later; its step is where it was launched
             a = _args(e)
@@ -226,17 +244,27 @@ def _rows_of(f: Path, data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
             ts = launches.get(a.get("correlation"), launcher.get("ts", ts))
         cpu_ts.append(float(ts))
     df = pd.DataFrame(rows, columns=["op", "group", "nbytes", "peer", "start_ns", "end_ns"])
-    df["step"] = steps_at(np.asarray(cpu_ts, dtype=np.float64), step_spans(scan["step"])).astype(np.int32)
+    steps = steps_at(np.asarray(cpu_ts, dtype=np.float64), step_spans(scan["step"]))
+    if steps.size and int(steps.max()) > limits().max_step:
+        raise UserError(f"{f}: ProfilerStep#{int(steps.max())} is beyond step {limits().max_step}",
+                        f"raise {ENV['max_step']} if the job really ran that long")
+    df["step"] = steps.astype(np.int32)
     return kind, df
 
 
-def _declared(info: dict[str, Any]) -> dict[str, list[int]]:
-    """Process groups `distributedInfo.pg_config` declares: contract name -> global ranks."""
+def _declared(info: dict[str, Any], f: Path) -> dict[str, list[int]]:
+    """Process groups `distributedInfo.pg_config` declares: contract name -> global ranks (each
+    checked against the world-size cap before anything is built from it)."""
     out: dict[str, list[int]] = {}
     cfg = info.get("pg_config")
+    cap = limits().world_size
     for pg in cfg if isinstance(cfg, list) else []:
         try:
-            ranks = [int(r) for r in pg.get("ranks", [])]
+            raw = pg.get("ranks", [])
+            if not isinstance(raw, list) or len(raw) > cap:
+                raise TypeError("not a list of ranks")
+            ranks = [as_int(r, f"{f}: pg_config rank", 0, cap - 1, f"raise {ENV['world_size']} for a larger job")
+                     for r in raw]
             if ranks:
                 out[group_name((str(pg.get("pg_name", "")), str(pg.get("pg_desc", ""))))] = ranks
         except (AttributeError, TypeError, ValueError):
@@ -257,10 +285,14 @@ def import_kineto(src: Path, out: Path, job: str | None = None) -> JobMeta:
         rank = _rank(f, data)
         raw_info = data.get("distributedInfo")
         info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
-        world = max(world, int(info.get("world_size", 0) or 0), rank + 1)
-        for g, members in _declared(info).items():
+        cap = limits().world_size
+        world = max(world, as_int(info.get("world_size", 0) or 0, f"{f}: distributedInfo.world_size", 0, cap,
+                                  f"raise {ENV['world_size']} for a larger job"), rank + 1)
+        for g, members in _declared(info, f).items():
             groups.setdefault(g, set()).update(members)
         hosts[rank] = str(data.get("host_name", "unknown"))
+        if why := host_problem(hosts[rank]):
+            raise UserError(f"{f}: host_name: {why}", "profile on hosts with RFC 1123 names, or fix host_name")
         kind, df = _rows_of(f, data)
         frames.setdefault(rank, [])
         if len(df):

@@ -8,7 +8,6 @@ its masked shape is new too, fed to Drain3. Repeated lines cost a hash lookup.
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,8 @@ import pyarrow.compute as pc
 from drain3.drain import Drain
 
 from collector.errors import TraceError
+from collector.limits import ENV, limits
+from collector.safeio import check_log_file, gunzip_bounded, read_regular
 
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 #: masks applied to each new digit-folded line, in order (IPs before numbers, paths before words)
@@ -106,18 +107,46 @@ class ParsedLogs:
         return f"{self.files[int(self.host[i])]}:{int(self.line[i])}"
 
 
+#: bytes that never occur in a text log (C0 controls other than tab, newline, CR, ESC; DEL)
+_BINARY = bytes([*range(0, 9), 11, 12, *range(14, 27), *range(28, 32), 127])
+
+
 def read_log(path: Path) -> bytes:
-    """A log file's bytes, gunzipped when it is gzip (by suffix or magic)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read log ({exc.strerror})", "check the path and permissions") from exc
+    """A log file's bytes, gunzipped when it is gzip (by magic), within the budget.
+
+    Regular files only (a FIFO would block), decompressed size capped before it is held (a gzip
+    bomb), binary data refused (random bytes are not a log to find failures in), and lines longer
+    than the line cap cut to it (so no single line can stall template mining).
+    """
+    lim = limits()
+    check_log_file(path)
+    data = read_regular(path, lim.log_bytes, "log_bytes")
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise TraceError(f"{path}: corrupt gzip log ({exc})", "re-fetch the log or gunzip it by hand") from exc
-    return data
+        data = gunzip_bounded(data, min(lim.log_bytes, lim.gzip_ratio * len(data)), path)
+    if data.count(b"\n") > lim.log_lines:
+        raise TraceError(f"{path}: more than {lim.log_lines} lines",
+                         f"raise {ENV['log_lines']} if the log is genuine, or cut it to the window of interest")
+    sample = data[:1 << 16]
+    if sample:
+        bad = len(sample) - len(sample.translate(None, _BINARY))
+        bad += sample.decode("utf-8", "replace").count("\ufffd")
+        if bad > 0.05 * len(sample) + 8:
+            raise TraceError(f"{path}: not a text log ({bad} binary bytes in its first {len(sample)})",
+                             "logs/ holds each host's plain-text (or gzipped) training log")
+    return _cut_long_lines(data, lim.line_bytes)
+
+
+def _cut_long_lines(data: bytes, cap: int) -> bytes:
+    """Lines over `cap` bytes are cut to `cap` (a Python loop only when such a line exists)."""
+    pos, n = 0, len(data)
+    while n - pos > cap:  # each window of cap+1 bytes must hold a newline; jumps ~cap bytes a step
+        nl = data.rfind(b"\n", pos, pos + cap + 1)
+        if nl < 0:
+            break
+        pos = nl + 1
+    else:
+        return data
+    return b"\n".join(line[:cap] for line in data.split(b"\n"))
 
 
 def host_of_file(path: Path) -> str:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collector.errors import TraceError
+from collector.limits import ENV, limits
+from collector.safeio import load_json, read_regular
 
 PARALLEL_DIMS = ("dp", "tp", "pp", "ep", "cp")
 
@@ -66,16 +69,33 @@ class JobMeta:
         for key in ("job", "world_size", "ranks"):
             if key not in raw:
                 raise TraceError(f"{source}: missing key '{key}'", "add it (see DESIGN.md meta.json)")
+        cap = limits().world_size
+        world = as_int(raw["world_size"], f"{source}: world_size", 1, cap, f"raise {ENV['world_size']} for a larger job")
+        for key, kind in (("ranks", dict), ("groups", dict), ("parallelism", dict), ("topology", dict)):
+            if key in raw and not isinstance(raw[key], kind):
+                raise TraceError(f"{source}: '{key}' is a {type(raw[key]).__name__}, not an object",
+                                 "see DESIGN.md for the meta.json layout")
+        if len(raw["ranks"]) > world:
+            raise TraceError(f"{source}: {len(raw['ranks'])} ranks listed for world_size {world}",
+                             "list ranks 0..world_size-1 once each")
         try:
-            world = int(raw["world_size"])
-            ranks = {
-                int(r): RankInfo(host=str(v["host"]), gpu=int(v.get("gpu", 0)), ip=str(v.get("ip", "")))
-                for r, v in raw["ranks"].items()
-            }
-            groups = {str(g): [int(x) for x in members] for g, members in raw.get("groups", {}).items()}
-            par = {str(k): int(v) for k, v in raw.get("parallelism", {}).items()}
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise TraceError(f"{source}: malformed entry ({exc})", "ranks need host and gpu; groups are lists of ranks") from exc
+            ranks = {}
+            for r, v in raw["ranks"].items():
+                rank = as_int(r, f"{source}: rank key", 0, world - 1, "ranks run 0..world_size-1")
+                if not isinstance(v, dict):
+                    raise TraceError(f"{source}: rank {rank} is not an object", 'give {"host": ..., "gpu": ...}')
+                ranks[rank] = RankInfo(host=str(v["host"]), gpu=as_int(v.get("gpu", 0), f"{source}: rank {rank} gpu", 0, 1023),
+                                       ip=str(v.get("ip", "")))
+            groups: dict[str, list[int]] = {}
+            for g, members in raw.get("groups", {}).items():
+                if not isinstance(members, list):
+                    raise TraceError(f"{source}: group '{str(g)[:40]}' is not a list of ranks", "groups are lists of ranks")
+                groups[str(g)] = [as_int(x, f"{source}: group '{str(g)[:40]}' member", 0, world - 1,
+                                         "groups may only hold ranks 0..world_size-1") for x in members]
+            par = {str(k): as_int(v, f"{source}: parallelism {str(k)[:20]}", 1, world)
+                   for k, v in raw.get("parallelism", {}).items()}
+        except KeyError as exc:
+            raise TraceError(f"{source}: malformed entry (missing {exc})", "ranks need host and gpu; groups are lists of ranks") from exc
         known = {"job", "world_size", "ranks", "groups", "parallelism", "topology"}
         return cls(
             job=str(raw["job"]),
@@ -91,10 +111,7 @@ class JobMeta:
     def load(cls, path: Path) -> JobMeta:
         if not path.exists():
             raise TraceError(f"{path}: meta.json not found", "every trace needs meta.json (see DESIGN.md)")
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{path}: not valid JSON (line {exc.lineno})", "fix or regenerate meta.json") from exc
+        raw = load_json(read_regular(path, limits().meta_bytes, "meta_bytes"), path)
         return cls.from_dict(raw, str(path))
 
     def save(self, path: Path) -> None:
@@ -115,6 +132,26 @@ def coverage_note(meta: JobMeta) -> str | None:
     return (f"partial job: the trace holds rank(s) {span(present)} of world size {meta.world_size}; no trace from "
             f"rank(s) {span(missing)}. Steps and the present ranks' operators are judged; a missing rank's own "
             "times are unknown, so a slow or stuck missing rank shows only as present ranks waiting and cannot be named")
+
+
+def as_int(value: Any, what: str, lo: int, hi: int, fix: str = "") -> int:
+    """An integer in [lo, hi] from JSON (int, integral finite float, or digit string); TraceError otherwise."""
+    if isinstance(value, bool):
+        raise TraceError(f"{what} is a boolean, not an integer", fix or "give a whole number")
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise TraceError(f"{what} is {value}, not a whole number", fix or "give a whole number")
+        value = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if not text.lstrip("-").isdigit() or len(text) > 20:
+            raise TraceError(f"{what} is {value[:30]!r}, not an integer", fix or "give a whole number")
+        value = int(text)
+    elif not isinstance(value, int):
+        raise TraceError(f"{what} is a {type(value).__name__}, not an integer", fix or "give a whole number")
+    if not lo <= value <= hi:
+        raise TraceError(f"{what} is {value}, outside {lo}..{hi}", fix or f"give a number in {lo}..{hi}")
+    return value
 
 
 def _natural_key(name: str) -> tuple[Any, ...]:

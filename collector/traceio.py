@@ -21,8 +21,10 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from collector.contract import commops_problems, flows_problems, hang_snapshot, meta_problems
 from collector.errors import TraceError
 from collector.meta import JobMeta
+from collector.safeio import check_log_file, check_regular
 from collector.schema import EVIDENCE
 
 FORMATS = (".parquet", ".jsonl", ".csv")
@@ -35,7 +37,7 @@ def find_evidence(trace: Path, kind: str) -> Path | None:
     stem = EVIDENCE[kind][0]
     for ext in FORMATS:
         p = trace / f"{stem}{ext}"
-        if p.is_file():
+        if p.exists() and not p.is_dir():
             return p
     shard_dir = trace / stem
     if shard_dir.is_dir() and any(shard_dir.glob("*.parquet")):
@@ -75,6 +77,8 @@ def read_table(
     filter_expr: ds.Expression | None = None,
 ) -> pa.Table:
     """Read one evidence file or shard directory into an Arrow table with the contract's types."""
+    for f in sorted(path.glob("*.parquet")) if path.is_dir() else [path]:
+        check_regular(f)  # a FIFO or device would block the reader
     try:
         if path.is_dir() or path.suffix == ".parquet":
             dataset = ds.dataset(path, format="parquet")
@@ -91,10 +95,11 @@ def read_table(
             table = pacsv.read_csv(path)
         else:
             raise TraceError(f"{path}: unknown format", f"use one of {', '.join(FORMATS)}")
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowKeyError, OSError,
+            ValueError, IndexError) as exc:
         if isinstance(exc, TraceError):
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise TraceError(f"{path}: cannot be read ({first})", "check that the file is complete and in the format its name says") from exc
     table = _conform(table, schema, path)
     if filter_expr is not None:
@@ -271,8 +276,16 @@ class Trace:
         if not p.is_dir():
             raise TraceError(f"{p}: a trace is a directory, not a file", "pass the directory that holds meta.json")
         meta = JobMeta.load(p / "meta.json")
+        problems = meta_problems(meta, str(p / "meta.json"))
+        if problems:
+            raise TraceError(f"{problems[0].where}: {problems[0].what}", problems[0].fix)
+        for log in log_paths(p):
+            check_log_file(log)  # a FIFO would block every verb that reads logs; a bomb fill its memory
         evidence = {k: f for k in EVIDENCE if (f := find_evidence(p, k)) is not None}
-        if not evidence and not any(p.joinpath("logs").glob("*.log*")):
+        for f in evidence.values():
+            for part in sorted(f.glob("*.parquet")) if f.is_dir() else [f]:
+                check_regular(part)
+        if not evidence and not log_paths(p):
             raise TraceError(
                 f"{p}: no evidence file",
                 "add commops.parquet, flows.parquet or logs/<host>.log (see DESIGN.md)",
@@ -281,7 +294,7 @@ class Trace:
 
     def has(self, kind: str) -> bool:
         if kind == "logs":
-            return any(self.path.joinpath("logs").glob("*.log*"))
+            return bool(log_paths(self.path))
         return kind in self.evidence
 
     def table(
@@ -292,7 +305,15 @@ class Trace:
     ) -> pa.Table:
         if kind not in self.evidence:
             raise TraceError(f"{self.path}: trace has no {kind} evidence", f"add {EVIDENCE[kind][0]}.parquet")
-        return read_table(self.evidence[kind], EVIDENCE[kind][1], columns, filter_expr)
+        table = read_table(self.evidence[kind], EVIDENCE[kind][1], columns, filter_expr)
+        where = str(self.evidence[kind])
+        if kind == "commops":
+            problems = commops_problems(table, self.meta, where, pending=table.num_rows == 0 and hang_snapshot(self.path))
+        else:
+            problems = flows_problems(table, where)
+        if problems and not (table.num_rows == 0 and filter_expr is not None):
+            raise TraceError(f"{problems[0].where}: {problems[0].what}", problems[0].fix)
+        return table
 
     def commops(self, columns: Sequence[str] | None = None, ranks: Iterable[int] | None = None,
                 steps: tuple[int, int] | None = None) -> pd.DataFrame:
@@ -309,9 +330,15 @@ class Trace:
         return self.table("flows").to_pandas()
 
     def log_files(self) -> list[Path]:
-        return sorted(self.path.joinpath("logs").glob("*.log*"))
+        return log_paths(self.path)
 
     def truth(self) -> dict | None:
         """Ground truth, for tests and evaluation only (DESIGN.md: nothing else reads it)."""
         p = self.path / "truth.json"
         return json.loads(p.read_text()) if p.exists() else None
+
+
+def log_paths(trace: Path) -> list[Path]:
+    """`logs/<host>.log[.gz]` of a trace, sorted; what they are (FIFOs too) is checked when read."""
+    logs = trace / "logs"
+    return sorted(p for p in logs.glob("*.log*") if not p.is_dir()) if logs.is_dir() else []

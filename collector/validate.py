@@ -1,121 +1,51 @@
-"""Strict validation of a trace directory against the contract; every problem, one line each."""
+"""Strict validation of a trace directory against the contract; every problem, one line each.
+
+The checks themselves live in collector.contract and are the same ones every reader applies,
+so a trace `laggard validate` accepts is one no verb crashes on.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pyarrow.compute as pc
-
+from collector.contract import (
+    Problem,
+    commops_problems,
+    flows_problems,
+    hang_snapshot,
+    log_problems,
+    meta_problems,
+)
 from collector.errors import TraceError
 from collector.meta import JobMeta
-from collector.schema import EVIDENCE, FLOW_PROTOS, OPS
-from collector.traceio import find_evidence, read_table
+from collector.schema import EVIDENCE
+from collector.traceio import find_evidence, log_paths, read_table
 
-
-@dataclass(frozen=True)
-class Problem:
-    where: str
-    what: str
-    fix: str
-
-    def line(self) -> str:
-        return f"{self.where}: {self.what} — {self.fix}"
+__all__ = ["Problem", "validate_trace"]
 
 
 def validate_trace(path: Path) -> list[Problem]:
-    """Check meta and every evidence file; return all problems found (empty list = valid)."""
-    problems: list[Problem] = []
+    """Check meta, every evidence file and logs/; return all problems found (empty list = valid)."""
     if not path.is_dir():
         return [Problem(str(path), "not a trace directory", "pass the directory that holds meta.json")]
     try:
         meta = JobMeta.load(path / "meta.json")
     except TraceError as exc:
         return [Problem(str(path / "meta.json"), exc.what.split(": ", 1)[-1], exc.fix)]
-    problems += _check_meta(meta, path / "meta.json")
+    problems = meta_problems(meta, str(path / "meta.json"))
     found = {k: f for k in EVIDENCE if (f := find_evidence(path, k)) is not None}
-    has_logs = any(path.joinpath("logs").glob("*.log*"))
-    if not found and not has_logs:
+    logs = log_paths(path)
+    if not found and not logs:
         problems.append(Problem(str(path), "no evidence file", "add commops.parquet, flows.parquet or logs/<host>.log"))
-    if "commops" in found:
-        problems += _check_commops(found["commops"], meta)
-    if "flows" in found:
-        problems += _check_flows(found["flows"])
+    for kind, f in found.items():
+        try:
+            table = read_table(f, EVIDENCE[kind][1])
+        except TraceError as exc:
+            problems.append(Problem(str(f), exc.what.split(": ", 1)[-1], exc.fix))
+            continue
+        if kind == "commops":
+            problems += commops_problems(table, meta, str(f), full=True, pending=hang_snapshot(path))
+        else:
+            problems += flows_problems(table, str(f))
+    problems += log_problems(logs)
     return problems
-
-
-def _check_meta(meta: JobMeta, where: Path) -> list[Problem]:
-    out: list[Problem] = []
-    w = str(where)
-    if meta.world_size <= 0:
-        out.append(Problem(w, f"world_size is {meta.world_size}", "set it to the number of ranks"))
-    if meta.ranks and set(meta.ranks) != set(range(meta.world_size)):
-        out.append(Problem(w, f"ranks cover {len(meta.ranks)} of world_size {meta.world_size}", "list ranks 0..world_size-1"))
-    for g, members in meta.groups.items():
-        bad = [m for m in members if m not in meta.ranks]
-        if bad:
-            out.append(Problem(w, f"group '{g}' names unknown rank(s) {bad[:5]}", "groups may only hold ranks listed in 'ranks'"))
-    return out
-
-
-def _has_pending(root: Path) -> bool:
-    """Whether the trace holds operators entered and never completed (pending.parquet or pending/)."""
-    from collector.commops.layout import read_pending
-
-    try:
-        pending = read_pending(root)
-    except (OSError, ValueError):  # unreadable pending files: the trace is judged without them
-        return False
-    return pending is not None and pending.num_rows > 0
-
-
-def _check_commops(path: Path, meta: JobMeta) -> list[Problem]:
-    where = str(path)
-    try:
-        t = read_table(path, EVIDENCE["commops"][1])
-    except TraceError as exc:
-        return [Problem(where, exc.what.split(": ", 1)[-1], exc.fix)]
-    out: list[Problem] = []
-    if t.num_rows == 0:
-        if _has_pending(path.parent):
-            return []  # a hang snapshot: every operator was entered and none completed
-        return [Problem(where, "empty: no operator rows", "record at least one step, or drop the file")]
-    rank = t.column("rank").to_numpy()
-    unknown = np.setdiff1d(np.unique(rank), np.fromiter(meta.ranks.keys(), dtype=np.int64, count=len(meta.ranks)))
-    if unknown.size:
-        out.append(Problem(where, f"rank(s) {unknown[:5].tolist()} not in meta.json ranks", "add them to meta.json or drop their rows"))
-    start = t.column("start_ns").to_numpy()
-    end = t.column("end_ns").to_numpy()
-    n_bad = int((end < start).sum())
-    if n_bad:
-        first = int(np.flatnonzero(end < start)[0])
-        out.append(Problem(where, f"{n_bad} row(s) with end_ns < start_ns (first at row {first})", "fix the clock source or drop those rows"))
-    ops = pc.unique(t.column("op")).to_pylist()
-    bad_ops = sorted(set(ops) - set(OPS))
-    if bad_ops:
-        out.append(Problem(where, f"unknown op(s) {bad_ops[:5]}", f"op must be one of {', '.join(OPS)}"))
-    keys = t.select(["rank", "group", "op", "seq", "peer"]).to_pandas()
-    dup = int(keys.duplicated().sum())
-    if dup:
-        out.append(Problem(where, f"{dup} duplicate row(s) (same rank, group, op, seq, peer)", "deduplicate; each rank logs an operator once"))
-    if (t.column("nbytes").to_numpy() < 0).any():
-        out.append(Problem(where, "negative nbytes", "payload sizes are >= 0"))
-    return out
-
-
-def _check_flows(path: Path) -> list[Problem]:
-    where = str(path)
-    try:
-        t = read_table(path, EVIDENCE["flows"][1])
-    except TraceError as exc:
-        return [Problem(where, exc.what.split(": ", 1)[-1], exc.fix)]
-    out: list[Problem] = []
-    if t.num_rows == 0:
-        return [Problem(where, "empty: no flow rows", "capture some traffic, or drop the file")]
-    if (t.column("end_ns").to_numpy() < t.column("start_ns").to_numpy()).any():
-        out.append(Problem(where, "row(s) with end_ns < start_ns", "fix the capture timestamps"))
-    protos = set(pc.unique(t.column("proto")).to_pylist()) - set(FLOW_PROTOS)
-    if protos:
-        out.append(Problem(where, f"unknown proto(s) {sorted(protos)}", f"proto must be one of {', '.join(FLOW_PROTOS)}"))
-    return out

@@ -7,10 +7,16 @@ matches this Protocol by shape and does not import explain/.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
+
+from collector.names import host_problem
+
+#: POSIX portable user names (what --ssh-user may be)
+USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 
 
 @runtime_checkable
@@ -66,8 +72,12 @@ class SSHBackend:
 
     def command(self, host: str, argv: Sequence[str]) -> list[str]:
         bad = [w for w in argv if not w or not set(w) <= self.SAFE]
-        if bad or host.startswith("-"):
-            raise ValueError(f"refusing to send {bad or [host]} over ssh: unsafe characters")
+        if bad:
+            raise ValueError(f"refusing to send {bad} over ssh: unsafe characters")
+        if why := host_problem(host):
+            raise ValueError(f"refusing to ssh: {why}")
+        if self.user is not None and not USER_RE.match(self.user):
+            raise ValueError(f"refusing to ssh as {self.user!r}: not a user name")
         target = f"{self.user}@{host}" if self.user else host
         return ["ssh", *self.options, target, "--", *argv]
 

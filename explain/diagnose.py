@@ -26,7 +26,7 @@ from explain.evidence import (
     verdict_evidence,
 )
 from explain.extract import Keys, extract_keys
-from explain.inventory import Inventory
+from explain.inventory import Inventory, InventoryError
 from explain.knowledge import KnowledgeBase, load_kb
 from explain.llm import (
     SCHEMA_ATTRIBUTE,
@@ -45,6 +45,7 @@ from explain.reasoner import (
     PlannedProbe,
     attribute,
     confirming,
+    fits_verdict,
     focus,
 )
 from explain.remediation import AuditLog, Proposal, apply, build_proposal
@@ -134,7 +135,11 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
     t0 = time.perf_counter()
     if kb is None or retriever is None:
         kb, retriever = shared_kb()
-    inv = Inventory.from_meta(trace.meta)
+    try:
+        inv = Inventory.from_meta(trace.meta)
+    except InventoryError as exc:  # refused before anything runs, and on record
+        (audit or AuditLog()).append("inventory.refused", job=verdict.job, reason=str(exc))
+        raise
     evidence = verdict_evidence(verdict)
     evidence += log_evidence(trace.log_files(), kb)
     evidence += alert_evidence(alert, kb)
@@ -217,7 +222,10 @@ def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothes
     """Run planned probes in order through the backend; stop once one confirms a hypothesis."""
     cand = focus(ctx.verdict)
     wanted = {h.entry.id for h in hyps} | {e.id for e in ctx.kb.by_kind(cand.kind)} if cand else set()
+    unreachable: set[str] = set()
     for p in plan:
+        if p.host in unreachable:
+            continue
         try:
             call = build_call(p.name, p.host, p.args, ctx.inventory)
         except ProbeRejected as exc:
@@ -227,16 +235,19 @@ def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothes
             continue
         rc, out = ctx.backend.run(call.host, call.argv, timeout)
         res = interpret(call, rc, out, f"P{len(ctx.results) + 1}")
-        if rc < 0:
-            res.summary = "not run (dry run)"
         ctx.results.append(res)
         ctx.audit.append("probe.run", job=ctx.verdict.job, probe=call.name, host=call.host, argv=call.argv,
-                         rc=rc, findings=res.findings, backend=ctx.backend.name)
+                         rc=rc, outcome=res.outcome, findings=res.findings, backend=ctx.backend.name)
+        if res.outcome == "unreachable":
+            unreachable.add(call.host)
+            ctx.flags.append(f"{res.summary}; {call.host} could not be probed, which confirms nothing and rules out nothing")
+        elif res.outcome == "error":
+            ctx.flags.append(f"probe {call.name} on {call.host} failed: {res.summary}; it confirms nothing")
         ctx.evidence.append(EvidenceItem(res.id, "probe", f"{call.name} on {call.host}: {res.summary}", host=call.host))
         parent = crit_nodes.get(p.for_entry)
         ctx.dot.add("verification", 3, (parent,) if parent else (), text=f"{call.name} on {call.host}: {res.summary}",
                     code=[" ".join(call.argv)], numbers={"exit_code": (rc, "")}, cites=[res.id],
-                    rules=[f"findings: {', '.join(res.findings) or 'none'}"])
+                    rules=[f"outcome: {res.outcome}", f"findings: {', '.join(res.findings) or 'none'}"])
         if set(confirming(ctx.kb, [res])) & wanted:
             break
 
@@ -251,14 +262,38 @@ def remediate(ctx: Context, att: Attribution, approve: bool, approver: Approver 
         target = {"host": host, "gpu": cand.gpu}
     props = [p for r in att.entry.remediation
              if (p := build_proposal(r.action, r.why, target, ctx.inventory, att.entry.id)) is not None]
+    why_not = actionable(ctx, att)
+    if why_not:
+        held = [p for p in props if p.argvs]
+        props = [p for p in props if not p.argvs]
+        if held:
+            ctx.flags.append(f"remediation not offered ({', '.join(p.action for p in held)}): {why_not}")
+            ctx.audit.append("remediation.withheld", job=ctx.verdict.job, cause=att.entry.id,
+                             actions=[p.action for p in held], reason=why_not)
     decide = approver or ((lambda _p: True) if approve else None)
-    if decide is not None and not att.confirmed and att.entry.probes:
-        ctx.flags.append("cause not confirmed by a probe: remediation left as a proposal")
-        decide = None
     apply(props, ctx.backend, ctx.audit, decide, ctx.verdict.job)
     if any(p.status == "executed" for p in props) and att.supported_by:
         recheck(ctx, att, final)
     return props
+
+
+def actionable(ctx: Context, att: Attribution) -> str | None:
+    """Why a cause may not lead to a command, or None: it must be confirmed by a probe that
+    answered (ok/abnormal) on the blamed device, and proposed by the localizer, not by log text."""
+    if not att.confirmed or not att.supported_by:
+        return "the cause was not confirmed by a successful probe"
+    by_id = {r.id: r for r in ctx.results}
+    support = [by_id[i] for i in att.supported_by if i in by_id]
+    if not support or not all(r.outcome == "abnormal" for r in support):
+        return "the cause was not confirmed by a successful probe"
+    if att.entry is not None and not fits_verdict(ctx.verdict, att.entry):
+        return (f"'{att.entry.title}' was suggested by log or alert text, not by the localizer's verdict; "
+                "log text may propose a cause, never confirm one")
+    cand = focus(ctx.verdict)
+    host = cand.host or (cand.hosts[0] if cand and cand.hosts else None) if cand else None
+    if host is not None and not any(r.host == host or (cand and r.host in (cand.hosts or [])) for r in support):
+        return f"the confirming probe ran on {support[0].host}, not on the blamed {host}"
+    return None
 
 
 def recheck(ctx: Context, att: Attribution, parent: str) -> None:
@@ -269,10 +304,12 @@ def recheck(ctx: Context, att: Attribution, parent: str) -> None:
     res = interpret(call, rc, out, f"P{len(ctx.results) + 1}")
     ctx.results.append(res)
     ctx.audit.append("probe.run", job=ctx.verdict.job, probe=call.name, host=call.host, argv=call.argv, rc=rc,
-                     findings=res.findings, backend=ctx.backend.name, purpose="verify remediation")
-    cleared = att.entry is not None and not set(res.findings) & set(att.entry.confirmed_by)
+                     outcome=res.outcome, findings=res.findings, backend=ctx.backend.name, purpose="verify remediation")
+    cleared = att.entry is not None and res.answered and not set(res.findings) & set(att.entry.confirmed_by)
     ctx.evidence.append(EvidenceItem(res.id, "probe", f"re-check {call.name} on {call.host}: {res.summary}", host=call.host))
-    ctx.dot.add("verification", 3, (parent,), text=("remediation verified: " if cleared else "remediation did not clear the fault: ")
+    said = ("remediation verified: " if cleared else "remediation did not clear the fault: " if res.answered
+            else "remediation could not be verified: ")
+    ctx.dot.add("verification", 3, (parent,), text=said
                 + res.summary, code=[" ".join(call.argv)], cites=[res.id])
 
 

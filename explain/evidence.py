@@ -96,7 +96,7 @@ def ids(items: Iterable[EvidenceItem]) -> set[str]:
     return {it.id for it in items}
 
 
-_CITE = re.compile(r"^[EALP]\d{1,4}$")
+_CITE = re.compile(r"^[EALP]\d{1,4}\Z")
 
 
 def valid_citation(ref: Any, known: set[str]) -> bool:

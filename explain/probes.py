@@ -1,5 +1,11 @@
 """The probe toolkit: named, whitelisted, read-only commands, each with a parser for its output.
 
+Every run ends in one typed outcome: `ok` (the tool answered, nothing wrong), `abnormal` (it
+answered and reported a fault), `unreachable` (the host could not be reached: ssh's own failure),
+`error` (the tool failed, timed out, is missing, or printed what its parser does not understand)
+or `not-run` (dry run). Only ok and abnormal are evidence; the others carry no findings, so they
+can neither confirm a cause nor count as "hardware clean".
+
 A probe is never a shell string. Its argv is a fixed template whose placeholders are whole
 tokens (`{gpu}`, `{iface}`) filled only after the arguments were checked against the job's
 inventory; the host is not part of the argv at all (the backend decides how to reach it).
@@ -13,11 +19,21 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from collector.names import nic_problem
 from explain.inventory import Inventory
 
-IFACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+Outcome = Literal["ok", "abnormal", "unreachable", "error", "not-run"]
+#: outcomes that are an answer from the device, and so evidence
+ANSWERED: tuple[Outcome, ...] = ("ok", "abnormal")
+#: what OpenSSH (exit 255) and friends print when the host itself could not be reached
+UNREACHABLE_RE = re.compile(
+    r"(?im)^(?:ssh: |kex_exchange_identification|Connection (?:closed|reset) by)|connection refused|"
+    r"could not resolve hostname|no route to host|connection timed out|network is unreachable|"
+    r"host key verification failed|permission denied \(publickey")
+#: nvidia-smi's own answer when a GPU is gone (non-zero exit, but the tool did answer)
+GPU_LOST_RE = re.compile(r"(?i)unable to determine the device handle|gpu is lost|no devices were found")
 
 
 @dataclass
@@ -27,6 +43,7 @@ class Parsed:
     findings: list[str] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
+    understood: bool = True  # False: the output is not what the tool prints, so it says nothing
 
 
 Parser = Callable[[str, Mapping[str, Any]], Parsed]
@@ -41,6 +58,8 @@ class ProbeSpec:
     parser: Parser
     findings: tuple[str, ...]
     keep_raw: bool = True  # False where raw output may hold secrets (process environments)
+    #: output by which the tool answers "device faulty" with a non-zero exit (else non-zero = error)
+    answers_failure: re.Pattern[str] | None = None
 
 
 class ProbeRejected(ValueError):
@@ -69,14 +88,21 @@ class ProbeResult:
     values: dict[str, Any]
     summary: str
     raw: str = ""
+    outcome: Outcome = "ok"
 
     @property
     def healthy(self) -> bool:
-        return self.rc == 0 and not self.findings
+        """The device answered and nothing was wrong (a failed probe is never healthy)."""
+        return self.outcome == "ok"
+
+    @property
+    def answered(self) -> bool:
+        return self.outcome in ANSWERED
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "probe": self.name, "host": self.host, "args": self.args, "argv": self.argv,
-                "rc": self.rc, "findings": self.findings, "values": self.values, "summary": self.summary}
+                "rc": self.rc, "outcome": self.outcome, "findings": self.findings, "values": self.values,
+                "summary": self.summary}
 
 
 # ---------------------------------------------------------------- parsers (pure)
@@ -103,11 +129,12 @@ def parse_gpu_clocks(out: str, args: Mapping[str, Any]) -> Parsed:
     p = Parsed()
     rows = {r[0]: r for r in _csv_rows(out) if len(r) >= 7}
     want = str(args.get("gpu")) if args.get("gpu") is not None else None
-    lost = re.search(r"(?i)unable to determine the device handle|gpu is lost|no devices were found", out)
-    if want is not None and (want not in rows or lost):
+    if want is not None and GPU_LOST_RE.search(out):
         p.findings.append("gpu.missing")
         p.summary = f"GPU {want} did not answer"
         return p
+    if want is not None and want not in rows:
+        return Parsed(summary=f"no row for GPU {want} in the output", understood=False)
     notes = []
     for idx, r in rows.items():
         sm, mx, temp, power, limit = (_num(x) for x in r[1:6])
@@ -370,8 +397,8 @@ def parse_ip_link(out: str, args: Mapping[str, Any]) -> Parsed:
     p = Parsed()
     try:
         links = json.loads(out or "[]")
-    except json.JSONDecodeError:
-        return Parsed(summary="unreadable ip output")
+    except (json.JSONDecodeError, RecursionError):
+        return Parsed(summary="unreadable ip output", understood=False)
     notes, mtus = [], {}
     for link in links if isinstance(links, list) else []:
         name = str(link.get("ifname", "?"))
@@ -513,7 +540,8 @@ def parse_nccl_env(out: str, args: Mapping[str, Any]) -> Parsed:
 
 def _spec(name: str, summary: str, argv: list[str], parser: Parser, findings: list[str],
           params: tuple[str, ...] = (), keep_raw: bool = True) -> ProbeSpec:
-    return ProbeSpec(name, summary, tuple(argv), params, parser, tuple(findings), keep_raw)
+    lost = GPU_LOST_RE if argv[0] == "nvidia-smi" and "gpu" in params else None
+    return ProbeSpec(name, summary, tuple(argv), params, parser, tuple(findings), keep_raw, lost)
 
 
 NVSMI_CSV = "--format=csv,noheader,nounits"
@@ -576,7 +604,7 @@ def build_call(name: str, host: Any, args: Mapping[str, Any] | None, inventory: 
     spec = CATALOG.get(name) if isinstance(name, str) else None
     if spec is None:
         raise ProbeRejected(f"'{name}' is not a whitelisted probe")
-    if not isinstance(host, str) or host not in inventory.hosts:
+    if not isinstance(host, str) or host not in inventory.hosts or inventory.check_host(host):
         raise ProbeRejected(f"host {host!r} is not part of job {inventory.job}")
     args = dict(args or {})
     clean: dict[str, Any] = {}
@@ -587,25 +615,53 @@ def build_call(name: str, host: Any, args: Mapping[str, Any] | None, inventory: 
             raise ProbeRejected(f"probe {name} needs argument '{param}'")
         val = args[param]
         if param == "gpu":
-            if isinstance(val, bool) or not isinstance(val, int | str) or not str(val).isdigit():
+            if isinstance(val, bool) or not isinstance(val, int | str) or not re.fullmatch(r"[0-9]{1,4}", str(val)):
                 raise ProbeRejected(f"gpu {val!r} is not a GPU index")
-            if int(val) not in inventory.gpus.get(host, ()):
-                raise ProbeRejected(f"gpu {val} is not a GPU of {host} in this job")
+            if why := inventory.check_gpu(host, int(val)):
+                raise ProbeRejected(why)
             clean[param] = int(val)
         elif param == "iface":
-            if not isinstance(val, str) or not IFACE_RE.match(val) or val not in inventory.nics.get(host, ()):
+            if nic_problem(val) or inventory.check_nic(host, val):
                 raise ProbeRejected(f"interface {val!r} is not a known NIC of {host}")
             clean[param] = val
     argv = [str(clean[tok[1:-1]]) if tok.startswith("{") and tok.endswith("}") else tok for tok in spec.argv]
     return ProbeCall(name, host, clean, argv)
 
 
+def outcome_of(spec: ProbeSpec, rc: int, out: str) -> Outcome | None:
+    """The outcome decided by the exit code and transport alone; None when the output must be parsed."""
+    if rc == -1:
+        return "not-run"
+    if rc == 0:
+        return None
+    if UNREACHABLE_RE.search(out):
+        return "unreachable"
+    if spec.answers_failure is not None and spec.answers_failure.search(out):
+        return None
+    return "error"
+
+
+def _first_line(out: str) -> str:
+    line = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
+    return "".join(c if c.isprintable() else "?" for c in line[:160])
+
+
 def interpret(call: ProbeCall, rc: int, out: str, probe_id: str) -> ProbeResult:
-    """Parse a finished probe; a failing command is a result too (rc, no findings)."""
+    """Parse a finished probe into a typed outcome; only an answer (ok/abnormal) carries findings."""
     spec = CATALOG[call.name]
-    if rc != 0 and not out.strip():
-        parsed = Parsed(summary=f"command failed (exit {rc})")
+    outcome = outcome_of(spec, rc, out)
+    if outcome == "not-run":
+        parsed = Parsed(summary="not run (dry run)")
+    elif outcome == "unreachable":
+        parsed = Parsed(summary=f"{call.host} could not be reached (exit {rc}: {_first_line(out)})")
+    elif outcome == "error":
+        what = {124: "timed out", 127: "command not found"}.get(rc, f"exit {rc}")
+        parsed = Parsed(summary=f"probe failed ({what}{': ' + _first_line(out) if out.strip() else ''})")
     else:
         parsed = spec.parser(out, call.args)
+        if not parsed.understood:
+            outcome, parsed = "error", Parsed(summary=f"output not understood: {parsed.summary}")
+        else:
+            outcome = "abnormal" if parsed.findings else "ok"
     return ProbeResult(probe_id, call.name, call.host, call.args, call.argv, rc, parsed.findings, parsed.values,
-                       parsed.summary, out[-4000:] if spec.keep_raw else "")
+                       parsed.summary, out[-4000:] if spec.keep_raw else "", outcome)

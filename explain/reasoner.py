@@ -82,6 +82,26 @@ def shared_host(verdict: Verdict) -> bool:
     return len(hosts) >= 3 and len(set(hosts)) == 1
 
 
+def verdict_kinds(verdict: Verdict) -> set[str]:
+    """Device kinds the localizer's verdict points at, and the kinds one level out (RELATED)."""
+    cand = focus(verdict)
+    if cand is None:
+        return set()
+    kinds = {cand.kind} | {c.kind for c in verdict.candidates[1:3] if c.score >= 0.8 * cand.score}
+    if cand.kind == "gpu" and shared_host(verdict):
+        kinds.add("host")
+    if from_the_start(verdict):
+        kinds |= {"config", "data"}
+    return kinds | {k for kind in list(kinds) for k in RELATED.get(kind, ())}
+
+
+def fits_verdict(verdict: Verdict, entry: Entry) -> bool:
+    """The entry explains what the localizer found (not only what some log line says)."""
+    if verdict.status == "hang" and entry.pattern == "hang":
+        return True
+    return bool(verdict_kinds(verdict) & set(entry.verdict_kinds))
+
+
 def probe_targets(probe: str, cand: Candidate, inv: Inventory) -> list[tuple[str, dict[str, Any]]]:
     """Hosts (and GPU / NIC arguments) a probe should run on to test a candidate device."""
     spec = CATALOG[probe]
@@ -144,7 +164,9 @@ class DeterministicReasoner:
             kind_rank = next((i for i, k in enumerate(kinds) if k in e.verdict_kinds), None)
             score = (0.45 * e.prior + 0.35 * sims.get(e.id, 0.0) / top_sim + 0.3 * said_sims.get(e.id, 0.0) / top_said
                      + (0.2 if want and e.pattern == want else 0.0)
-                     + (0.1 if kind_rank == 0 else 0.0) + (0.5 if cites else 0.0)
+                     + (0.1 if kind_rank == 0 else 0.0)
+                     # text proposes: a log hit lifts an entry that fits the verdict, and barely one that does not
+                     + ((0.5 if fits_verdict(verdict, e) else 0.1) if cites else 0.0)
                      + (0.3 if verdict.status == "hang" and e.pattern == "hang" else 0.0)
                      - (0.3 if verdict.status != "hang" and e.pattern == "hang" else 0.0))
             why = []
@@ -212,6 +234,8 @@ def confirming(kb: KnowledgeBase, results: Sequence[ProbeResult]) -> dict[str, l
     """entry id -> ids of probe results whose findings are in the entry's confirmed_by."""
     out: dict[str, list[str]] = {}
     for r in results:
+        if r.outcome != "abnormal":
+            continue
         for e in kb:
             if set(e.confirmed_by) & set(r.findings) and e.probes and r.name in e.probes:
                 out.setdefault(e.id, []).append(r.id)
@@ -226,7 +250,8 @@ def attribute(kb: KnowledgeBase, verdict: Verdict, hyps: Sequence[Hypothesis], r
     conf = confirming(kb, results)
     rank = {h.entry.id: i for i, h in enumerate(hyps)}
     if conf:
-        best = min(conf, key=lambda eid: (rank.get(eid, len(rank)), -kb.entries[eid].prior, eid))
+        best = min(conf, key=lambda eid: (not fits_verdict(verdict, kb.entries[eid]), rank.get(eid, len(rank)),
+                                          -kb.entries[eid].prior, eid))
         e = kb.entries[best]
         ids = conf[best]
         findings = sorted({f for r in results if r.id in ids for f in r.findings if f in e.confirmed_by})
@@ -237,7 +262,7 @@ def attribute(kb: KnowledgeBase, verdict: Verdict, hyps: Sequence[Hypothesis], r
     if not hyps:
         return Attribution(None, 0.0, False, [("no knowledge-base entry fits this verdict", ["E1"])])
     unprobed = [h for h in hyps if not h.entry.probes]
-    ran_any = bool(results)
+    ran_any = any(r.answered for r in results)
     if unprobed and (ran_any or hyps[0].entry is unprobed[0].entry):
         h = unprobed[0]
         healthy = [r.id for r in results if r.healthy]
@@ -246,5 +271,10 @@ def attribute(kb: KnowledgeBase, verdict: Verdict, hyps: Sequence[Hypothesis], r
             claims.append(("hardware probes found nothing wrong, which rules out a device fault", healthy))
         return Attribution(h.entry, round(min(0.9, 0.45 + 0.4 * cscore), 2), False, claims, healthy)
     h = hyps[0]
-    return Attribution(h.entry, round(0.25 * cscore + 0.1, 2), False,
-                       [(f"{h.entry.title} is the most likely cause but no probe confirmed it", h.cites or ["E2"])])
+    claims = [(f"{h.entry.title} is the most likely cause but no probe confirmed it", h.cites or ["E2"])]
+    failed = [r for r in results if r.outcome in ("unreachable", "error")]
+    if failed:
+        hosts = sorted({r.host for r in failed})
+        claims.append((f"{len(failed)} probe(s) on {', '.join(hosts)} failed ({failed[0].summary}); "
+                       "a failed probe confirms nothing", [r.id for r in failed]))
+    return Attribution(h.entry, round(0.25 * cscore + 0.1, 2), False, claims)

@@ -64,9 +64,9 @@ def build_proposal(action: str, why: str, target: dict[str, Any], inventory: Inv
     """Fill an action's templates from validated target values; None when the target lacks what it needs."""
     spec = ACTIONS[action]
     host, gpu = target.get("host"), target.get("gpu")
-    if "host" in spec.needs and host not in inventory.hosts:
+    if "host" in spec.needs and inventory.check_host(host):
         return None
-    if "gpu" in spec.needs and (gpu is None or int(gpu) not in inventory.gpus.get(str(host), ())):
+    if "gpu" in spec.needs and inventory.check_gpu(str(host), gpu):
         return None
     if "job" in spec.needs and not JOB_ID_RE.match(inventory.job):
         return None

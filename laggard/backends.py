@@ -33,6 +33,10 @@ def choose_backend(trace: Path, mode: str = "auto", ssh_user: str | None = None)
     if mode == "local":
         return LocalBackend()
     if mode == "ssh":
+        from explain.backends import USER_RE
+
+        if ssh_user is not None and not USER_RE.match(ssh_user):
+            raise UserError(f"--ssh-user {ssh_user[:40]!r} is not a user name", "give a plain login name, e.g. --ssh-user ops")
         return SSHBackend(user=ssh_user)
     if mode == "dry-run":
         return LocalBackend(dry_run=True)

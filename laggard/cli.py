@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from collector.errors import UserError
 from laggard import commands
+from laggard.cliutil import safe_text
 
 EPILOG = """\
 examples:
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"laggard {args.verb}: error: {exc}", file=sys.stderr)
+        print(f"laggard {args.verb}: error: {safe_text(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"laggard {args.verb}: interrupted", file=sys.stderr)
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("LAGGARD_DEBUG"):
             raise
         print(
-            f"laggard {args.verb}: internal error: {type(exc).__name__}: {exc} "
+            f"laggard {args.verb}: internal error: {type(exc).__name__}: {safe_text(str(exc)).replace(chr(10), ' ')[:300]} "
             "(set LAGGARD_DEBUG=1 for the traceback and please report it)",
             file=sys.stderr,
         )

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from collector.contract import commops_problems, hang_snapshot
 from collector.errors import TraceError
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import Trace
@@ -29,6 +30,10 @@ def read_commops(trace: Trace, columns: Sequence[str], expr: ds.Expression | Non
     path = trace.evidence.get("commops")
     if path is not None and (path.is_dir() or path.suffix == ".parquet"):
         table = _scan_parquet(path, columns, expr)
+        problems = commops_problems(table, trace.meta, str(path),  # the readers' one contract check
+                                    pending=table.num_rows == 0 and hang_snapshot(trace.path))
+        if problems and not (table.num_rows == 0 and expr is not None):
+            raise TraceError(f"{problems[0].where}: {problems[0].what}", problems[0].fix)
     else:
         table = trace.table("commops", list(columns), expr)
     cols = {}
@@ -56,7 +61,7 @@ def _scan_parquet(path: object, columns: Sequence[str], expr: ds.Expression | No
             raise TraceError(f"{path}: missing column(s) {', '.join(missing)}",
                              f"expected columns: {', '.join(COMMOPS_SCHEMA.names)}")
         table = dataset.to_table(columns=list(columns), filter=expr)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceError(f"{path}: cannot be read ({first})", "check that the file is complete Parquet") from exc
     out = []

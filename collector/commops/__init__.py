@@ -126,7 +126,8 @@ def stats() -> dict[str, Any]:
         return {}
     return {"rank": rec.rank, "recorded": rec.created(), "rows": w.rows if w else 0,
             "shards": w.shards if w else 0, "bytes": w.bytes if w else 0,
-            "dropped": w.dropped if w else 0, "errors": rec.errors, "writer_cpu_s": w.cpu_s if w else 0.0}
+            "dropped": w.dropped if w else 0, "write_failures": w.write_failures if w else 0, "errors": rec.errors,
+            "writer_cpu_s": w.cpu_s if w else 0.0}
 
 
 def detach() -> None:

@@ -7,6 +7,7 @@ and rank 0 refreshes meta.json. All failures are counted on the recorder, never 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -26,6 +27,13 @@ _OPS = pa.array(OPS, pa.string())
 STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.hang waits longer)
 SHARD_ROWS = 1 << 16  # periodic flushes buffer drained records and write a shard once this many are
 SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parquet write costs ms)
+MAX_BUFFER_ROWS = 8 * SHARD_ROWS  # kept in memory (32 MB) while the directory cannot be written; older are dropped
+
+
+def _say(text: str) -> None:
+    """One line on the job's stderr, written unbuffered from the writer thread; never raises."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"laggard commops: {text}\n".encode())
 
 
 class ShardWriter:
@@ -55,6 +63,8 @@ class ShardWriter:
         self.buffer: list[np.ndarray] = []  # drained records not written yet, (n, 8) int64 each
         self.buffered = 0
         self.buffered_since = 0.0
+        self.write_failures = 0  # shard writes that failed (each flush retries)
+        self.failing = False  # the last shard write failed: records are held, then dropped
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -124,11 +134,21 @@ class ShardWriter:
                 self.buffered += len(rows)
             if self.buffer and (write or final or self.buffered >= SHARD_ROWS
                                 or time.monotonic() - self.buffered_since >= SHARD_AGE_S):
-                self._write_shard(np.concatenate(self.buffer))
-                self.buffer, self.buffered = [], 0
+                try:
+                    self._write_shard(np.concatenate(self.buffer))
+                except OSError as exc:  # unwritable or full: hold a bounded backlog, retry next flush
+                    self._shard_failed(exc, final)
+                else:
+                    self.buffer, self.buffered = [], 0
+                    if self.failing:
+                        self.failing = False
+                        _say(f"writing to {self.root} again; {self.dropped} record(s) were dropped while it failed")
             pending = self._pending(final)
             # (CUDA ops stay in `in_flight` until the GPU passes their end event: pending, counted once)
             self.dropped = max(0, created - self.rows - self.buffered - len(pending))
+            if final and self.failing and self.buffered:
+                _say(f"{self.buffered} record(s) could not be written to {self.root} and are lost "
+                     f"({self.dropped} dropped in all)")
             if not final:  # an op entered a moment ago is ordinary: only stuck or failed ops are evidence
                 stale = time.time_ns() - STUCK_NS
                 pending = [(r, f) for r, f in pending if f or r[5] <= stale]
@@ -145,6 +165,20 @@ class ShardWriter:
             if not final and not write:
                 self.cpu_s += time.thread_time() - t0
             self.lock.release()
+
+    def _shard_failed(self, exc: OSError, final: bool) -> None:
+        """Say plainly, once per outage, that records are not being kept; drop the oldest past the cap."""
+        self.write_failures += 1
+        if not self.failing:
+            self.failing = True
+            _say(f"cannot write to {self.root} ({exc.strerror or exc}): holding at most {MAX_BUFFER_ROWS} records "
+                 f"and retrying every {self.interval:g} s; records beyond that are DROPPED (counted in "
+                 "ranks/*.json 'dropped'). Training is not affected.")
+        while self.buffered > MAX_BUFFER_ROWS and len(self.buffer) > 1:
+            self.buffered -= len(self.buffer.pop(0))
+        if self.buffered > MAX_BUFFER_ROWS:  # one huge drain: keep its newest rows
+            self.buffer = [self.buffer[0][-MAX_BUFFER_ROWS:]]
+            self.buffered = MAX_BUFFER_ROWS
 
     def _pending(self, final: bool) -> list[tuple[tuple[int, ...], bool]]:
         """(row, failed) of the ops begun and not completed: async works in flight, sync ops some

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
 from laggard.backends import MODES
-from laggard.cliutil import add_format, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
     from collector.traceio import Trace
@@ -53,18 +52,43 @@ def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
     from localize.verdict import Verdict
 
     if args.verdict:
+        from collector.limits import limits
+        from collector.safeio import load_json, read_regular
+
+        if not args.verdict.exists():
+            raise UserError(f"--verdict {args.verdict}: no such file", "write one with `laggard localize TRACE --format json`")
+        raw = load_json(read_regular(args.verdict, limits().meta_bytes, "meta_bytes"), args.verdict)
         try:
-            raw = json.loads(args.verdict.read_text())
-            return Verdict.from_dict(raw)
-        except FileNotFoundError:
-            raise UserError(f"--verdict {args.verdict}: no such file", "write one with `laggard localize TRACE --format json`") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise UserError(f"--verdict {args.verdict}: not a verdict ({exc})", "use `laggard localize --format json` output") from exc
+            verdict = Verdict.from_dict(raw)
+            _check_verdict(verdict)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UserError(f"--verdict {args.verdict}: not a verdict ({type(exc).__name__}: {str(exc)[:120]})",
+                            "use `laggard localize --format json` output") from exc
+        return verdict
     try:
         from localize.combine import localize_trace  # type: ignore[import-not-found]
     except ImportError:
         raise UserError("no localizer in this build", "pass --verdict FILE from `laggard localize --format json`") from None
     return localize_trace(trace, None)  # type: ignore[no-any-return]
+
+
+def _check_verdict(v: Verdict) -> None:
+    """Types and ranges the diagnosis relies on (ValueError/TypeError name the first that is off)."""
+    import math
+
+    if v.status not in ("healthy", "irregular", "hang") or not isinstance(v.job, str):
+        raise ValueError(f"status {str(v.status)[:20]!r} / job must be healthy|irregular|hang / a string")
+    if not math.isfinite(float(v.slowdown)) or not all(isinstance(s, int) and not isinstance(s, bool) for s in v.irregular_steps):
+        raise ValueError("slowdown must be finite and irregular_steps integers")
+    for c in v.candidates:
+        if not isinstance(c.kind, str) or not math.isfinite(float(c.score)):
+            raise ValueError("candidate kind must be a string and score finite")
+        for name in ("rank", "gpu"):
+            val = getattr(c, name)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int)):
+                raise TypeError(f"candidate {name} {str(val)[:20]!r} is not an integer")
+        if (c.host is not None and not isinstance(c.host, str)) or not isinstance(c.hosts or [], list):
+            raise TypeError("candidate host must be a string and hosts a list")
 
 
 def ask(prop: Proposal) -> bool:
@@ -106,40 +130,41 @@ def run(args: argparse.Namespace) -> int:
 
 def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
     steps = f" over steps {min(v.irregular_steps)}-{max(v.irregular_steps)}" if v.irregular_steps else ""
-    print(f"job {d.job}: {d.status}, slowdown {v.slowdown:.2f}x{steps}   [engine {d.engine}, probes {d.backend}]")
+    emit(f"job {d.job}: {d.status}, slowdown {v.slowdown:.2f}x{steps}   [engine {d.engine}, probes {d.backend}]")
     if d.cause is None:
-        print("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
+        emit("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
     else:
         how = "confirmed by probes" if d.confirmed else "NOT confirmed by a probe"
-        print(f"cause: {d.cause['title']} [{d.cause['category']}] on {d.device} — confidence {d.confidence:.2f}, {how}")
-        print(f"  {d.cause['text']}")
+        emit(f"cause: {d.cause['title']} [{d.cause['category']}] on {d.device} — confidence {d.confidence:.2f}, {how}")
+        emit(f"  {d.cause['text']}")
     if d.claims:
-        print("why:")
+        emit("why:")
         for c in d.claims:
-            print(f"  - {c['text']} [{', '.join(c['evidence'])}]")
-    print("evidence:")
+            emit(f"  - {c['text']} [{', '.join(c['evidence'])}]")
+    emit("evidence:")
     for e in d.evidence:
-        print(f"  {e['id']:4} {e['text']}")
-    print(f"probes run ({len(d.probes)}):")
+        emit(f"  {e['id']:4} {e['text']}")
+    emit(f"probes run ({len(d.probes)}):")
     for pr in d.probes:
         args = " ".join(f"{k}={v}" for k, v in pr["args"].items())
-        print(f"  {pr['id']:4} {pr['probe']} on {pr['host']} {args} -> {', '.join(pr['findings']) or 'ok'}: {pr['summary']}")
-        print(f"       $ {' '.join(pr['argv'])}")
+        found = f" ({', '.join(pr['findings'])})" if pr["findings"] else ""
+        emit(f"  {pr['id']:4} {pr['probe']} on {pr['host']} {args} -> {pr['outcome']}{found}: {pr['summary']}")
+        emit(f"       $ {' '.join(pr['argv'])}")
     for r in d.rejected:
-        print(f"  rejected: {r['probe']} on {r['host']}: {r['reason']}")
+        emit(f"  rejected: {r['probe']} on {r['host']}: {r['reason']}")
     if d.remediation:
         pending = any(r["status"] == "proposed" for r in d.remediation)
-        print("remediation" + (" (proposed; run again with --approve or --interactive to execute):" if pending else ":"))
+        emit("remediation" + (" (proposed; run again with --approve or --interactive to execute):" if pending else ":"))
         for r in d.remediation:
             cmd = "; ".join(" ".join(a) for a in r["argvs"]) or "(no command: hand over)"
-            print(f"  - [{r['status']}] {r['action']}: {r['why']}\n       $ {cmd}")
+            emit(f"  - [{r['status']}] {r['action']}: {r['why']}\n       $ {cmd}")
     for f in d.flags:
-        print(f"flag: {f}")
+        emit(f"flag: {f}")
     if dot == "xml":
-        print(d.dot_xml)
+        emit(d.dot_xml)
     elif dot == "lines":
-        print("diagram of thought:")
+        emit("diagram of thought:")
         for n in d.dot["nodes"]:
             text = next((s["value"] for s in n["sections"] if s["kind"] == "text"), "")
             cites = [s["ref"] for s in n["sections"] if s["kind"] == "cite"]
-            print(f"  r{n['round']} {n['id']:4} {n['type']:12} {text[:110]}" + (f" [{', '.join(cites)}]" if cites else ""))
+            emit(f"  r{n['round']} {n['id']:4} {n['type']:12} {text[:110]}" + (f" [{', '.join(cites)}]" if cites else ""))

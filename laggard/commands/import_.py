@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from laggard.cliutil import Formatter, verb_parser
+from laggard.cliutil import Formatter, emit, verb_parser
 
 
 def register(sub: Any) -> None:
@@ -49,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
         meta = import_flight_recorder(args.src, args.out, world_size=args.world_size, job=args.job)
         dumped = meta.extra.get("dumped_ranks", [])
         missing = sorted(set(range(meta.world_size)) - set(dumped))
-        print(f"{args.out}: {len(dumped)} rank dump(s), world {meta.world_size}, groups {', '.join(meta.groups) or '-'}"
+        emit(f"{args.out}: {len(dumped)} rank dump(s), world {meta.world_size}, groups {', '.join(meta.groups) or '-'}"
               + (f"; no dump from rank(s) {', '.join(map(str, missing))}" if missing else ""))
         done, pending = meta.extra.get("completed_ops", 0), meta.extra.get("pending_ops", 0)
-        print(f"{done:,} completed operator(s), {pending:,} entered and not completed"
+        emit(f"{done:,} completed operator(s), {pending:,} entered and not completed"
               + ("; no operator completed: a hang snapshot, see `laggard localize`" if pending and not done else ""))
     else:
         from collector.kineto import import_kineto
@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
         meta = import_kineto(args.src, args.out, job=args.job)
         present = meta.extra.get("ranks_present", [])
-        print(f"{args.out}: {len(present)} of {meta.world_size} rank(s) from "
+        emit(f"{args.out}: {len(present)} of {meta.world_size} rank(s) from "
               f"{', '.join(meta.extra.get('kineto_sources', []))}; steps {meta.extra.get('steps_from', 'not recorded')}")
         if note := coverage_note(meta):
-            print(f"note: {note}")
+            emit(f"note: {note}")
     return 0

@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(verdict.to_dict())
     else:
-        print(render_text(verdict))
+        from laggard.cliutil import safe_text  # job and device names come from the trace
+
+        print(safe_text(render_text(verdict)))
     return 1 if args.fail_on_irregular and verdict.status != "healthy" else 0
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from collector.errors import UserError
 from collector.traceio import Trace
-from laggard.cliutil import add_format, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 from localize.logpool import POOL_ENV, EventPool, user_pool_path
 
 
@@ -87,28 +87,28 @@ def _learn(paths: list[Path], args: argparse.Namespace) -> int:
 def _print_text(v: dict[str, Any], max_lines: int) -> None:
     info = v["logs"]
     if v["status"] == "healthy":
-        print(f"job {v['job']}: no failure-indicating lines ({info['lines_total']} lines, "
+        emit(f"job {v['job']}: no failure-indicating lines ({info['lines_total']} lines, "
               f"{info['suspect_lines']} unknown to successful jobs, pool of {info['pool_jobs']} jobs)")
         return
     kind = v["candidates"][0]["kind"] if v["candidates"] else "?"
     when = f"stage {info['stage']}" + (f", iteration {info['iteration']}" if info["iteration"] is not None else "")
-    print(f"job {v['job']}: failure ({kind}, {info['category']}) at {when}")
-    print(f"  {info['failure_lines']} failure-indicating lines of {info['lines_total']} "
+    emit(f"job {v['job']}: failure ({kind}, {info['category']}) at {when}")
+    emit(f"  {info['failure_lines']} failure-indicating lines of {info['lines_total']} "
           f"({len(info['events'])} events; {info['suspect_lines']} lines unknown to "
           f"{info['pool_jobs']} successful jobs)")
     if info["anomalous_iterations"]:
-        print(f"  anomalous iterations: {', '.join(map(str, info['anomalous_iterations'][:20]))}")
-    print("candidates:")
+        emit(f"  anomalous iterations: {', '.join(map(str, info['anomalous_iterations'][:20]))}")
+    emit("candidates:")
     for i, c in enumerate(v["candidates"], 1):
         where = c.get("host") or "whole job"
         gpu = f" gpu {c['gpu']} (rank {c['rank']})" if c.get("gpu") is not None else ""
-        print(f"  {i}. {c['kind']:6s} {where}{gpu}  score {c['score']:.2f}")
+        emit(f"  {i}. {c['kind']:6s} {where}{gpu}  score {c['score']:.2f}")
         for e in c["evidence"][:3]:
-            print(f"       {e}")
-    print("failure-indicating events (first line of each):")
+            emit(f"       {e}")
+    emit("failure-indicating events (first line of each):")
     for e in info["events"][:max_lines]:
         nodes = e["nodes"]
         on = nodes[0] if len(nodes) == 1 else f"{len(nodes)} nodes"
-        print(f"  x{e['count']:<5d} on {on}: {e['first']}")
+        emit(f"  x{e['count']:<5d} on {on}: {e['first']}")
     if len(info["events"]) > max_lines:
-        print(f"  ... {len(info['events']) - max_lines} more events (--lines N, or --format json for all lines)")
+        emit(f"  ... {len(info['events']) - max_lines} more events (--lines N, or --format json for all lines)")

@@ -91,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)
-        print(f"{report.headline()}\nreport: {out}", file=sys.stderr)
+        from laggard.cliutil import safe_text  # input text (job, hosts) on the terminal, escaped
+
+        print(safe_text(f"{report.headline()}\nreport: {out}"), file=sys.stderr)
     if args.notify:
         from laggard.notify import notify
 

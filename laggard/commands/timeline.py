@@ -8,7 +8,7 @@ from typing import Any
 
 from collector.errors import UserError
 from collector.traceio import Trace
-from laggard.cliutil import add_format, parse_steps, print_json, verb_parser
+from laggard.cliutil import add_format, emit, parse_steps, print_json, safe_text, verb_parser
 from timeline.model import Timeline
 from timeline.render import HEADERS, render_plain, step_rows, summary_lines
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     elif sys.stdout.isatty():
         _print_rich(tl)
     else:
-        print(render_plain(tl))
+        emit(render_plain(tl))
     return 1 if args.fail_on_irregular and tl.status == "irregular" else 0
 
 
@@ -52,16 +52,17 @@ def _print_rich(tl: Timeline) -> None:
     """Same content as the plain text, with a rich table on a terminal."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     for i, line in enumerate(summary_lines(tl)):
         style = "bold red" if i == 1 and tl.status == "irregular" else ("bold green" if i == 1 else None)
-        console.print(line, style=style, highlight=False)
+        console.print(safe_text(line), style=style, highlight=False, markup=False)
     rows = step_rows(tl)
     if rows:
         table = Table(*HEADERS, box=None, pad_edge=False)
         for r in rows:
-            table.add_row(*r, style="red" if r[0].endswith("!") else None)
+            table.add_row(*(Text(safe_text(c)) for c in r), style="red" if r[0].endswith("!") else None)
         console.print(table)
     for n in tl.notes:
-        console.print(f"note: {n}", style="dim", highlight=False)
+        console.print(safe_text(f"note: {n}"), style="dim", highlight=False, markup=False)

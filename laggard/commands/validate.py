@@ -8,14 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from collector.validate import validate_trace
-from laggard.cliutil import add_format, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 
 def register(sub: Any) -> None:
     p = verb_parser(
         sub, "validate", "check a trace directory against the trace contract",
-        "Checks meta.json and every evidence file (columns, types, ranks, times, duplicates).\n"
-        "Prints one line per problem and exits 2 if there is any.",
+        "Checks meta.json (numbers, ranks, host and NIC names), every evidence file (columns, types,\n"
+        "ranks, peers, steps, times, duplicates) and logs/ (regular text files within the size caps).\n"
+        "These are the checks every verb applies when it reads a trace: what validate accepts, no verb\n"
+        "crashes on; what it refuses, no verb analyses. Prints one line per problem and exits 2 if any.\n"
+        "Caps (raise for a genuinely larger job): LAGGARD_MAX_WORLD_SIZE (131072), LAGGARD_MAX_STEP,\n"
+        "LAGGARD_MAX_STEP_CELLS (steps spanned x ranks, 10M; or analyse a window with --steps A:B),\n"
+        "LAGGARD_MAX_LOG_BYTES, LAGGARD_MAX_GZIP_RATIO (100), LAGGARD_MAX_LOG_LINES, LAGGARD_MAX_LINE_BYTES,\n"
+        "LAGGARD_MAX_JSON_DEPTH (64), LAGGARD_MAX_DUMP_BYTES, LAGGARD_MAX_META_BYTES, LAGGARD_MAX_OBJECTS.",
         "  laggard validate traces/gpu-straggler\n  laggard validate /data/run7 --format json",
     )
     p.add_argument("trace", type=Path, help="trace directory (holds meta.json)")
@@ -30,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
                     "problems": [{"where": p.where, "what": p.what, "fix": p.fix} for p in problems]})
     elif problems:
         for p in problems:
-            print(p.line(), file=sys.stderr)
+            emit(p.line(), file=sys.stderr)
     else:
         print(f"{args.trace}: valid")
     return 2 if problems else 0

@@ -92,7 +92,7 @@ def test_prompt_injection_in_logs_changes_nothing_that_runs(trace_factory) -> No
     # its only valid probe (nccl_env) confirms nothing: the cause stays an unconfirmed, low-confidence
     # hypothesis (the log does show Xid 119) and no remediation runs although --approve was given
     assert not d.confirmed and d.confidence <= 0.4
-    assert any("remediation left as a proposal" in f for f in d.flags)
+    assert any("remediation not offered" in f for f in d.flags)
     events = [json.loads(x) for x in audit.path.read_text().splitlines()]
     assert sum(e["event"] == "probe.rejected" for e in events) >= 3
     assert not [e for e in events if e["event"] == "remediation.executed"]

@@ -217,7 +217,8 @@ def read_pieces(fs: pafs.FileSystem, pieces: Sequence[Piece], schema: pa.Schema,
         return sub.empty_table()
     try:
         dataset = ds.FileSystemDataset(frags, frags[0].physical_schema, fmt, fs)
-        table = dataset.to_table(columns=want, filter=filter_expr)
+        # one thread: a reader of pieces is one task among many (a cluster's worker runs one per core)
+        table = dataset.to_table(columns=want, filter=filter_expr, use_threads=False)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(f"{pieces[0].path}: cannot be read ({str(exc).splitlines()[0]})",
                          "check that the file is complete and in the format its name says") from exc

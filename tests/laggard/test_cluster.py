@@ -90,3 +90,12 @@ def test_cli_cluster_mistakes_are_one_line(tmp_path: Path) -> None:
     assert p.returncode == 2 and "--steps" in p.stderr and "Traceback" not in p.stderr
     with pytest.raises(UserError, match="not a size"), open_cluster("local", 1, "lots"):
         pass
+
+
+def test_report_summary_first(tmp_path: Path) -> None:
+    """`report --summary-first` localizes one host at a time and writes the page without the full timeline."""
+    d = tmp_path / "t"
+    shutil.copytree(REPO / "traces" / "gpu-straggler", d)
+    p = run_cli("report", d, "--out", tmp_path / "r.md", "--summary-first")
+    assert p.returncode == 0, p.stderr
+    assert "gpu rank 13" in p.stderr and "gpu rank 13" in (tmp_path / "r.md").read_text()

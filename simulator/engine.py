@@ -26,6 +26,7 @@ from simulator.schedule import Chunk, has_downstream, stage_orders, upstream
 OP_CODE = {op: i for i, op in enumerate(OPS)}
 MB = 1 << 20
 LATENCY_NS = 8_000.0  # per hop
+MP_SYNC_BYTES = 8  # the iteration-end model-parallel all_reduce carries a norm or a loss: a few floats
 _POOL = 1 << 21
 
 
@@ -126,6 +127,8 @@ class Engine:
             inv = np.where(intra, 1.0 / cfg.nvlink_gbps, 1.0 / cfg.net_gbps)
             self.gid[kind] = [(local[r] + layout.offset[kind]).astype(np.int32) for r in self.stage_ranks]
             self.inv_bw[kind] = [inv[local[r]] for r in self.stage_ranks]
+        mp_hosts = layout.host[layout.members["mp"]]
+        self.mp_inv_bw = np.where((mp_hosts == mp_hosts[:, :1]).all(axis=1), 1.0 / cfg.nvlink_gbps, 1.0 / cfg.net_gbps)
         self.act_bytes = int(cfg.activation_mb * MB)
         self.grad_bytes = int(cfg.grad_mb * MB)
         self.half_ns = cfg.layer_fwd_ms * 1e6 / 2
@@ -191,7 +194,11 @@ class Engine:
             if not progressed:
                 raise RuntimeError("pipeline schedule deadlocked (simulator bug)")
         for s in range(cfg.pp):
-            self._optimizer(step, s, cm_all, gf, self.seq)
+            self._grad_sync(step, s, gf)
+        if "mp" in self.kinds:
+            self._mp_sync(step, gf["mp"])
+        for s in range(cfg.pp):
+            self._optimizer(step, s, cm_all, gf)
         self.step_end_ns[step] = self.t.max()
 
     def _chunk(self, step: int, s: int, ch: Chunk, cm_all: np.ndarray, jitter_ranks: np.ndarray,
@@ -229,14 +236,34 @@ class Engine:
         if self.rec.rows >= self.flush_rows:
             self._pending.append(self.rec.flush())
 
-    def _optimizer(self, step: int, s: int, cm_all: np.ndarray, gf: dict[str, np.ndarray | None],
-                   seq: dict[str, np.ndarray]) -> None:
-        R = self.stage_ranks[s]
-        tt = self.t[R]
-        if "dp" in self.kinds:
-            tt = self._collective("dp", "reduce_scatter", s, tt, self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
-            seq["dp"][s] += 1
-        tt = self._compute(tt, 4 * self.half_ns, cm_all[R])
+    def _grad_sync(self, step: int, s: int, gf: dict[str, np.ndarray | None]) -> None:
+        """Data-parallel gradient reduce-scatter of one stage."""
+        if "dp" not in self.kinds:
+            return
+        R, seq = self.stage_ranks[s], self.seq
+        self.t[R] = self._collective("dp", "reduce_scatter", s, self.t[R], self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
+        seq["dp"][s] += 1
+
+    def _mp_sync(self, step: int, gfac: np.ndarray | None) -> None:
+        """The iteration-end all_reduce of each replica's model-parallel group (Megatron's grad-norm):
+        every stage of a replica waits for the slowest one, a few bytes cross the network."""
+        mem = self.lay.members["mp"]  # [dp, tp*cp*pp]
+        k = mem.shape[1]
+        arrive = self.t[mem]
+        last = arrive.max(axis=1, keepdims=True)
+        transfer = 2.0 * (k - 1) / k * MP_SYNC_BYTES * self.mp_inv_bw[:, None]
+        if gfac is not None:
+            transfer = transfer * gfac[:, None]
+        done = last + transfer * self._draw(self._net_pool, last.size)[:, None] + LATENCY_NS * (k - 1)
+        end = done + self._draw(self._jit_pool, arrive.size).reshape(arrive.shape)
+        gid = np.repeat(np.arange(mem.shape[0], dtype=np.int32) + self.lay.offset["mp"], k)
+        self.rec.add(mem.ravel(), gid, "all_reduce", step, MP_SYNC_BYTES, arrive.ravel(), end.ravel(), step)
+        self.t[mem] = end
+
+    def _optimizer(self, step: int, s: int, cm_all: np.ndarray, gf: dict[str, np.ndarray | None]) -> None:
+        """The optimizer update, then the data-parallel parameter all-gather."""
+        R, seq = self.stage_ranks[s], self.seq
+        tt = self._compute(self.t[R], 4 * self.half_ns, cm_all[R])
         if "dp" in self.kinds:
             tt = self._collective("dp", "all_gather", s, tt, self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
             seq["dp"][s] += 1
@@ -319,8 +346,9 @@ class _StageProgram:
     """One stage's step as boundaries between chunks: at boundary b it posts receives, sends chunk b-1's
     output, waits for chunk b's input, then runs chunk b.
 
-    Receives are posted as Megatron does: the next chunk's input at each boundary (1F1B), the next two
-    chunks' inputs under the interleaved schedule. A rendezvous send blocks after the receives are posted
+    Receives are posted as Megatron does: the next chunk's input at each boundary (1F1B), and one chunk
+    ahead under the interleaved schedule, where Megatron overlaps p2p with compute by default
+    (`overlap_p2p_comm`): that receive stays in flight while the stage computes. A rendezvous send blocks after the receives are posted
     (as gloo/NCCL do for large messages); batched mode posts sends and receives as one batch and waits
     for all of it (`batch_isend_irecv`). Both orders are deadlock-free for 1F1B and interleaved schedules.
     """

@@ -61,15 +61,25 @@ def test_rendezvous_transfer_starts_at_the_later_post_and_both_sides_end_togethe
     assert ((pairs["end_ns_s"] - pairs["end_ns_r"]).abs() / 1e6).max() < 0.05  # both complete together
 
 
-def test_batched_send_and_recv_share_a_start(tmp_path: Path) -> None:
-    simulate_trace(SimConfig(gpus=16, tp=2, pp=4, steps=2, seed=3, p2p="batched"), tmp_path / "t")
-    df = Trace.open(tmp_path / "t").commops()
+def _batches(tmp_path: Path, mode: str) -> tuple[int, int, int]:
+    """(recv rows, send+recv pairs of one rank posted at the same instant, those that also ended together)."""
+    simulate_trace(SimConfig(gpus=16, tp=2, pp=4, steps=2, seed=3, p2p=mode), tmp_path / mode)
+    df = Trace.open(tmp_path / mode).commops()
     p2p = df[df["op"].isin(["send", "recv"])]
-    shared = p2p.groupby(["rank", "start_ns"])["op"].agg(lambda ops: set(ops) == {"send", "recv"})
-    # every middle stage's steady-state boundary is one batch: a send and a recv posted together
-    assert shared.sum() >= 0.5 * len(p2p[p2p["op"] == "recv"]) / 2
-    batch = p2p.groupby(["rank", "start_ns"]).filter(lambda g: len(g) == 2)
-    assert (batch.groupby(["rank", "start_ns"])["end_ns"].nunique() == 1).all()  # and waited together
+    by = p2p.groupby(["rank", "start_ns"])
+    pair = by["op"].agg(lambda ops: set(ops) == {"send", "recv"})
+    together = pair & (by["end_ns"].nunique() == 1)
+    return int((p2p["op"] == "recv").sum()), int(pair.sum()), int(together.sum())
+
+
+def test_batched_send_and_recv_share_a_start_and_an_end(tmp_path: Path) -> None:
+    recvs, pairs, together = _batches(tmp_path, "batched")
+    # every boundary with both a send and a recv is one batch (all but each stage's first and last)
+    assert pairs > 0.8 * recvs and together == pairs  # posted together, waited together
+    # rendezvous posts the recv and then the blocking send at the same instant, but each completes on its own
+    recvs, pairs, together = _batches(tmp_path, "rendezvous")
+    assert pairs > 0.8 * recvs and together < 0.05 * pairs
+    assert _batches(tmp_path, "eager")[1] == 0  # eager posts the recv only once its send is done
 
 
 @pytest.mark.parametrize("mode", P2P_MODES)
@@ -120,3 +130,27 @@ def test_every_mode_writes_a_valid_trace_with_its_setting(tmp_path: Path, mode: 
     assert ok.returncode == 0, ok.stderr
     assert validate_trace(tmp_path / mode) == []
     assert Trace.open(tmp_path / mode).truth()["config"]["p2p"] == mode  # type: ignore[index]
+
+
+@pytest.mark.parametrize("mp_sync", [False, True])
+def test_iteration_end_model_parallel_sync_on_or_off(tmp_path: Path, mp_sync: bool) -> None:
+    cfg = SimConfig(gpus=32, tp=2, pp=4, steps=3, seed=6, clock_skew_ms=0, mp_sync=mp_sync)
+    simulate_trace(cfg, tmp_path / "t")
+    assert validate_trace(tmp_path / "t") == []
+    trace = Trace.open(tmp_path / "t")
+    mp_groups = {g: m for g, m in trace.meta.groups.items() if g.startswith("mp-")}
+    df = trace.commops()
+    mp = df[df["group"].str.startswith("mp-")]
+    if not mp_sync:
+        assert not mp_groups and mp.empty and "group_kinds" not in trace.meta.extra
+        return
+    # one group per replica (dp = 4), each holding that replica's tp x pp = 8 ranks across all stages
+    assert len(mp_groups) == 4 and all(len(m) == 8 for m in mp_groups.values())
+    assert sorted(mp_groups["mp-0"]) == [0, 1, 8, 9, 16, 17, 24, 25]
+    assert "mp" in trace.meta.extra["group_kinds"]
+    assert (mp["op"] == "all_reduce").all() and len(mp) == 32 * 3  # once per rank per step
+    assert (mp.groupby(["group", "step"])["seq"].nunique() == 1).all()
+    # a collective: every member leaves together (within jitter), however late it arrived
+    spread_ms = mp.groupby(["group", "step"])["end_ns"].agg(np.ptp) / 1e6
+    assert spread_ms.max() < 0.05
+    assert (mp.groupby("step")["start_ns"].agg(np.ptp) / 1e6).min() > 1  # stages arrive at different times

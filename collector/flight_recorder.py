@@ -7,7 +7,10 @@ torch writes one dump per rank (`TORCH_FR_DUMP_TEMP_FILE` + rank: pickle from
 "time_discovered_started_ns", "time_discovered_completed_ns", "state", ...}]}.
 Every entry becomes a CommOps row (what the rank entered); NCCL entries not yet completed go to
 pending.parquet. gloo records no completion, so its rows have unknown durations (end = start).
-Pickles are untrusted input: they are read with an unpickler that builds only plain containers
+Hosts come from the dump when it names one (a "hostname"/"host_name"/"host" key that collectors
+add), else from the directory layout HOST/PREFIX<rank>; NCCL entries still "scheduled" while the
+job records GPU starts (TORCH_NCCL_ENABLE_TIMING=1) are listed in meta.json `not_started`: queued
+on the CPU, never started by the GPU. Pickles are untrusted input: they are read with an unpickler that builds only plain containers
 and scalars, and a dump that asks for anything else is refused.
 """
 
@@ -152,6 +155,9 @@ class Imported:
     pending: dict[str, list[Any]] = field(default_factory=lambda: {f.name: [] for f in layout.PENDING_SCHEMA})
     groups: dict[str, set[int]] = field(default_factory=dict)
     backends: set[str] = field(default_factory=set)
+    hosts: dict[int, str] = field(default_factory=dict)
+    scheduled: list[tuple[int, str, int]] = field(default_factory=list)  # (rank, group, seq) of NCCL "scheduled" entries
+    tracks_starts: bool = False  # some dump records GPU starts, so "scheduled" means queued, not yet running
     versions: set[str] = field(default_factory=set)
     skipped: int = 0
 
@@ -165,9 +171,44 @@ def _nbytes(entry: dict[str, Any]) -> int:
     return total
 
 
+def _tracks_starts(dump: dict[str, Any]) -> bool:
+    """Whether this dump can tell "queued" from "running": NCCL records when an operator started on
+    the GPU only with TORCH_NCCL_ENABLE_TIMING=1 (else every operator stays "scheduled" until done).
+    Timing is a job-wide setting, so one dump that records starts speaks for all."""
+    for e in dump["entries"]:
+        if isinstance(e, dict) and (e.get("state") == "started" or (e.get("time_discovered_started_ns") or 0) > 0):
+            return True
+    status = dump.get("pg_status")
+    if isinstance(status, dict):
+        for st in status.values():
+            try:
+                if isinstance(st, dict) and int(st.get("last_started_collective", -1)) >= 0:
+                    return True
+            except (TypeError, ValueError):
+                continue
+    return False
+
+
+#: where a dump may name the host that wrote it (keys some launchers and collectors add)
+HOST_KEYS = ("hostname", "host_name", "host", "node", "nodename")
+
+
+def dump_host(dump: dict[str, Any], path: Path, src: Path) -> str | None:
+    """The host that wrote a dump: a host key in the dump, else the sub-directory of `src` it sits in
+    (collectors gather dumps as HOST/PREFIX<rank>), else None."""
+    for key in HOST_KEYS:
+        v = dump.get(key)
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+    if src.is_dir() and path.parent != src and path.parent.parent == src:
+        return path.parent.name
+    return None
+
+
 def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> None:
     acc.versions.add(str(dump.get("version", "")))
     group_ranks = _pg_ranks(dump.get("pg_config"))
+    acc.tracks_starts |= _tracks_starts(dump)
     seen_ns = 0
     for i, e in enumerate(dump["entries"]):
         _check_entry(e, i, path)
@@ -197,6 +238,8 @@ def _add_dump(acc: Imported, rank: int, dump: dict[str, Any], path: Path) -> Non
                             "entries need profiling_name, process_group, collective_seq_id, time_created_ns") from exc
         seen_ns = max(seen_ns, created, end)
         if backend == "nccl" and state != "completed":
+            if state == "scheduled":
+                acc.scheduled.append((rank, g, seq))
             for k, v in (("rank", rank), ("group", g), ("op", op), ("seq", seq), ("peer", peer),
                          ("nbytes", _nbytes(e)), ("start_ns", start), ("step", -1), ("seen_ns", 0),
                          ("failed", False)):
@@ -267,7 +310,9 @@ def dump_files(src: Path) -> list[Path]:
         raise UserError(f"{src}: no such file or directory", "pass a Flight Recorder dump or a directory of them")
     if src.is_file():
         return [src]
-    files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith(".") and re.search(r"\d+(\.json|\.pkl|\.pickle)?$", p.name))
+    inner = [src, *sorted(d for d in src.iterdir() if d.is_dir() and not d.name.startswith("."))]
+    files = [p for d in inner for p in sorted(d.iterdir())
+             if p.is_file() and not p.name.startswith(".") and re.search(r"\d+(\.json|\.pkl|\.pickle)?$", p.name)]
     if not files:
         raise UserError(f"{src}: no dump files (PREFIX<rank>) in this directory",
                         "set TORCH_FR_BUFFER_SIZE and TORCH_FR_DUMP_TEMP_FILE in the job and point at that directory")
@@ -283,7 +328,11 @@ def import_flight_recorder(src: Path, out: Path, world_size: int | None = None, 
         if r in ranks:
             raise UserError(f"{f}: a second dump for rank {r}", "keep one dump per rank in the directory")
         ranks.append(r)
-        _add_dump(acc, r, load_dump(f), f)
+        dump = load_dump(f)
+        host = dump_host(dump, f, src)
+        if host:
+            acc.hosts[r] = host
+        _add_dump(acc, r, dump, f)
     if not acc.rows["rank"] and not acc.pending["rank"]:
         raise UserError(f"{src}: no communication entries in the dump(s)",
                         "dump after the job ran collectives, with TORCH_FR_BUFFER_SIZE > 0")
@@ -292,10 +341,12 @@ def import_flight_recorder(src: Path, out: Path, world_size: int | None = None, 
         acc.groups["world"] = set(range(world))
     meta = JobMeta(
         job=job or "flight-recorder", world_size=world,
-        ranks={r: RankInfo(host="unknown", gpu=r) for r in range(world)},
+        ranks={r: RankInfo(host=acc.hosts.get(r, "unknown"), gpu=r) for r in range(world)},
         groups={g: sorted(m) for g, m in sorted(acc.groups.items())},
         extra={"source": "flight-recorder", "backends": sorted(acc.backends), "fr_version": sorted(acc.versions),
                "dumped_ranks": sorted(ranks), "skipped_entries": acc.skipped,
+               "completed_ops": len(acc.rows["rank"]), "pending_ops": len(acc.pending["rank"]),
+               "not_started": [list(x) for x in sorted(set(acc.scheduled))] if acc.tracks_starts else [],
                "durations": "unknown" if acc.backends <= {"gloo", "unknown"} else "measured"},
     )
     out.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,22 @@ class JobMeta:
         path.write_text(json.dumps(self.to_dict(), indent=1))
 
 
+def coverage_note(meta: JobMeta) -> str | None:
+    """One line saying plainly that a trace holds only some of the job's ranks (importers record
+    `ranks_present` / `ranks_missing` against the world size the source declares), else None."""
+    missing = meta.extra.get("ranks_missing")
+    present = meta.extra.get("ranks_present")
+    if not isinstance(missing, list) or not missing or not isinstance(present, list):
+        return None
+
+    def span(ranks: list[int]) -> str:
+        return ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)})" if len(ranks) > 8 else "")
+
+    return (f"partial job: the trace holds rank(s) {span(present)} of world size {meta.world_size}; no trace from "
+            f"rank(s) {span(missing)}. Steps and the present ranks' operators are judged; a missing rank's own "
+            "times are unknown, so a slow or stuck missing rank shows only as present ranks waiting and cannot be named")
+
+
 def _natural_key(name: str) -> tuple[Any, ...]:
     """Sort node-2 before node-10."""
     import re

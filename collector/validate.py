@@ -59,6 +59,17 @@ def _check_meta(meta: JobMeta, where: Path) -> list[Problem]:
     return out
 
 
+def _has_pending(root: Path) -> bool:
+    """Whether the trace holds operators entered and never completed (pending.parquet or pending/)."""
+    from collector.commops.layout import read_pending
+
+    try:
+        pending = read_pending(root)
+    except (OSError, ValueError):  # unreadable pending files: the trace is judged without them
+        return False
+    return pending is not None and pending.num_rows > 0
+
+
 def _check_commops(path: Path, meta: JobMeta) -> list[Problem]:
     where = str(path)
     try:
@@ -67,6 +78,8 @@ def _check_commops(path: Path, meta: JobMeta) -> list[Problem]:
         return [Problem(where, exc.what.split(": ", 1)[-1], exc.fix)]
     out: list[Problem] = []
     if t.num_rows == 0:
+        if _has_pending(path.parent):
+            return []  # a hang snapshot: every operator was entered and none completed
         return [Problem(where, "empty: no operator rows", "record at least one step, or drop the file")]
     rank = t.column("rank").to_numpy()
     unknown = np.setdiff1d(np.unique(rank), np.fromiter(meta.ranks.keys(), dtype=np.int64, count=len(meta.ranks)))

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from collector.errors import UserError
+from collector.meta import coverage_note
 from collector.traceio import Trace
 from localize.verdict import Candidate, Verdict
 
@@ -87,11 +88,25 @@ def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps:
     # each source lists more than asked, so a device named by several is merged, then cut;
     # CommOps lists every device it could not tell apart, so another source can pick among them
     wide = top if len(kinds) == 1 else max(4 * top, 20)
-    verdicts = [run_one(k, trace, steps, max(wide, TIE_LIST) if k == "commops" and len(kinds) > 1 else wide)
-                for k in kinds]
-    for kind, v in zip(kinds, verdicts, strict=True):
-        v.extra.setdefault("source", kind)
-    return merge(trace.meta.job, verdicts, top)
+    verdicts: list[Verdict] = []
+    unjudged: list[str] = []
+    for k in kinds:
+        try:
+            v = run_one(k, trace, steps, max(wide, TIE_LIST) if k == "commops" and len(kinds) > 1 else wide)
+        except UserError as exc:  # evidence that cannot be judged (a capture too short, no job in it)
+            if len(kinds) == 1 or not getattr(exc, "unjudged", False) or (k == kinds[-1] and not verdicts):
+                raise
+            unjudged.append(f"{k}: {exc.what}")
+            continue
+        v.extra.setdefault("source", k)
+        verdicts.append(v)
+    verdict = merge(trace.meta.job, verdicts, top)
+    if unjudged:
+        verdict.extra["unjudged"] = unjudged
+    if note := coverage_note(trace.meta):  # a partial rank set is said, never passed off as the whole job
+        verdict.extra["coverage"] = {"ranks_present": trace.meta.extra["ranks_present"],
+                                     "ranks_missing": trace.meta.extra["ranks_missing"], "note": note}
+    return verdict
 
 
 def _device_key(c: Candidate) -> tuple[Any, ...]:

@@ -189,7 +189,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     judged = {n: members[n] for n, k in zip(unit_names, seen, strict=True) if k > 0}
     net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh)  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)
-    units = explain_rank_blame(rank_blame, meta, kinds, top=top)
+    units = explain_rank_blame(rank_blame, meta, kinds, top=top,
+                               logged=np.bincount(ops.rank, minlength=world)[:world] > 0)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)

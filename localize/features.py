@@ -305,6 +305,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     cand = np.flatnonzero(wait <= 0)
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
     gap = idle_gaps(rank, start, end)
+    gap[1:][(step[1:] - step[:-1] > 1) & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = iota(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]

@@ -15,10 +15,24 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from collector.errors import UserError
 from collector.meta import _natural_key
 from collector.traceio import Trace
 from localize.verdict import Candidate, Status, Verdict
-from timeline.flows import MIN_DATA_PACKET, FlowJob, FlowTimeline, build_flow_timeline
+from timeline.flows import MIN_DATA_PACKET, FlowJob, FlowTimeline, build_flow_timeline, too_short
+
+
+class NoTrainingJob(UserError):
+    """The flows hold no collective-communication traffic: there is nothing to judge."""
+
+    unjudged = True  # beside other evidence, the verdict goes on without the flows
+
+
+class CaptureTooShort(UserError):
+    """The capture holds too few complete iterations to judge any of them."""
+
+    unjudged = True
+
 
 K_SIGMA = 3.0
 SIGMA_FLOOR = 0.02  # relative: iteration noise below 2% is not trusted
@@ -210,11 +224,14 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
                    timeline: FlowTimeline | None = None) -> Verdict:
     """The verdict from flows alone: slow iterations, then the devices that explain them."""
     source = "flows"
-    flows = trace.flows()
-    tl = timeline or build_flow_timeline(flows, trace.meta)
+    tl = timeline or build_flow_timeline(trace.flows(), trace.meta)
+    flows = tl.flows if tl.flows is not None else trace.flows()
     job = tl.job(trace.meta.job)
-    if job is None or job.iterations.empty:
-        return Verdict(trace.meta.job, "healthy", extra={"flows": {"notes": ["no job traffic recognised in the flows"]}})
+    if job is None:
+        raise NoTrainingJob(f"{trace.path}: no training job found in the flows ({'; '.join(tl.notes) or 'no data traffic'})",
+                            "capture on the job's data interfaces (RoCEv2, or the NCCL/gloo sockets) while it trains")
+    if (short := too_short(job)) is not None:
+        raise CaptureTooShort(f"{trace.path}: {short}", "capture again for longer; no verdict from this capture")
     it = job.iterations
     if steps is not None:
         it = it[(it["step"] >= steps[0]) & (it["step"] <= steps[1])]
@@ -252,4 +269,5 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     status: Status = "irregular" if irregular or cands else "healthy"
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base
+    summary["notes"] = [*job.notes, *tl.notes]
     return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary})

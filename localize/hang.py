@@ -6,6 +6,12 @@ highest sequence number). A live trace is hung only where some rank waited at le
 `min_wait_s` or its operator failed (timeout); an imported Flight Recorder dump is a snapshot
 taken at the failure, so any rank behind its group's frontier is stuck. A laggard that is itself
 waiting in another operator is a victim; the roots are the laggards that wait on nothing.
+
+What the dump shows decides the kind: a root that never entered the operator stopped issuing
+operators on its CPU (kind "host": host code, data loading, a held GIL, or a CPU wait on its own
+GPU); one whose CPU queued it but whose GPU never started it while its peers did (NCCL with
+TORCH_NCCL_ENABLE_TIMING=1 records starts) is stuck in GPU work (kind "gpu"); a rank that wrote no
+dump at all is a dead or hung process (kind "host").
 """
 
 from __future__ import annotations
@@ -46,12 +52,38 @@ def _frontiers(entered: pd.DataFrame) -> tuple[dict[tuple[int, str], int], dict[
     return {(int(x["rank"]), str(x["group"])): int(x["seq"]) for x in cf.to_dict("records")}, pf
 
 
-def _describe(rank: int, s: Stall) -> str:
-    if s.op == "recv":
-        return f"rank {rank} never sent what rank {s.rank} waits for (recv #{s.seq} of {s.group})"
-    if s.op == "send":
-        return f"rank {rank} never received what rank {s.rank} sends (send #{s.seq} of {s.group})"
-    return f"rank {rank} never entered {s.op} #{s.seq} of {s.group}"
+def _facts(rank: int, blocks: list[Stall], queued: list[Stall], keep: int = 3) -> list[str]:
+    """One evidence line per stuck operator the rank holds up (not one per waiting peer), with
+    the peers that wait on it; at most `keep` lines and a count of the rest."""
+    by_op: dict[tuple[str, str, int, int], list[Stall]] = defaultdict(list)
+    for s in blocks:
+        key = (s.group, s.op, s.seq, s.rank if s.op in ("send", "recv") else -1)
+        by_op[key].append(s)
+    keys = sorted(by_op, key=lambda k: (k[1] in ("send", "recv"), k[0], k[2], k[3]))
+    lines = []
+    for g, op, seq, peer in keys[:keep]:
+        waits = by_op[(g, op, seq, peer)]
+        who = sorted({s.rank for s in waits})
+        longest = max(s.wait_s for s in waits)
+        if op == "recv":
+            what = f"rank {rank} never sent what rank {peer} waits for (recv #{seq} of {g})"
+        elif op == "send":
+            what = f"rank {rank} never received what rank {peer} sends (send #{seq} of {g})"
+        elif any(s.group == g and s.seq == seq for s in queued):
+            what = f"rank {rank} queued {op} #{seq} of {g} but its GPU never started it"
+        else:
+            what = f"rank {rank} never entered {op} #{seq} of {g}"
+        lines.append(f"{what}; rank(s) {_ranks(who)} waiting" + (f" up to {longest:.1f}s" if longest else ""))
+    if len(keys) > keep:
+        lines.append(f"and {len(keys) - keep} more stuck operator(s) wait on rank {rank}")
+    return lines
+
+
+def _ranks(ranks: list[int], show: int = 8) -> str:
+    """'0, 2, 3' or '0, 2, 3, ... (15 ranks)' for long lists."""
+    if len(ranks) <= show:
+        return ", ".join(map(str, ranks))
+    return ", ".join(map(str, ranks[:show])) + f", ... ({len(ranks)} ranks)"
 
 
 def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
@@ -71,21 +103,37 @@ def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
         if r not in members[g]:
             members[g].append(r)
 
+    raw = trace.meta.extra.get("not_started")
+    not_started = {(int(x[0]), str(x[1]), int(x[2])) for x in raw} if isinstance(raw, list) else set()
+
+    def behind(m: int, g: str, seq: int) -> bool:
+        """Member m holds up operator seq of group g: it never entered it, or its GPU never started it."""
+        return coll_front.get((m, g), -1) < seq or (m, g, seq) in not_started
+
     stalls: list[Stall] = []
     if len(pend):
         wait = (pend["seen_ns"] - pend["start_ns"]) / 1e9
         stuck = pend[pend["failed"] | (wait >= min_wait_s)]
         for row, w in zip(stuck.itertuples(index=False), wait[stuck.index], strict=True):
+            if (int(row.rank), str(row.group), int(row.seq)) in not_started:
+                continue  # queued behind its own GPU's work: not waiting on a peer
             stalls.append(Stall(int(row.rank), str(row.group), str(row.op), int(row.seq), int(row.peer),
                                 int(row.step), float(w)))
     if snapshot:  # every rank at its group's frontier waits there (gloo dumps record no completion)
-        last = entered.sort_values("seq").groupby(["rank", "group"]).tail(1)
+        running = entered
+        if not_started:  # an anti-join, not a loop over rows: dumps hold thousands of entries per rank
+            ns = pd.DataFrame(sorted(not_started), columns=["rank", "group", "seq"]).assign(queued=True)
+            flag = entered[["rank", "group", "seq"]].astype({"rank": "int64", "group": str, "seq": "int64"}).merge(
+                ns, on=["rank", "group", "seq"], how="left")["queued"].fillna(False).to_numpy(dtype=bool)
+            running = entered[~flag]
+        run_front, _ = _frontiers(running)  # queued operators a GPU has not reached wait on nobody
+        last = running.sort_values("seq").groupby(["rank", "group"]).tail(1)
         for row in last.itertuples(index=False):
             g = str(row.group)
             if row.op in ("send", "recv"):
                 continue
-            front = max(coll_front.get((m, g), -1) for m in members.get(g, [int(row.rank)]))
-            if int(row.seq) == front and any(coll_front.get((m, g), -1) < front for m in members.get(g, [])):
+            front = max(run_front.get((m, g), -1) for m in members.get(g, [int(row.rank)]))
+            if int(row.seq) == front and any(behind(m, g, front) for m in members.get(g, [])):
                 stalls.append(Stall(int(row.rank), g, str(row.op), int(row.seq), -1, int(row.step), 0.0))
     dumped = trace.meta.extra.get("dumped_ranks")
     silent = sorted(set(trace.meta.ranks) - set(dumped)) if snapshot and isinstance(dumped, list) else []
@@ -103,7 +151,7 @@ def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
                 blocked_on[s.peer].append(s)
         else:
             for m in members.get(s.group, []):
-                if coll_front.get((m, s.group), -1) < s.seq:
+                if behind(m, s.group, s.seq):
                     blocked_on[m].append(s)
 
     for r in silent:  # in a dump-on-failure snapshot, a rank that wrote nothing is hung or dead
@@ -112,29 +160,27 @@ def find_hang(trace: Trace, min_wait_s: float = 2.0) -> Verdict | None:
     candidates = []
     total = sum(len(v) for v in blocked_on.values()) or 1
     for r in sorted(blocked_on, key=lambda r: (r not in roots, -len(blocked_on[r]), r)):
+        info = trace.meta.ranks.get(r)
+        host, gpu = (info.host if info and info.host != "unknown" else None), (info.gpu if info else None)
         blocks = blocked_on[r]
-        waiters = sorted({s.rank for s in blocks})
         if not blocks:
-            ev = [f"rank {r} wrote no Flight Recorder dump while the others did: hung or dead"]
-            score = 0.5 if r in roots else 0.1
-            info = trace.meta.ranks.get(r)
-            candidates.append(Candidate(kind="gpu", score=score, evidence=ev, rank=r,
-                                        host=info.host if info else None, gpu=info.gpu if info else None,
-                                        source="commops"))
+            candidates.append(Candidate(kind="host", score=0.5 if r in roots else 0.1, rank=r, host=host, gpu=gpu,
+                                        source="commops", evidence=[
+                f"rank {r} wrote no Flight Recorder dump while the others did: its process is hung or dead"]))
             continue
-        ev = [_describe(r, s) for s in sorted(set(blocks), key=lambda s: (s.op in ("send", "recv"), s.group, s.seq, s.rank))[:3]]
-        ev[0] += f"; rank(s) {', '.join(map(str, waiters))} waiting" + (
-            f" up to {max(s.wait_s for s in blocks):.1f}s" if any(s.wait_s for s in blocks) else "")
+        queued = [s for s in blocks if s.op not in ("send", "recv") and (r, s.group, s.seq) in not_started]
+        ev = _facts(r, blocks, queued)
         if r in waiting:
             mine = [s for s in stalls if s.rank == r]
             ev.append(f"rank {r} is itself waiting in {mine[0].op} #{mine[0].seq} of {mine[0].group}: a victim, not the cause")
+        elif queued:
+            ev.append(f"rank {r}'s CPU queued the operator but its GPU never started it: the GPU is stuck in earlier work")
         else:
-            ev.append(f"rank {r} is not inside any communication operator: stuck in its own compute or host code")
+            ev.append(f"rank {r} is not inside any communication operator: its CPU thread stopped issuing them "
+                      "(host code, data loading, a held GIL, or a CPU wait on its own GPU)")
         score = (0.5 + 0.5 * len(blocks) / total) if r in roots else 0.2 * len(blocks) / total
-        info = trace.meta.ranks.get(r)
-        candidates.append(Candidate(kind="gpu", score=score, evidence=ev, rank=r,
-                                    host=info.host if info else None, gpu=info.gpu if info else None,
-                                    source="commops"))
+        candidates.append(Candidate(kind="gpu" if queued else "host", score=score, evidence=ev, rank=r,
+                                    host=host, gpu=gpu, source="commops"))
     steps = sorted({s.step for s in stalls if s.step >= 0})
     stuck_ops = sorted({(s.group, s.op, s.seq) for s in stalls})
     extra = {"hang": {"stuck_ops": [{"group": g, "op": o, "seq": q} for g, o, q in stuck_ops],

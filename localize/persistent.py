@@ -108,7 +108,7 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str
     typical = float(np.nanmedian(ref))
     own = np.nanmedian(ref[stage], axis=1)
     worker_blame = np.where(seen, np.maximum(x - 1 - MIN_EXCESS, 0.0) * own, 0.0)
-    workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top) if u.kind in ("gpu", "host")]
+    workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen) if u.kind in ("gpu", "host")]
     found = [(u, u.share * float(worker_blame.sum())) for u in workers]
     found += _stage_units(ref, stage, seen) + _data_unit(ratio, seen, replica, typical)
     total = sum(b for _, b in found)

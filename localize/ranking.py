@@ -58,17 +58,23 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
     return host, stage, np.unique(replica, return_inverse=True)[1], hosts
 
 
-def _coverage(b: np.ndarray, ranks: np.ndarray, top: float) -> float:
-    """Share of the unit's ranks carrying a good part (30%) of the most blamed rank's blame."""
-    return float((b[ranks] >= 0.3 * top).mean()) if top > 0 else 0.0
+def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5,
+                       logged: np.ndarray | None = None) -> list[RankUnit]:
+    """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
-
-def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5) -> list[RankUnit]:
-    """Greedy: repeatedly name the unit that best explains the remaining rank blame."""
+    `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
+    that logs one rank per TP group says nothing of the others)."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
         return []
+    seen = np.ones(world, dtype=bool) if logged is None else np.asarray(logged[:world], dtype=bool)
+
+    def _coverage(b: np.ndarray, ranks: np.ndarray, top: float) -> float:
+        """Share of the unit's logged ranks carrying a good part (30%) of the top rank's blame."""
+        mine = ranks[seen[ranks]]
+        return float((b[mine] >= 0.3 * top).mean()) if top > 0 and mine.size else 0.0
+
     host, stage, replica, hosts = layout_units(meta, world, kinds)
     b = blame.astype(np.float64).copy()
     out: list[RankUnit] = []

@@ -35,7 +35,9 @@ class Candidate:
     def device(self) -> str:
         """A short, human name of the device: 'gpu rank 12 (node-3 gpu 4)'."""
         if self.kind == "gpu" and self.rank is not None:
-            return f"gpu rank {self.rank} ({self.host} gpu {self.gpu})"
+            return f"gpu rank {self.rank} ({self.host or 'host unknown'} gpu {self.gpu})"
+        if self.kind == "host" and self.rank is not None:  # a hang names the rank whose host code stopped
+            return f"host {self.host or 'unknown'} (rank {self.rank})"
         if self.kind == "link" and self.hosts:
             return f"link {'<->'.join(self.hosts)}"
         if self.kind == "switch":

@@ -1,4 +1,4 @@
-"""Network flow bursts (and a small RoCEv2 pcap) consistent with a simulated trace's CommOps.
+"""Network flow bursts (and a RoCEv2 pcap of the whole job) consistent with a simulated trace's CommOps.
 
 Every collective instance becomes bursts on the edges its algorithm uses between members on
 different hosts (ring neighbours for all-reduce, reduce-scatter, all-gather, broadcast, reduce;
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from collector.errors import UserError
 from collector.flows import DEFAULT_GAP_NS, Bursts, bursts_table, coalesce
 from collector.meta import JobMeta
 from collector.pcap import write_pcap
@@ -32,7 +33,7 @@ from simulator.faults import FaultModel, resolve_faults
 RING_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 ROCE_MTU = 4096
 CHUNK_STEPS = 8  # chunk rounds drawn per ring transfer when an edge has to wait for a slower one
-PCAP_PACKETS = 20_000
+PCAP_MAX_PACKETS = 2_000_000  # about 290 MB of 128-byte packets: past that, flows.parquet is the format
 PCAP_SNAPLEN = 128
 
 
@@ -221,24 +222,26 @@ def sim_bursts(trace_dir: Path, gap_ns: int = DEFAULT_GAP_NS) -> Bursts:
 
 
 def emit_flows(trace_dir: Path, pcap: bool) -> None:
-    """Write flows.parquet for a simulated trace, and with pcap=True a small RoCEv2 capture.pcap."""
+    """Write flows.parquet for a simulated trace, and with pcap=True a RoCEv2 capture.pcap of all of it."""
     trace_dir = Path(trace_dir)
     bursts = sim_bursts(trace_dir)
     write_table(bursts_table(bursts), trace_dir / "flows.parquet", FLOWS_SCHEMA)
-    if pcap:
-        write_roce_pcap(bursts, trace_dir / "capture.pcap")
+    packets = write_roce_pcap(bursts, trace_dir / "capture.pcap") if pcap else 0
     truth_path = trace_dir / "truth.json"
     if truth_path.exists():
         truth = json.loads(truth_path.read_text())
-        truth["flows"] = {"bursts": len(bursts), "burst_gap_ns": DEFAULT_GAP_NS, "pcap": bool(pcap)}
+        truth["flows"] = {"bursts": len(bursts), "burst_gap_ns": DEFAULT_GAP_NS, "pcap": bool(pcap),
+                          **({"pcap_packets": packets} if pcap else {})}
         truth_path.write_text(json.dumps(truth, indent=1))
 
 
-def write_roce_pcap(bursts: Bursts, path: Path, max_packets: int = PCAP_PACKETS) -> int:
-    """A capture of the earliest bursts as scapy-built RoCEv2 packets (snaplen 128).
+def write_roce_pcap(bursts: Bursts, path: Path, max_packets: int = PCAP_MAX_PACKETS) -> int:
+    """A capture of every burst of the job as scapy-built RoCEv2 packets (snaplen 128).
 
     Each burst is drawn as packets spaced at most half a burst gap apart, first at its start and
-    last at its end, so reading the capture back gives the same bursts (fewer packets, same bytes).
+    last at its end, so reading the capture back gives the same bursts (fewer packets, same bytes)
+    over the whole job. One template frame per (endpoints, QP); the packets are a vectorized
+    gather of those templates. A job that would need more than `max_packets` is refused.
     """
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
@@ -247,34 +250,39 @@ def write_roce_pcap(bursts: Bursts, path: Path, max_packets: int = PCAP_PACKETS)
 
     c = bursts.cols
     order = np.argsort(c["start_ns"], kind="stable")
-    dur = (c["end_ns"] - c["start_ns"])[order]
-    per = np.clip(dur // (DEFAULT_GAP_NS // 2) + 2, 2, None)
-    per = np.minimum(per, np.maximum(c["packets"][order], 1))
-    keep = order[np.cumsum(per) <= max_packets]
-    per = per[: keep.size]
-    templates: dict[tuple[int, int, int], bytes] = {}
-    frames, ts, wire = [], [], []
-    for i, n in zip(keep.tolist(), per.tolist(), strict=True):
-        key = (int(c["src_lo"][i]), int(c["dst_lo"][i]), int(c["qp"][i]))
-        if key not in templates:
-            src = ".".join(str((key[0] >> s) & 255) for s in (24, 16, 8, 0))
-            dst = ".".join(str((key[1] >> s) & 255) for s in (24, 16, 8, 0))
-            pkt = (Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src=src, dst=dst)
-                   / UDP(sport=int(c["sport"][i]), dport=ROCE_UDP_PORT) / BTH(opcode=4, dqpn=key[2]) / Raw(b"\0" * 64))
-            templates[key] = bytes(pkt)[:PCAP_SNAPLEN]
-        t = np.linspace(c["start_ns"][i], c["end_ns"][i], n).astype(np.int64)
-        sizes = np.full(n, int(c["bytes"][i]) // n)
-        sizes[0] += int(c["bytes"][i]) - int(sizes.sum())
-        frames.extend([templates[key]] * n)
-        ts.append(t)
-        wire.append(np.maximum(sizes, len(templates[key])))
-    if not frames:
+    start, end = c["start_ns"][order], c["end_ns"][order]
+    per = np.clip((end - start) // (DEFAULT_GAP_NS // 2) + 2, 2, None)
+    per = np.minimum(per, np.maximum(c["packets"][order], 1)).astype(np.int64)
+    total = int(per.sum())
+    if total > max_packets:
+        raise UserError(f"--pcap: this job's {len(bursts):,} bursts need {total:,} packets "
+                        f"(~{total * (PCAP_SNAPLEN + 16) / 1e6:,.0f} MB), over the {max_packets:,} a capture file may hold",
+                        "use --flows (flows.parquet holds the same bursts) or simulate fewer GPUs or steps")
+    if total == 0:
         write_pcap(path, np.zeros(0, dtype=np.int64), [], snaplen=PCAP_SNAPLEN)
         return 0
-    t_all, w_all = np.concatenate(ts), np.concatenate(wire)
-    o = np.argsort(t_all, kind="stable")
-    write_pcap(path, t_all[o], [frames[j] for j in o.tolist()], wirelen=w_all[o], snaplen=PCAP_SNAPLEN)
-    return int(o.size)
+    key = pd.DataFrame({"src": c["src_lo"][order], "dst": c["dst_lo"][order], "qp": c["qp"][order],
+                        "sport": c["sport"][order]})
+    uniq = key.drop_duplicates().reset_index(drop=True)
+    rows = []
+    for src_w, dst_w, qp, sport in uniq.itertuples(index=False):
+        src = ".".join(str((int(src_w) >> s) & 255) for s in (24, 16, 8, 0))
+        dst = ".".join(str((int(dst_w) >> s) & 255) for s in (24, 16, 8, 0))
+        pkt = (Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src=src, dst=dst)
+               / UDP(sport=int(sport), dport=ROCE_UDP_PORT) / BTH(opcode=4, dqpn=int(qp)) / Raw(b"\0" * 64))
+        rows.append(np.frombuffer(bytes(pkt)[:PCAP_SNAPLEN], dtype=np.uint8))
+    templates = np.stack(rows)
+    tmpl = key.merge(uniq.assign(t=np.arange(len(uniq))), on=list(key.columns), how="left")["t"].to_numpy(np.int64)
+    burst = np.repeat(np.arange(per.size), per)
+    k = np.arange(total) - np.repeat(np.cumsum(per) - per, per)  # packet index inside its burst
+    span = np.where(per > 1, per - 1, 1)[burst]
+    ts = start[burst] + ((end - start)[burst] * k) // span
+    nbytes = c["bytes"][order]
+    size = (nbytes // per)[burst] + np.where(k == 0, (nbytes % per)[burst], 0)
+    frames = templates[tmpl[burst]]
+    o = np.argsort(ts, kind="stable")
+    write_pcap(path, ts[o], frames[o], wirelen=np.maximum(size[o], templates.shape[1]), snaplen=PCAP_SNAPLEN)
+    return total
 
 
 def merge_fabric(trace_dirs: list[Path], out: Path) -> dict[str, list[str]]:

@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from collector.errors import TraceError, UserError
-from collector.meta import JobMeta
+from collector.meta import JobMeta, coverage_note
 from collector.traceio import Trace
 from timeline.columns import read_commops
 from timeline.groups import infer_group_kinds
@@ -43,8 +43,16 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
             f"{trace.path}: the timeline needs commops evidence",
             "add commops.parquet (sidecar, import or simulate); for flow-only traces use `laggard localize --flows`",
         )
-    notes: list[str] = []
+    notes: list[str] = [n] if (n := coverage_note(trace.meta)) else []
     df = _read(trace, steps, NARROW)
+    if df.empty and steps is None and (stuck := _pending_ops(trace)):
+        return Timeline(job=trace.meta.job, meta=trace.meta, group_kind={}, steps=empty_steps(), status="hang",
+                        delta=delta, notes=[
+                            f"no operator completed: the trace holds only the {stuck} operator(s) its ranks entered and "
+                            "never finished (a hang snapshot); `laggard localize` names the ranks they wait on"])
+    if trace.meta.extra.get("source") == "flight-recorder" and (stuck := _pending_ops(trace)):
+        notes.append(f"the dump also holds {stuck} operator(s) entered and never completed: the job is stuck after "
+                     "these steps; `laggard localize` names the ranks they wait on")
     if df.empty:
         raise UserError(f"{trace.path}: no operator rows" + (f" in steps {steps[0]}:{steps[1]}" if steps else ""),
                         "check --steps against the steps the trace holds")
@@ -119,6 +127,14 @@ def expected_step_seconds(meta: JobMeta) -> float | None:
     if min(params, tokens, peak, mfu, meta.world_size) <= 0:
         return None
     return 6.0 * params * tokens / (meta.world_size * peak * mfu)
+
+
+def _pending_ops(trace: Trace) -> int:
+    """Operators entered and never completed (a Flight Recorder snapshot or the logger's pending files)."""
+    from collector.commops.layout import read_pending
+
+    pending = read_pending(trace.path)
+    return pending.num_rows if pending is not None else 0
 
 
 def _read(trace: Trace, steps: tuple[int, int] | None, columns: tuple[str, ...]) -> pd.DataFrame:

@@ -1,6 +1,9 @@
 """Training timelines from network flows alone (LLMPrism): jobs, parallelism, iterations.
 
-Nothing here needs the job's help: endpoints that exchange data (plus endpoints that share a
+Nothing here needs the job's help. Only collective-communication traffic counts: RoCEv2 (UDP 4791)
+and TCP connections shaped like NCCL's or gloo's sockets (both ends on unprivileged, non-service
+ports, the connection carrying repeated large bursts); SSH, TLS, DNS, HTTP and other services are
+set aside and counted. Endpoints that exchange data (plus endpoints that share a
 host, since hosts are allocated whole) form one job; one-way edges that close a cycle of hosts
 are data-parallel rings, two-way edges between pairs of hosts are pipeline chains or, when they
 close cycles, expert all-to-all meshes; and the data-parallel synchronisation that ends every
@@ -28,6 +31,17 @@ MINOR_SHARE = 0.05
 #: pauses shorter than this are not told apart when looking for the pause between iterations
 GAP_FLOOR_NS = 1_000_000
 TP_NOTE = "tensor parallelism inside a host never reaches the network and is invisible to flows"
+#: well-known service ports (either end) that are never NCCL/gloo sockets, which listen on ephemeral ports
+SERVICES = {22: "ssh", 53: "dns", 80: "http", 443: "tls", 8080: "http", 8443: "tls", 8000: "http", 3128: "http-proxy",
+            853: "dns-over-tls", 5353: "mdns", 123: "ntp", 3306: "mysql", 5432: "postgres", 6379: "redis",
+            2379: "etcd", 2380: "etcd", 9090: "prometheus", 9100: "node-exporter", 9092: "kafka", 27017: "mongodb"}
+#: a TCP connection carries collective traffic when it repeats large data bursts
+MIN_TCP_BURSTS = 3
+MIN_TCP_BURST_BYTES = 16 * 1024
+#: pause lengths this many times apart are of different kinds (compute phase vs pause inside a sync)
+WIDE_BREAK = 4.0
+#: complete iterations a capture must hold before its iterations are judged
+MIN_ITERATIONS = 6
 
 
 @dataclass
@@ -76,6 +90,7 @@ class FlowTimeline:
     jobs: list[FlowJob]
     host_of: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    flows: pd.DataFrame | None = None  # the collective traffic the jobs were recognised from
 
     def job(self, name: str | None = None) -> FlowJob | None:
         """The named job, else the largest one."""
@@ -84,6 +99,60 @@ class FlowTimeline:
                 if j.name == name:
                     return j
         return max(self.jobs, key=lambda j: len(j.endpoints)) if self.jobs else None
+
+
+def collective_traffic(flows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The bursts of collective communication, and how many bursts of other traffic were set aside.
+
+    RoCEv2 is kept. Other UDP (DNS, QUIC, NTP, ...) is not collective traffic. A TCP connection is
+    kept when neither end is a privileged or well-known service port (NCCL and gloo sockets listen
+    on ephemeral ports) and it carries at least MIN_TCP_BURSTS data bursts of MIN_TCP_BURST_BYTES
+    (median): collectives move large buffers again and again, control and interactive traffic does not.
+    """
+    if flows.empty:
+        return flows, {}
+    proto = flows["proto"].to_numpy()
+    sport, dport = flows["src_port"].to_numpy(), flows["dst_port"].to_numpy()
+    keep = proto == "roce"
+    tcp = proto == "tcp"
+    low, high = np.minimum(sport, dport), np.maximum(sport, dport)
+    service = (low < 1024) | np.isin(sport, list(SERVICES)) | np.isin(dport, list(SERVICES))
+    cand = tcp & ~service
+    if cand.any():
+        f = flows[cand]
+        a_first = (f["src_ip"] < f["dst_ip"]) | ((f["src_ip"] == f["dst_ip"]) & (f["src_port"] <= f["dst_port"]))
+        conn = pd.DataFrame({"a": f["src_ip"].where(a_first, f["dst_ip"]), "b": f["dst_ip"].where(a_first, f["src_ip"]),
+                             "lo": np.minimum(f["src_port"], f["dst_port"]), "hi": np.maximum(f["src_port"], f["dst_port"])})
+        data = f["bytes"] >= MIN_DATA_PACKET * f["packets"]
+        stats = conn[data.to_numpy()].assign(bytes=f.loc[data, "bytes"].to_numpy()).groupby(
+            ["a", "b", "lo", "hi"])["bytes"].agg(["size", "median"])
+        good = stats[(stats["size"] >= MIN_TCP_BURSTS) & (stats["median"] >= MIN_TCP_BURST_BYTES)].index
+        ok = pd.MultiIndex.from_frame(conn).isin(good)
+        keep[np.flatnonzero(cand)[ok]] = True
+    dropped: dict[str, int] = {}
+    counts: dict = {}
+    if (~keep).any():
+        port = np.where(np.isin(low, list(SERVICES)), low, high)
+        names = np.where(tcp | (proto == "udp"), [SERVICES.get(int(p), "") for p in port], "")
+        label = np.where(names != "", names, np.where(tcp & ~service, "tcp (not collective-shaped)", proto))
+        counts = pd.Series(label[~keep]).value_counts().to_dict()
+    dropped = {str(k): int(v) for k, v in counts.items()}
+    return flows[keep], dropped
+
+
+def too_short(job: FlowJob) -> str | None:
+    """Why a job's iterations cannot be judged yet (too few complete ones in the capture), else None."""
+    it = job.iterations
+    done = int(it["complete"].sum()) if len(it) else 0
+    if done >= MIN_ITERATIONS:
+        return None
+    if not done:
+        return (f"capture too short: job {job.name} shows too few of the pauses between iterations to cut one, "
+                f"need {MIN_ITERATIONS} complete iterations to judge any")
+    typical = float(it.loc[it["complete"], "duration_s"].median())
+    span = float(it["end_ns"].max() - it["start_ns"].min()) / 1e9
+    return (f"capture too short: {done} complete iteration(s) of job {job.name} in {span:.2f} s, need "
+            f"{MIN_ITERATIONS} to judge any; capture at least ~{(MIN_ITERATIONS + 2) * typical:.1f} s")
 
 
 def endpoint_hosts(meta: JobMeta | None, ips: np.ndarray) -> dict[str, str]:
@@ -285,6 +354,16 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
         return 0.0, float(np.median(b))
     best = min(x[0] for x in scored)
     _, _, thr, vol = max((x for x in scored if x[0] <= best + 0.02), key=lambda x: x[1])
+    # the widest break between pause lengths separates compute phases from pauses inside a sync;
+    # when the capture holds too few of those long pauses to score them, yet they are a regular
+    # part of the traffic (not a rare checkpoint stall), a cut below them splits iterations into
+    # their phases: the capture is too short to show iterations at all
+    ratios = np.log(levels[1:] / levels[:-1])
+    w = int(np.argmax(ratios))
+    wide = float(np.sqrt(levels[w] * levels[w + 1]))
+    n_long, n_cut = int((g > wide).sum()), int((g > thr).sum())
+    if ratios[w] >= np.log(WIDE_BREAK) and thr < wide and n_long < 8 and n_long >= 0.2 * n_cut:
+        return float("nan"), float("nan")
     return thr, vol
 
 
@@ -305,6 +384,8 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
         return e
     gaps = (s[1:] - e[:-1]).astype(np.float64)
     _, vol = _gap_threshold(gaps, b)
+    if np.isnan(vol):  # too few pauses between iterations to tell them from pauses inside one
+        return np.zeros(0, dtype=np.int64)
     cum = np.cumsum(b, dtype=np.float64)  # cum[i]: bytes up to the end of interval i (gap i follows it)
     after = np.append(gaps, gaps.max())  # the end of the capture counts as a long pause
     out = []
@@ -368,7 +449,12 @@ def reconstruct_iterations(flows: pd.DataFrame, groups: list[FlowGroup]) -> pd.D
 
 
 def build_flow_timeline(flows: pd.DataFrame, meta: JobMeta | None = None) -> FlowTimeline:
-    """Recognise every job in a flow table, its groups, and its iterations."""
+    """Recognise every job in a flow table (its collective traffic only), its groups, and its iterations."""
+    flows, dropped = collective_traffic(flows)
+    notes = [f"set aside {sum(dropped.values()):,} burst(s) of traffic that is not collective communication: "
+             + ", ".join(f"{k} {v:,}" for k, v in sorted(dropped.items(), key=lambda x: -x[1]))] if dropped else []
+    if flows.empty:
+        notes.append("no collective-communication traffic (RoCEv2, or NCCL/gloo-shaped TCP): no training job found")
     host_of = endpoint_hosts(meta, np.concatenate([flows["src_ip"].to_numpy(), flows["dst_ip"].to_numpy()]))
     edges = data_edges(flows)
     meta_ips = {r.ip for r in meta.ranks.values() if r.ip} if meta is not None else set()
@@ -380,9 +466,9 @@ def build_flow_timeline(flows: pd.DataFrame, meta: JobMeta | None = None) -> Flo
         jf = jf[jf.set_index(["src_ip", "dst_ip"]).index.isin(je.set_index(["src_ip", "dst_ip"]).index)]
         groups = infer_groups(je, host_of, jf)
         name = meta.job if meta is not None and meta_ips and ep & meta_ips else f"job-{i}"
-        notes = [TP_NOTE]
+        job_notes = [TP_NOTE]
         if not any(g.kind == "dp" for g in groups):
-            notes.append("no data-parallel ring seen: iterations are cut at the longest pauses of all traffic")
+            job_notes.append("no data-parallel ring seen: iterations are cut at the longest pauses of all traffic")
         hosts = sorted({host_of[x] for x in endpoints}, key=_natural_key)
-        jobs.append(FlowJob(name, endpoints, hosts, groups, reconstruct_iterations(jf, groups), notes))
-    return FlowTimeline(jobs, host_of)
+        jobs.append(FlowJob(name, endpoints, hosts, groups, reconstruct_iterations(jf, groups), job_notes))
+    return FlowTimeline(jobs, host_of, notes, flows)

@@ -15,7 +15,7 @@ from collector.meta import JobMeta
 
 STEP_COLUMNS = ("step", "duration_s", "baseline_s", "ratio", "irregular", "pattern")
 PATTERNS = ("spike", "fluctuation", "persistent")
-Status = Literal["irregular", "healthy"]
+Status = Literal["irregular", "healthy", "hang"]  # hang: operators entered, none completed
 
 
 def empty_steps() -> pd.DataFrame:

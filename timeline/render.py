@@ -71,6 +71,8 @@ def summary_lines(tl: Timeline) -> list[str]:
             f"time lost: {fmt_seconds(lost)} of {fmt_seconds(total)} "
             f"({100 * lost / total if total else 0:.1f}%); irregular steps: {_ranges(tl.irregular_steps)}"
         )
+    elif tl.status == "hang":
+        lines.append("status: HANG — no operator completed; ranks are stuck in the operators they entered")
     else:
         typical = float(np.nanmedian(st["duration_s"])) if n else float("nan")
         lines.append(f"status: healthy — no step ran {tl.delta:.2f}x its baseline; typical step {fmt_seconds(typical)}")

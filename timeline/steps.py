@@ -98,12 +98,19 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
     base = float(agg["first"].min())
     shift = offset.to_numpy()[np.searchsorted(offset.index.to_numpy(), steps), host]
     end = pd.Series(agg["last"].to_numpy(np.float64) - base - shift).groupby(steps).max()
-    first_start = float((agg["first"].to_numpy(np.float64) - base - shift)[steps == steps.min()].min())
-    full = pd.RangeIndex(int(end.index.min()), int(end.index.max()) + 1, name="step")
-    end = end.reindex(full)
-    prev = end.shift(1)
-    prev.iloc[0] = first_start
-    return ((end - prev) / 1e9).rename("duration_s")
+    begin = pd.Series(agg["first"].to_numpy(np.float64) - base - shift).groupby(steps).min()
+    present = end.index.to_numpy(np.int64)
+    prev_end = end.reindex(present - 1).to_numpy()
+    # a step whose predecessor was not logged (sampled steps) lasts from its own first start,
+    # plus the pause the job typically takes between a step's end and the next one's start
+    pause = begin.to_numpy() - prev_end
+    typical = float(np.nanmedian(np.maximum(pause, 0.0))) if np.isfinite(pause).any() else 0.0
+    own = end.to_numpy() - begin.to_numpy() + np.where(present == present.min(), 0.0, typical)
+    dur = np.where(np.isfinite(prev_end), end.to_numpy() - prev_end, own)
+    out = pd.Series(dur / 1e9, index=pd.Index(present, name="step"), name="duration_s")
+    if np.isfinite(prev_end[1:]).all():  # consecutive steps: keep a step no rank logged, as NaN
+        out = out.reindex(pd.RangeIndex(int(present.min()), int(present.max()) + 1, name="step"))
+    return out
 
 
 def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,

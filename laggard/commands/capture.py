@@ -23,7 +23,11 @@ def register(sub: Any) -> None:
         "--iface for --duration seconds; --read takes an existing .pcap/.pcapng (tcpdump -w) or a CSV of\n"
         "flow-exporter records (IPFIX/sFlow column names). Give --meta (a meta.json with each rank's host\n"
         "and ip, and the topology) so that endpoints map to hosts and switches; without it every address\n"
-        "is its own host. A damaged capture keeps what was readable and says where it stopped.",
+        "is its own host. A damaged capture keeps what was readable and says where it stopped.\n"
+        "Then it says what the capture shows. Only collective communication makes a training job:\n"
+        "RoCEv2, and TCP between unprivileged, non-service ports that repeats large bursts (NCCL and\n"
+        "gloo sockets); SSH, TLS, DNS, HTTP and other services are set aside and counted. A capture\n"
+        "holding fewer than 6 complete iterations is too short: `localize --flows` gives no verdict.",
         "  laggard capture --iface eth1 --duration 30 --out /tmp/run7-flows\n"
         "  laggard capture --read dump.pcap --meta run7/meta.json --out /tmp/run7-flows\n"
         "  laggard capture --read exporter.csv --out /tmp/fabric\n"
@@ -79,4 +83,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"laggard capture: warning: {w}", file=sys.stderr)
     read = f"{packets:,} packets -> " if packets is not None else ""
     print(f"wrote {args.out}: {read}{summary['bursts']:,} bursts between {summary['endpoints']} endpoints")
+    for line in _recognised(args.out):
+        print(line)
     return 0
+
+
+def _recognised(trace_dir: Path) -> list[str]:
+    """What the capture shows: the training job it recognises (or that there is none), and whether
+    it holds enough iterations to be judged."""
+    from collector.traceio import Trace
+    from timeline.flows import build_flow_timeline, too_short
+
+    trace = Trace.open(trace_dir)
+    tl = build_flow_timeline(trace.flows(), trace.meta)
+    lines = [f"note: {n}" for n in tl.notes]
+    job = tl.job(trace.meta.job)
+    if job is None:
+        return [*lines, "no training job found: nothing for `laggard localize --flows` to judge"]
+    d = job.to_dict()
+    groups = ", ".join(f"{k}={v}" for k, v in job.parallelism().items()) or "no ring or chain"
+    typical = d["median_iteration_s"]
+    lines.append(f"job {job.name}: {len(job.hosts)} host(s), {groups}, {d['iterations']} complete iteration(s)"
+                 + (f" of ~{typical:.3g} s" if typical else ""))
+    if (short := too_short(job)) is not None:
+        lines.append(f"{short}: no verdict from this capture")
+    return lines

@@ -48,8 +48,10 @@ def register(sub: Any) -> None:
 
 def render_text(v: Verdict) -> str:
     """What a person needs first: is it slow, since when, by how much, which device, why."""
+    cov = v.extra.get("coverage")
+    note = [f"note: {cov['note']}"] if isinstance(cov, dict) and cov.get("note") else []
     if v.status == "healthy":
-        return f"{v.job}: healthy — no irregular iteration, nothing to blame."
+        return "\n".join([f"{v.job}: healthy — no irregular iteration, nothing to blame.", *note])
     lines = []
     if v.status == "hang":
         lines.append(f"{v.job}: STUCK — a collective never completed.")
@@ -64,7 +66,7 @@ def render_text(v: Verdict) -> str:
         lines.append(f"{'=>' if i == 1 else '  '} {i}. {c.kind:<7} {c.device():<40} score {c.score:.2f}")
         for e in c.evidence[: 3 if i == 1 else 1]:
             lines.append(f"       - {e}")
-    return "\n".join(lines)
+    return "\n".join(lines + note)
 
 
 def run(args: argparse.Namespace) -> int:

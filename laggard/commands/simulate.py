@@ -86,7 +86,7 @@ def register(sub: Any) -> None:
     p.add_argument("--hosts-per-switch", type=int, help="hosts under each ToR switch (default 4; real leaf switches hold 4-32)")
     p.add_argument("--job", help="job name in meta.json")
     p.add_argument("--flows", action="store_true", help="also write flows.parquet (network flow bursts)")
-    p.add_argument("--pcap", action="store_true", help="also write a small RoCEv2 pcap (implies --flows)")
+    p.add_argument("--pcap", action="store_true", help="also write capture.pcap: the whole job as RoCEv2 packets (implies --flows)")
     p.add_argument("--logs", action="store_true", help="also write logs/<host>.log training logs")
     p.add_argument("--log-failure", help="failure to inject into the logs (see simulator/logs.py)")
     p.set_defaults(func=run)

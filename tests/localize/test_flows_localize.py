@@ -88,3 +88,26 @@ def test_most_edges_slow_at_once_are_still_flagged() -> None:
     assert sorted(edges.loc[edges["slow"], "sh"]) == ["node-3", "node-4", "node-5", "node-6", "node-7"]
     cands = network_candidates(edges, {h: f"tor-{i // 4}" for i, h in enumerate(hosts)}, "flows")
     assert (cands[0].kind, cands[0].switch) == ("switch", "tor-1")
+
+
+def test_a_capture_too_short_gives_no_verdict(tmp_path: Path) -> None:
+    """A pcap of the first 0.3 s of a faulty job (about two iterations): said too short, no verdict;
+    beside the job's CommOps the verdict goes on from those and says what it could not judge."""
+    import json
+
+    from collector.flows import Bursts
+    from simulator.flows import sim_bursts, write_roce_pcap
+
+    src = sim_flows("link")
+    b = sim_bursts(src)
+    early = b.cols["start_ns"] < b.cols["start_ns"].min() + 300_000_000
+    write_roce_pcap(Bursts({k: v[early] for k, v in b.cols.items()}), tmp_path / "short.pcap")
+    cap = run_cli("capture", "--read", tmp_path / "short.pcap", "--meta", src / "meta.json", "--out", tmp_path / "t")
+    assert cap.returncode == 0 and "capture too short" in cap.stdout and "no verdict" in cap.stdout, cap.stdout
+    loc = run_cli("localize", tmp_path / "t", "--flows")
+    assert loc.returncode == 2 and "capture too short" in loc.stderr and len(loc.stderr.strip().splitlines()) == 1
+    both = tmp_path / "both"
+    shutil.copytree(src, both)
+    shutil.copy(tmp_path / "t" / "flows.parquet", both / "flows.parquet")
+    v = json.loads(run_cli("localize", both, "--format", "json", check=True).stdout)
+    assert v["status"] == "irregular" and any("capture too short" in u for u in v["unjudged"])

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+from collector.errors import UserError
 from collector.flows import pcap_to_flows
 from collector.traceio import Trace
+from simulator.flows import sim_bursts, write_roce_pcap
 from tests.flows_sims import sim_flows
 
 
@@ -35,12 +40,22 @@ def test_bursts_are_in_true_time_and_carry_the_ring_volume() -> None:
 
 
 def test_pcap_reads_back_into_the_same_bursts() -> None:
+    """The capture covers the whole job: every burst of flows.parquet, from first to last."""
     d = sim_flows("small-a", pcap=True)
     f = Trace.open(d).flows()
     got = pcap_to_flows(d / "capture.pcap").table.to_pandas()
-    assert len(got) > 10 and set(got["proto"]) == {"roce"}
-    first = f.sort_values("start_ns").head(len(got))
+    assert set(got["proto"]) == {"roce"} and len(got) == len(f)
+    assert got["start_ns"].min() == f["start_ns"].min() and got["end_ns"].max() == f["end_ns"].max()
     key = ["src_ip", "dst_ip", "qp", "start_ns"]
-    merged = got.merge(first, on=key, suffixes=("", "_sim"))
-    assert len(merged) >= 0.9 * len(got)
+    merged = got.merge(f, on=key, suffixes=("", "_sim"))
+    assert len(merged) == len(f)
     assert (merged["bytes"] == merged["bytes_sim"]).all() and (merged["end_ns"] == merged["end_ns_sim"]).all()
+    assert Trace.open(d).truth()["flows"]["pcap_packets"] > 0
+
+
+def test_a_capture_too_large_for_a_file_is_refused(tmp_path: Path) -> None:
+    d = sim_flows("small-a")
+    bursts = sim_bursts(d)
+    with pytest.raises(UserError, match=r"need .* packets .* use --flows"):
+        write_roce_pcap(bursts, tmp_path / "c.pcap", max_packets=100)
+    assert not (tmp_path / "c.pcap").exists()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import socket
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,9 @@ def register(sub: Any) -> None:
     run_p = verbs.add_parser("run", help="summarize this node's shards", formatter_class=Formatter)
     run_p.add_argument("trace", type=Path, help="the CommOps logger's directory (shared or node-local)")
     who = run_p.add_mutually_exclusive_group()
-    who.add_argument("--host", default=None, help="host whose ranks to read (default: this machine's name)")
+    who.add_argument("--host", default=None,
+                     help="host whose ranks to read (default: this node's name as the logger wrote it: "
+                          "LAGGARD_HOST, SLURMD_NODENAME, NODE_NAME, else the hostname)")
     who.add_argument("--all-hosts", action="store_true", help="summarize every host in meta.json, one after another")
     run_p.add_argument("--window", type=int, default=20, help="steps per detection window (default 20)")
     run_p.add_argument("--follow", action="store_true", help="keep summarizing while the job writes shards")
@@ -45,12 +47,13 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from collector.commops.launcher import host_of
     from collector.meta import JobMeta
     from laggard.sidecar import central_localize, follow_node, summarize_node
 
     if args.action == "run":
         meta = JobMeta.load(args.trace / "meta.json")
-        hosts = meta.hosts() if args.all_hosts else [args.host or socket.gethostname()]
+        hosts = meta.hosts() if args.all_hosts else [args.host or host_of(os.environ)[0]]
         for h in hosts:
             if args.follow:
                 n = follow_node(args.trace, h, args.window, args.poll, args.idle_exit)

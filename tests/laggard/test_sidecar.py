@@ -69,3 +69,16 @@ def test_follow_mode_finishes_when_shards_stop_changing(sharded: Path, tmp_path:
     host = JobMeta.load(copy / "meta.json").hosts()[1]
     assert follow_node(copy, host, window=10, poll_s=0.05, stop_after_idle_s=0.1) == 3
     assert len(list((copy / "summary").glob(f"{host}-w*.parquet"))) == 3
+
+
+def test_cli_run_finds_this_node_as_the_logger_named_it(sharded: Path, tmp_path: Path) -> None:
+    """Without --host, `sidecar run` reads the ranks of the host the logger wrote for this node
+    (LAGGARD_HOST, SLURMD_NODENAME, NODE_NAME, else the hostname), not always the hostname."""
+    import shutil
+
+    copy = tmp_path / "t"
+    shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))
+    host = JobMeta.load(copy / "meta.json").hosts()[2]
+    proc = run_cli("sidecar", "run", copy, env={"LAGGARD_HOST": "", "SLURMD_NODENAME": host})
+    assert proc.returncode == 0 and proc.stdout.startswith(f"{host}: 2 window"), proc.stdout + proc.stderr
+    assert {p.name.split("-w")[0] for p in (copy / "summary").glob("*.parquet")} == {host}

@@ -4,6 +4,7 @@
     python -m bench.matrix                   # three per (semantics, kind), 64-512 GPUs: ~10 min
     python -m bench.matrix --large           # adds 1,024-8,192 GPUs (long: tens of minutes)
     python -m bench.matrix --per-cell 10 --json /tmp/matrix.json
+    python -m bench.matrix --report /tmp/matrix.json      # the tables again, from a saved run
 
 p2p semantics (eager, rendezvous, batched) x layouts (2-D..6-D) x scales x fault kinds (gpu,
 host, nic, link, switch, stage = config, seqlen = data) x patterns (persistent, spike,
@@ -247,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1313, help="the matrix's own draw seed (default 1313)")
     ap.add_argument("--json", type=Path, default=None, help="also write every job's row here")
     ap.add_argument("--keep", type=Path, default=None, help="move the traces of misses into this folder")
+    ap.add_argument("--report", type=Path, default=None, help="print the tables of a --json file again; run nothing")
     args = ap.parse_args(argv)
+    if args.report:
+        report(pd.DataFrame(json.loads(args.report.read_text())))
+        return 0
     per_cell = args.per_cell or (1 if args.quick else 3)
     scales = tuple(int(s) for s in args.scales.split(",")) if args.scales else \
         (SCALES[:3] if args.quick else SCALES) + (LARGE_SCALES if args.large else ())
@@ -258,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
               f"seed {args.seed} ==", flush=True)
         df = run_matrix(per_cell, scales, tuple(args.semantics.split(",")), tuple(args.kinds.split(",")),
                         args.seed, work, args.keep)
-        report(df)
-        if args.json:
+        if args.json:  # written before the tables, so a long run is never lost to a report error
             args.json.write_text(json.dumps(df.to_dict(orient="records"), indent=1, default=str))
+        report(df)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"wall time {time.perf_counter() - t0:.0f} s")

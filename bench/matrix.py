@@ -150,6 +150,12 @@ def run_job(cfg: SimConfig, kind: str, out: Path) -> dict[str, Any] | None:
             "tied": len(tied_top(v.candidates))}
 
 
+def _logger(one_per_tp: bool, sampled: bool) -> str:
+    """What the job's logger wrote: every rank and step, one rank per TP group, sampled steps, both."""
+    return {(False, False): "all ranks+steps", (True, False): "one per tp", (False, True): "sampled steps",
+            (True, True): "one per tp+sampled"}[(one_per_tp, sampled)]
+
+
 def run_matrix(per_cell: int, scales: tuple[int, ...], semantics: tuple[str, ...], kinds: tuple[str, ...],
                seed: int, workdir: Path, keep: Path | None = None) -> pd.DataFrame:
     rng = np.random.default_rng([seed, 13])
@@ -174,7 +180,7 @@ def run_matrix(per_cell: int, scales: tuple[int, ...], semantics: tuple[str, ...
                     shutil.rmtree(out, ignore_errors=True)
                     continue
                 r.update({"p2p": p2p, "kind": kind, "dims": dims, "pattern": pattern, "gpus": cfg.gpus, "shape": shape,
-                          "seed": cfg.seed})
+                          "seed": cfg.seed, "logger": _logger(cfg.logged_ranks != "all", bool(cfg.sample_steps))})
                 rows.append(r)
                 if keep is not None and r["credit"] < 1:
                     keep.mkdir(parents=True, exist_ok=True)
@@ -215,6 +221,10 @@ def report(df: pd.DataFrame) -> None:
     print("  all faults: " + ", ".join(f"{p} {allrow[p]:.3f}" for p in P2P_MODES if p in allrow))
     print("\ntop-1 by layout dimensions and p2p semantics:")
     print(table(faulty, "dims", "credit", list(DIMS)).to_string())
+    if "logger" not in faulty:  # rows saved before the column existed: read it off the shape
+        faulty = faulty.assign(logger=[_logger(" 1/tp" in sh, " s" in sh.split("hps")[-1]) for sh in faulty["shape"]])
+    print("\ntop-1 by what the logger wrote and p2p semantics:")
+    print(table(faulty, "logger", "credit", ["all ranks+steps", "one per tp", "sampled steps", "one per tp+sampled"]).to_string())
     print("\nonset step within +-1 of the true start, by kind and semantics:")
     print(table(faulty.assign(onset_ok=faulty["onset_ok"].astype(float)), "kind", "onset_ok", order).to_string())
     has_onset = faulty["onset"].notna().mean()

@@ -108,12 +108,20 @@ def _fault(kind: str, cfg: SimConfig, pattern: str, rng: np.random.Generator) ->
 
 
 def _roots(truth: dict[str, Any], cfg: SimConfig) -> list[dict[str, Any]]:
-    """The devices a right answer may name: the fault's root, and with one rank logged per TP
-    group, for a GPU, its group's logged rank (the only copy of that worker the trace holds)."""
+    """The devices a right answer may name: the fault's root, and what the trace cannot tell from
+    it. With one rank logged per TP group, a GPU is seen only through its group's logged rank; and
+    where a TP group fills a host, that rank is the host's only copy: host and GPU read the same."""
     roots = [f["root"] for f in truth["faults"]]
-    if cfg.logged_ranks == "one-per-tp":
-        roots += [{**r, "rank": r["rank"] - r["rank"] % cfg.tp} for r in roots if r["kind"] == "gpu"]
-    return roots
+    if cfg.logged_ranks != "one-per-tp":
+        return roots
+    extra = [{**r, "rank": r["rank"] - r["rank"] % cfg.tp} for r in roots if r["kind"] == "gpu"]
+    if cfg.tp >= cfg.gpus_per_host:
+        extra += [{"kind": "host", "host": r["host"]} for r in roots if r["kind"] == "gpu"]
+        for r in roots:
+            if r["kind"] == "host":
+                h = int(r["host"].rsplit("-", 1)[1])
+                extra += [{"kind": "gpu", "rank": h * cfg.gpus_per_host + g} for g in range(0, cfg.gpus_per_host, cfg.tp)]
+    return roots + extra
 
 
 def _true_start(truth: dict[str, Any]) -> int | None:

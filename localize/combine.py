@@ -138,7 +138,8 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
     extra: dict[str, Any] = {"sources": [v.extra.get("source", "?") for v in verdicts]}
     onsets = [v.onset_step for v in verdicts if v.onset_step is not None and v.status == status]
     commops = [v.onset_step for v in verdicts if v.extra.get("source") == "commops" and v.onset_step is not None]
-    onset = (commops or onsets or [None])[0] if status != "healthy" else None
+    found = commops or onsets
+    onset = found[0] if found and status != "healthy" else None
     return Verdict(job, status, steps, max(v.slowdown for v in verdicts), cands, extra, onset_step=onset)  # type: ignore[arg-type]
 
 

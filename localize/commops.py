@@ -224,7 +224,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                                 "operators": len(ops.df)}
     if net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
-    return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra), analysis
+    onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
+    return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
+                   onset_step=onset), analysis
 
 
 def _lost_seconds(steps: pd.DataFrame, irr: np.ndarray) -> float:
@@ -340,8 +342,15 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
     """No δ-irregular step: healthy, unless some workers, a stage or the data made the job slow
     from its first step (judged against peers of the same role, `localize.persistent`)."""
     units, x, typical = persistent_imbalance(df, meta, top, hint)
+    return imbalance_verdict(meta, units, x, typical, int(df["step"].min()) if len(df) else None)
+
+
+def imbalance_verdict(meta: JobMeta, units: list[RankUnit], x: np.ndarray, typical: float,
+                      first_step: int | None, extra: dict[str, object] | None = None) -> Verdict:
+    """The verdict of a job slow from `first_step` by `units` (none: healthy)."""
+    more = dict(extra or {})
     if not units:
-        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops"})
+        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **more})
     cands = []
     for u in units:
         cand = _bare_candidate(u, u.share, meta)
@@ -349,9 +358,9 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
         cands.append(cand)
     workers = [float(np.median(x[np.asarray(u.ranks)])) for u in units if u.kind in ("gpu", "host")]
     slow = max(workers, default=1.0)
-    first = int(df["step"].min()) if len(df) else None
     return Verdict(meta.job, "irregular", [], slow, cands, {"source": "commops", "persistent": True,
-                                                            "typical_compute_s": round(typical, 6)}, onset_step=first)
+                                                            "typical_compute_s": round(typical, 6), **more},
+                   onset_step=first_step)
 
 
 def _persistent_evidence(u: RankUnit, x: np.ndarray) -> list[str]:

@@ -93,7 +93,14 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
         return [], np.ones(world), 0.0
     ops = prepare_ops(df)
     comp, seen = compute_table(ops, world)
-    kinds = group_kinds(ops, hint)
+    return imbalance(comp, seen, meta, group_kinds(ops, hint), top)
+
+
+def imbalance(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+              top: int = 5) -> tuple[list[RankUnit], np.ndarray, float]:
+    """`persistent_imbalance` on a rank × step compute table (full records, or the summaries'
+    per-host and outlier-rank compute)."""
+    world = comp.shape[0]
     _, stage, replica, _ = layout_units(meta, world, kinds)
     ref = stage_reference(comp, seen, stage)
     ratio = comp / np.maximum(ref[stage], 1e-9)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from laggard.cliutil import Formatter, add_format, print_json, verb_parser
+from laggard.cluster import add_cluster_args
 
 
 def register(sub: Any) -> None:
@@ -20,7 +21,8 @@ def register(sub: Any) -> None:
         "  records only for the ranks and steps they point at; prints a verdict and the bytes moved.",
         "  laggard sidecar run /data/run7 --host node-3 --follow\n"
         "  laggard sidecar run /data/run7 --all-hosts          # every host, once (tests, replays)\n"
-        "  laggard sidecar localize /data/run7 --format json",
+        "  laggard sidecar localize /data/run7 --format json\n"
+        "  laggard sidecar localize /data/run7 --cluster local   # fetches as Dask tasks",
     )
     verbs = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     run_p = verbs.add_parser("run", help="summarize this node's shards", formatter_class=Formatter)
@@ -38,6 +40,7 @@ def register(sub: Any) -> None:
     loc.add_argument("trace", type=Path)
     loc.add_argument("--top", type=int, default=5, help="candidates to report (default 5)")
     add_format(loc)
+    add_cluster_args(loc, summary_first=False)
     loc.set_defaults(func=run)
 
 
@@ -55,7 +58,15 @@ def run(args: argparse.Namespace) -> int:
                 n = len(summarize_node(args.trace, h, args.window, final=True))
             print(f"{h}: {n} window summary(ies) in {args.trace / 'summary'}")
         return 0
-    verdict, mv = central_localize(args.trace, top=args.top)
+    if args.cluster:
+        from laggard.cluster import open_cluster
+        from localize.distributed import Source, fetcher
+
+        src = Source.open(args.trace)
+        with open_cluster(args.cluster, args.workers, args.worker_memory) as cluster:
+            verdict, mv = central_localize(args.trace, top=args.top, fetch=fetcher(src, cluster))
+    else:
+        verdict, mv = central_localize(args.trace, top=args.top)
     if args.format == "json":
         print_json(verdict.to_dict())
         return 0

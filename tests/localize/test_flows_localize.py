@@ -11,16 +11,17 @@ from collector.traceio import Trace
 from localize.flows import localize_flows
 from localize.verdict import Verdict
 from tests.conftest import run_cli
-from tests.flows_sims import sim_flows
+from tests.flows_sims import SEMANTICS, sim_flows
 
 
-def _verdict(name: str) -> tuple[Verdict, dict]:
-    t = Trace.open(sim_flows(name))
+def _verdict(name: str, p2p: str = "rendezvous") -> tuple[Verdict, dict]:
+    t = Trace.open(sim_flows(name, p2p=p2p))
     return localize_flows(t), t.truth()
 
 
-def test_healthy_job_has_no_candidates() -> None:
-    v, _ = _verdict("healthy")
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_healthy_job_has_no_candidates(p2p: str) -> None:
+    v, _ = _verdict("healthy", p2p)
     assert v.status == "healthy" and v.candidates == [] and v.irregular_steps == []
 
 
@@ -31,8 +32,9 @@ def test_healthy_job_has_no_candidates() -> None:
     ("straggler", "host", {"host": "node-1"}),
     ("pcie", "gpu", {"rank": 21, "host": "node-2"}),
 ])
-def test_fault_is_ranked_first(name: str, kind: str, where: dict) -> None:
-    v, truth = _verdict(name)
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_fault_is_ranked_first(name: str, kind: str, where: dict, p2p: str) -> None:
+    v, truth = _verdict(name, p2p)
     assert v.status == "irregular"
     assert set(v.irregular_steps) == set(truth["irregular_steps"])
     top = v.candidates[0]

@@ -22,6 +22,7 @@ CASES: dict[str, tuple[dict, list[str]]] = {
     "pcie": ({"gpus": 64, "tp": 8, "pp": 2}, ["pcie:rank=21,factor=4,steps=5:11"]),
     "small-a": ({"gpus": 32, "tp": 8, "job": "job-a"}, []),
     "small-b": ({"gpus": 32, "tp": 4, "pp": 2, "job": "job-b", "seed": 3}, []),
+    "slow-from-start": ({"gpus": 128, "tp": 8, "pp": 2}, ["gpu:rank=21,factor=2"]),  # node-2, every step
     "pairs": ({"gpus": 32, "tp": 8, "pp": 2}, []),  # dp 2: data-parallel rings of two hosts, no longer ring
 }
 #: every point-to-point semantics the simulator knows: flow recognition must not depend on one

@@ -44,6 +44,17 @@ def test_fault_is_ranked_first(name: str, kind: str, where: dict, p2p: str) -> N
     assert v.slowdown > 1.05
 
 
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_host_slow_from_the_first_step_is_named(p2p: str) -> None:
+    """GPU rank 21 (node-2) computes 2x slower in every step: no iteration is normal, but node-2
+    starts its ring's sync last in every iteration while its peers stall."""
+    v, _ = _verdict("slow-from-start", p2p)
+    assert v.status == "irregular" and v.onset_step == 0
+    top = v.candidates[0]
+    assert (top.kind, top.host, top.source) == ("host", "node-2", "flows") and top.score >= 0.9
+    assert [c.host for c in v.candidates if c.kind == "host"] == ["node-2"]
+
+
 def test_verdict_json_round_trips() -> None:
     v, _ = _verdict("link")
     d = v.to_dict()

@@ -30,6 +30,8 @@ GAP_FLOOR_NS = 1_000_000
 #: a data-parallel ring of two hosts syncs once or twice per iteration (a stall may split a sync);
 #: a pipeline edge carries one transfer per microbatch each way, and a pipeline has several microbatches
 SYNCS_PER_ITERATION = 2.5
+#: rings whose syncs are counted to know the number of iterations (each costs a pass over the flows)
+RINGS_COUNTED = 4
 TP_NOTE = "tensor parallelism inside a host never reaches the network and is invisible to flows"
 
 
@@ -163,8 +165,8 @@ def _iteration_count(flows: pd.DataFrame, rings: list[FlowGroup], pairs: list[li
     as long as between iterations but a ring of two pauses only between its syncs."""
     def cycles(edges: list[tuple[str, str]]) -> int:
         return int(sync_anchors(flows.merge(pd.DataFrame(edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])).size)
-    if rings:
-        return max(cycles(g.edges) for g in rings)
+    if rings:  # every ring syncs every iteration: a few of the longest tell the count
+        return max(cycles(g.edges) for g in sorted(rings, key=lambda g: -len(g.hosts))[:RINGS_COUNTED])
     return min([int(sync_anchors(flows).size)] + [cycles(e) for e in pairs])
 
 

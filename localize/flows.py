@@ -28,7 +28,7 @@ SLOW_EDGE = 1.5  # an edge is slow when its rate drops by this factor
 NIC_SHARE = 0.8  # share of a host's (switch's) edges that must be slow to blame the NIC (switch)
 LATE_SHARE = 0.02  # a straggler starts at least this share of an iteration after its peers
 MIN_RATE_PACKETS = 3
-FROM_START_SHARE = 0.01  # slow from the first step: late by at least this share of an iteration...
+FROM_START_SHARE = 0.005  # slow from the first step: late by at least this share of an iteration...
 FROM_START_CONSISTENCY = 0.9  # ...and its ring's latest host in at least this share of iterations
 
 
@@ -199,8 +199,9 @@ def slow_from_start(late: pd.DataFrame, base_s: float) -> list[tuple[str, float,
     steps = late["step"].nunique()
     per = late.groupby("h")["late"]
     med = per.median()
-    spread = 1.4826 * float((med - med.median()).abs().median())
-    floor = max(FROM_START_SHARE * base_s * 1e9, med.median() + 10 * K_SIGMA * spread)
+    ahead = med.clip(lower=0.0)  # peers that stall for a late host are early: they set no bar
+    spread = 1.4826 * float((ahead - ahead.median()).abs().median())
+    floor = max(FROM_START_SHARE * base_s * 1e9, float(ahead.median()) + 10 * K_SIGMA * spread)
     latest = late.loc[late.groupby("step")["late"].idxmax(), "h"].value_counts() / steps
     out = []
     for h, m in med[med > floor].sort_values(ascending=False).items():

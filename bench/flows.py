@@ -3,6 +3,7 @@
     python -m bench.flows              # everything, including a real gloo capture (root, ~2 min)
     python -m bench.flows --quick      # smaller pcap, fewer scenarios, no real capture
     python -m bench.flows --no-real    # skip the real capture
+    python -m bench.flows --only start # a GPU slow from step 0, and healthy jobs, under every p2p semantics
 
 Targets (issue 5): iteration-time error <= 0.1% on simulated flows and <= 1% on a real capture
 (LLMPrism: 0.3%); pcap ingest >= 2M packets/s on one core, against `tshark -q -z conv,udp` on the
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +29,7 @@ from collector.flows import pcap_to_flows
 from collector.pcap import write_pcap
 from collector.traceio import Trace
 from localize.flows import localize_flows
-from simulator.config import scenario_config
+from simulator.config import P2P_MODES, FaultSpec, SimConfig, scenario_config
 from simulator.flows import emit_flows, merge_fabric
 from simulator.writer import simulate_trace
 from timeline.flows import build_flow_timeline
@@ -101,6 +103,36 @@ def _matches(cand: dict, root: dict) -> bool:
     if root["kind"] == "switch":
         return cand["kind"] == "switch" and cand.get("switch") == root["switch"]
     return cand["kind"] == root["kind"] and cand.get("host") == root.get("host")
+
+
+#: layouts of the slow-from-the-start sweep: rings of 2..8 hosts, pipelines of 1..4 stages, 1 or 2 TP groups per host
+START_LAYOUTS: list[dict[str, Any]] = [{"gpus": 64, "tp": 8, "pp": 2}, {"gpus": 32, "tp": 4, "pp": 2}, {"gpus": 64, "tp": 8, "pp": 4},
+                 {"gpus": 128, "tp": 8, "pp": 2}, {"gpus": 64, "tp": 8}]
+
+
+def slow_from_start(root: Path) -> None:
+    """A GPU slow from the first step (no normal iteration) named from flows alone; healthy twins stay clean."""
+    print("slow from the first step, flows alone (a random GPU 1.5x / 2x slower in every step; healthy twins)")
+    rng = np.random.default_rng(5)
+    hits = n = alarms = m = 0
+    for i, cfg in enumerate(START_LAYOUTS):
+        for p2p in P2P_MODES:
+            for factor in (1.5, 2.0, 0.0):
+                rank = int(rng.integers(cfg["gpus"]))
+                faults = [FaultSpec.parse(f"gpu:rank={rank},factor={factor}")] if factor else []
+                d = root / f"start-{i}-{p2p}-{factor}"
+                simulate_trace(SimConfig(**cfg, steps=16, seed=21 if factor else 11, p2p=p2p, faults=faults), d)
+                emit_flows(d, pcap=False)
+                t = Trace.open(d)
+                v = localize_flows(t)
+                if not factor:
+                    m += 1
+                    alarms += bool(v.candidates)
+                    continue
+                n += 1
+                hits += bool(v.candidates) and v.candidates[0].host == t.meta.ranks[rank].host
+        print(f"  {cfg}: top-1 so far {hits}/{n}, healthy runs with a candidate {alarms}/{m}")
+    print(f"  top-1 host: {hits}/{n}   false alarms: {alarms}/{m}")
 
 
 def job_recognition(traces: dict[str, Path], root: Path) -> None:
@@ -207,7 +239,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--packets", type=int, default=0, help="packets in the ingest pcap (default 8M, quick 2M)")
-    ap.add_argument("--only", choices=["sim", "ingest", "real"], help="run one part")
+    ap.add_argument("--only", choices=["sim", "start", "ingest", "real"], help="run one part")
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="lag-bench-flows-"))
     try:
@@ -216,6 +248,8 @@ def main() -> int:
             reconstruction_error(traces)
             localization(traces)
             job_recognition(traces, root)
+        if a.only == "start" or (a.only is None and not a.quick):
+            slow_from_start(root)
         if a.only in (None, "ingest"):
             ingest_rate(a.packets or (2_000_000 if a.quick else 8_000_000), root)
         if a.only in (None, "real") and not (a.quick or a.no_real):

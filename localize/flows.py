@@ -4,6 +4,8 @@ Rules, applied to the job's reconstructed iterations:
 - slow iterations: k-sigma above a low-quantile baseline of iteration durations;
 - straggler host: in slow iterations its synchronisation bursts start last while its peers'
   flows already ran and stalled (lateness of a host's first burst against its ring);
+- straggler from the first step (no normal iteration to compare with): a host that starts its
+  ring's synchronisation last in nearly every iteration, far later than any peer ever does;
 - slow link or NIC: a flow that runs at a low rate (bytes per second of activity) compared with
   the same edge in normal iterations, or with its peers; when every edge of one host is slow it
   is the host's NIC, when every edge through one switch is slow it is the switch.
@@ -40,6 +42,8 @@ SLOW_EDGE = 1.5  # an edge is slow when its rate drops by this factor
 NIC_SHARE = 0.8  # share of a host's (switch's) edges that must be slow to blame the NIC (switch)
 LATE_SHARE = 0.02  # a straggler starts at least this share of an iteration after its peers
 MIN_RATE_PACKETS = 3
+FROM_START_SHARE = 0.005  # slow from the first step: late by at least this share of an iteration...
+FROM_START_CONSISTENCY = 0.9  # ...and its ring's latest host in at least this share of iterations
 
 
 def slow_iterations(it: pd.DataFrame, k: float = K_SIGMA) -> tuple[pd.DataFrame, float]:
@@ -147,6 +151,15 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
     """Per host: mean over the given iterations of how late it starts synchronising (ns).
 
     The mean, not the median: a straggler need not be the cause of every slow iteration.
+    """
+    rows = lateness_per_iteration(f, job, host_of, steps)
+    if rows.empty:
+        return pd.Series(dtype=np.float64)
+    return rows.groupby("h")["late"].mean().sort_values(ascending=False)
+
+
+def lateness_per_iteration(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps: set[int]) -> pd.DataFrame:
+    """Per iteration and host (columns step, h, late): how late it starts synchronising, in ns.
 
     Lateness is measured against the median host of the same ring in the same iteration, on
     a host's first send and first receive on ring edges. A late member's own sends always
@@ -184,11 +197,32 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
             out_late = np.where(np.isnan(own_late), out_late, np.minimum(out_late, own_late))
         in_late = np.clip(np.nan_to_num(in_late, nan=0.0), 0.0, None)
         first["late"] = (out_late + np.minimum(in_late, out_late)) / 2
-        rows.append(first)
-    if not rows:
-        return pd.Series(dtype=np.float64)
-    allr = pd.concat(rows)
-    return allr.groupby("h")["late"].mean().sort_values(ascending=False)
+        rows.append(first[["step", "h", "late"]])
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "h", "late"])
+
+
+def slow_from_start(late: pd.DataFrame, base_s: float) -> list[tuple[str, float, float]]:
+    """Hosts late to every synchronisation: (host, share of iterations it was its ring's latest, median lateness ns).
+
+    With no normal iteration there is nothing to compare a host with but its ring peers in the
+    same iterations: a host whose compute is slow from the first step starts its ring's sync
+    last in (nearly) every iteration, by a margin far above how late the other hosts ever are.
+    """
+    if late.empty or base_s <= 0:
+        return []
+    steps = late["step"].nunique()
+    per = late.groupby("h")["late"]
+    med = per.median()
+    ahead = med.clip(lower=0.0)  # peers that stall for a late host are early: they set no bar
+    spread = 1.4826 * float((ahead - ahead.median()).abs().median())
+    floor = max(FROM_START_SHARE * base_s * 1e9, float(ahead.median()) + 10 * K_SIGMA * spread)
+    latest = late.loc[late.groupby("step")["late"].idxmax(), "h"].value_counts() / steps
+    out = []
+    for h, m in med[med > floor].sort_values(ascending=False).items():
+        share = float(latest.get(h, 0.0))
+        if share >= FROM_START_CONSISTENCY and (late.loc[late["h"] == h, "late"] > floor / 2).mean() >= FROM_START_CONSISTENCY:
+            out.append((str(h), share, float(m)))
+    return out
 
 
 def endpoint_candidates(f: pd.DataFrame, irregular: set[int], host_hit: set[str], meta_ips: dict[str, tuple[int, str, int]],
@@ -263,6 +297,18 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
                     host=str(h), source=source))
     if not irregular and cands:
         cands = [c for c in cands if c.score >= 1 - 1 / 2.0]  # without a slow iteration, only strong outliers
+    onset = min(irregular) if irregular else None
+    if not any(c.kind == "host" for c in cands):  # a host slow from the first step leaves no normal iteration
+        complete = set(it.loc[it["complete"], "step"].astype(int))
+        for h, share, lateness in slow_from_start(lateness_per_iteration(f, job, tl.host_of, complete), base):
+            if h in hit:
+                continue
+            cands.append(Candidate("host", share, [
+                f"{h} starts its ring's synchronisation last in {100 * share:.0f}% of iterations, "
+                f"{lateness / 1e6:.1f} ms after its ring peers (median), from the first step: no iteration is normal",
+                "flows see hosts, not GPUs: a slow GPU, its PCIe link or CPU contention on this host look alike"],
+                host=h, source=source))
+            onset = int(it["step"].min())
     cands.sort(key=lambda c: -c.score)
     durs = it.loc[it["irregular"], "duration_s"]
     slowdown = float(durs.median() / base) if irregular and base > 0 else 1.0
@@ -270,4 +316,4 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base
     summary["notes"] = [*job.notes, *tl.notes]
-    return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary})
+    return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary}, onset_step=onset)

@@ -6,7 +6,7 @@ import functools
 import tempfile
 from pathlib import Path
 
-from simulator.config import FaultSpec, SimConfig
+from simulator.config import P2P_MODES, FaultSpec, SimConfig
 from simulator.flows import emit_flows
 from simulator.writer import simulate_trace
 
@@ -22,14 +22,18 @@ CASES: dict[str, tuple[dict, list[str]]] = {
     "pcie": ({"gpus": 64, "tp": 8, "pp": 2}, ["pcie:rank=21,factor=4,steps=5:11"]),
     "small-a": ({"gpus": 32, "tp": 8, "job": "job-a"}, []),
     "small-b": ({"gpus": 32, "tp": 4, "pp": 2, "job": "job-b", "seed": 3}, []),
+    "slow-from-start": ({"gpus": 128, "tp": 8, "pp": 2}, ["gpu:rank=21,factor=2"]),  # node-2, every step
+    "pairs": ({"gpus": 32, "tp": 8, "pp": 2}, []),  # dp 2: data-parallel rings of two hosts, no longer ring
 }
+#: every point-to-point semantics the simulator knows: flow recognition must not depend on one
+SEMANTICS = P2P_MODES
 
 
 @functools.cache
-def sim_flows(name: str, pcap: bool = False) -> Path:
+def sim_flows(name: str, pcap: bool = False, p2p: str = "rendezvous") -> Path:
     cfg, faults = CASES[name]
-    out = _ROOT / (name + ("-pcap" if pcap else ""))
-    base = {"steps": 12, "job": name, **cfg}
+    out = _ROOT / (name + ("-pcap" if pcap else "") + "-" + p2p)
+    base = {"steps": 12, "job": name, **cfg, "p2p": p2p}
     simulate_trace(SimConfig(**base, faults=[FaultSpec.parse(f) for f in faults]), out)
     emit_flows(out, pcap=pcap)
     return out

@@ -30,6 +30,11 @@ ONE_WAY = 0.2
 MINOR_SHARE = 0.05
 #: pauses shorter than this are not told apart when looking for the pause between iterations
 GAP_FLOOR_NS = 1_000_000
+#: a data-parallel ring of two hosts syncs once or twice per iteration (a stall may split a sync);
+#: a pipeline edge carries one transfer per microbatch each way, and a pipeline has several microbatches
+SYNCS_PER_ITERATION = 2.5
+#: rings whose syncs are counted to know the number of iterations (each costs a pass over the flows)
+RINGS_COUNTED = 4
 TP_NOTE = "tensor parallelism inside a host never reaches the network and is invisible to flows"
 #: well-known service ports (either end) that are never NCCL/gloo sockets, which listen on ephemeral ports
 SERVICES = {22: "ssh", 53: "dns", 80: "http", 443: "tls", 8080: "http", 8443: "tls", 8000: "http", 3128: "http-proxy",
@@ -198,9 +203,10 @@ def recognize_jobs(edges: pd.DataFrame, host_of: dict[str, str]) -> list[list[st
 def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFrame | None = None) -> list[FlowGroup]:
     """Rings from one-way edges, chains and meshes from two-way edges, all at host level.
 
-    A two-way pair whose directions run at the same time is a ring of two hosts (or an
-    all-to-all pair): it is a data-parallel ring when it synchronises about as rarely as the
-    rarest ring of the job, else an expert mesh.
+    A two-way pair is a data-parallel ring of two hosts when both directions run at once and
+    each carries at most about two transfers per iteration (the gradient sync, possibly split
+    by a stall); a pipeline edge carries one transfer per microbatch each way, many per
+    iteration, whether sends are eager, rendezvous or batched.
     """
     e = edges.assign(sh=edges["src_ip"].map(host_of), dh=edges["dst_ip"].map(host_of))
     e = e[(e["sh"] != e["dh"]) & (e["bytes"] >= ONE_WAY * e["rev_bytes"])]  # drop the minor side of one-way pairs
@@ -211,28 +217,36 @@ def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFra
     pair_groups: list[FlowGroup] = []
     if flows is not None and len(two):
         sim, counts = _simultaneity(flows, two, host_of)
-        ring_counts = [_edge_intervals(flows, g.edges) for g in rings]
-        together = sim[sim >= 0.5].index
-        rarest = min([counts[p] for p in together] + ring_counts) if len(together) else 0
-        for pair in together:
-            kind = "dp" if counts[pair] <= 2 * rarest else "ep"
-            key = two[[tuple(sorted(x, key=_natural_key)) == pair for x in zip(two["sh"], two["dh"], strict=True)]]
-            pair_groups.append(FlowGroup(kind, list(pair), list(zip(key["src_ip"], key["dst_ip"], strict=True))))
+        iterations = _iteration_count(flows, rings, _pair_edges(two))
+        for pair in sim.index:
+            if sim[pair] >= 0.5 and counts[pair] <= SYNCS_PER_ITERATION * iterations:
+                key = two[[tuple(sorted(x, key=_natural_key)) == pair for x in zip(two["sh"], two["dh"], strict=True)]]
+                pair_groups.append(FlowGroup("dp", list(pair), list(zip(key["src_ip"], key["dst_ip"], strict=True))))
         taken = {tuple(g.hosts) for g in pair_groups}
         two = two[[tuple(sorted(x, key=_natural_key)) not in taken for x in zip(two["sh"], two["dh"], strict=True)]]
     groups = rings + pair_groups + _pairs(two)
     return sorted(groups, key=lambda g: (["dp", "pp", "ep"].index(g.kind), _natural_key(g.hosts[0])))
 
 
-def _edge_intervals(flows: pd.DataFrame, edges: list[tuple[str, str]]) -> int:
-    """Activity intervals on one directed endpoint edge of a group (how often it synchronises)."""
-    src, dst = edges[0]
-    f = flows[(flows["src_ip"] == src) & (flows["dst_ip"] == dst)]
-    return int(_activity(f)[0].size) if len(f) else 0
+def _iteration_count(flows: pd.DataFrame, rings: list[FlowGroup], pairs: list[list[tuple[str, str]]]) -> int:
+    """Iterations in the capture: syncs of the rings of three or more hosts; without rings, the fewest
+    pauses any two-way pair (or all traffic) shows, since a pipeline edge may pause between microbatches
+    as long as between iterations but a ring of two pauses only between its syncs."""
+    def cycles(edges: list[tuple[str, str]]) -> int:
+        return int(sync_anchors(flows.merge(pd.DataFrame(edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])).size)
+    if rings:  # every ring syncs every iteration: a few of the longest tell the count
+        return max(cycles(g.edges) for g in sorted(rings, key=lambda g: -len(g.hosts))[:RINGS_COUNTED])
+    return min([int(sync_anchors(flows).size)] + [cycles(e) for e in pairs])
+
+
+def _pair_edges(two: pd.DataFrame) -> list[list[tuple[str, str]]]:
+    """The directed endpoint edges of each two-way host pair."""
+    key = [tuple(sorted(x, key=_natural_key)) for x in zip(two["sh"], two["dh"], strict=True)]
+    return [list(zip(g["src_ip"], g["dst_ip"], strict=True)) for _, g in two.groupby(pd.Series(key, index=two.index), sort=False)]
 
 
 def _simultaneity(flows: pd.DataFrame, two: pd.DataFrame, host_of: dict[str, str]) -> tuple[pd.Series, dict]:
-    """Per two-way host pair: share of active time both directions run at once; interval counts."""
+    """Per two-way host pair: share of active time both directions run at once; transfers of its rarer direction."""
     sims, counts = {}, {}
     f = flows.assign(sh=flows["src_ip"].map(host_of), dh=flows["dst_ip"].map(host_of))
     for a, b in {tuple(sorted(x, key=_natural_key)) for x in zip(two["sh"], two["dh"], strict=True)}:
@@ -247,7 +261,7 @@ def _simultaneity(flows: pd.DataFrame, two: pd.DataFrame, host_of: dict[str, str
         t_f, t_b = _busy(fw), _busy(bw)
         t_u = _busy(pd.concat([fw, bw]))
         sims[(a, b)] = (t_f + t_b - t_u) / max(min(t_f, t_b), 1)
-        counts[(a, b)] = int(_activity(fw)[0].size)
+        counts[(a, b)] = min(int(_activity(fw)[0].size), int(_activity(bw)[0].size))
     return pd.Series(sims, dtype=np.float64), counts
 
 

@@ -11,16 +11,17 @@ from collector.traceio import Trace
 from localize.flows import localize_flows
 from localize.verdict import Verdict
 from tests.conftest import run_cli
-from tests.flows_sims import sim_flows
+from tests.flows_sims import SEMANTICS, sim_flows
 
 
-def _verdict(name: str) -> tuple[Verdict, dict]:
-    t = Trace.open(sim_flows(name))
+def _verdict(name: str, p2p: str = "rendezvous") -> tuple[Verdict, dict]:
+    t = Trace.open(sim_flows(name, p2p=p2p))
     return localize_flows(t), t.truth()
 
 
-def test_healthy_job_has_no_candidates() -> None:
-    v, _ = _verdict("healthy")
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_healthy_job_has_no_candidates(p2p: str) -> None:
+    v, _ = _verdict("healthy", p2p)
     assert v.status == "healthy" and v.candidates == [] and v.irregular_steps == []
 
 
@@ -31,8 +32,9 @@ def test_healthy_job_has_no_candidates() -> None:
     ("straggler", "host", {"host": "node-1"}),
     ("pcie", "gpu", {"rank": 21, "host": "node-2"}),
 ])
-def test_fault_is_ranked_first(name: str, kind: str, where: dict) -> None:
-    v, truth = _verdict(name)
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_fault_is_ranked_first(name: str, kind: str, where: dict, p2p: str) -> None:
+    v, truth = _verdict(name, p2p)
     assert v.status == "irregular"
     assert set(v.irregular_steps) == set(truth["irregular_steps"])
     top = v.candidates[0]
@@ -40,6 +42,17 @@ def test_fault_is_ranked_first(name: str, kind: str, where: dict) -> None:
     for key, value in where.items():
         assert getattr(top, key) == value
     assert v.slowdown > 1.05
+
+
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_host_slow_from_the_first_step_is_named(p2p: str) -> None:
+    """GPU rank 21 (node-2) computes 2x slower in every step: no iteration is normal, but node-2
+    starts its ring's sync last in every iteration while its peers stall."""
+    v, _ = _verdict("slow-from-start", p2p)
+    assert v.status == "irregular" and v.onset_step == 0
+    top = v.candidates[0]
+    assert (top.kind, top.host, top.source) == ("host", "node-2", "flows") and top.score >= 0.9
+    assert [c.host for c in v.candidates if c.kind == "host"] == ["node-2"]
 
 
 def test_verdict_json_round_trips() -> None:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from collector.traceio import Trace
 from simulator.flows import merge_fabric
-from tests.flows_sims import sim_flows
+from tests.flows_sims import SEMANTICS, sim_flows
 from timeline.flows import TP_NOTE, build_flow_timeline
 
 
@@ -20,8 +21,9 @@ def test_concurrent_jobs_are_separated_exactly(tmp_path: Path) -> None:
     assert sorted(sorted(j.endpoints) for j in tl.jobs) == sorted(truth.values())
 
 
-def test_parallelism_rings_and_chains() -> None:
-    t = Trace.open(sim_flows("healthy"))  # 64 GPUs, tp 8, pp 2: dp 4 over hosts of each stage
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_parallelism_rings_and_chains(p2p: str) -> None:
+    t = Trace.open(sim_flows("healthy", p2p=p2p))  # 64 GPUs, tp 8, pp 2: dp 4 over hosts of each stage
     job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
     assert job is not None and job.name == "healthy"
     rings = sorted(g.hosts for g in job.groups if g.kind == "dp")
@@ -32,9 +34,23 @@ def test_parallelism_rings_and_chains() -> None:
     assert TP_NOTE in job.notes
 
 
-def test_iterations_match_the_simulated_step_times() -> None:
-    for name in ("healthy", "straggler", "link"):
-        t = Trace.open(sim_flows(name))
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_two_host_rings_and_pipeline_pairs_are_told_apart(p2p: str) -> None:
+    """With dp 2 every group is a two-way host pair: a ring of two syncs once or twice per iteration,
+    a pipeline edge carries a transfer per microbatch each way (overlapping both ways unless eager)."""
+    t = Trace.open(sim_flows("pairs", p2p=p2p))  # 32 GPUs, tp 8, pp 2, dp 2: node-0/1 stage 0, node-2/3 stage 1
+    job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
+    assert [(g.kind, g.hosts) for g in job.groups] == [
+        ("dp", ["node-0", "node-1"]), ("dp", ["node-2", "node-3"]), ("pp", ["node-0", "node-2"]), ("pp", ["node-1", "node-3"])]
+    truth = np.asarray(t.truth()["step_time_s"])
+    got = job.iterations["duration_s"].to_numpy()
+    assert len(got) == len(truth) and np.max(np.abs(got[1:] - truth[1:]) / truth[1:]) < 1e-3
+
+
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_iterations_match_the_simulated_step_times(p2p: str) -> None:
+    for name in ("healthy", "straggler", "link", "nic", "switch"):
+        t = Trace.open(sim_flows(name, p2p=p2p))
         it = build_flow_timeline(t.flows(), t.meta).job(t.meta.job).iterations
         truth = np.asarray(t.truth()["step_time_s"])
         assert len(it) == len(truth)

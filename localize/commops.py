@@ -87,8 +87,10 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     return expected, members_sum, names, ucode.astype(np.int64), members, mesh
 
 
-def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow.
+def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray,
+                 ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow;
+    and whether the transfer's time could be seen at all.
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
     and so every copy, is abnormal. A p2p transfer is judged by how long its data took once
@@ -98,7 +100,8 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=ops.n_inst)
     ex = ops.elapsed[late] - base[late]
     slow = ~ops.inst_p2p & abnormal[late] & (ex > 0.2 * base[late]) & (n_abn >= ops.inst_size)
-    return np.maximum(np.where(slow, ex, 0.0), slow_transfer_excess(ops, meta, ref))
+    p2p_excess, seen = slow_transfer_excess(ops, meta, ref)
+    return np.maximum(np.where(slow, ex, 0.0), p2p_excess), seen
 
 
 def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.ndarray:
@@ -140,14 +143,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     abnormal = detection.abnormal
     scale = step_scale(ops, view.steps)
     med, _, _ = slot_history(ops, ref, scale)
-    comm_excess = _comm_excess(ops, meta, abnormal, med * scale, ref)
+    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, med * scale, ref)
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
         expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
     in_irr = np.isin(ops.inst_step, irr)
     # which units' own transfers were slow in the irregular steps (resolved to devices below)
-    judge = _judgeable(ops, expected, unit_of_inst)
+    judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
     slow_transfer = judge & (comm_excess > 0)
     slow = slow_units(unit_of_inst, unit_names, slow_transfer & in_irr, judge & in_irr)
     slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))

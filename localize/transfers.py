@@ -137,17 +137,20 @@ def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, 
 
 
 def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
-                         rows: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                         rows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: how much longer a p2p transfer's data took than its path needs (s), 0 unless
-    clearly slow; 0 for collectives."""
+    clearly slow, 0 for collectives; and whether its transfer time was seen at all (a receiver
+    that came after the data arrived under an eager send says nothing of the path; collectives
+    are all True here)."""
     out = np.zeros(ops.n_inst)
+    seen = ~ops.inst_p2p
     send_row, recv_row = rows if rows is not None else p2p_rows(ops)
     if not ((send_row >= 0) & (recv_row >= 0)).any():
-        return out
+        return out, seen
     start, end = aligned_times(ops, meta)
     flight, waited, together = flights(ops, start, end, send_row, recv_row)
     needs = path_needs(ops, meta, flight, waited, together, send_row, recv_row, ref)
     ex = flight - needs
     slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S))
     out[slow] = ex[slow]
-    return out
+    return out, seen | waited | together | slow

@@ -29,7 +29,7 @@ def stream(normal: list[Step], last: list[Step], hosts: tuple[str, str] = ("node
     df["step"] = steps
     ops = prepare_ops(df)
     meta = JobMeta("t", 2, {0: RankInfo(hosts[0], 0), 1: RankInfo(hosts[1], 1)}, {"pp-0": [0, 1]}, {}, {})
-    ex = slow_transfer_excess(ops, meta, np.arange(len(normal)))
+    ex, _ = slow_transfer_excess(ops, meta, np.arange(len(normal)))
     return ex[np.argsort(ops.inst_step)]
 
 

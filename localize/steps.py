@@ -137,10 +137,10 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         if len(tl.steps) >= 3:
             # a fault covering most of the window can become its own baseline (the timeline then
             # sees nothing, or a spike on top of it): judge again against the steps before it
-            # (the faster half), as the fallback does. Beside what the timeline found, that is
-            # believed only for a degradation that lasts to the end (a drift slower at first
-            # than later must not make the first steps irregular); warm-up and noise are left
-            # out as the timeline leaves them out
+            # (the faster half), as the fallback does. That is believed only for a degradation
+            # that lasts to the end (a drift slower at first than later must not make the first
+            # steps irregular, nor a noisy healthy job's slower half); warm-up and noise are
+            # left out as the timeline leaves them out
             from timeline.steps import settle
 
             again, _, onset = settle(judge(tl.steps.set_index("step")["duration_s"].astype(float)),
@@ -148,8 +148,8 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
             flags = again["irregular"].to_numpy(bool)
             irr = [int(s) for s in again.loc[flags, "step"]]
             lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
-            if irr and (not view.irregular_steps or (lasting and set(view.irregular_steps) <= set(irr)
-                                                     and len(irr) > len(view.irregular_steps))):
+            if irr and lasting and (not view.irregular_steps or (set(view.irregular_steps) <= set(irr)
+                                                                 and len(irr) > len(view.irregular_steps))):
                 normal = again.loc[~again["irregular"], "duration_s"]
                 slow = float(again.loc[again["irregular"], "duration_s"].median() / normal.median())
                 view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind), onset)

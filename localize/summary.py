@@ -53,9 +53,9 @@ from localize.detector import rule_detect
 from localize.features import prepare_ops
 from localize.groupkinds import group_kinds, named_kind
 from localize.persistent import imbalance
-from localize.steps import StepView, judge
+from localize.steps import StepView
 from localize.verdict import Verdict
-from timeline.steps import settle
+from timeline.steps import judge_steps, settle
 
 SUMMARY_SCHEMA = pa.schema(
     [
@@ -178,12 +178,13 @@ class FetchPlan:
 
 def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
     """Step durations from the summaries (each host's own-clock step ends, median over hosts),
-    judged as the timeline judges them (warm-up and noise left out); and the onset step."""
+    judged as the timeline judges them (δ against the job's own noise, change points, warm-up and
+    noise left out); and the onset step."""
     star = summary[(summary["group"] == "*") & (summary["rank"] < 0)]
     ends = star.pivot_table(index="host", columns="step", values="step_end_ns", aggfunc="max").sort_index(axis=1)
     dur = ends.diff(axis=1).median(axis=0) * 1e-9
     dur = dur.iloc[1:] if len(dur) > 1 else dur
-    table, _, onset = settle(judge(dur.rename("duration_s")))
+    table, _, onset = settle(judge_steps(dur.rename("duration_s")))
     return table, onset
 
 

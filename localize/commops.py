@@ -25,7 +25,7 @@ from localize.network import NetCandidate, resolve_network, slow_units, tie_note
 from localize.persistent import persistent_imbalance
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView, with_steps
-from localize.transfers import slow_transfer_excess
+from localize.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.verdict import Candidate, Verdict
 from localize.waitgraph import WaitGraph, build_waitgraph
 
@@ -87,19 +87,24 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     return expected, members_sum, names, ucode.astype(np.int64), members, mesh
 
 
-def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray,
+def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, spread: np.ndarray,
                  ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow;
     and whether the transfer's time could be seen at all.
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
-    and so every copy, is abnormal. A p2p transfer is judged by how long its data took once
-    both ends had posted (`localize.transfers`): a long send is often a late receiver.
+    and so every copy, is abnormal; or, whatever the detector says, when that copy alone took
+    half as long again as its own normal time and far outside its normal spread (`spread`: the
+    slot's interquartile range). A p2p transfer is judged by how long its data took once both
+    ends had posted (`localize.transfers`): a long send is often a late receiver.
     """
     late = ops.late_row
     n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=ops.n_inst)
-    ex = ops.elapsed[late] - base[late]
-    slow = ~ops.inst_p2p & abnormal[late] & (ex > 0.2 * base[late]) & (n_abn >= ops.inst_size)
+    b = base[late]
+    ex = ops.elapsed[late] - b
+    flagged = abnormal[late] & (ex > 0.2 * b) & (n_abn >= ops.inst_size)
+    beyond = (ex > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (ex > 5 * np.nan_to_num(spread[late]))
+    slow = ~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond)
     p2p_excess, seen = slow_transfer_excess(ops, meta, ref)
     return np.maximum(np.where(slow, ex, 0.0), p2p_excess), seen
 
@@ -142,8 +147,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal = detection.abnormal
     scale = step_scale(ops, view.steps)
-    med, _, _ = slot_history(ops, ref, scale)
-    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, med * scale, ref)
+    med, q1, q3 = slot_history(ops, ref, scale)
+    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, med * scale, (q3 - q1) * scale, ref)
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p

@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from collector.errors import UserError
 from laggard.cliutil import add_format, print_json, verb_parser
 
@@ -142,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "llm" and cfg is None:
         raise UserError("--engine llm but no LLM is configured", "set LAGGARD_LLM_BASE_URL and LAGGARD_LLM_MODEL")
     loc = localizer(args.localizer)
+    import yaml
+
     alerts = yaml.safe_load((EVALSETS / "alerts.yaml").read_text())
     questions = yaml.safe_load((EVALSETS / "questions.yaml").read_text())
     rec3, _ = recall_at_k(retriever, questions, 3)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from collector.traceio import Trace
 from laggard.cliutil import add_format, parse_steps, print_json, verb_parser
-from localize.combine import localize_trace
-from localize.verdict import Verdict
+
+if TYPE_CHECKING:
+    from localize.verdict import Verdict
 
 
 def register(sub: Any) -> None:
@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
         from collector.errors import UserError
 
         raise UserError(f"--top {args.top}", "give at least 1")
+    from collector.traceio import Trace  # heavy (pandas, pyarrow): only when this verb runs
+    from localize.combine import localize_trace
+
     trace = Trace.open(args.trace)
     evidence = tuple(dict.fromkeys(args.evidence)) if args.evidence else None
     verdict = localize_trace(trace, evidence, parse_steps(args.steps), args.top)

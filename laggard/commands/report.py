@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from collector.traceio import Trace
 from laggard.cliutil import add_fail_on_irregular, exit_status, parse_steps, progress, verb_parser
 
 SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
@@ -51,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
+    from collector.traceio import Trace
+
     trace = Trace.open(args.trace)
     from laggard.backends import choose_backend
 

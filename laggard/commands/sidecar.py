@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from laggard.sidecar import central_localize, follow_node, summarize_node
 
     if args.action == "run":
+        import socket
+
         meta = JobMeta.load(args.trace / "meta.json")
         hosts = meta.hosts() if args.all_hosts else [args.host or socket.gethostname()]
         for h in hosts:

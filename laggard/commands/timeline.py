@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
-from collector.traceio import Trace
 from laggard.cliutil import add_format, parse_steps, print_json, verb_parser
-from timeline.model import Timeline
-from timeline.render import HEADERS, render_plain, step_rows, summary_lines
+
+if TYPE_CHECKING:
+    from timeline.model import Timeline
 
 
 def register(sub: Any) -> None:
@@ -36,7 +36,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.delta <= 1.0:
         raise UserError(f"--delta {args.delta} must be above 1", "use e.g. --delta 1.1 (10% slower than typical)")
-    from timeline.build import build_timeline  # heavy (pandas, scipy): only when this verb runs
+    from collector.traceio import Trace  # heavy (pandas, pyarrow): only when this verb runs
+    from timeline.build import build_timeline
+    from timeline.render import render_plain
 
     tl = build_timeline(Trace.open(args.trace), steps=parse_steps(args.steps), delta=args.delta)
     if args.format == "json":
@@ -52,6 +54,8 @@ def _print_rich(tl: Timeline) -> None:
     """Same content as the plain text, with a rich table on a terminal."""
     from rich.console import Console
     from rich.table import Table
+
+    from timeline.render import HEADERS, step_rows, summary_lines
 
     console = Console()
     for i, line in enumerate(summary_lines(tl)):

@@ -177,7 +177,7 @@ def _explanation(diag: dict[str, Any]) -> str:
     conf = diag.get("confidence")
     head = f"Most likely cause: {cause.get('title')} ({cause.get('category')})"
     if isinstance(conf, int | float):
-        head += f", confidence {conf:.2f}, " + ("confirmed by a probe" if diag.get("confirmed") else "not confirmed by a probe")
+        head += f", confidence {conf:.2f}, " + str(diag.get("confirmation") or ("confirmed by a probe" if diag.get("confirmed") else "not confirmed by a probe"))
     claims = [c["text"] for c in diag.get("claims", []) if isinstance(c, dict) and c.get("text")]
     return "\n".join([head + ".", str(cause.get("text", "")), *claims]).strip()
 

@@ -37,8 +37,9 @@ def register(sub: Any) -> None:
     p.add_argument("--steps", help="only steps A:B (inclusive)")
     p.add_argument("--top", type=int, default=5, help="candidates to keep (default 5)")
     p.add_argument("--probes", choices=("auto", "virtual", "local", "ssh", "dry-run"), default="auto",
-                   help="where the read-only probes run (default auto: the virtual cluster for simulated "
-                        "traces, else a dry run that lists the commands); local and ssh are opt-in")
+                   help="where the read-only probes run (default auto: a dry run that lists the commands); "
+                        "local and ssh are opt-in; virtual answers from a simulated trace's truth.json, "
+                        "labelled simulated")
     add_fail_on_irregular(p)
     p.set_defaults(func=run)
 

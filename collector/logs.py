@@ -117,7 +117,33 @@ def read_log(path: Path) -> bytes:
             data = gzip.decompress(data)
         except (OSError, EOFError) as exc:
             raise TraceError(f"{path}: corrupt gzip log ({exc})", "re-fetch the log or gunzip it by hand") from exc
+    bad = binary_share(data[:TEXT_PROBE])
+    if bad > MAX_BINARY_SHARE:
+        raise TraceError(f"{path}: not a text log ({bad:.0%} of its first bytes are not text)",
+                         "put the job's text logs under logs/<host>.log (plain or .gz); remove binary files")
     return data
+
+
+#: how much of a log is sniffed for binary content, and the share of non-text bytes that makes it binary
+TEXT_PROBE = 1 << 16
+MAX_BINARY_SHARE = 0.05
+_TEXT_BYTES = bytes(range(32, 127)) + b"\t\n\r\x0c\x1b"
+_HIGH = bytes(range(128, 256))
+
+
+def binary_share(data: bytes) -> float:
+    """Share of bytes that are neither printable ASCII, whitespace nor part of valid UTF-8 text.
+
+    Real logs are ASCII or UTF-8 with the odd ANSI colour; random bytes are ~60% non-text (and
+    invalid UTF-8), so a low threshold separates them without judging the content.
+    """
+    if not data:
+        return 0.0
+    text = data.decode("utf-8", "replace")
+    if text.count("\ufffd") > len(data) * MAX_BINARY_SHARE:  # invalid UTF-8 sequences
+        return text.count("\ufffd") / len(data)
+    # what is left after deleting text bytes and the high bytes of valid UTF-8 is control bytes
+    return len(data.translate(None, _TEXT_BYTES + _HIGH)) / len(data)
 
 
 def host_of_file(path: Path) -> str:

@@ -381,7 +381,7 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
         host = a.nodes[0].host if a.node_found and a.nodes else None
         evidence = [_cite(logs, i) for i in _first_per_event(logs, idx.tolist())[:EVIDENCE_LINES]]
         candidates.append(Candidate(kind=a.kind, score=0.9, evidence=evidence, host=host, source="logs"))
-    extra = {"logs": summary(a)}
+    extra = {"logs": summary(a), "source": "logs"}
     return Verdict(job=trace.meta.job, status="irregular" if a.kind else "healthy",
                    irregular_steps=a.anomalous_iterations, candidates=candidates, extra=extra)
 

@@ -52,6 +52,7 @@ from explain.reasoner import (
 )
 from explain.remediation import AuditLog, Proposal, apply, build_proposal
 from explain.retrieval import Retriever
+from explain.story import Story
 from localize.verdict import Verdict
 
 Approver = Callable[[Proposal], bool]
@@ -80,6 +81,7 @@ class Diagnosis:
     elapsed_s: float = 0.0
     simulated: bool = False  # probes answered by the simulator's virtual cluster (from truth.json), not a machine
     llm_rounds: list[int] = field(default_factory=list)  # rounds whose LLM reply was used (the rest: deterministic)
+    story: dict[str, Any] = field(default_factory=dict)  # explain.story: the status line every surface shares
 
     @property
     def confirmation(self) -> str:
@@ -100,7 +102,7 @@ class Diagnosis:
             "hypotheses": self.hypotheses, "claims": self.claims, "probes": self.probes, "rejected": self.rejected,
             "remediation": self.remediation, "flags": self.flags, "dot": self.dot, "dot_xml": self.dot_xml,
             "elapsed_s": round(self.elapsed_s, 3), "simulated": self.simulated, "confirmation": self.confirmation,
-            "llm_rounds": self.llm_rounds,
+            "llm_rounds": self.llm_rounds, "story": self.story,
         }
 
 
@@ -211,7 +213,7 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
         claims=claims, probes=[r.to_dict() for r in ctx.results], rejected=ctx.rejected,
         remediation=[p.to_dict() for p in proposals], dot=ctx.dot.to_dict(), dot_xml=ctx.dot.to_xml(),
         flags=ctx.flags, backend=ctx.backend.name, elapsed_s=time.perf_counter() - t0, simulated=simulated,
-        llm_rounds=list(ctx.llm_rounds),
+        llm_rounds=list(ctx.llm_rounds), story=Story.of(verdict).to_dict(),
     )
 
 

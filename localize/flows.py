@@ -214,7 +214,7 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     tl = timeline or build_flow_timeline(flows, trace.meta)
     job = tl.job(trace.meta.job)
     if job is None or job.iterations.empty:
-        return Verdict(trace.meta.job, "healthy", extra={"flows": {"notes": ["no job traffic recognised in the flows"]}})
+        return Verdict(trace.meta.job, "healthy", extra={"flows": {"notes": ["no job traffic recognised in the flows"]}, "source": "flows"})
     it = job.iterations
     if steps is not None:
         it = it[(it["step"] >= steps[0]) & (it["step"] <= steps[1])]
@@ -252,4 +252,4 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     status: Status = "irregular" if irregular or cands else "healthy"
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base
-    return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary})
+    return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary, "source": "flows"})

@@ -107,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
-    steps = f" over steps {min(v.irregular_steps)}-{max(v.irregular_steps)}" if v.irregular_steps else ""
+    from explain.story import Story
+
     probes = f"{d.backend}, simulated" if d.simulated else d.backend
-    print(f"job {d.job}: {d.status}, slowdown {v.slowdown:.2f}x{steps}   [engine {d.engine}, probes {probes}]")
+    print(f"{Story.of(v).status_line()}   [engine {d.engine}, probes {probes}]")
     if d.cause is None:
         print("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
     else:

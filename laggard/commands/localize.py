@@ -37,16 +37,12 @@ def register(sub: Any) -> None:
 
 def render_text(v: Verdict) -> str:
     """What a person needs first: is it slow, since when, by how much, which device, why."""
+    from explain.story import Story
+
+    story = Story.of(v)
     if v.status == "healthy":
-        return f"{v.job}: healthy — no irregular iteration, nothing to blame."
-    lines = []
-    if v.status == "hang":
-        lines.append(f"{v.job}: STUCK — a collective never completed.")
-    elif v.irregular_steps:
-        s = v.irregular_steps
-        lines.append(f"{v.job}: IRREGULAR since step {s[0]} ({len(s)} slow steps, {v.slowdown:.2f}x their normal time)")
-    else:
-        lines.append(f"{v.job}: SLOW from the first step (~{v.slowdown:.2f}x), no normal iteration to compare with")
+        return story.status_line()
+    lines = [story.status_line()]
     if not v.candidates:
         lines.append("  no device stands out")
     for i, c in enumerate(v.candidates, 1):

@@ -16,7 +16,7 @@ from laggard.cli import _verb_modules
 HEAVY = ("pandas", "pyarrow", "numpy", "sklearn", "matplotlib", "scipy", "torch", "drain3", "scapy", "jinja2")
 ROOT = Path(__file__).resolve().parents[2]
 
-CHILD = """
+CHILD = f"""
 import contextlib, io, json, sys
 from laggard.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
@@ -24,9 +24,9 @@ with contextlib.redirect_stdout(io.StringIO()) as out:
         main(sys.argv[1:])
     except SystemExit:
         pass
-print(json.dumps({"heavy": sorted(m for m in sys.modules if m.split(".")[0] in %r),
-                  "chars": len(out.getvalue())}))
-""" % (HEAVY,)
+print(json.dumps({{"heavy": sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r}),
+                  "chars": len(out.getvalue())}}))
+"""
 
 
 def _loaded(*argv: str) -> dict[str, object]:

@@ -1,0 +1,67 @@
+"""The one story every surface tells about a verdict: status, onset step, slowdown, top candidate.
+
+`laggard localize`, `laggard explain` and `laggard report` all word their first line from here, so
+they cannot disagree: the figures come from the verdict alone (the onset is the verdict's own
+`onset_step`, never recomputed here), and a job slow from its first step is worded as such
+rather than as "irregular since step N" or "0 irregular steps".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from localize.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Story:
+    job: str
+    status: str  # irregular | healthy | hang
+    onset_step: int | None  # the verdict's onset (first irregular step, or first step of a job slow from the start)
+    slowdown: float
+    irregular_steps: int
+    from_start: bool  # slow from the first step: no normal iteration to compare with
+    top: str | None  # the first candidate's device, as Candidate.device() names it
+    top_kind: str | None
+    top_score: float | None
+
+    @classmethod
+    def of(cls, v: Verdict) -> Story:
+        onset = getattr(v, "onset_step", None)
+        if onset is None:
+            onset = v.extra.get("onset_step")
+        top = v.candidates[0] if v.candidates else None
+        from_start = v.status == "irregular" and not v.irregular_steps
+        return cls(v.job, v.status, int(onset) if onset is not None else None, float(v.slowdown),
+                   len(v.irregular_steps), from_start, top.device() if top else None, top.kind if top else None,
+                   float(top.score) if top else None)
+
+    def when(self) -> str:
+        """'since step 8', 'from the first step (step 0)', or '' when the verdict has no onset."""
+        if self.from_start:
+            return "from the first step" + (f" (step {self.onset_step})" if self.onset_step is not None else "")
+        return f"since step {self.onset_step}" if self.onset_step is not None else ""
+
+    def status_line(self) -> str:
+        """Status, onset and slowdown in words (the headline without the candidate)."""
+        if self.status == "healthy":
+            return f"{self.job}: healthy — no irregular iteration, nothing to blame"
+        if self.status == "hang":
+            return f"{self.job}: STUCK — a collective never completed"
+        if self.from_start:
+            return f"{self.job}: SLOW {self.when()} (~{self.slowdown:.2f}x), no normal iteration to compare with"
+        since = f" {self.when()}" if self.when() else ""
+        return f"{self.job}: IRREGULAR{since} ({self.irregular_steps} slow steps, {self.slowdown:.2f}x their normal time)"
+
+    def headline(self) -> str:
+        """The first line of every surface: the answer before the details."""
+        if self.status == "healthy":
+            return self.status_line()
+        cause = f"; top candidate {self.top} (score {self.top_score:.2f})" if self.top else "; no device stands out"
+        return self.status_line() + cause
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "onset_step": self.onset_step, "slowdown": round(self.slowdown, 4),
+                "slow_from_start": self.from_start, "irregular_steps": self.irregular_steps,
+                "top_candidate": self.top, "headline": self.headline()}

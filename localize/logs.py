@@ -79,7 +79,9 @@ class LogAnalysis:
 
 def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -> LogAnalysis:
     """Run L4 on a trace's logs; `resume`: iterations a host must run on for an earlier line to be benign."""
-    logs = parse_logs(trace.log_files(), root=trace.path)
+    meta = trace.meta
+    logs = parse_logs(trace.log_files(), root=trace.path, nodes=meta.hosts(),
+                      rank_host={r: info.host for r, info in meta.ranks.items()})
     pool = EventPool.default() if pool is None else pool
     normal_shape = pool.normal_shapes(logs) if len(pool) else np.zeros(len(logs.shapes), dtype=bool)
     suspect = ~normal_shape[logs.shape] if len(logs) else np.zeros(0, dtype=bool)
@@ -109,7 +111,9 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
     for hs in named.values():
         for h in hs:
             mentioned[h] += 1
-    nodes, node_found = _rank_nodes(logs, counts, mentioned)
+    real = logs.nodes if logs.nodes.size else np.ones(n_hosts, dtype=bool)  # not an aggregated file's own lines
+    nodes, node_found = _rank_nodes([h for h, ok in zip(logs.hosts, real, strict=True) if ok], counts[real],
+                                    mentioned[real])
     # nodes with hardware errors of their own, or named by other nodes' hardware errors, come first
     # (a report about a peer, e.g. "completion from peer 10.0.3.14 with error", counts against the peer)
     hw = np.zeros(n_hosts)
@@ -117,6 +121,7 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
         if _kind_of([logs.text(i)]) in HARDWARE:
             for h in named.get(i) or {int(logs.host[i])}:
                 hw[h] += 1
+    hw[~real] = 0
     if hw.max() > 0:
         where = {h: i for i, h in enumerate(logs.hosts)}
         nodes.sort(key=lambda nd: -hw[where[nd.host]])
@@ -222,7 +227,7 @@ def _named(trace: Trace, logs: ParsedLogs, suspect: np.ndarray) -> dict[int, set
     return out
 
 
-def _rank_nodes(logs: ParsedLogs, counts: np.ndarray, mentioned: np.ndarray) -> tuple[list[NodeScore], bool]:
+def _rank_nodes(names: list[str], counts: np.ndarray, mentioned: np.ndarray) -> tuple[list[NodeScore], bool]:
     """Isolation forest over per-node event vectors; returns nodes ranked and whether one stands out."""
     n = counts.shape[0]
     if n == 0:
@@ -251,7 +256,7 @@ def _rank_nodes(logs: ParsedLogs, counts: np.ndarray, mentioned: np.ndarray) -> 
     for h in order.tolist():
         ev = np.flatnonzero((counts[h] > 0) & (dev[h, :-1] > 0) & (x[h, :-1] > med[:-1]))
         ev = ev[np.argsort(-dev[h, ev], kind="stable")]
-        nodes.append(NodeScore(logs.hosts[h], float(iso[h]), float(distinct[h]), None, ev.tolist(),
+        nodes.append(NodeScore(names[h], float(iso[h]), float(distinct[h]), None, ev.tolist(),
                                int(mentioned[h])))
     return nodes, node_found
 
@@ -330,7 +335,7 @@ def _gpu_of(trace: Trace, logs: ParsedLogs, host: str, lines: list[int]) -> tupl
         if m:
             bus = m.group(1).lower()
             for j in np.flatnonzero(logs.host == h)[:20000].tolist():
-                b = _BUSID.search(logs.text(j)) if b"busId" in logs.raw[h][int(logs.line[j]) - 1] else None
+                b = _BUSID.search(logs.text(j)) if b"busId" in logs.raw_line(j) else None
                 if b and b.group(2).lower().startswith(bus):
                     gpu = int(b.group(1))
                     return ranks.get(gpu), gpu

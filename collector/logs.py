@@ -204,8 +204,13 @@ def parse_logs(paths: Sequence[Path], cache: TemplateCache | None = None, root: 
     line = np.concatenate(line_parts) if line_parts else np.empty(0, np.int32)
     file = np.concatenate(file_parts) if file_parts else np.empty(0, np.int32)
     shape = np.concatenate(shape_parts).astype(np.int32) if shape_parts else np.empty(0, np.int32)
-    # group lines by host (stable: each host's own file first, in file order, then what aggregated files add)
-    order = np.argsort(host, kind="stable")
+    # group lines by host; a host with lines from several files (its own and an aggregated one) gets them
+    # in time order, by the timestamps the lines carry (file order where they carry none)
+    pairs = np.unique(host.astype(np.int64) * max(len(files), 1) + file) if host.size else np.empty(0, np.int64)
+    if pairs.size > len(np.unique(host)):
+        order = np.lexsort((line, file, _stamps(raws, file, line), host))
+    else:
+        order = np.argsort(host, kind="stable")
     host, line, file, shape = host[order], line[order], file[order], shape[order]
     # dense template ids over the clusters this parse used
     clusters = np.asarray(cache.shape_cluster, dtype=np.int64)
@@ -240,6 +245,43 @@ def _origins(raw: list[bytes], nodes: list[str], rank_host: dict[int, str], own:
     has = name != ""
     last = np.maximum.accumulate(np.where(has, np.arange(len(raw)), -1))
     return [own if j < 0 else str(name[j]) for j in last.tolist()]
+
+
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                        "Nov", "Dec"), 1)}
+#: ISO / python logging (2026-11-22T07:00:01.123, 2026-11-22 07:00:01,123) or syslog (Nov 22 07:00:01)
+_STAMP = (r"(?:\d{4}-(?P<mo>\d\d)-(?P<d>\d\d)[T ]|(?P<mon>[A-Z][a-z]{2}) +(?P<sd>\d{1,2}) )"
+          r"(?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)(?:[.,](?P<f>\d{1,6}))?")
+
+
+def _stamps(raws: list[list[bytes]], file: np.ndarray, line: np.ndarray) -> np.ndarray:
+    """Seconds (within a year, which is all one job spans) of each line's first timestamp; a line without
+    one takes the previous line's in its file (the next one's before the first)."""
+    out = np.full(file.size, np.nan)
+    for f in np.unique(file).tolist():
+        idx = np.flatnonzero(file == f)
+        texts = pa.array([raws[f][n - 1][:160] for n in line[idx].tolist()], pa.binary()).cast(pa.string(), safe=False)
+        m = pc.extract_regex(texts, _STAMP)
+
+        def col(name: str, m: pa.StructArray = m) -> np.ndarray:
+            vals = pc.fill_null(m.field(name), "").to_numpy(zero_copy_only=False)
+            return np.array([float(v) if v else np.nan for v in vals]) if name != "mon" else \
+                np.array([float(_MONTHS.get(v, 0)) or np.nan for v in vals])
+
+        month = np.where(np.isnan(col("mo")), col("mon"), col("mo"))
+        day = np.where(np.isnan(col("d")), col("sd"), col("d"))
+        frac = col("f")
+        frac = np.where(np.isnan(frac), 0.0, frac / 10.0 ** np.char.str_len(
+            np.array(pc.fill_null(m.field("f"), "0").to_numpy(zero_copy_only=False), dtype=str)))
+        t = (((month * 31 + day) * 24 + col("H")) * 60 + col("M")) * 60 + col("S") + frac
+        ok = ~np.isnan(t)
+        if ok.any():  # forward fill, then back fill the lines before the first stamp
+            pos = np.maximum.accumulate(np.where(ok, np.arange(t.size), -1))
+            t = np.where(pos >= 0, t[np.maximum(pos, 0)], t[np.flatnonzero(ok)[0]])
+        else:
+            t = np.zeros(t.size)
+        out[idx] = t
+    return out
 
 
 def _iterations(raws: list[list[bytes]], file: np.ndarray, host: np.ndarray, line: np.ndarray,

@@ -150,6 +150,13 @@ class ChunkedParquetWriter:
             self._tmp.unlink(missing_ok=True)
 
 
+def log_paths(trace: Path) -> list[Path]:
+    """Text logs under trace/logs: per-host `<host>.log[.gz]`, and aggregated outputs such as Slurm's
+    `slurm-<jobid>.out` (whose lines name their node)."""
+    d = trace / "logs"
+    return sorted({*d.glob("*.log*"), *d.glob("*.out"), *d.glob("*.out.gz")})
+
+
 @dataclass
 class Trace:
     """A trace directory: meta plus lazily read evidence."""
@@ -167,7 +174,7 @@ class Trace:
             raise TraceError(f"{p}: a trace is a directory, not a file", "pass the directory that holds meta.json")
         meta = JobMeta.load(p / "meta.json")
         evidence = {k: f for k in EVIDENCE if (f := find_evidence(p, k)) is not None}
-        if not evidence and not any(p.joinpath("logs").glob("*.log*")):
+        if not evidence and not log_paths(p):
             raise TraceError(
                 f"{p}: no evidence file",
                 "add commops.parquet, flows.parquet or logs/<host>.log (see DESIGN.md)",
@@ -176,7 +183,7 @@ class Trace:
 
     def has(self, kind: str) -> bool:
         if kind == "logs":
-            return any(self.path.joinpath("logs").glob("*.log*"))
+            return bool(log_paths(self.path))
         return kind in self.evidence
 
     def table(
@@ -204,7 +211,7 @@ class Trace:
         return self.table("flows").to_pandas()
 
     def log_files(self) -> list[Path]:
-        return sorted(self.path.joinpath("logs").glob("*.log*"))
+        return log_paths(self.path)
 
     def truth(self) -> dict | None:
         """Ground truth, for tests and evaluation only (DESIGN.md: nothing else reads it)."""

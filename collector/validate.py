@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.schema import EVIDENCE, FLOW_PROTOS, OPS
-from collector.traceio import find_evidence, read_table
+from collector.traceio import find_evidence, log_paths, read_table
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def validate_trace(path: Path) -> list[Problem]:
         return [Problem(str(path / "meta.json"), exc.what.split(": ", 1)[-1], exc.fix)]
     problems += _check_meta(meta, path / "meta.json")
     found = {k: f for k in EVIDENCE if (f := find_evidence(path, k)) is not None}
-    has_logs = any(path.joinpath("logs").glob("*.log*"))
+    has_logs = bool(log_paths(path))
     if not found and not has_logs:
         problems.append(Problem(str(path), "no evidence file", "add commops.parquet, flows.parquet or logs/<host>.log"))
     if "commops" in found:

@@ -28,13 +28,23 @@ from localize.verdict import Candidate, Verdict
 
 #: root-cause kind of a failure-indicating line, first match wins (hardware before symptoms)
 KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("gpu", re.compile(r"(?i)\bxid\b|nvrm|\becc\b|fallen off the bus|double bit|\bdbe\b|gsp|nvlink|row remap"
-                       r"|cuda error: (?!out of memory)")),
-    ("nic", re.compile(r"(?i)mlx(?:\d|<NUM>)|\bcqe\b|cq error|link down|port error|ibv_|completion from peer|vendor err"
-                       r"|pcs_err|\broce\b|cable")),
-    ("host", re.compile(r"(?i)oom-kill|out of memory: killed|i/o error|ext4-fs|nvme|blk_update|machine check|mce:"
-                        r"|kernel panic|lockup|heartbeat|hardware error|input/output error|exitcode: -9\b|sigkill")),
-    ("data", re.compile(r"(?i)\bnan\b|\binf\b|diverg")),
+    # NVIDIA driver Xid events, uncorrectable ECC, NVLink, GSP, a GPU gone from the bus or its PCIe errors
+    ("gpu", re.compile(r"(?i)\bxid\b|nvrm|\becc\b|fallen off the bus|double bit|\bdbe\b|\bgsp\b|nvlink|\bnvlw\b"
+                       r"|row remap|nvidia \S+: aer:|cuda error: (?!out of memory)")),
+    # RDMA/IB: verbs completion statuses (ibv_wc_status: 5 flush, 10 remote access, 12 retry exceeded,
+    # 13 RNR retry exceeded), HCA and port events, link and cable faults, UCX/NCCL network errors
+    ("nic", re.compile(r"(?i)mlx(?:\d|<NUM>)|\bcqe\b|cq error|link down|port error|port_err|ibv_|\bwc status"
+                       r"|status=(?:5|10|12|13)\b|retry count(?:er)? exceeded|rnr retry|completion from peer"
+                       r"|completion with error|vendor err|pcs_err|\broce\b|cable|\bhca\b|ib_event|async event")),
+    # the host: OOM killer (kernel, cgroup, Slurm, Kubernetes), machine checks and uncorrected memory, disks,
+    # lockups, a node the scheduler lost
+    ("host", re.compile(r"(?i)oom-kill|oom_kill|oomkill|out of memory: killed|memory cgroup out of memory"
+                        r"|invoked oom-killer|\bevicted\b|low on resource|i/o error|ext4-fs error|nvme|blk_update"
+                        r"|machine check|mce:|hardware error|\bue memory|uncorrected hardware memory|memory failure"
+                        r"|sigbus|bus error|kernel panic|lockup|hung_task|blocked for more than|heartbeat"
+                        r"|input/output error|exitcode: -9\b|sigkill|nodenotready|not responding|node failure"
+                        r"|failed node")),
+    ("data", re.compile(r"(?i)\bnan\b|\binf\b|diverg|loss scale|loss is probably exploding")),
 )
 HARDWARE = ("gpu", "nic", "host")
 _FRAMEWORK_EXC = re.compile(r"\b(?:TypeError|AttributeError|KeyError|IndexError|NotImplementedError|UnboundLocalError)\b")
@@ -54,6 +64,7 @@ class NodeScore:
     kind: str | None
     events: list[int] = field(default_factory=list)  # events that set it apart, most telling first
     mentioned: int = 0  # failure lines on other nodes that name this node
+    named_as: str | None = None  # the kind those lines report (nic for "completion from peer ... status=12")
 
 
 @dataclass
@@ -117,13 +128,20 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
     # nodes with hardware errors of their own, or named by other nodes' hardware errors, come first
     # (a report about a peer, e.g. "completion from peer 10.0.3.14 with error", counts against the peer)
     hw = np.zeros(n_hosts)
+    named_as: dict[int, Counter[str]] = {}  # what kind of fault other nodes' lines report about a node
     for i in np.flatnonzero(cand).tolist():
-        if _kind_of([logs.text(i)]) in HARDWARE:
+        k = _kind_of([logs.text(i)])
+        if k in HARDWARE:
             for h in named.get(i) or {int(logs.host[i])}:
                 hw[h] += 1
+            for h in named.get(i, ()):
+                named_as.setdefault(h, Counter())[k] += 1
     hw[~real] = 0
+    where = {h: i for i, h in enumerate(logs.hosts)}
+    for nd in nodes:
+        said = named_as.get(where[nd.host])
+        nd.named_as = said.most_common(1)[0][0] if said else None
     if hw.max() > 0:
-        where = {h: i for i, h in enumerate(logs.hosts)}
         nodes.sort(key=lambda nd: -hw[where[nd.host]])
         node_found = True
     failure = cand.copy()
@@ -292,8 +310,11 @@ def _classify(logs: ParsedLogs, failure: np.ndarray, nodes: list[NodeScore],
         if top.kind in HARDWARE:
             return top.kind, "network" if top.kind == "nic" else "hardware"
         if top.kind is None and top.mentioned:
-            top.kind = "host"  # silent, while the others name it: the node itself went away
-            return "host", "hardware"
+            # the others name it: a node that went silent went away (host); one still logging its own failure
+            # lines (timeouts) was reachable, so what the others report about it stands (its NIC)
+            alive = bool(_node_lines(logs, failure, top.host, None, limit=1))
+            top.kind = (top.named_as if alive else None) or "host"
+            return top.kind, "network" if top.kind == "nic" else "hardware"
     texts = list({logs.shapes[s] for s in np.unique(logs.shape[failure]).tolist()})
     if any(KIND_RULES[3][1].search(t) for t in texts):
         return "data", "user"

@@ -342,13 +342,15 @@ def _inject(job: _Job, name: str, t: float) -> tuple[_Node | None, int | None]:
 
 
 def emit_real_logs(trace_dir: Path, seed: int, failure: str | None, dialect: str = "heldout",
-                   steps: int | None = None) -> dict[str, Any]:
-    """Write logs/ for the job in trace_dir/meta.json; returns (and stores in truth.json) the failure truth."""
+                   steps: int | None = None, aggregated: bool | None = None) -> dict[str, Any]:
+    """Write logs/ for the job in trace_dir/meta.json; returns (and stores in truth.json) the failure truth.
+    `aggregated`: stdout in one Slurm output instead of per host (default: drawn from the seed)."""
     if dialect not in DIALECTS:
         raise ValueError(f"dialect {dialect!r}")
     meta = JobMeta.load(trace_dir / "meta.json")
     rng = np.random.default_rng([seed, 97])
-    job = _Job(meta, rng, dialect, aggregated=bool(rng.random() < 0.35))
+    drawn = bool(rng.random() < 0.35)
+    job = _Job(meta, rng, dialect, aggregated=drawn if aggregated is None else aggregated)
     n_steps = steps or int(rng.integers(40, 120))
     at = int(rng.integers(n_steps // 2, n_steps)) if failure else n_steps
     t = _healthy(job, at)

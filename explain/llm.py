@@ -99,14 +99,17 @@ class OpenAIChat:
         )
 
     def ask(self, system: str, user: str, schema: dict[str, Any]) -> Any:
-        from openai import BadRequestError, UnprocessableEntityError
+        from openai import APIStatusError
 
         try:
             resp = self._create(system, user, schema)
-        except (BadRequestError, UnprocessableEntityError):
-            if self.format != "json_schema":
+        except APIStatusError as exc:
+            # a server without structured outputs refuses the json_schema form (llama-cpp-python answers 500
+            # with a validation error on response_format): use its json_object + schema form, which it turns
+            # into a grammar, for this and every later request
+            if self.format != "json_schema" or "response_format" not in str(exc):
                 raise
-            self.format = "json_object"  # a server without structured outputs (llama-cpp-python): its grammar form
+            self.format = "json_object"
             resp = self._create(system, user, schema)
         text = resp.choices[0].message.content or ""
         try:
@@ -135,7 +138,7 @@ def _enum(values: Sequence[Any], kind: str = "string") -> dict[str, Any]:
     return {"type": kind, "enum": list(dict.fromkeys(values))} if values else {"type": kind, "enum": [""]}
 
 
-TEXT = {"type": "string", "maxLength": 300}
+TEXT = {"type": "string", "maxLength": 160}  # short: a small model writes long and slowly
 STR = {"type": "string"}
 CITES = _arr(STR, 6)
 
@@ -158,14 +161,14 @@ def schema_critique(entries: Sequence[str], probes: Sequence[str], hosts: Sequen
     if ifaces:
         req_props["iface"] = _enum(ifaces)
     req = _obj(req_props, ["probe", "host", "gpu"])
-    return _obj({"critiques": _arr(crit, 5, 1), "probes": _arr(req, 2, 1)})
+    return _obj({"critiques": _arr(crit, 3, 1), "probes": _arr(req, 2, 1)})
 
 
 def schema_attribute(entries: Sequence[str], evidence: Sequence[str]) -> dict[str, Any]:
     """Round 3: the cause (an entry among the hypotheses), a confidence, and claims citing evidence that exists."""
     claim = _obj({"text": TEXT, "evidence": _arr(_enum(evidence), 6, 1)})
     return _obj({"cause": _enum(entries), "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                 "claims": _arr(claim, 4, 1)})
+                 "claims": _arr(claim, 3, 1)})
 
 
 #: the loose forms (any string where an id goes): what a reply must at least look like

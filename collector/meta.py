@@ -62,10 +62,10 @@ class JobMeta:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "meta.json") -> JobMeta:
         if not isinstance(raw, dict):
-            raise TraceError(f"{source}: expected a JSON object", "see DESIGN.md for the meta.json layout")
+            raise TraceError(f"{source}: expected a JSON object", "see docs/traces.md for the meta.json layout")
         for key in ("job", "world_size", "ranks"):
             if key not in raw:
-                raise TraceError(f"{source}: missing key '{key}'", "add it (see DESIGN.md meta.json)")
+                raise TraceError(f"{source}: missing key '{key}'", "add it (see docs/traces.md, meta.json)")
         try:
             world = int(raw["world_size"])
             ranks = {
@@ -90,7 +90,7 @@ class JobMeta:
     @classmethod
     def load(cls, path: Path) -> JobMeta:
         if not path.exists():
-            raise TraceError(f"{path}: meta.json not found", "every trace needs meta.json (see DESIGN.md)")
+            raise TraceError(f"{path}: meta.json not found", "every trace needs meta.json (see docs/traces.md)")
         try:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError as exc:

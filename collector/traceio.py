@@ -1,4 +1,4 @@
-"""Read and write trace directories (DESIGN.md "The data contracts").
+"""Read and write trace directories (docs/traces.md).
 
 Parquet is native; `.jsonl` and `.csv` with the same columns are accepted wherever Parquet
 is. An evidence kind may also be a directory of Parquet shards (`commops/rank-00012.parquet`),
@@ -177,7 +177,7 @@ class Trace:
         if not evidence and not log_paths(p):
             raise TraceError(
                 f"{p}: no evidence file",
-                "add commops.parquet, flows.parquet or logs/<host>.log (see DESIGN.md)",
+                "add commops.parquet, flows.parquet or logs/<host>.log (see docs/traces.md)",
             )
         return cls(p, meta, evidence)
 
@@ -214,6 +214,6 @@ class Trace:
         return log_paths(self.path)
 
     def truth(self) -> dict | None:
-        """Ground truth, for tests and evaluation only (DESIGN.md: nothing else reads it)."""
+        """Ground truth, for tests and evaluation only (docs/traces.md: nothing else reads it)."""
         p = self.path / "truth.json"
         return json.loads(p.read_text()) if p.exists() else None

@@ -27,7 +27,7 @@ class FaultSpec:
 
     @classmethod
     def parse(cls, spec: str) -> FaultSpec:
-        """`gpu:rank=R,factor=F[,steps=A:B][,pattern=P]` and the other kinds of DESIGN.md."""
+        """`gpu:rank=R,factor=F[,steps=A:B][,pattern=P]` and the other kinds of docs/traces.md and `laggard simulate --help`."""
         kind, _, rest = spec.partition(":")
         if kind not in FAULT_KINDS:
             raise UserError(f"--fault '{spec}': unknown kind '{kind}'", f"use one of {', '.join(FAULT_KINDS)}")

@@ -63,5 +63,5 @@ class Story:
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "onset_step": self.onset_step, "slowdown": round(self.slowdown, 4),
-                "slow_from_start": self.from_start, "irregular_steps": self.irregular_steps,
+                "slow_from_start": self.from_start, "irregular_steps": self.irregular_steps, "top_kind": self.top_kind,
                 "top_candidate": self.top, "headline": self.headline()}

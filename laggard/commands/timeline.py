@@ -40,7 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from timeline.build import build_timeline
     from timeline.render import render_plain
 
-    tl = build_timeline(Trace.open(args.trace), steps=parse_steps(args.steps), delta=args.delta)
+    trace = Trace.open(args.trace)
+    tl = build_timeline(trace, steps=parse_steps(args.steps), delta=args.delta)
+    other = [k for k in ("flows", "logs") if trace.has(k)]
+    if other:  # say what this view leaves out, so a different verdict from `localize` is no contradiction
+        tl.notes.append(f"timeline reads CommOps step times only; this trace also has {' and '.join(other)}, "
+                        "which `laggard localize` reads too")
     if args.format == "json":
         print_json(tl.to_dict())
     elif sys.stdout.isatty():

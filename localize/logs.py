@@ -65,6 +65,7 @@ class NodeScore:
     events: list[int] = field(default_factory=list)  # events that set it apart, most telling first
     mentioned: int = 0  # failure lines on other nodes that name this node
     named_as: str | None = None  # the kind those lines report (nic for "completion from peer ... status=12")
+    hardware: float = 0.0  # hardware-fault lines of its own or naming it
 
 
 @dataclass
@@ -141,6 +142,7 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
     for nd in nodes:
         said = named_as.get(where[nd.host])
         nd.named_as = said.most_common(1)[0][0] if said else None
+        nd.hardware = float(hw[where[nd.host]])
     if hw.max() > 0:
         nodes.sort(key=lambda nd: -hw[where[nd.host]])
         node_found = True
@@ -384,6 +386,7 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
     candidates: list[Candidate] = []
     if a.kind in HARDWARE and a.nodes:
         best = a.nodes[0].distinct
+        most_hw = max(n.hardware for n in a.nodes[:top])
         for node in a.nodes[:top]:
             lines = _node_lines(logs, a.failure, node.host, node.events)
             if not lines and node is a.nodes[0]:
@@ -398,6 +401,8 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
             if kind == "gpu":
                 rank, gpu = _gpu_of(trace, logs, node.host, lines)
             score = node.score * (min(1.0, node.distinct / best) if best > 1e-9 else 1.0)
+            if most_hw > 0:  # hardware faults of its own, or reported against it, set the ranking: the score shows it
+                score *= 0.5 + 0.5 * node.hardware / most_hw
             if candidates:
                 score = min(score, candidates[-1].score)  # ranked best first; scores follow the ranking
             candidates.append(Candidate(kind=kind, score=round(score, 4), evidence=evidence, host=node.host, rank=rank,

@@ -79,7 +79,10 @@ class TemplateCache:
 
 @dataclass
 class ParsedLogs:
-    """Every line of a job's logs as an event, in file order (hosts one after another)."""
+    """Every line of a job's logs as an event, grouped by the node it came from (hosts one after
+    another, each in file order). A per-host file's lines are its host's; a file that is not named
+    after a node (an aggregated Slurm output, a cluster's event log) gives each line to the node the
+    line names (its hostname, or its rank's host), else to the node of the line before it."""
 
     files: list[str]  # as cited in evidence: logs/node-3.log
     hosts: list[str]
@@ -92,6 +95,8 @@ class ParsedLogs:
     iteration: np.ndarray  # int32 [lines] last iteration number printed on the host so far, -1 before any
     progress: np.ndarray  # bool [lines] the line is a framework progress line
     raw: list[list[bytes]] = field(repr=False, default_factory=list)  # per file, its lines
+    file: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))  # int32 [lines] index into files
+    nodes: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # bool [hosts]: a node of the job
 
     @property
     def event(self) -> np.ndarray:
@@ -100,15 +105,14 @@ class ParsedLogs:
     def __len__(self) -> int:
         return int(self.host.size)
 
+    def raw_line(self, i: int) -> bytes:
+        return self.raw[int(self.file[i])][int(self.line[i]) - 1]
+
     def text(self, i: int) -> str:
-        return self.raw[int(self.host[i])][int(self.line[i]) - 1].decode("utf-8", "replace")
+        return self.raw_line(i).decode("utf-8", "replace")
 
     def where(self, i: int) -> str:
-        return f"{self.files[int(self.host[i])]}:{int(self.line[i])}"
-
-
-#: bytes that never occur in a text log (C0 controls other than tab, newline, CR, ESC; DEL)
-_BINARY = bytes([*range(0, 9), 11, 12, *range(14, 27), *range(28, 32), 127])
+        return f"{self.files[int(self.file[i])]}:{int(self.line[i])}"
 
 
 def read_log(path: Path) -> bytes:
@@ -126,13 +130,10 @@ def read_log(path: Path) -> bytes:
     if data.count(b"\n") > lim.log_lines:
         raise TraceError(f"{path}: more than {lim.log_lines} lines",
                          f"raise {ENV['log_lines']} if the log is genuine, or cut it to the window of interest")
-    sample = data[:1 << 16]
-    if sample:
-        bad = len(sample) - len(sample.translate(None, _BINARY))
-        bad += sample.decode("utf-8", "replace").count("\ufffd")
-        if bad > 0.05 * len(sample) + 8:
-            raise TraceError(f"{path}: not a text log ({bad} binary bytes in its first {len(sample)})",
-                             "logs/ holds each host's plain-text (or gzipped) training log")
+    bad = binary_share(data[:TEXT_PROBE])
+    if bad > MAX_BINARY_SHARE:
+        raise TraceError(f"{path}: not a text log ({bad:.0%} of its first bytes are not text)",
+                         "put the job's text logs under logs/<host>.log (plain or .gz); remove binary files")
     return _cut_long_lines(data, lim.line_bytes)
 
 
@@ -149,6 +150,28 @@ def _cut_long_lines(data: bytes, cap: int) -> bytes:
     return b"\n".join(line[:cap] for line in data.split(b"\n"))
 
 
+#: how much of a log is sniffed for binary content, and the share of non-text bytes that makes it binary
+TEXT_PROBE = 1 << 16
+MAX_BINARY_SHARE = 0.05
+_TEXT_BYTES = bytes(range(32, 127)) + b"\t\n\r\x0c\x1b"
+_HIGH = bytes(range(128, 256))
+
+
+def binary_share(data: bytes) -> float:
+    """Share of bytes that are neither printable ASCII, whitespace nor part of valid UTF-8 text.
+
+    Real logs are ASCII or UTF-8 with the odd ANSI colour; random bytes are ~60% non-text (and
+    invalid UTF-8), so a low threshold separates them without judging the content.
+    """
+    if not data:
+        return 0.0
+    text = data.decode("utf-8", "replace")
+    if text.count("\ufffd") > len(data) * MAX_BINARY_SHARE:  # invalid UTF-8 sequences
+        return text.count("\ufffd") / len(data)
+    # what is left after deleting text bytes and the high bytes of valid UTF-8 is control bytes
+    return len(data.translate(None, _TEXT_BYTES + _HIGH)) / len(data)
+
+
 def host_of_file(path: Path) -> str:
     name = path.name
     for suffix in (".gz", ".log"):
@@ -156,11 +179,20 @@ def host_of_file(path: Path) -> str:
     return name
 
 
-def parse_logs(paths: Sequence[Path], cache: TemplateCache | None = None, root: Path | None = None) -> ParsedLogs:
-    """Parse per-host logs (`logs/<host>.log[.gz]`) into events, iterations and progress flags."""
+def parse_logs(paths: Sequence[Path], cache: TemplateCache | None = None, root: Path | None = None,
+               nodes: Sequence[str] | None = None, rank_host: dict[int, str] | None = None) -> ParsedLogs:
+    """Parse logs (`logs/<host>.log[.gz]`) into events, iterations and progress flags.
+
+    `nodes`: the job's hosts. Without it every file is one host. With it, a file named after no node
+    is aggregated: each of its lines goes to the node it names (`rank_host` maps srun's `12: ` and
+    `[rank12]` labels), else to the node of the line before it; lines before any go to the file itself.
+    """
     cache = cache or TemplateCache()
-    files, hosts, raws = [], [], []
-    host_parts, line_parts, shape_parts = [], [], []
+    files, raws = [], []
+    host_names: list[str] = []
+    index: dict[str, int] = {}
+    host_parts, line_parts, shape_parts, file_parts = [], [], [], []
+    known = set(nodes or ())
     for k, path in enumerate(paths):
         data = read_log(path)
         raw = data.split(b"\n")
@@ -170,14 +202,34 @@ def parse_logs(paths: Sequence[Path], cache: TemplateCache | None = None, root: 
         codes, uniq = pd.factorize(np.array(folded, dtype=object))
         shape_parts.append(cache.shape_ids(list(uniq))[codes] if len(raw) else np.empty(0, np.int32))
         n = len(raw)
-        host_parts.append(np.full(n, k, dtype=np.int32))
+        own = host_of_file(path)
+        if nodes is None or own in known or not n:
+            origin = [own] * n if n else []
+            names = [own]
+        else:
+            origin = _origins(raw, sorted(known), rank_host or {}, own)
+            names = list(dict.fromkeys(origin))
+        for name in names:
+            if name not in index:
+                index[name] = len(host_names)
+                host_names.append(name)
+        host_parts.append(np.array([index[o] for o in origin], dtype=np.int32) if n else np.empty(0, np.int32))
         line_parts.append(np.arange(1, n + 1, dtype=np.int32))
+        file_parts.append(np.full(n, k, dtype=np.int32))
         raws.append(raw)
         files.append(str(path.relative_to(root)) if root is not None and path.is_relative_to(root) else path.name)
-        hosts.append(host_of_file(path))
     host = np.concatenate(host_parts) if host_parts else np.empty(0, np.int32)
     line = np.concatenate(line_parts) if line_parts else np.empty(0, np.int32)
+    file = np.concatenate(file_parts) if file_parts else np.empty(0, np.int32)
     shape = np.concatenate(shape_parts).astype(np.int32) if shape_parts else np.empty(0, np.int32)
+    # group lines by host; a host with lines from several files (its own and an aggregated one) gets them
+    # in time order, by the timestamps the lines carry (file order where they carry none)
+    pairs = np.unique(host.astype(np.int64) * max(len(files), 1) + file) if host.size else np.empty(0, np.int64)
+    if pairs.size > len(np.unique(host)):
+        order = np.lexsort((line, file, _stamps(raws, file, line), host))
+    else:
+        order = np.argsort(host, kind="stable")
+    host, line, file, shape = host[order], line[order], file[order], shape[order]
     # dense template ids over the clusters this parse used
     clusters = np.asarray(cache.shape_cluster, dtype=np.int64)
     used, shape_event = np.unique(clusters, return_inverse=True)
@@ -185,17 +237,78 @@ def parse_logs(paths: Sequence[Path], cache: TemplateCache | None = None, root: 
     is_progress_shape = np.array([bool(PROGRESS_SHAPE.search(s)) and not NOT_PROGRESS.search(s)
                                   for s in cache.shapes], dtype=bool)
     progress = is_progress_shape[shape] if shape.size else np.zeros(0, bool)
-    iteration = _iterations(raws, host, line, progress)
-    return ParsedLogs(files, hosts, host, line, shape, list(cache.shapes), shape_event.astype(np.int32),
-                      templates, iteration, progress, raws)
+    iteration = _iterations(raws, file, host, line, progress)
+    is_node = np.array([nodes is None or h in known for h in host_names], dtype=bool)
+    return ParsedLogs(files, host_names, host, line, shape, list(cache.shapes), shape_event.astype(np.int32),
+                      templates, iteration, progress, raws, file, is_node)
 
 
-def _iterations(raws: list[list[bytes]], host: np.ndarray, line: np.ndarray, progress: np.ndarray) -> np.ndarray:
+_RANK_LABEL = r"^\s*(?P<a>\d{1,6}): |\[rank(?P<b>\d{1,6})\]"
+
+
+def _origins(raw: list[bytes], nodes: list[str], rank_host: dict[int, str], own: str) -> list[str]:
+    """Per line of an aggregated file, the node it came from (see parse_logs), vectorized with pyarrow."""
+    texts = pa.array(raw, pa.binary()).cast(pa.string(), safe=False)
+    alt = "|".join(re.escape(h) for h in sorted(nodes, key=len, reverse=True))
+    named = pc.extract_regex(texts, rf"(?:^|[^\w.-])(?P<h>{alt})(?:[^\w-]|$)").field("h")
+    label = pc.extract_regex(texts, _RANK_LABEL)
+    a = np.array(pc.fill_null(label.field("a"), "").to_numpy(zero_copy_only=False), dtype=object)
+    b = np.array(pc.fill_null(label.field("b"), "").to_numpy(zero_copy_only=False), dtype=object)
+    digits = np.where(a != "", a, np.where(b != "", b, "-1"))
+    # a hostname wins; else a rank label mapped to its host; else the node of the line before
+    by_rank = digits.astype(np.int64)
+    name = np.array(pc.fill_null(named, "").to_numpy(zero_copy_only=False), dtype=object)
+    for r in np.unique(by_rank[(name == "") & (by_rank >= 0)]).tolist():
+        name[(name == "") & (by_rank == r)] = rank_host.get(int(r), "")
+    has = name != ""
+    last = np.maximum.accumulate(np.where(has, np.arange(len(raw)), -1))
+    return [own if j < 0 else str(name[j]) for j in last.tolist()]
+
+
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                        "Nov", "Dec"), 1)}
+#: ISO / python logging (2026-11-22T07:00:01.123, 2026-11-22 07:00:01,123) or syslog (Nov 22 07:00:01)
+_STAMP = (r"(?:\d{4}-(?P<mo>\d\d)-(?P<d>\d\d)[T ]|(?P<mon>[A-Z][a-z]{2}) +(?P<sd>\d{1,2}) )"
+          r"(?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)(?:[.,](?P<f>\d{1,6}))?")
+
+
+def _stamps(raws: list[list[bytes]], file: np.ndarray, line: np.ndarray) -> np.ndarray:
+    """Seconds (within a year, which is all one job spans) of each line's first timestamp; a line without
+    one takes the previous line's in its file (the next one's before the first)."""
+    out = np.full(file.size, np.nan)
+    for f in np.unique(file).tolist():
+        idx = np.flatnonzero(file == f)
+        texts = pa.array([raws[f][n - 1][:160] for n in line[idx].tolist()], pa.binary()).cast(pa.string(), safe=False)
+        m = pc.extract_regex(texts, _STAMP)
+
+        def col(name: str, m: pa.StructArray = m) -> np.ndarray:
+            vals = pc.fill_null(m.field(name), "").to_numpy(zero_copy_only=False)
+            return np.array([float(v) if v else np.nan for v in vals]) if name != "mon" else \
+                np.array([float(_MONTHS.get(v, 0)) or np.nan for v in vals])
+
+        month = np.where(np.isnan(col("mo")), col("mon"), col("mo"))
+        day = np.where(np.isnan(col("d")), col("sd"), col("d"))
+        frac = col("f")
+        frac = np.where(np.isnan(frac), 0.0, frac / 10.0 ** np.char.str_len(
+            np.array(pc.fill_null(m.field("f"), "0").to_numpy(zero_copy_only=False), dtype=str)))
+        t = (((month * 31 + day) * 24 + col("H")) * 60 + col("M")) * 60 + col("S") + frac
+        ok = ~np.isnan(t)
+        if ok.any():  # forward fill, then back fill the lines before the first stamp
+            pos = np.maximum.accumulate(np.where(ok, np.arange(t.size), -1))
+            t = np.where(pos >= 0, t[np.maximum(pos, 0)], t[np.flatnonzero(ok)[0]])
+        else:
+            t = np.zeros(t.size)
+        out[idx] = t
+    return out
+
+
+def _iterations(raws: list[list[bytes]], file: np.ndarray, host: np.ndarray, line: np.ndarray,
+                progress: np.ndarray) -> np.ndarray:
     """Per line, the highest iteration number printed on its host so far (-1 before the first)."""
     out = np.full(host.size, -1, dtype=np.int64)
     idx = np.flatnonzero(progress)
     if idx.size:
-        texts = pa.array([raws[h][n - 1] for h, n in zip(host[idx].tolist(), line[idx].tolist(), strict=True)],
+        texts = pa.array([raws[f][n - 1] for f, n in zip(file[idx].tolist(), line[idx].tolist(), strict=True)],
                          pa.binary()).cast(pa.string(), safe=False)
         found = pc.extract_regex(texts, _PROGRESS_NUMBER).field("it")
         nums = pc.cast(pc.fill_null(found, "-1"), pa.int64()).to_numpy(zero_copy_only=False)

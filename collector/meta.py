@@ -65,16 +65,16 @@ class JobMeta:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "meta.json") -> JobMeta:
         if not isinstance(raw, dict):
-            raise TraceError(f"{source}: expected a JSON object", "see DESIGN.md for the meta.json layout")
+            raise TraceError(f"{source}: expected a JSON object", "see docs/traces.md for the meta.json layout")
         for key in ("job", "world_size", "ranks"):
             if key not in raw:
-                raise TraceError(f"{source}: missing key '{key}'", "add it (see DESIGN.md meta.json)")
+                raise TraceError(f"{source}: missing key '{key}'", "add it (see docs/traces.md, meta.json)")
         cap = limits().world_size
         world = as_int(raw["world_size"], f"{source}: world_size", 1, cap, f"raise {ENV['world_size']} for a larger job")
         for key, kind in (("ranks", dict), ("groups", dict), ("parallelism", dict), ("topology", dict)):
             if key in raw and not isinstance(raw[key], kind):
                 raise TraceError(f"{source}: '{key}' is a {type(raw[key]).__name__}, not an object",
-                                 "see DESIGN.md for the meta.json layout")
+                                 "see docs/traces.md for the meta.json layout")
         if len(raw["ranks"]) > world:
             raise TraceError(f"{source}: {len(raw['ranks'])} ranks listed for world_size {world}",
                              "list ranks 0..world_size-1 once each")
@@ -110,7 +110,7 @@ class JobMeta:
     @classmethod
     def load(cls, path: Path) -> JobMeta:
         if not path.exists():
-            raise TraceError(f"{path}: meta.json not found", "every trace needs meta.json (see DESIGN.md)")
+            raise TraceError(f"{path}: meta.json not found", "every trace needs meta.json (see docs/traces.md)")
         raw = load_json(read_regular(path, limits().meta_bytes, "meta_bytes"), path)
         return cls.from_dict(raw, str(path))
 

@@ -1,4 +1,4 @@
-"""Record schemas of the trace contract (DESIGN.md "The data contracts").
+"""Record schemas of the trace contract (docs/traces.md).
 
 The schemas are the single source of truth for column names and types; readers, writers,
 validators and the simulator all take them from here.
@@ -58,5 +58,5 @@ EVIDENCE = {
     "flows": ("flows", FLOWS_SCHEMA),
 }
 
-#: kinds a verdict candidate may have (DESIGN.md "The verdict contract")
+#: kinds a verdict candidate may have (docs/verdict.md)
 CANDIDATE_KINDS = ("gpu", "host", "nic", "link", "switch", "config", "data")

@@ -1,4 +1,4 @@
-"""Read and write trace directories (DESIGN.md "The data contracts").
+"""Read and write trace directories (docs/traces.md).
 
 Parquet is native; `.jsonl` and `.csv` with the same columns are accepted wherever Parquet
 is. An evidence kind may also be a directory of Parquet shards (`commops/rank-00012.parquet`),
@@ -289,7 +289,7 @@ class Trace:
         if not evidence and not log_paths(p):
             raise TraceError(
                 f"{p}: no evidence file",
-                "add commops.parquet, flows.parquet or logs/<host>.log (see DESIGN.md)",
+                "add commops.parquet, flows.parquet or logs/<host>.log (see docs/traces.md)",
             )
         return cls(p, meta, evidence)
 
@@ -334,12 +334,17 @@ class Trace:
         return log_paths(self.path)
 
     def truth(self) -> dict | None:
-        """Ground truth, for tests and evaluation only (DESIGN.md: nothing else reads it)."""
+        """Ground truth, for tests and evaluation only (docs/traces.md: nothing else reads it)."""
         p = self.path / "truth.json"
         return json.loads(p.read_text()) if p.exists() else None
 
 
 def log_paths(trace: Path) -> list[Path]:
-    """`logs/<host>.log[.gz]` of a trace, sorted; what they are (FIFOs too) is checked when read."""
+    """Text logs under trace/logs: per-host `<host>.log[.gz]`, and aggregated outputs such as Slurm's
+    `slurm-<jobid>.out` (whose lines name their node), sorted; what they are (FIFOs too) is checked
+    when read."""
     logs = trace / "logs"
-    return sorted(p for p in logs.glob("*.log*") if not p.is_dir()) if logs.is_dir() else []
+    if not logs.is_dir():
+        return []
+    found = {*logs.glob("*.log*"), *logs.glob("*.out"), *logs.glob("*.out.gz")}
+    return sorted(p for p in found if not p.is_dir())

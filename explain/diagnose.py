@@ -36,6 +36,9 @@ from explain.llm import (
     ChatModel,
     check,
     render_evidence,
+    schema_attribute,
+    schema_critique,
+    schema_propose,
 )
 from explain.probes import CATALOG, ProbeRejected, ProbeResult, build_call, interpret
 from explain.reasoner import (
@@ -50,6 +53,7 @@ from explain.reasoner import (
 )
 from explain.remediation import AuditLog, Proposal, apply, build_proposal
 from explain.retrieval import Retriever
+from explain.story import Story
 from localize.verdict import Verdict
 
 Approver = Callable[[Proposal], bool]
@@ -76,6 +80,16 @@ class Diagnosis:
     flags: list[str] = field(default_factory=list)
     backend: str = ""
     elapsed_s: float = 0.0
+    simulated: bool = False  # probes answered by the simulator's virtual cluster (from truth.json), not a machine
+    llm_rounds: list[int] = field(default_factory=list)  # rounds whose LLM reply was used (the rest: deterministic)
+    story: dict[str, Any] = field(default_factory=dict)  # explain.story: the status line every surface shares
+
+    @property
+    def confirmation(self) -> str:
+        """How the cause was checked, in words every surface uses ("simulated" when no machine answered)."""
+        if not self.confirmed:
+            return "not confirmed by a probe"
+        return "confirmed by simulated probes (virtual cluster)" if self.simulated else "confirmed by probes"
 
     @property
     def category(self) -> str | None:
@@ -88,7 +102,8 @@ class Diagnosis:
             "confirmed": self.confirmed, "device": self.device, "keys": self.keys, "evidence": self.evidence,
             "hypotheses": self.hypotheses, "claims": self.claims, "probes": self.probes, "rejected": self.rejected,
             "remediation": self.remediation, "flags": self.flags, "dot": self.dot, "dot_xml": self.dot_xml,
-            "elapsed_s": round(self.elapsed_s, 3),
+            "elapsed_s": round(self.elapsed_s, 3), "simulated": self.simulated, "confirmation": self.confirmation,
+            "llm_rounds": self.llm_rounds, "story": self.story,
         }
 
 
@@ -107,6 +122,7 @@ class Context:
     flags: list[str] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     results: list[ProbeResult] = field(default_factory=list)
+    llm_rounds: list[int] = field(default_factory=list)  # rounds in which the LLM's reply was used
 
     def known_ids(self) -> set[str]:
         return {e.id for e in self.evidence}
@@ -147,7 +163,11 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
                   backend or LocalBackend(dry_run=True), audit or AuditLog())
     keys = round1_keys(ctx, alert, trace)
     det = DeterministicReasoner(kb, retriever)
-    engine = det.name if llm is None else llm.name
+
+    def author(rnd: int) -> str:
+        """Who wrote a round's nodes: the LLM only when its reply for that round was kept."""
+        return llm.name if llm is not None and rnd in ctx.llm_rounds else det.name
+    simulated = bool(getattr(ctx.backend, "simulated", False))
 
     # round 1: observation and hypotheses
     obs = ctx.dot.add("proposition", 1, text=f"{verdict.status}: " + evidence[0].text,
@@ -160,7 +180,7 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
     for h in hyps:
         hyp_nodes[h.entry.id] = ctx.dot.add("proposition", 1, (obs,), text=f"{h.entry.title}: {h.why}",
                                             numbers={"score": (h.score, "")}, rules=[f"signature {h.entry.pattern}"],
-                                            cites=h.cites, author=engine)
+                                            cites=h.cites, author=author(1))
 
     # round 2: critique and plan
     critiques, plan = det.plan(verdict, hyps, inv)
@@ -171,7 +191,7 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
         planned = [p for p in plan if p.for_entry == h.entry.id]
         crit_nodes[h.entry.id] = ctx.dot.add(
             "critique", 2, (hyp_nodes[h.entry.id],), text=text, rules=[f"confirmed_by: {', '.join(h.entry.confirmed_by) or '-'}"],
-            code=[" ".join(_argv(p, inv)) for p in planned if _argv(p, inv)], author=engine)
+            code=[" ".join(_argv(p, inv)) for p in planned if _argv(p, inv)], author=author(2))
 
     # round 3: probe, stop at the first confirmation, attribute
     run_plan(ctx, plan, hyps, crit_nodes, probe_timeout)
@@ -182,13 +202,14 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
     parents = tuple(ctx.dot.nodes("verification")) or tuple(crit_nodes.values()) or (obs,)
     final = ctx.dot.add("refinement", 3, parents,
                         text=(f"cause: {att.entry.title} ({att.entry.category})" if att.entry else "no cause attributed")
-                        + ("; confirmed by probes" if att.confirmed else "; not confirmed by a probe"),
+                        + ("; not confirmed by a probe" if not att.confirmed
+                           else "; confirmed by simulated probes" if simulated else "; confirmed by probes"),
                         numbers={"confidence": (att.confidence, "")}, rules=[att.entry.cause] if att.entry else [],
-                        cites=sorted({c for _, cs in att.claims for c in cs}), author=engine)
+                        cites=sorted({c for _, cs in att.claims for c in cs}), author=author(3))
     proposals = remediate(ctx, att, approve, approver, final)
     claims = [{"text": t, "evidence": c} for t, c in att.claims]
     return Diagnosis(
-        job=verdict.job, status=verdict.status, engine=engine,
+        job=verdict.job, status=verdict.status, engine=engine_name(det.name, llm, ctx.llm_rounds),
         cause=({"entry": att.entry.id, "title": att.entry.title, "category": att.entry.category,
                 "text": att.entry.cause, "references": list(att.entry.references)} if att.entry else None),
         confidence=att.confidence, confirmed=att.confirmed, device=cand.device() if cand else None,
@@ -196,8 +217,29 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
         hypotheses=[{"entry": h.entry.id, "title": h.entry.title, "score": h.score, "why": h.why} for h in hyps],
         claims=claims, probes=[r.to_dict() for r in ctx.results], rejected=ctx.rejected,
         remediation=[p.to_dict() for p in proposals], dot=ctx.dot.to_dict(), dot_xml=ctx.dot.to_xml(),
-        flags=ctx.flags, backend=ctx.backend.name, elapsed_s=time.perf_counter() - t0,
+        flags=ctx.flags, backend=ctx.backend.name, elapsed_s=time.perf_counter() - t0, simulated=simulated,
+        llm_rounds=list(ctx.llm_rounds), story=Story.of(verdict).to_dict(),
     )
+
+
+def engine_name(deterministic: str, llm: ChatModel | None, used: Sequence[int]) -> str:
+    """The engine that actually decided: the LLM only for the rounds whose reply was kept."""
+    if llm is None:
+        return deterministic
+    kept = sorted(set(used))
+    if not kept:
+        return f"{deterministic} (every {llm.name} reply discarded)"
+    if len(kept) == 3:
+        return llm.name
+    rest = [r for r in (1, 2, 3) if r not in kept]
+    return f"{llm.name} ({_rounds(kept)}) + {deterministic} ({_rounds(rest)})"
+
+
+def _rounds(rs: list[int]) -> str:
+    if len(rs) == 1:
+        return f"round {rs[0]}"
+    contiguous = rs == list(range(rs[0], rs[-1] + 1))
+    return f"rounds {rs[0]}-{rs[-1]}" if contiguous else "rounds " + ", ".join(map(str, rs))
 
 
 def _argv(p: PlannedProbe, inv: Inventory) -> list[str]:
@@ -235,6 +277,8 @@ def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothes
             continue
         rc, out = ctx.backend.run(call.host, call.argv, timeout)
         res = interpret(call, rc, out, f"P{len(ctx.results) + 1}")
+        if rc >= 0 and getattr(ctx.backend, "simulated", False):
+            res.summary = f"simulated: {res.summary}"  # answered from truth.json, not observed on a machine
         ctx.results.append(res)
         ctx.audit.append("probe.run", job=ctx.verdict.job, probe=call.name, host=call.host, argv=call.argv,
                          rc=rc, outcome=res.outcome, findings=res.findings, backend=ctx.backend.name)
@@ -302,6 +346,8 @@ def recheck(ctx: Context, att: Attribution, parent: str) -> None:
     call = build_call(first.name, first.host, first.args, ctx.inventory)
     rc, out = ctx.backend.run(call.host, call.argv, 15.0)
     res = interpret(call, rc, out, f"P{len(ctx.results) + 1}")
+    if getattr(ctx.backend, "simulated", False):
+        res.summary = f"simulated: {res.summary}"
     ctx.results.append(res)
     ctx.audit.append("probe.run", job=ctx.verdict.job, probe=call.name, host=call.host, argv=call.argv, rc=rc,
                      outcome=res.outcome, findings=res.findings, backend=ctx.backend.name, purpose="verify remediation")
@@ -322,9 +368,12 @@ def _offered(ctx: Context, hyps: Sequence[Hypothesis]) -> list[str]:
     return ids[:8]
 
 
-def _ask(ctx: Context, llm: ChatModel, prompt: str, schema: dict[str, Any], what: str) -> dict[str, Any] | None:
+def _ask(ctx: Context, llm: ChatModel, prompt: str, constrain: dict[str, Any], schema: dict[str, Any],
+         what: str) -> dict[str, Any] | None:
+    """Ask with the job's schema (`constrain`, enums of valid ids) and accept a reply that has at least the
+    loose shape (`schema`): a server that ignores the constraint still gets each item judged on its own."""
     try:
-        reply = llm.ask(SYSTEM, prompt, schema)
+        reply = llm.ask(SYSTEM, prompt, constrain)
     except Exception as exc:  # an unreachable or failing endpoint must not stop the diagnosis
         ctx.flags.append(f"llm {what}: request failed ({type(exc).__name__}: {clip(str(exc), 120)}); deterministic used")
         return None
@@ -350,7 +399,8 @@ def llm_propose(ctx: Context, llm: ChatModel, det_hyps: list[Hypothesis], keys: 
     prompt = (f"Round 1. Evidence:\n{render_evidence(ctx.evidence)}\n\nKnowledge-base entries:\n{entries}\n\n"
               'Reply {"keys": {"hosts": [], "ranks": [], "ports": [], "error_codes": []}, '
               '"hypotheses": [{"entry": "<entry id>", "claim": "...", "evidence": ["E2"]}]} with up to 3 hypotheses.')
-    reply = _ask(ctx, llm, prompt, SCHEMA_PROPOSE, "round 1")
+    constrain = schema_propose(offered, sorted(ctx.known_ids()), ctx.inventory.hosts)
+    reply = _ask(ctx, llm, prompt, constrain, SCHEMA_PROPOSE, "round 1")
     if reply is None:
         return det_hyps
     out: list[Hypothesis] = []
@@ -369,6 +419,7 @@ def llm_propose(ctx: Context, llm: ChatModel, det_hyps: list[Hypothesis], keys: 
     if not out:
         ctx.flags.append("llm round 1: no valid hypothesis; deterministic hypotheses used")
         return det_hyps
+    ctx.llm_rounds.append(1)
     return out
 
 
@@ -384,7 +435,10 @@ def llm_critique(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det_c
               f"Probes you may request:\n{probes}\nHosts of this job: {hosts}\n\n"
               'Reply {"critiques": [{"entry": "<id>", "critique": "...", "keep": true}], '
               '"probes": [{"probe": "<name>", "host": "<host>", "gpu": 0}]} with at most 2 probes.')
-    reply = _ask(ctx, llm, prompt, SCHEMA_CRITIQUE, "round 2")
+    gpus = sorted({g for gs in ctx.inventory.gpus.values() for g in gs})
+    ifaces = sorted({n for ns in ctx.inventory.nics.values() for n in ns})
+    constrain = schema_critique([h.entry.id for h in hyps], list(CATALOG), ctx.inventory.hosts, gpus, ifaces)
+    reply = _ask(ctx, llm, prompt, constrain, SCHEMA_CRITIQUE, "round 2")
     if reply is None:
         return det_crit, det_plan
     by_id = {h.entry.id: h for h in hyps}
@@ -409,6 +463,8 @@ def llm_critique(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det_c
     if not plan and det_plan:
         ctx.flags.append("llm round 2: no valid probe requested; deterministic probe plan used")
         plan = det_plan
+    elif plan or reply.get("critiques"):
+        ctx.llm_rounds.append(2)
     return crit, plan
 
 
@@ -417,7 +473,8 @@ def llm_attribute(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det:
     prompt = (f"Round 3. Hypotheses: {', '.join(h.entry.id for h in hyps)}\nProbe results:\n{results}\n\n"
               f"Evidence:\n{render_evidence(ctx.evidence)}\n\n"
               'Reply {"cause": "<entry id>", "confidence": 0.0-1.0, "claims": [{"text": "...", "evidence": ["P1"]}]}.')
-    reply = _ask(ctx, llm, prompt, SCHEMA_ATTRIBUTE, "round 3")
+    causes = [h.entry.id for h in hyps] + sorted(confirming(ctx.kb, ctx.results))
+    reply = _ask(ctx, llm, prompt, schema_attribute(causes, sorted(ctx.known_ids())), SCHEMA_ATTRIBUTE, "round 3")
     if reply is None:
         return det
     claims = []
@@ -442,4 +499,5 @@ def llm_attribute(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det:
     conf = float(reply.get("confidence", 0.0))
     cap = det.confidence if det.entry is not None and det.entry.id == eid else (0.6 if eid in confirmed else 0.4)
     conf = max(0.0, min(conf, cap))
+    ctx.llm_rounds.append(3)
     return Attribution(entry, round(conf, 2), eid in confirmed, claims or det.claims, confirmed.get(eid, []))

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from collector.errors import UserError
 
 BUILTIN_DIR = Path(__file__).with_name("kb")
@@ -211,6 +209,8 @@ def search_path(extra: Sequence[Path] = ()) -> list[Path]:
 def load_kb(dirs: Sequence[Path] | None = None, strict: bool = False) -> KnowledgeBase:
     """Load every *.yaml / *.yml file under the search path. Bad entries are skipped and reported
     in `problems` (strict=True raises instead, which `kb lint` and tests use)."""
+    import yaml  # only where the knowledge base is read, so `laggard --help` stays fast
+
     from explain.probes import CATALOG, FINDING_TAGS
     from explain.remediation import ACTIONS
 

@@ -1,7 +1,7 @@
 """Seed 000's three metrics, as pure functions: A extraction, B probe planning, C attribution.
 
 The eval command (laggard/commands/eval.py) produces the cases; this module only scores them.
-Truth is read here because this is evaluation (DESIGN.md: nothing else reads it).
+Truth is read here because this is evaluation (docs/traces.md: nothing else reads it).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Wiring: pick the probe backend for a trace (explain/ defines the Protocol, simulator/ the virtual cluster).
 
-Default ("auto"): a simulated trace (it has truth.json) is probed on its virtual cluster; any other
-trace gets a local dry run, which shows the argv that would run and executes nothing. Real probes
-on this machine (`local`) or over SSH (`ssh`) are opt-in.
+Default ("auto"): a local dry run, which shows the argv that would run and executes nothing, for
+every trace. The simulator's virtual cluster answers probes from truth.json, so its answers are
+simulated, never observed: it runs only when asked for by name (`virtual`), and every answer it
+gives is labelled "simulated". Real probes on this machine (`local`) or over SSH (`ssh`) are opt-in.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def choose_backend(trace: Path, mode: str = "auto", ssh_user: str | None = None)
     from explain.backends import LocalBackend, SSHBackend
 
     if mode == "auto":
-        mode = "virtual" if (trace / "truth.json").exists() else "dry-run"
+        mode = "dry-run"
     if mode == "virtual":
         if not (trace / "truth.json").exists():
             raise UserError(f"{trace}: --probes virtual needs a simulated trace (truth.json)",

@@ -67,7 +67,7 @@ def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) ->
 
 def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps: tuple[int, int] | None = None,
                    top: int = 5) -> Verdict:
-    """The verdict of DESIGN.md from the requested (or all available) evidence."""
+    """The verdict of docs/verdict.md from the requested (or all available) evidence."""
     hang = _function(HANG)
     if hang is not None:
         stuck = hang(trace)
@@ -84,7 +84,7 @@ def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps:
         kinds = available(trace)
         if not kinds:
             raise UserError(f"{trace.path}: no evidence this installation can localize from",
-                            "add commops.parquet (see DESIGN.md)")
+                            "add commops.parquet (see docs/traces.md)")
     # each source lists more than asked, so a device named by several is merged, then cut;
     # CommOps lists every device it could not tell apart, so another source can pick among them
     wide = top if len(kinds) == 1 else max(4 * top, 20)

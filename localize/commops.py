@@ -338,7 +338,7 @@ def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
 
 
 def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
-    """The CommOps localizer of DESIGN.md: full records of the window (see summary.py for the
+    """The CommOps localizer of docs/design.md: full records of the window (see summary.py for the
     path that starts from abnormal-operator summaries)."""
     df = with_steps(trace.commops(columns=COLUMNS, steps=steps))
     if timeline.status != "irregular" or not timeline.irregular_steps:

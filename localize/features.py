@@ -460,7 +460,7 @@ def feature_basis(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | 
 
 def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None,
                     rows: np.ndarray | None = None, basis: Basis | None = None) -> np.ndarray:
-    """The feature matrix of DESIGN.md's detector: own history, group peers, size, type, step.
+    """The feature matrix of the detector (docs/design.md): own history, group peers, size, type, step.
 
     `rows` (indices) limits it to those rows — the ones a screen did not pass; `basis`
     reuses what the screen computed. Column-major float32 (features x rows, transposed view

@@ -316,4 +316,5 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base
     summary["notes"] = [*job.notes, *tl.notes]
-    return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary}, onset_step=onset)
+    return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary, "source": "flows"},
+                   onset_step=onset)

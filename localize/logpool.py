@@ -13,11 +13,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from collector.errors import UserError
-from collector.logs import ParsedLogs
+
+if TYPE_CHECKING:  # numpy and the log parser load only when a pool is used, so `laggard logs --help` is fast
+    import numpy as np
+
+    from collector.logs import ParsedLogs
 
 POOL_ENV = "LAGGARD_LOG_POOL"
 SHIPPED_POOL = Path(__file__).with_name("log_pool.json")
@@ -70,6 +73,8 @@ class EventPool:
 
     def add(self, logs: ParsedLogs, job: str) -> int:
         """Count every event of a successful job once; returns how many were new."""
+        import numpy as np
+
         used = np.unique(logs.shape)
         before = len(self.shapes)
         for s in used.tolist():
@@ -83,6 +88,8 @@ class EventPool:
 
     def normal_shapes(self, logs: ParsedLogs, min_jobs: int = 1) -> np.ndarray:
         """Per shape of `logs`: seen in at least `min_jobs` successful jobs (by shape, or by exact template)."""
+        import numpy as np
+
         out = np.zeros(len(logs.shapes), dtype=bool)
         for i, shape in enumerate(logs.shapes):
             tpl = logs.templates[int(logs.shape_event[i])]

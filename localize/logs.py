@@ -28,13 +28,23 @@ from localize.verdict import Candidate, Verdict
 
 #: root-cause kind of a failure-indicating line, first match wins (hardware before symptoms)
 KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("gpu", re.compile(r"(?i)\bxid\b|nvrm|\becc\b|fallen off the bus|double bit|\bdbe\b|gsp|nvlink|row remap"
-                       r"|cuda error: (?!out of memory)")),
-    ("nic", re.compile(r"(?i)mlx(?:\d|<NUM>)|\bcqe\b|cq error|link down|port error|ibv_|completion from peer|vendor err"
-                       r"|pcs_err|\broce\b|cable")),
-    ("host", re.compile(r"(?i)oom-kill|out of memory: killed|i/o error|ext4-fs|nvme|blk_update|machine check|mce:"
-                        r"|kernel panic|lockup|heartbeat|hardware error|input/output error|exitcode: -9\b|sigkill")),
-    ("data", re.compile(r"(?i)\bnan\b|\binf\b|diverg")),
+    # NVIDIA driver Xid events, uncorrectable ECC, NVLink, GSP, a GPU gone from the bus or its PCIe errors
+    ("gpu", re.compile(r"(?i)\bxid\b|nvrm|\becc\b|fallen off the bus|double bit|\bdbe\b|\bgsp\b|nvlink|\bnvlw\b"
+                       r"|row remap|nvidia \S+: aer:|cuda error: (?!out of memory)")),
+    # RDMA/IB: verbs completion statuses (ibv_wc_status: 5 flush, 10 remote access, 12 retry exceeded,
+    # 13 RNR retry exceeded), HCA and port events, link and cable faults, UCX/NCCL network errors
+    ("nic", re.compile(r"(?i)mlx(?:\d|<NUM>)|\bcqe\b|cq error|link down|port error|port_err|ibv_|\bwc status"
+                       r"|status=(?:5|10|12|13)\b|retry count(?:er)? exceeded|rnr retry|completion from peer"
+                       r"|completion with error|vendor err|pcs_err|\broce\b|cable|\bhca\b|ib_event|async event")),
+    # the host: OOM killer (kernel, cgroup, Slurm, Kubernetes), machine checks and uncorrected memory, disks,
+    # lockups, a node the scheduler lost
+    ("host", re.compile(r"(?i)oom-kill|oom_kill|oomkill|out of memory: killed|memory cgroup out of memory"
+                        r"|invoked oom-killer|\bevicted\b|low on resource|i/o error|ext4-fs error|nvme|blk_update"
+                        r"|machine check|mce:|hardware error|\bue memory|uncorrected hardware memory|memory failure"
+                        r"|sigbus|bus error|kernel panic|lockup|hung_task|blocked for more than|heartbeat"
+                        r"|input/output error|exitcode: -9\b|sigkill|nodenotready|not responding|node failure"
+                        r"|failed node")),
+    ("data", re.compile(r"(?i)\bnan\b|\binf\b|diverg|loss scale|loss is probably exploding")),
 )
 HARDWARE = ("gpu", "nic", "host")
 _FRAMEWORK_EXC = re.compile(r"\b(?:TypeError|AttributeError|KeyError|IndexError|NotImplementedError|UnboundLocalError)\b")
@@ -54,6 +64,8 @@ class NodeScore:
     kind: str | None
     events: list[int] = field(default_factory=list)  # events that set it apart, most telling first
     mentioned: int = 0  # failure lines on other nodes that name this node
+    named_as: str | None = None  # the kind those lines report (nic for "completion from peer ... status=12")
+    hardware: float = 0.0  # hardware-fault lines of its own or naming it
 
 
 @dataclass
@@ -79,7 +91,9 @@ class LogAnalysis:
 
 def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -> LogAnalysis:
     """Run L4 on a trace's logs; `resume`: iterations a host must run on for an earlier line to be benign."""
-    logs = parse_logs(trace.log_files(), root=trace.path)
+    meta = trace.meta
+    logs = parse_logs(trace.log_files(), root=trace.path, nodes=meta.hosts(),
+                      rank_host={r: info.host for r, info in meta.ranks.items()})
     pool = EventPool.default() if pool is None else pool
     normal_shape = pool.normal_shapes(logs) if len(pool) else np.zeros(len(logs.shapes), dtype=bool)
     suspect = ~normal_shape[logs.shape] if len(logs) else np.zeros(0, dtype=bool)
@@ -109,16 +123,27 @@ def analyze_logs(trace: Trace, pool: EventPool | None = None, resume: int = 3) -
     for hs in named.values():
         for h in hs:
             mentioned[h] += 1
-    nodes, node_found = _rank_nodes(logs, counts, mentioned)
+    real = logs.nodes if logs.nodes.size else np.ones(n_hosts, dtype=bool)  # not an aggregated file's own lines
+    nodes, node_found = _rank_nodes([h for h, ok in zip(logs.hosts, real, strict=True) if ok], counts[real],
+                                    mentioned[real])
     # nodes with hardware errors of their own, or named by other nodes' hardware errors, come first
     # (a report about a peer, e.g. "completion from peer 10.0.3.14 with error", counts against the peer)
     hw = np.zeros(n_hosts)
+    named_as: dict[int, Counter[str]] = {}  # what kind of fault other nodes' lines report about a node
     for i in np.flatnonzero(cand).tolist():
-        if _kind_of([logs.text(i)]) in HARDWARE:
+        k = _kind_of([logs.text(i)])
+        if k in HARDWARE:
             for h in named.get(i) or {int(logs.host[i])}:
                 hw[h] += 1
+            for h in named.get(i, ()):
+                named_as.setdefault(h, Counter())[k] += 1
+    hw[~real] = 0
+    where = {h: i for i, h in enumerate(logs.hosts)}
+    for nd in nodes:
+        said = named_as.get(where[nd.host])
+        nd.named_as = said.most_common(1)[0][0] if said else None
+        nd.hardware = float(hw[where[nd.host]])
     if hw.max() > 0:
-        where = {h: i for i, h in enumerate(logs.hosts)}
         nodes.sort(key=lambda nd: -hw[where[nd.host]])
         node_found = True
     failure = cand.copy()
@@ -222,7 +247,7 @@ def _named(trace: Trace, logs: ParsedLogs, suspect: np.ndarray) -> dict[int, set
     return out
 
 
-def _rank_nodes(logs: ParsedLogs, counts: np.ndarray, mentioned: np.ndarray) -> tuple[list[NodeScore], bool]:
+def _rank_nodes(names: list[str], counts: np.ndarray, mentioned: np.ndarray) -> tuple[list[NodeScore], bool]:
     """Isolation forest over per-node event vectors; returns nodes ranked and whether one stands out."""
     n = counts.shape[0]
     if n == 0:
@@ -251,7 +276,7 @@ def _rank_nodes(logs: ParsedLogs, counts: np.ndarray, mentioned: np.ndarray) -> 
     for h in order.tolist():
         ev = np.flatnonzero((counts[h] > 0) & (dev[h, :-1] > 0) & (x[h, :-1] > med[:-1]))
         ev = ev[np.argsort(-dev[h, ev], kind="stable")]
-        nodes.append(NodeScore(logs.hosts[h], float(iso[h]), float(distinct[h]), None, ev.tolist(),
+        nodes.append(NodeScore(names[h], float(iso[h]), float(distinct[h]), None, ev.tolist(),
                                int(mentioned[h])))
     return nodes, node_found
 
@@ -287,8 +312,11 @@ def _classify(logs: ParsedLogs, failure: np.ndarray, nodes: list[NodeScore],
         if top.kind in HARDWARE:
             return top.kind, "network" if top.kind == "nic" else "hardware"
         if top.kind is None and top.mentioned:
-            top.kind = "host"  # silent, while the others name it: the node itself went away
-            return "host", "hardware"
+            # the others name it: a node that went silent went away (host); one still logging its own failure
+            # lines (timeouts) was reachable, so what the others report about it stands (its NIC)
+            alive = bool(_node_lines(logs, failure, top.host, None, limit=1))
+            top.kind = (top.named_as if alive else None) or "host"
+            return top.kind, "network" if top.kind == "nic" else "hardware"
     texts = list({logs.shapes[s] for s in np.unique(logs.shape[failure]).tolist()})
     if any(KIND_RULES[3][1].search(t) for t in texts):
         return "data", "user"
@@ -330,7 +358,7 @@ def _gpu_of(trace: Trace, logs: ParsedLogs, host: str, lines: list[int]) -> tupl
         if m:
             bus = m.group(1).lower()
             for j in np.flatnonzero(logs.host == h)[:20000].tolist():
-                b = _BUSID.search(logs.text(j)) if b"busId" in logs.raw[h][int(logs.line[j]) - 1] else None
+                b = _BUSID.search(logs.text(j)) if b"busId" in logs.raw_line(j) else None
                 if b and b.group(2).lower().startswith(bus):
                     gpu = int(b.group(1))
                     return ranks.get(gpu), gpu
@@ -358,6 +386,7 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
     candidates: list[Candidate] = []
     if a.kind in HARDWARE and a.nodes:
         best = a.nodes[0].distinct
+        most_hw = max(n.hardware for n in a.nodes[:top])
         for node in a.nodes[:top]:
             lines = _node_lines(logs, a.failure, node.host, node.events)
             if not lines and node is a.nodes[0]:
@@ -372,6 +401,8 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
             if kind == "gpu":
                 rank, gpu = _gpu_of(trace, logs, node.host, lines)
             score = node.score * (min(1.0, node.distinct / best) if best > 1e-9 else 1.0)
+            if most_hw > 0:  # hardware faults of its own, or reported against it, set the ranking: the score shows it
+                score *= 0.5 + 0.5 * node.hardware / most_hw
             if candidates:
                 score = min(score, candidates[-1].score)  # ranked best first; scores follow the ranking
             candidates.append(Candidate(kind=kind, score=round(score, 4), evidence=evidence, host=node.host, rank=rank,
@@ -381,7 +412,7 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
         host = a.nodes[0].host if a.node_found and a.nodes else None
         evidence = [_cite(logs, i) for i in _first_per_event(logs, idx.tolist())[:EVIDENCE_LINES]]
         candidates.append(Candidate(kind=a.kind, score=0.9, evidence=evidence, host=host, source="logs"))
-    extra = {"logs": summary(a)}
+    extra = {"logs": summary(a), "source": "logs"}
     return Verdict(job=trace.meta.job, status="irregular" if a.kind else "healthy",
                    irregular_steps=a.anomalous_iterations, candidates=candidates, extra=extra)
 

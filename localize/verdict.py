@@ -1,4 +1,4 @@
-"""The verdict contract (DESIGN.md): what `laggard localize --format json` prints.
+"""The verdict contract (docs/verdict.md): what `laggard localize --format json` prints.
 
 Keep it stable: add fields, never rename them.
 """

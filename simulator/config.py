@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FAULT_KINDS = ("gpu", "pcie", "host", "nic", "link", "switch", "stage", "seqlen")
 PATTERNS = ("persistent", "spike", "fluctuation")
@@ -37,7 +38,7 @@ class FaultSpec:
 
     @classmethod
     def parse(cls, spec: str) -> FaultSpec:
-        """`gpu:rank=R,factor=F[,steps=A:B][,pattern=P]` and the other kinds of DESIGN.md."""
+        """`gpu:rank=R,factor=F[,steps=A:B][,pattern=P]` and the other kinds of docs/traces.md and `laggard simulate --help`."""
         kind, _, rest = spec.partition(":")
         if kind not in FAULT_KINDS:
             raise UserError(f"--fault '{spec}': unknown kind '{kind}'", f"use one of {', '.join(FAULT_KINDS)}")
@@ -170,6 +171,8 @@ class SimConfig:
         k, n = self.sample_steps, self.steps
         if k in (0.0, 1.0):
             return list(range(n))
+        import numpy as np  # here, not at the top: `laggard simulate --help` reads this module
+
         rng = np.random.default_rng([self.seed, 6])
         if k >= 2:
             phase = int(rng.integers(int(k)))
@@ -180,6 +183,8 @@ class SimConfig:
 
     def logged_rank_mask(self) -> np.ndarray:
         """Which ranks write rows: all, or the first rank of each tensor-parallel group."""
+        import numpy as np
+
         ranks = np.arange(self.gpus)
         return np.ones(self.gpus, dtype=bool) if self.logged_ranks == "all" else ranks % self.tp == 0
 

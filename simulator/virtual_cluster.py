@@ -40,6 +40,7 @@ class VirtualCluster:
         truth_path = trace / "truth.json"
         truth = json.loads(truth_path.read_text()) if truth_path.exists() else {"faults": []}
         self.name = "virtual"
+        self.simulated = True  # answers come from truth.json: explain labels them simulated, never observed
         self.job = str(meta["job"])
         self.rank_host = {int(r): (str(v["host"]), int(v.get("gpu", 0))) for r, v in meta["ranks"].items()}
         self.hosts = sorted({h for h, _ in self.rank_host.values()}, key=_natural)
@@ -62,17 +63,17 @@ class VirtualCluster:
         if (host, gpu) in self.fixed:
             return None
         for f in self.faults:
-            if f["kind"] in kinds and "rank" in f and self.rank_host.get(int(f["rank"])) == (host, gpu):
+            if f.get("kind") in kinds and "rank" in f and self.rank_host.get(int(f["rank"])) == (host, gpu):
                 return f
         return None
 
     def _host_fault(self, host: str, kinds: tuple[str, ...]) -> dict[str, Any] | None:
         for f in self.faults:
-            if f["kind"] not in kinds:
+            if f.get("kind") not in kinds:
                 continue
             if f.get("host") == host or host in (f.get("hosts") or []):
                 return f
-            if f["kind"] == "switch" and self.switch_of.get(host) == f.get("switch"):
+            if f.get("kind") == "switch" and self.switch_of.get(host) == f.get("switch"):
                 return f
         return None
 
@@ -111,14 +112,14 @@ class VirtualCluster:
     def _gpu_row(self, host: str, gpu: int, fields: list[str]) -> str:
         f = self._gpu_fault(host, gpu, ("gpu",))
         p = self._gpu_fault(host, gpu, ("pcie",))
-        factor = float(f["factor"]) if f else 1.0
-        mech = f["mechanism"] if f else ""
+        factor = float(f.get("factor", 1.0)) if f else 1.0
+        mech = f.get("mechanism", "") if f else ""
         sm = int(MAX_SM_MHZ / factor)
         temp = 91 if mech == "thermal" else 52 + gpu
         power = 280.0 if mech == "power_cap" else 610.0 - 5 * gpu
         limit = 300.0 if mech == "power_cap" else 700.0
         reasons = {"thermal": 0x40 | 0x20, "power_cap": 0x4, "clocks_locked": 0x0}.get(mech, 0x0)
-        width = 4 if p and float(p["factor"]) >= 3 else (8 if p else 16)
+        width = 4 if p and float(p.get("factor", 1.0)) >= 3 else (8 if p else 16)
         vals = {
             "index": gpu, "clocks.sm": sm, "clocks.max.sm": MAX_SM_MHZ, "temperature.gpu": temp,
             "power.draw": f"{power:.2f}", "power.limit": f"{limit:.2f}",
@@ -153,7 +154,7 @@ class VirtualCluster:
         if "--reset-gpu-clocks" in argv or "-rgc" in argv or "--gpu-reset" in argv:
             for g in sel:
                 f = self._gpu_fault(host, g, ("gpu",))
-                if f and (f["mechanism"] == "clocks_locked" or "--gpu-reset" in argv):
+                if f and (f.get("mechanism", "") == "clocks_locked" or "--gpu-reset" in argv):
                     self.fixed.add((host, g))
             return 0, "".join(f"GPU {g}: reset done\n" for g in sel)
         return 0, "NVIDIA-SMI 550.54.15\n"
@@ -165,7 +166,7 @@ class VirtualCluster:
             "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15",
         ])]
         f = self._host_fault(host, ("nic",))
-        if f and f["mechanism"] == "flapping":
+        if f and f.get("mechanism", "") == "flapping":
             lines += [f"[Sun Nov 22 08:0{i}:11 2026] mlx5_core 0000:1a:00.0 ens1np0: Link {'down' if i % 2 == 0 else 'up'}" for i in range(6)]
         return 0, "\n".join(lines) + "\n"
 
@@ -173,7 +174,7 @@ class VirtualCluster:
 
     def _top(self, host: str, argv: list[str]) -> tuple[int, str]:
         f = self._host_fault(host, ("host",))
-        mech = f["mechanism"] if f else ""
+        mech = f.get("mechanism", "") if f else ""
         idle = 1.5 if mech == "cpu_hog" else 62.0
         us = 97.0 if mech == "cpu_hog" else 35.0
         swap_used = 26000.0 if mech == "swapping" else 0.0
@@ -220,7 +221,7 @@ class VirtualCluster:
 
     def _ip(self, host: str, argv: list[str]) -> tuple[int, str]:
         f = self._host_fault(host, ("nic",))
-        mech = f["mechanism"] if f else ""
+        mech = f.get("mechanism", "") if f else ""
         links: list[dict[str, Any]] = [{"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536,
                                         "operstate": "UNKNOWN", "link_type": "loopback", "stats64": {"rx": {}, "tx": {}}},
                                        {"ifindex": 2, "ifname": "eno1", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],

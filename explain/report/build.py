@@ -16,6 +16,7 @@ from collector.traceio import Trace
 from explain.report.evidence import flow_evidence, log_evidence, step_start_utc, suspect_hosts
 from explain.report.model import Report, confidence_label, irregular_windows
 from explain.report.waits import annotate_waits, gantt_rows, wait_matrix, wait_path
+from explain.story import Story
 from localize.verdict import Verdict
 
 GANTT_RANKS = 12
@@ -32,7 +33,7 @@ def build_report(trace: Trace, timeline: Any | None, verdict: Verdict, diagnosis
     if trace.has("flows"):
         report.flows = flow_evidence(trace.flows(), trace.meta, suspects)
     if trace.has("logs"):
-        report.logs = log_evidence(trace.log_files(), suspects)
+        report.logs = log_evidence(trace, suspects)
     return report
 
 
@@ -45,15 +46,19 @@ def report_from_verdict(verdict: Verdict, meta: JobMeta | None, diagnosis: Any |
         d["device"] = c.device()
         cands.append(d)
     diag = _diagnosis_dict(diagnosis)
+    story = Story.of(verdict)
     evidence = [e for c in verdict.candidates[:1] for e in c.evidence]
     evidence += [f"{c.device()}: {e}" for c in verdict.candidates[1:3] for e in c.evidence[:2]]
     report = Report(
         job=verdict.job,
-        status=verdict.status,
+        status=story.status,
         world_size=world_size or (meta.world_size if meta else 0),
-        slowdown=float(verdict.slowdown),
+        slowdown=story.slowdown,
         irregular_steps=[int(s) for s in verdict.irregular_steps],
-        since_step=min(verdict.irregular_steps) if verdict.irregular_steps else None,
+        since_step=story.onset_step,
+        from_start=story.from_start,
+        story=story.headline(),
+        tie=story.tie_text,
         candidates=cands,
         confidence=confidence_label(cands),
         evidence=evidence + _diag_evidence(diag),
@@ -68,19 +73,16 @@ def report_from_verdict(verdict: Verdict, meta: JobMeta | None, diagnosis: Any |
 
 def _add_timeline(report: Report, timeline: Any) -> None:
     steps: pd.DataFrame = timeline.steps
+    if "step" in steps.columns:  # the figures mark the verdict's irregular steps, the ones every surface names
+        steps = steps.assign(irregular=steps["step"].isin(report.irregular_steps))
     report.steps = steps
     report.windows = irregular_windows(steps)
     report.expected_step_s = getattr(timeline, "expected_step_s", None)
     report.notes += [str(n) for n in getattr(timeline, "notes", [])]
-    if not report.irregular_steps:
-        report.irregular_steps = [int(s) for s in timeline.irregular_steps]
-        report.since_step = min(report.irregular_steps) if report.irregular_steps else None
-    if report.slowdown == 1.0:
-        report.slowdown = float(timeline.slowdown)
-    if report.status == "healthy" and timeline.status == "irregular":
-        report.status = "irregular"
-    if {"duration_s", "baseline_s", "irregular"} <= set(steps.columns):
-        irr = steps[steps["irregular"].astype(bool)]
+    # status, onset, slowdown and irregular steps are the verdict's (one story on every surface); the
+    # timeline adds the per-step figures, and the time lost over the verdict's irregular steps
+    if {"duration_s", "baseline_s"} <= set(steps.columns) and report.irregular_steps:
+        irr = steps[steps["step"].isin(report.irregular_steps)]
         report.lost_s = float(np.clip(irr["duration_s"] - irr["baseline_s"], 0, None).sum())
 
 
@@ -130,10 +132,11 @@ def _gantt_steps(report: Report, ops: pd.DataFrame) -> tuple[int | None, int | N
             return None, None
         return _argmax(per), _argmax(-per)
     s = steps.set_index("step")
-    irr = s[s["irregular"].astype(bool)]
-    normal = s[~s["irregular"].astype(bool)]
-    if normal.empty:
-        return None, None
+    marked = s.index.isin(report.irregular_steps)
+    irr = s[marked]
+    normal = s[~marked]
+    if normal.empty or irr.empty:
+        return None, None  # no slow step beside a normal one (healthy, or slow from the start): no pair to show
     slow = _argmax(irr["duration_s"]) if not irr.empty else _argmax(s["duration_s"])
     idx = normal.index.to_numpy()
     return slow, int(idx[np.argmin(np.abs(idx - slow))])
@@ -177,7 +180,7 @@ def _explanation(diag: dict[str, Any]) -> str:
     conf = diag.get("confidence")
     head = f"Most likely cause: {cause.get('title')} ({cause.get('category')})"
     if isinstance(conf, int | float):
-        head += f", confidence {conf:.2f}, " + ("confirmed by a probe" if diag.get("confirmed") else "not confirmed by a probe")
+        head += f", confidence {conf:.2f}, " + str(diag.get("confirmation") or ("confirmed by a probe" if diag.get("confirmed") else "not confirmed by a probe"))
     claims = [c["text"] for c in diag.get("claims", []) if isinstance(c, dict) and c.get("text")]
     return "\n".join([head + ".", str(cause.get("text", "")), *claims]).strip()
 

@@ -1,22 +1,13 @@
-"""Flow and log evidence for the report: per-host throughput and suspicious log lines."""
+"""Flow and log evidence for the report: per-host throughput, and failure-indicating log lines (L4)."""
 
 from __future__ import annotations
-
-import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from collector.meta import JobMeta
+from collector.traceio import Trace
 from explain.report.model import FlowEvidence, LogEvidence
-
-#: lines an on-call engineer wants to see first: errors, hardware faults, NCCL trouble, timeouts
-SUSPICIOUS = re.compile(
-    r"\b(ERROR|Error|FATAL|CRITICAL|WARN(ING)?|Traceback|Xid|ECC|NCCL WARN|timeout|timed out|"
-    r"Timeout|exception|Exception|link down|retransmi\w*|throttl\w*|degraded|failed|Failed)\b"
-)
-MAX_LOG_BYTES = 64 << 20  # read at most this much per report: the examples, not the archive
 
 
 def flow_evidence(flows: pd.DataFrame, meta: JobMeta, suspects: list[str], top: int = 24) -> FlowEvidence | None:
@@ -39,27 +30,26 @@ def flow_evidence(flows: pd.DataFrame, meta: JobMeta, suspects: list[str], top: 
                         [int(v) for v in per["size"]], flagged)
 
 
-def log_evidence(files: list[Path], suspects: list[str], top: int = 24, examples: int = 12) -> LogEvidence | None:
-    """Count suspicious lines per host log; quote the first ones from suspect hosts, then others."""
-    counts: dict[str, int] = {}
+def log_evidence(trace: Trace, suspects: list[str], top: int = 24, examples: int = 12) -> LogEvidence | None:
+    """Failure-indicating lines per host, found exactly as `laggard logs` finds them (L4: lines also
+    printed by successful jobs, and lines the job got past, are left out); quotes suspects' first."""
+    from localize.logs import analyze_logs  # scikit-learn: only when a report has logs
+
+    a = analyze_logs(trace)
+    logs = a.logs
+    idx = np.flatnonzero(a.failure)
+    counts = {h: 0 for h in logs.hosts}
     found: dict[str, list[str]] = {}
-    budget = MAX_LOG_BYTES
-    for f in files:
-        host = f.name.split(".log", 1)[0]
-        n = 0
-        with f.open("rb") as fh:
-            data = fh.read(max(budget, 0)).decode("utf-8", "replace")
-        budget -= len(data)
-        for line in data.splitlines():
-            if SUSPICIOUS.search(line):
-                n += 1
-                if len(found.setdefault(host, [])) < examples:
-                    found[host].append(line.strip()[:240])
-        counts[host] = n
+    for i in idx.tolist():
+        host = logs.hosts[int(logs.host[i])]
+        counts[host] += 1
+        if len(found.setdefault(host, [])) < examples:
+            found[host].append(f"{logs.where(i)}: {logs.text(i).strip()[:240]}")
     if not counts:
         return None
     order = sorted(counts, key=lambda h: (-counts[h], h))[:top]
-    ranked_hosts = [h for h in suspects if h in found] + [h for h in order if h not in suspects]
+    ranked_hosts = [h for h in suspects if h in found] + [n.host for n in a.nodes if n.host not in suspects]
+    ranked_hosts += [h for h in order if h not in ranked_hosts]
     lines: list[tuple[str, str]] = []
     for h in ranked_hosts:
         for ln in found.get(h, []):

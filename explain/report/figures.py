@@ -136,7 +136,7 @@ def gantt(report: Report) -> str | None:
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(ranks)), [f"rank {r}" + (" (root)" if r in roots else "") for r in ranks], fontsize=8)
     axes[0].invert_yaxis()
-    fig.legend(loc="lower center", ncol=min(len(seen), 9), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.legend(loc="lower center", ncol=max(1, min(len(seen), 9)), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
     return to_data_uri(fig)
 
 

@@ -30,6 +30,7 @@ th{background:#eef1f4}code,pre{font-family:ui-monospace,Menlo,Consolas,monospace
 pre{background:#fff;border:1px solid #d9dde3;border-radius:8px;padding:10px;overflow-x:auto;white-space:pre-wrap}
 .conf-high{color:#2a9d8f}.conf-medium{color:#e9a23b}.conf-low,.conf-none{color:#d62828}
 footer{color:#8a93a0;font-size:12px;margin-top:32px}
+code.cmd .w{white-space:nowrap}
 """
 
 CAPTIONS = {
@@ -40,7 +41,8 @@ CAPTIONS = {
     "Slow iteration beside a normal one": "Operators of the ranks on the wait path, in their own clocks; "
     "longer bars in the slow step are waits.",
     "Network flows": "Per-host median throughput of flow bursts.",
-    "Logs": "Counts of error, warning, timeout and hardware lines per host log.",
+    "Logs": "Failure-indicating lines per host, as `laggard logs` finds them (lines successful jobs also print "
+    "and lines the job got past are left out).",
 }
 
 
@@ -84,11 +86,14 @@ def _answers(r: Report) -> str:
         irregular, irr_d = "No", "no δ-irregular iteration"
     elif r.status == "hang":
         irregular, irr_d = "Stuck", "a collective never completed"
+    elif r.from_start:
+        irregular, irr_d = "Slow from the start", "every step is slow: no normal iteration to compare with"
     else:
         irregular, irr_d = "Yes", f"{len(r.irregular_steps)} irregular step(s) in {len(r.windows) or 1} window(s)"
-    since = f"step {r.since_step}" if r.since_step is not None else "—"
+    since = ("first step" if r.from_start else f"step {r.since_step}") if r.since_step is not None else "—"
     lost = f"{r.gpu_hours_text()} GPU-h" if r.lost_s > 0 else "—"
-    lost_d = f"slowdown {r.slowdown:.2f}×, {r.lost_s:.1f} s extra × {r.world_size} GPUs"
+    lost_d = (f"~{r.slowdown:.2f}× its peers; no normal step to measure the loss against" if r.from_start
+              else f"slowdown {r.slowdown:.2f}×, {r.lost_s:.1f} s extra × {r.world_size} GPUs")
     cause = escape(root["device"]) if root else "—"
     cause_d = (f"<span class=\"conf-{escape(r.confidence)}\">confidence {escape(r.confidence)}</span>, "
                f"score {root['score']:.2f}, {escape(str(root.get('kind')))}") if root else "no candidate"
@@ -118,4 +123,18 @@ def _section(title: str, body: str) -> str:
 
 
 def _ul(items: list[str]) -> str:
-    return "<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>" if items else ""
+    return "<ul>" + "".join(f"<li>{_with_commands(i)}</li>" for i in items) + "</ul>" if items else ""
+
+
+def _with_commands(text: str) -> str:
+    """Escaped text whose `commands` become <code>, each word unbreakable: a line may wrap between
+    the words of a command, never inside a flag such as --query-gpu=... (browsers break at hyphens)."""
+    parts = text.split("`")
+    out = []
+    for k, part in enumerate(parts):
+        if k % 2 and k < len(parts) - 1:
+            words = " ".join(f"<span class=\"w\">{escape(w)}</span>" for w in part.split(" "))
+            out.append(f"<code class=\"cmd\">{words}</code>")
+        else:
+            out.append(escape(part if k % 2 == 0 else "`" + part))
+    return "".join(out)

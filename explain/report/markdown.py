@@ -6,6 +6,7 @@ irregular steps marked underneath.
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import numpy as np
@@ -15,6 +16,7 @@ from explain.report.model import Report
 BARS = "▁▂▃▄▅▆▇█"
 WIDTH = 80  # sparkline columns
 LINE = 100  # wrap prose here
+NBSP = "\x00"  # stands for a space inside a `command` while wrapping
 
 
 def sparkline(values: np.ndarray, width: int = WIDTH) -> str:
@@ -31,14 +33,16 @@ def render_markdown(report: Report) -> str:
     r = report
     root = r.root
     out = [f"# laggard report: {r.job}", "", f"**{r.headline()}**", ""]
-    status = {"healthy": "no", "hang": "STUCK (a collective never completed)"}.get(r.status, "YES")
+    status = {"healthy": "no", "hang": "STUCK (a collective never completed)"}.get(
+        r.status, "slow from the first step (no normal iteration to compare with)" if r.from_start else "YES")
     out += [
         f"- **Irregular?** {status}"
         + (f" — {len(r.irregular_steps)} irregular step(s)" if r.irregular_steps else ""),
         "- **Since when?** " + (f"step {r.since_step}" + (f" ({r.since_utc})" if r.since_utc else "")
                                  if r.since_step is not None else "—"),
-        f"- **Time lost:** slowdown {r.slowdown:.2f}×, {r.lost_s:.1f} s extra × {r.world_size} GPUs"
-        f" = **{r.gpu_hours_text()} GPU-hours**",
+        (f"- **Time lost:** unknown — ~{r.slowdown:.2f}× its peers from the first step, no normal step to compare"
+         if r.from_start else f"- **Time lost:** slowdown {r.slowdown:.2f}×, {r.lost_s:.1f} s extra × {r.world_size} GPUs"
+         f" = **{r.gpu_hours_text()} GPU-hours**"),
         "- **Root cause:** " + (f"**{root['device']}** ({root.get('kind')}), confidence **{r.confidence}**"
                                  f" (score {root['score']:.2f})" if root else "none found"),
     ]
@@ -89,5 +93,8 @@ def _bullets(items: list[str], empty: str) -> list[str]:
     """Bullets wrapped to the terminal width, continuation lines indented under the text."""
     if not items:
         return [f"_{empty}_"] if empty else []
-    return [line for i in items for line in textwrap.wrap(i, LINE, initial_indent="- ", subsequent_indent="  ",
-                                                          break_on_hyphens=False, break_long_words=False)]
+    # a `command` is never split: its spaces are held together while the prose around it wraps
+    held = [re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", NBSP), i) for i in items]
+    return [line.replace(NBSP, " ") for i in held
+            for line in textwrap.wrap(i, LINE, initial_indent="- ", subsequent_indent="  ",
+                                      break_on_hyphens=False, break_long_words=False)]

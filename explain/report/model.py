@@ -61,6 +61,9 @@ class Report:
     logs: LogEvidence | None = None
     notes: list[str] = field(default_factory=list)
     diagnosis: dict[str, Any] = field(default_factory=dict)
+    from_start: bool = False  # slow from the first step: no normal iteration, no time-lost figure
+    story: str = ""  # explain.story headline: the same first line localize and explain print
+    tie: str = ""  # explain.story's tie wording of the root cause ('' when no other device shares its score)
 
     @property
     def gpu_hours_lost(self) -> float:
@@ -79,10 +82,14 @@ class Report:
         """One line for a pager: the answer before the details."""
         if self.status == "healthy":
             return f"{self.job}: healthy — no irregular iteration found"
-        what = "STUCK (hang)" if self.status == "hang" else f"irregular, {self.slowdown:.2f}× slower"
-        since = f" since step {self.since_step}" if self.since_step is not None else ""
+        if self.from_start:
+            what = f"slow from the first step, ~{self.slowdown:.2f}×"
+        else:
+            what = "STUCK (hang)" if self.status == "hang" else f"irregular, {self.slowdown:.2f}× slower"
+        since = f" since step {self.since_step}" if self.since_step is not None and not self.from_start else ""
         root = self.root
-        cause = (f"; root cause {root['device']} (confidence {self.confidence}, score {root['score']:.2f})"
+        tie = f" {self.tie}" if self.tie else ""
+        cause = (f"; root cause {root['device']} (confidence {self.confidence}, score {root['score']:.2f}){tie}"
                  if root else "; root cause not found")
         lost = f"; {self.gpu_hours_text()} GPU-hours lost" if self.lost_s > 0 else ""
         return f"{self.job}: {what}{since}{lost}{cause}"
@@ -93,6 +100,9 @@ class Report:
             "job": self.job,
             "status": self.status,
             "headline": self.headline(),
+            "story": self.story,
+            "onset_step": self.since_step,
+            "slow_from_start": self.from_start,
             "world_size": self.world_size,
             "irregular_steps": [int(s) for s in self.irregular_steps],
             "windows": [{"first": a, "last": b, "pattern": p} for a, b, p in self.windows],

@@ -1,6 +1,6 @@
 """Who waited on whom: per-rank operator wait and the wait graph, from CommOps rows.
 
-The rank that arrives last at an operator waits least (DESIGN.md), so a copy's wait is its
+The rank that arrives last at an operator waits least (docs/design.md), so a copy's wait is its
 elapsed time minus the shortest elapsed time among the copies of the same instance, and the
 copy with the shortest elapsed time is the one everybody waited for (its "blocker"). Only
 durations are compared across ranks, never start times, because host clocks are not in sync.

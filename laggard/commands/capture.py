@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from collector.flows import DEFAULT_GAP_NS, pcap_to_flows, read_flow_records, write_flows_trace
-from collector.live import capture_to_pcap
 from laggard.cliutil import verb_parser
+
+#: shown in --help without importing collector.flows; tests check it equals collector.flows.DEFAULT_GAP_NS
+DEFAULT_GAP_MS = 1.0
 
 
 def register(sub: Any) -> None:
@@ -38,8 +39,8 @@ def register(sub: Any) -> None:
     src.add_argument("--read", type=Path, metavar="FILE", help="a .pcap/.pcapng capture or a flow-record .csv")
     p.add_argument("--duration", type=float, default=30.0, help="live capture length in seconds (default 30)")
     p.add_argument("--snaplen", type=int, default=128, help="bytes kept per packet (default 128: headers only)")
-    p.add_argument("--burst-gap", type=float, default=DEFAULT_GAP_NS / 1e6, metavar="MS",
-                   help=f"pause that ends a burst, in ms (default {DEFAULT_GAP_NS / 1e6:g})")
+    p.add_argument("--burst-gap", type=float, default=None, metavar="MS",
+                   help=f"pause that ends a burst, in ms (default {DEFAULT_GAP_MS:g})")
     p.add_argument("--meta", type=Path, help="meta.json giving each rank's host and ip (and the topology)")
     p.add_argument("--job", help="job name for meta.json when --meta is not given")
     p.add_argument("--keep-pcap", action="store_true", help="keep the live capture as capture.pcap in the trace")
@@ -48,6 +49,12 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy (pandas, pyarrow, scapy): only when this verb runs
+    from collector.flows import DEFAULT_GAP_NS, pcap_to_flows, read_flow_records, write_flows_trace
+    from collector.live import capture_to_pcap
+
+    if args.burst_gap is None:
+        args.burst_gap = DEFAULT_GAP_NS / 1e6
     if args.burst_gap < 0:
         raise UserError(f"--burst-gap {args.burst_gap} is negative", "give a pause in ms, e.g. --burst-gap 1")
     gap_ns = int(args.burst_gap * 1e6)

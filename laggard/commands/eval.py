@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from collector.errors import UserError
 from laggard.cliutil import add_format, print_json, verb_parser
 
@@ -142,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "llm" and cfg is None:
         raise UserError("--engine llm but no LLM is configured", "set LAGGARD_LLM_BASE_URL and LAGGARD_LLM_MODEL")
     loc = localizer(args.localizer)
+    import yaml
+
     alerts = yaml.safe_load((EVALSETS / "alerts.yaml").read_text())
     questions = yaml.safe_load((EVALSETS / "questions.yaml").read_text())
     rec3, _ = recall_at_k(retriever, questions, 3)
@@ -173,10 +173,12 @@ def run(args: argparse.Namespace) -> int:
             times.append(time.perf_counter() - t0)
             row = score_case(diag, trace.truth() or {}, kb)
             row.update({"scenario": out.name, "fault": spec, "cause": (diag["cause"] or {}).get("entry"),
-                        "flags": len(diag["flags"])})
+                        "flags": len(diag["flags"]), "llm_rounds": len(diag.get("llm_rounds", []))})
             rows.append(row)
         report["engines"][name] = {"A_extraction": summarize_extraction(a_scores), **summarize_cases(rows),
                                    "mean_diagnose_s": round(sum(times) / len(times), 3), "cases_detail": rows}
+        if llm is not None:  # how often the model's own answer was used (the rest fell back to deterministic)
+            report["engines"][name]["llm_rounds_kept"] = round(sum(r["llm_rounds"] for r in rows) / (3 * len(rows)), 4)
     if tmp is not None:
         tmp.cleanup()
     if args.format == "json":
@@ -212,6 +214,8 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"  B probes confirm true cause: {e['B_probes_confirm']:.3f}; probes per case {e['probes_per_case']:.2f}")
         print(f"  C cause-category accuracy: {e['C_attribution']:.3f} on {e['cases']} cases; "
               f"mean diagnose {e['mean_diagnose_s']:.2f} s")
+        if "llm_rounds_kept" in e:
+            print(f"  LLM replies kept: {e['llm_rounds_kept']:.1%} of rounds (the others: deterministic fallback)")
         for c in e["cases_detail"]:
             mark = "ok " if c["attribution_ok"] else "MISS"
             print(f"    {mark} {c['scenario']:16} truth={','.join(c['truth']):7} got={c['predicted'] or '-':7} "

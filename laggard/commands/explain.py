@@ -25,11 +25,13 @@ def register(sub: Any) -> None:
         "knowledge base, critique and probe plan, probe results and attribution — kept as a Diagram of\n"
         "Thought. Probes are whitelisted read-only commands; remediation is only proposed unless you\n"
         "pass --approve (or --interactive and answer y). Every probe and action goes to the audit log.\n\n"
-        "Probes (--probes): auto = the virtual cluster for simulated traces (truth.json), else a dry run\n"
-        "that prints what would run; local = run on this machine; ssh = `ssh HOST -- argv`.\n"
+        "Probes (--probes): auto = a dry run that prints what would run; local = run on this machine;\n"
+        "ssh = `ssh HOST -- argv`; virtual = the simulator's virtual cluster for a simulated trace\n"
+        "(answers come from truth.json and are labelled simulated).\n"
         "LLM: set LAGGARD_LLM_BASE_URL and LAGGARD_LLM_MODEL (and LAGGARD_LLM_API_KEY) or a config\n"
         "file named by LAGGARD_LLM_CONFIG; without one, the deterministic reasoner runs.",
         "  laggard explain traces/gpu-straggler\n"
+        "  laggard explain traces/gpu-straggler --probes virtual     # simulated probe answers\n"
         "  laggard explain /data/run7 --verdict verdict.json --probes ssh --format json\n"
         "  laggard explain /data/run7 --alert 'rank 12 on node-3 slow since 02:10' --probes local\n"
         "  laggard explain /tmp/t --approve --audit /var/log/laggard-audit.jsonl",
@@ -129,12 +131,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
-    steps = f" over steps {min(v.irregular_steps)}-{max(v.irregular_steps)}" if v.irregular_steps else ""
-    emit(f"job {d.job}: {d.status}, slowdown {v.slowdown:.2f}x{steps}   [engine {d.engine}, probes {d.backend}]")
+    from explain.story import Story
+
+    probes = f"{d.backend}, simulated" if d.simulated else d.backend
+    emit(f"{Story.of(v).status_line()}   [engine {d.engine}, probes {probes}]")
     if d.cause is None:
         emit("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
     else:
-        how = "confirmed by probes" if d.confirmed else "NOT confirmed by a probe"
+        how = d.confirmation if d.confirmed else "NOT confirmed by a probe"
         emit(f"cause: {d.cause['title']} [{d.cause['category']}] on {d.device} — confidence {d.confidence:.2f}, {how}")
         emit(f"  {d.cause['text']}")
     if d.claims:
@@ -144,7 +148,8 @@ def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
     emit("evidence:")
     for e in d.evidence:
         emit(f"  {e['id']:4} {e['text']}")
-    emit(f"probes run ({len(d.probes)}):")
+    emit(f"probes run ({len(d.probes)}" + (", simulated: answered by the virtual cluster from truth.json):"
+                                            if d.simulated else "):"))
     for pr in d.probes:
         args = " ".join(f"{k}={v}" for k, v in pr["args"].items())
         found = f" ({', '.join(pr['findings'])})" if pr["findings"] else ""

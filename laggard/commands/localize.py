@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from collector.traceio import Trace
-from laggard.cliutil import add_format, parse_steps, print_json, verb_parser
+from laggard.cliutil import add_format, parse_steps, print_json, safe_text, verb_parser
 from laggard.cluster import add_cluster_args
-from localize.combine import localize_trace
-from localize.verdict import Verdict
+
+if TYPE_CHECKING:
+    from localize.verdict import Verdict
 
 
 def register(sub: Any) -> None:
@@ -48,22 +48,19 @@ def register(sub: Any) -> None:
 
 def render_text(v: Verdict) -> str:
     """What a person needs first: is it slow, since when, by how much, which device, why."""
+    from explain.story import Story, tie_words
+
+    story = Story.of(v)
     cov = v.extra.get("coverage")
     note = [f"note: {cov['note']}"] if isinstance(cov, dict) and cov.get("note") else []
     if v.status == "healthy":
-        return "\n".join([f"{v.job}: healthy — no irregular iteration, nothing to blame.", *note])
-    lines = []
-    if v.status == "hang":
-        lines.append(f"{v.job}: STUCK — a collective never completed.")
-    elif v.irregular_steps:
-        s = v.irregular_steps
-        lines.append(f"{v.job}: IRREGULAR since step {s[0]} ({len(s)} slow steps, {v.slowdown:.2f}x their normal time)")
-    else:
-        lines.append(f"{v.job}: SLOW from the first step (~{v.slowdown:.2f}x), no normal iteration to compare with")
+        return "\n".join([story.status_line(), *note])
+    lines = [story.status_line()]
     if not v.candidates:
         lines.append("  no device stands out")
     for i, c in enumerate(v.candidates, 1):
-        lines.append(f"{'=>' if i == 1 else '  '} {i}. {c.kind:<7} {c.device():<40} score {c.score:.2f}")
+        tie = f"  {tie_words(c)}" if c.tie else ""
+        lines.append(f"{'=>' if i == 1 else '  '} {i}. {c.kind:<7} {c.device():<40} score {c.score:.2f}{tie}")
         for e in c.evidence[: 3 if i == 1 else 1]:
             lines.append(f"       - {e}")
     return "\n".join(lines + note)
@@ -77,15 +74,16 @@ def run(args: argparse.Namespace) -> int:
     if args.cluster or args.summary_first:
         verdict = cluster_verdict(args)
     else:
+        from collector.traceio import Trace  # heavy (pandas, pyarrow): only when this verb runs
+        from localize.combine import localize_trace
+
         trace = Trace.open(args.trace)
         evidence = tuple(dict.fromkeys(args.evidence)) if args.evidence else None
         verdict = localize_trace(trace, evidence, parse_steps(args.steps), args.top)
     if args.format == "json":
         print_json(verdict.to_dict())
     else:
-        from laggard.cliutil import safe_text  # job and device names come from the trace
-
-        print(safe_text(render_text(verdict)))
+        print(safe_text(render_text(verdict)))  # job and device names come from the trace
     return 1 if args.fail_on_irregular and verdict.status != "healthy" else 0
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from collector.traceio import Trace
 from laggard.cliutil import add_format, emit, print_json, verb_parser
 from localize.logpool import POOL_ENV, EventPool, user_pool_path
 
@@ -42,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("laggard logs takes one trace", "run it once per trace, or use `laggard logs learn T...`")
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
+    from collector.traceio import Trace  # heavy: only when this verb runs
+
     trace = Trace.open(args.trace[0])
     if not trace.has("logs"):
         raise UserError(f"{trace.path}: no logs/<host>.log", "put one log per host under logs/ (plain or .gz)")
@@ -64,6 +65,7 @@ def _learn(paths: list[Path], args: argparse.Namespace) -> int:
     if not paths:
         raise UserError("laggard logs learn needs traces of successful jobs", "e.g. laggard logs learn /data/run5")
     from collector.logs import parse_logs
+    from collector.traceio import Trace
 
     target = args.pool or user_pool_path()
     pool = EventPool.load(target)

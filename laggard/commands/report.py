@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from collector.traceio import Trace
 from laggard.cliutil import add_fail_on_irregular, exit_status, parse_steps, progress, verb_parser
 from laggard.cluster import add_cluster_args
 
@@ -40,8 +39,9 @@ def register(sub: Any) -> None:
     p.add_argument("--steps", help="only steps A:B (inclusive)")
     p.add_argument("--top", type=int, default=5, help="candidates to keep (default 5)")
     p.add_argument("--probes", choices=("auto", "virtual", "local", "ssh", "dry-run"), default="auto",
-                   help="where the read-only probes run (default auto: the virtual cluster for simulated "
-                        "traces, else a dry run that lists the commands); local and ssh are opt-in")
+                   help="where the read-only probes run (default auto: a dry run that lists the commands); "
+                        "local and ssh are opt-in; virtual answers from a simulated trace's truth.json, "
+                        "labelled simulated")
     add_fail_on_irregular(p)
     add_cluster_args(p)
     p.set_defaults(func=run)
@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
+    from collector.traceio import Trace
+
     trace = Trace.open(args.trace)
     from laggard.backends import choose_backend
 

@@ -17,7 +17,6 @@ from simulator.config import (
     SimConfig,
     scenario_config,
 )
-from simulator.writer import simulate_trace
 
 EXAMPLES = """\
   laggard simulate --gpus 2048 --tp 8 --pp 8 --steps 50 --fault gpu:rank=77,factor=2 --out /tmp/t
@@ -119,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     from laggard.cliutil import progress
 
     est_rows = cfg.gpus * cfg.steps * cfg.microbatches * cfg.virtual_stages * 2 * cfg.layers_per_chunk * 3
+    from simulator.writer import simulate_trace  # heavy (numpy, pyarrow): only when this verb runs
+
     with progress("simulating", total=est_rows) as advance:
         truth = simulate_trace(cfg, args.out, progress=advance)
     if args.flows or args.pcap:

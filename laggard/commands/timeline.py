@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
-from collector.traceio import Trace
 from laggard.cliutil import add_format, emit, parse_steps, print_json, safe_text, verb_parser
-from timeline.model import Timeline
-from timeline.render import HEADERS, render_plain, step_rows, summary_lines
+
+if TYPE_CHECKING:
+    from timeline.model import Timeline
 
 
 def register(sub: Any) -> None:
@@ -36,9 +36,16 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.delta <= 1.0:
         raise UserError(f"--delta {args.delta} must be above 1", "use e.g. --delta 1.1 (10% slower than typical)")
-    from timeline.build import build_timeline  # heavy (pandas, scipy): only when this verb runs
+    from collector.traceio import Trace  # heavy (pandas, pyarrow): only when this verb runs
+    from timeline.build import build_timeline
+    from timeline.render import render_plain
 
-    tl = build_timeline(Trace.open(args.trace), steps=parse_steps(args.steps), delta=args.delta)
+    trace = Trace.open(args.trace)
+    tl = build_timeline(trace, steps=parse_steps(args.steps), delta=args.delta)
+    other = [k for k in ("flows", "logs") if trace.has(k)]
+    if other:  # say what this view leaves out, so a different verdict from `localize` is no contradiction
+        tl.notes.append(f"timeline reads CommOps step times only; this trace also has {' and '.join(other)}, "
+                        "which `laggard localize` reads too")
     if args.format == "json":
         print_json(tl.to_dict())
     elif sys.stdout.isatty():
@@ -53,6 +60,8 @@ def _print_rich(tl: Timeline) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from timeline.render import HEADERS, step_rows, summary_lines
 
     console = Console()
     for i, line in enumerate(summary_lines(tl)):

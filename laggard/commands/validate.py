@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collector.validate import validate_trace
 from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 
@@ -30,6 +29,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from collector.validate import validate_trace
+
     problems = validate_trace(args.trace)
     if args.format == "json":
         print_json({"trace": str(args.trace), "valid": not problems,

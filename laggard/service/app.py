@@ -3,7 +3,7 @@
 Endpoints
   POST /v1/summaries             one `schema.Summary` (JSON); 202 once committed to SQLite
   GET  /v1/jobs                  every job's status, slowdown and root cause
-  GET  /v1/jobs/{job}            the job's latest verdict (the DESIGN.md verdict JSON)
+  GET  /v1/jobs/{job}            the job's latest verdict (the verdict JSON of docs/verdict.md)
   GET  /v1/jobs/{job}/report     the latest report (?format=html|md|json)
   GET  /v1/jobs/{job}/stats      summaries stored, nodes, last window
   POST /v1/jobs/{job}/localize   localize now instead of waiting for the loop

@@ -1,4 +1,4 @@
-"""Continuous localization from sidecar summaries (the central side of DESIGN.md "Scale").
+"""Continuous localization from sidecar summaries (the central side of docs/design.md "Scale").
 
 The service sees only abnormal operator copies, so it applies the Holmes root-cause rule on
 them: in an instance where every present member but one was abnormal (waited), the one that

@@ -1,6 +1,6 @@
 """What a sidecar posts: one summary per node per window (about 10 s) of abnormal operators.
 
-Only abnormal operators travel (DESIGN.md "Scale"); a node with nothing abnormal still posts
+Only abnormal operators travel (docs/design.md "Scale"); a node with nothing abnormal still posts
 its per-step times, which is how the service knows the node is alive and how fast steps run.
 Limits keep one post bounded; anything larger is refused with a reason, never truncated.
 """

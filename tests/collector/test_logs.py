@@ -96,3 +96,22 @@ def test_corrupt_gzip_is_a_trace_error(tmp_path: Path) -> None:
 def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"cannot (be )?read"):
         parse_logs([tmp_path / "nope.log"])
+
+
+def test_random_bytes_are_refused_not_judged(tmp_path: Path) -> None:
+    """A log of random bytes is not a log: one line saying so, never a verdict."""
+    rng = np.random.default_rng(7)
+    path = tmp_path / "logs" / "node-0.log"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(rng.integers(0, 256, 200_000, dtype=np.uint8).tobytes())
+    with pytest.raises(TraceError, match="not a text log"):
+        parse_logs([path])
+    gz = tmp_path / "logs" / "node-1.log.gz"
+    gz.write_bytes(gzip.compress(rng.integers(0, 256, 50_000, dtype=np.uint8).tobytes()))
+    with pytest.raises(TraceError, match="not a text log"):
+        parse_logs([gz])
+
+
+def test_text_with_utf8_and_colour_is_text(tmp_path: Path) -> None:
+    path = write(tmp_path / "logs" / "node-0.log", LOG + "[rank0]: ═══ épochs \x1b[31mwarning\x1b[0m\n" * 50)
+    assert len(parse_logs([path])) > 50

@@ -73,7 +73,7 @@ def make_verdict() -> Verdict:
         Candidate("gpu", 0.91, ["rank 5 was the last to arrive in 10/10 tp all_reduce instances"],
                   rank=5, host="node-0", gpu=5, source="commops"),
         Candidate("host", 0.22, ["node-0 hosts the slow rank"], host="node-0", source="commops"),
-    ])
+    ], onset_step=SLOW_STEPS[0])
 
 
 def make_diagnosis() -> dict:

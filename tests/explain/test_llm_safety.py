@@ -14,7 +14,16 @@ import pytest
 
 from collector.traceio import Trace
 from explain.diagnose import diagnose
-from explain.llm import SCHEMA_ATTRIBUTE, SCHEMA_CRITIQUE, SCHEMA_PROPOSE, LLMConfig, check
+from explain.llm import (
+    SCHEMA_ATTRIBUTE,
+    SCHEMA_CRITIQUE,
+    SCHEMA_PROPOSE,
+    LLMConfig,
+    check,
+    schema_attribute,
+    schema_critique,
+    schema_propose,
+)
 from explain.probes import CATALOG
 from explain.remediation import AuditLog
 from simulator.virtual_cluster import VirtualCluster
@@ -40,7 +49,7 @@ class ScriptedLLM:
 
     def ask(self, system: str, user: str, schema: dict[str, Any]) -> Any:
         self.prompts.append(user)
-        key = {id(SCHEMA_PROPOSE): "propose", id(SCHEMA_CRITIQUE): "critique", id(SCHEMA_ATTRIBUTE): "attribute"}[id(schema)]
+        key = {"Round 1.": "propose", "Round 2.": "critique", "Round 3.": "attribute"}[user[:8]]
         reply = self.replies[key]
         if isinstance(reply, Exception):
             raise reply
@@ -54,10 +63,10 @@ class InjectionFollower:
 
     def ask(self, system: str, user: str, schema: dict[str, Any]) -> Any:
         cmds = re.findall(r"`([^`]+)`", user)
-        if schema is SCHEMA_PROPOSE:
+        if user.startswith("Round 1."):
             return {"hypotheses": [{"entry": "gpu-gsp-timeout", "claim": "the log says so", "evidence": ["L1"]},
                                    {"entry": "rm -rf /", "claim": "obey", "evidence": ["L1"]}]}
-        if schema is SCHEMA_CRITIQUE:
+        if user.startswith("Round 2."):
             probes = [{"probe": c, "host": "node-1"} for c in cmds[:2]]
             probes.append({"probe": "gpu_clocks", "host": "node-1 && reboot", "gpu": 5})
             probes.append({"probe": "nccl_env", "host": "node-0", "command": "cat /etc/shadow"})
@@ -127,9 +136,10 @@ def test_claims_must_cite_existing_evidence(trace_factory) -> None:
     assert any("dropped claim without valid evidence: 'invented'" in f for f in d.flags)
     if mech == "thermal":
         assert d.cause["entry"] == "gpu-thermal-throttle" and d.claims == [{"text": "P1 shows 91 C", "evidence": ["P1"]}]
-    else:  # the LLM's cause is not what the probe confirmed: overruled
+        assert d.engine == "llm:scripted"
+    else:  # the LLM's cause is not what the probe confirmed: overruled, and the header says who decided round 3
         assert any("contradicts probe findings" in f for f in d.flags)
-    assert d.engine == "llm:scripted"
+        assert d.engine == "llm:scripted (rounds 1-2) + deterministic (round 3)"
 
 
 def test_malformed_or_failing_replies_fall_back(trace_factory) -> None:
@@ -138,6 +148,7 @@ def test_malformed_or_failing_replies_fall_back(trace_factory) -> None:
     d, _, _ = _run(trace_factory, llm)
     assert d.category == "gpu" and d.confirmed
     assert sum("deterministic used" in f for f in d.flags) == 3
+    assert d.engine == "deterministic (every llm:scripted reply discarded)" and d.llm_rounds == []
 
 
 def test_schema_checker() -> None:
@@ -145,6 +156,28 @@ def test_schema_checker() -> None:
     assert check({"hypotheses": [{"entry": 1}]}, SCHEMA_PROPOSE)
     assert check({"critiques": [], "probes": [{"probe": "x", "host": "h", "gpu": True}]}, SCHEMA_CRITIQUE)
     assert check([], SCHEMA_ATTRIBUTE) == ["$: expected object"]
+
+
+def test_job_schemas_enumerate_the_valid_ids() -> None:
+    """The schema sent to the model lists the only ids it may write: a grammar-constrained model cannot
+    name a placeholder entry, paste a sentence as a probe, or leave a field out."""
+    prop = schema_propose(["gpu-thermal-throttle", "gpu-power-cap"], ["E1", "E2"], ["node-0", "node-1"])
+    ok = {"keys": {"hosts": ["node-1"], "ranks": [13], "ports": [], "error_codes": []},
+          "hypotheses": [{"entry": "gpu-power-cap", "claim": "capped", "evidence": ["E2"]}]}
+    assert check(ok, prop) == [] and check(ok, SCHEMA_PROPOSE) == []
+    bad = {**ok, "hypotheses": [{"entry": "<entry id>", "claim": "x", "evidence": ["E2"]}]}
+    assert any("not one of the allowed" in e for e in check(bad, prop))
+    assert check({**ok, "hypotheses": []}, prop) == ["$.hypotheses: fewer than 1 items"]
+    crit = schema_critique(["gpu-power-cap"], ["gpu_clocks", "cpu_top"], ["node-1"], [0, 5], [])
+    req = crit["properties"]["probes"]["items"]
+    assert req["properties"]["probe"]["enum"] == ["gpu_clocks", "cpu_top"] and req["additionalProperties"] is False
+    assert req["properties"]["gpu"]["enum"] == [0, 5] and set(req["required"]) == {"probe", "host", "gpu"}
+    pasted = {"critiques": [{"entry": "gpu-power-cap", "critique": "c", "keep": True}],
+              "probes": [{"probe": "run nvidia-smi to check clocks", "host": "node-1", "gpu": 5}]}
+    assert check(pasted, crit)
+    att = schema_attribute(["gpu-power-cap"], ["E1", "P1"])
+    assert check({"cause": "gpu-power-cap", "confidence": 0.7, "claims": [{"text": "t", "evidence": ["P1"]}]}, att) == []
+    assert check({"cause": "gpu-power-cap", "confidence": 0.7, "claims": [{"text": "t", "evidence": ["P9"]}]}, att)
 
 
 def test_llm_config_from_env_and_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

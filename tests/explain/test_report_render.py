@@ -141,3 +141,37 @@ def test_flow_evidence_flags_the_slow_host(tmp_path: Path) -> None:
     ev = flow_evidence(pd.DataFrame(rows), trace.meta, ["node-0"])
     assert ev is not None and ev.flagged == ["node-1"] and ev.hosts[0] == "node-1"
     assert ev.gbps[0] == pytest.approx(50.0, rel=0.01)
+
+
+def test_slow_from_the_start_is_worded_as_such(tmp_path: Path) -> None:
+    """No irregular step and no normal one: no '0 irregular steps', no '0.0 s extra', no slow-vs-normal pair."""
+    trace = Trace.open(make_trace(tmp_path / "t"))
+    v = Verdict("toy", "irregular", [], 1.4, make_verdict().candidates[:1], {"persistent": True},
+                onset_step=0)
+    r = build_report(trace, make_timeline(), v, None)
+    assert r.from_start and r.since_step == 0 and r.irregular_steps == [] and r.gantt_steps is None
+    assert "slow from the first step" in r.headline() and "since step" not in r.headline()
+    html, md = render_html(r), render_markdown(r)
+    assert "Slow from the start" in html and "0 irregular step" not in html and "0.0 s extra" not in html
+    assert "Slow iteration beside a normal one" not in html  # no gantt pair
+    assert "slow from the first step" in md and "0.0 s extra" not in md
+    assert r.story.startswith("toy: SLOW from the first step (step 0)")
+
+
+def test_report_status_is_the_verdicts_not_the_timelines(tmp_path: Path) -> None:
+    """The timeline of this trace has irregular steps; a healthy verdict is still reported healthy."""
+    trace = Trace.open(make_trace(tmp_path / "t"))
+    r = build_report(trace, make_timeline(), Verdict("toy", "healthy"), None)
+    assert r.status == "healthy" and r.irregular_steps == [] and r.since_step is None and r.windows == []
+    assert "HEALTHY" in render_html(r)  # and the figures render with no irregular step (no empty legend crash)
+
+
+def test_commands_never_wrap_inside_a_flag() -> None:
+    cmd = "nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader -i 5"
+    r = report_from_verdict(Verdict("j", "irregular", [3], 1.5, []), None, None, world_size=8)
+    r.checks = [f"gpu_clocks on a-very-long-host-name-0001: `{cmd}` — SM clock 900 MHz of 1980 MHz, more words"]
+    md = render_markdown(r)
+    assert f"`{cmd}`" in md  # whole, on one line
+    html = render_html(r)
+    assert '<span class="w">--query-gpu=index,clocks.sm,clocks.max.sm,temperature.gpu</span>' in html
+    assert "code.cmd .w{white-space:nowrap}" in html

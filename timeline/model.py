@@ -48,9 +48,21 @@ class Timeline:
     delta: float = 1.1  # the δ steps were judged with
     onset_step: int | None = None  # where the irregularity began (isolated slow steps before it aside)
     warmup_steps: list[int] = field(default_factory=list)  # slow first steps that are not a fault
+    slow_from_start: bool = False  # no step is irregular, yet some workers were slow in every step
+
+    def mark_slow_from_start(self, onset: int | None, slowdown: float, why: str) -> None:
+        """The job ran slow from its first step (found by comparing ranks, which steps alone cannot
+        show): every surface then tells the same story as the localizer."""
+        self.status = "irregular"
+        self.slow_from_start = True
+        self.onset_step = onset
+        self.slowdown = slowdown
+        self.notes.append(why)
 
     def since(self) -> int | None:
         """The onset step (the first irregular one unless told), or None when the job is healthy."""
+        if self.slow_from_start:
+            return self.onset_step
         if not self.irregular_steps:
             return None
         return self.onset_step if self.onset_step is not None else self.irregular_steps[0]
@@ -82,6 +94,7 @@ class Timeline:
             "since_step": self.since(),
             "onset_step": self.since(),
             "warmup_steps": [int(s) for s in self.warmup_steps],
+            "slow_from_start": self.slow_from_start,
             "irregular_steps": [int(s) for s in self.irregular_steps],
             "slowdown": round(float(self.slowdown), 4),
             "delta": self.delta,

@@ -58,7 +58,10 @@ def summary_lines(tl: Timeline) -> list[str]:
     hosts = len(tl.meta.hosts())
     kinds = ", ".join(f"{v} {k}" for k, v in tl.kinds_summary().items()) or "none recognized"
     lines = [f"job {tl.job}: {tl.meta.world_size} GPUs on {hosts} host(s), {n} step(s); groups: {kinds}"]
-    if tl.status == "irregular":
+    if tl.status == "irregular" and tl.slow_from_start:
+        lines.append(f"status: SLOW from the first step (~{tl.slowdown:.2f}x) — no step is irregular against its "
+                     "neighbours; `laggard localize` names who is slow")
+    elif tl.status == "irregular":
         irr = st[st["irregular"]]
         patterns = ", ".join(f"{p} x{c}" for p, c in irr["pattern"].value_counts().items())
         lost = float((irr["duration_s"] - irr["baseline_s"]).sum())

@@ -41,7 +41,16 @@ def run(args: argparse.Namespace) -> int:
     from timeline.render import render_plain
 
     trace = Trace.open(args.trace)
-    tl = build_timeline(trace, steps=parse_steps(args.steps), delta=args.delta)
+    steps = parse_steps(args.steps)
+    tl = build_timeline(trace, steps=steps, delta=args.delta)
+    if tl.status == "healthy":  # steps alone cannot show a job slow from its first step: ranks can
+        from localize.commops import COLUMNS, persistent_verdict
+        from localize.steps import with_steps
+
+        v = persistent_verdict(with_steps(trace.commops(columns=COLUMNS, steps=steps)), trace.meta, 5, tl.group_kind)
+        if v.status == "irregular" and v.candidates:
+            tl.mark_slow_from_start(v.onset_step, v.slowdown,
+                                    f"slow from the first step: {v.candidates[0].device()} (see `laggard localize`)")
     other = [k for k in ("flows", "logs") if trace.has(k)]
     if other:  # say what this view leaves out, so a different verdict from `localize` is no contradiction
         tl.notes.append(f"timeline reads CommOps step times only; this trace also has {' and '.join(other)}, "

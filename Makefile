@@ -22,10 +22,12 @@ $(FULL): $(BASE)
 setup: $(BASE)
 setup-full: $(FULL) system-deps
 
-# packet capture, namespaces and a headless browser for the real-system tests (root, Debian)
+# packet capture, namespaces, a headless browser, Prometheus, PostgreSQL and Slurm for the
+# real-system tests (root, Debian)
 system-deps:
 	@missing=""; \
-	for c in tcpdump:tcpdump tshark:tshark ip:iproute2 chromium:chromium tc:iproute2; do \
+	for c in tcpdump:tcpdump tshark:tshark ip:iproute2 chromium:chromium tc:iproute2 prometheus:prometheus \
+	         promtool:prometheus pg_ctlcluster:postgresql slurmctld:slurm-wlm munged:munge; do \
 	  command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \

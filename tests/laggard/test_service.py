@@ -38,9 +38,8 @@ def _posts(trace: Path, tmp: Path) -> list[dict[str, Any]]:
 
 def _metric(text: str, name: str, **labels: str) -> float | None:
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
     return None
 
 

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import multiprocessing
-import signal
+import os
 import sys
 import threading
 import time
@@ -46,6 +45,7 @@ from laggard.service.localizing import Round, localize_round, render_job_html, s
 from laggard.service.metrics import Metrics
 from laggard.service.schema import RecordsPost, SummaryPost
 from laggard.service.store import Store
+from laggard.service.worker import die_with_parent, warm
 
 MAX_BODY = 4 << 20  # bytes: a node's summary of a few hundred steps fits easily; more is a bug upstream
 MAX_RECORDS_BODY = 64 << 20  # a fetch answer: a node's planned ranks for a few steps
@@ -239,15 +239,9 @@ class Service:
         self.store.close()
 
 
-def _die_with_parent() -> None:
-    """Worker initializer: the kernel kills the worker when the service dies, even by kill -9."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the service decides when its worker stops
-
-
 def _pool() -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_parent)
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
+                               initargs=(os.getpid(),))
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
@@ -292,8 +286,8 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                 for job in svc.take_dirty():
                     await svc.round(job)
 
-        if svc.pool is not None:  # start the worker (imports take seconds) before taking load
-            await asyncio.get_running_loop().run_in_executor(svc.pool, _warm)
+        if svc.pool is not None:  # start the worker now: its imports take seconds, done while posts arrive
+            svc.pool.submit(warm)
         task = asyncio.create_task(loop()) if interval_s > 0 else None
         yield
         if task:
@@ -390,7 +384,3 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
 
     return app
 
-
-def _warm() -> None:
-    """Run in the worker once at startup so its imports are done before the first localization."""
-    import laggard.service.localizing  # noqa: F401

@@ -293,11 +293,14 @@ class Agent:
             if refreshed is not None:
                 self.view = refreshed
             self.step()
-            files = list((self.root / "commops").glob("rank-*.parquet"))
+            files = list((self.root / "commops").glob("rank-*.parquet")) + list((self.root / "ranks").glob("*.json"))
             mark = sum(p.stat().st_mtime_ns for p in files) + len(files)
             idle = idle + poll_s if mark == seen else 0.0
             seen = mark
-            if self.job_alive() is False or idle >= idle_exit_s:
+            alive = self.job_alive()
+            # the ranks' processes say when the job ended; only where they cannot be seen (another
+            # PID namespace) does a long silence of the logger's files stand in for it
+            if alive is False or (alive is None and idle >= idle_exit_s):
                 break
             self.sleep(poll_s)
         self.step(final=True)

@@ -193,7 +193,7 @@ def rank_compute(summary: pd.DataFrame, meta: JobMeta, steps: list[int]) -> pd.S
     return comp.dropna()
 
 
-def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
+def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame, max_steps: int = MAX_STEPS) -> FetchPlan:
     """Steps: the most irregular one with the step before it, and the last normal one before.
     Ranks: the groups of the ranks that computed longest in that step, smallest groups first,
     within a small budget of ranks; when no rank did (a network fault), the groups with the most
@@ -202,7 +202,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     irregular = [int(s) for s in irr_tab["step"]]
     if not irregular:
         return FetchPlan([], [], [])
-    worst = sorted(irr_tab.nlargest(MAX_STEPS, "ratio")["step"].astype(int).tolist())
+    worst = sorted(irr_tab.nlargest(max_steps, "ratio")["step"].astype(int).tolist())
     normal = table.loc[~table["irregular"].astype(bool) & (table["step"] < worst[0]), "step"].astype(int).tolist()
     if not normal:
         normal = table.loc[~table["irregular"].astype(bool), "step"].astype(int).tolist()
@@ -235,14 +235,15 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen)
 
 
-def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False) -> tuple[Verdict, FetchPlan]:
+def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False,
+                          max_steps: int = MAX_STEPS) -> tuple[Verdict, FetchPlan]:
     """Localize from summaries, fetching full records only for the planned ranks and steps.
 
     The fetched operators are judged with the same robust rule the sidecars use (`forest`
     switches to the random forest, about three times slower)."""
     summary = read_summary(trace)
     table = step_table(summary)
-    plan = plan_fetch(summary, trace.meta, table)
+    plan = plan_fetch(summary, trace.meta, table, max_steps)
     if not plan.irregular:
         return Verdict(trace.meta.job, "healthy", [], 1.0, [], {"source": "commops", "from": "summary"}), plan
     df = trace.commops(columns=COLUMNS, ranks=plan.ranks, steps=(plan.fetch_steps[0], plan.fetch_steps[-1]))

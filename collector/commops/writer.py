@@ -26,6 +26,7 @@ _OPS = pa.array(OPS, pa.string())
 STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.hang waits longer)
 SHARD_ROWS = 1 << 16  # periodic flushes buffer drained records and write a shard once this many are
 SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parquet write costs ms)
+ENV_SHARD_AGE = "LAGGARD_COMMOPS_SHARD_AGE_S"  # lower it where a node agent posts live (time to verdict)
 
 
 class ShardWriter:
@@ -38,6 +39,7 @@ class ShardWriter:
         self.world = world
         self.interval = interval
         self.job = job
+        self.shard_age_s = float(os.environ.get(ENV_SHARD_AGE, SHARD_AGE_S))
         self.async_consumed = 0
         self.dropped = 0
         self.rows = 0
@@ -119,7 +121,7 @@ class ShardWriter:
                 self.buffer.append(np.array(rows, dtype=np.int64))  # gid, op, seq, peer, nbytes, start, step, end
                 self.buffered += len(rows)
             if self.buffer and (write or final or self.buffered >= SHARD_ROWS
-                                or time.monotonic() - self.buffered_since >= SHARD_AGE_S):
+                                or time.monotonic() - self.buffered_since >= self.shard_age_s):
                 self._write_shard(np.concatenate(self.buffer))
                 self.buffer, self.buffered = [], 0
             pending = self._pending(final)

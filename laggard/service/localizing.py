@@ -32,6 +32,8 @@ from laggard.service.store import Store
 from localize.summary import SUMMARY_SCHEMA, WIRE_US, localize_from_summary, plan_fetch, step_table
 from localize.verdict import Verdict
 
+FETCH_STEPS = 3  # irregular steps whose records are fetched (localize/summary's default of 1 names nobody on
+#                  small real jobs, with a few operators per step: tests/laggard/test_e2e_torchrun.py)
 FETCH_TIMEOUT_S = 30.0  # nodes that have not answered by then: plan again (the job may have moved on)
 
 
@@ -132,7 +134,7 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
         summary = _summary(cache)
         if summary.empty:
             return Round(job)
-        plan = plan_fetch(summary, meta, step_table(summary))
+        plan = plan_fetch(summary, meta, step_table(summary), FETCH_STEPS)
         ask: dict[str, dict[str, list[int]]] = {}
         for r in plan.ranks if plan.irregular else []:
             if r in meta.ranks:
@@ -164,7 +166,7 @@ def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str,
         write_table(pa.Table.from_pandas(summary, schema=SUMMARY_SCHEMA, preserve_index=False),
                     root / "summary.parquet", SUMMARY_SCHEMA)
         write_table(_records(records), root / "commops.parquet", COMMOPS_SCHEMA)
-        verdict, _ = localize_from_summary(Trace.open(root), top)
+        verdict, _ = localize_from_summary(Trace.open(root), top, max_steps=FETCH_STEPS)
     steps = step_table(summary)
     v = verdict.to_dict()
     v.update(summaries_rows=len(summary), nodes=int(summary["host"].nunique()),

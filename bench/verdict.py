@@ -78,13 +78,13 @@ class Trial:
 
 
 def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 40, steps: int = 160,
-          slow_ms: float = 150.0, deadline_s: float = 60.0) -> Trial:
+          slow_ms: float = 150.0, deadline_s: float = 60.0, linger_s: float = 8.0) -> Trial:
     """One job, one agent, one verdict timed (the service is already running at `base`)."""
     out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}-agent.log"
     with log.open("w") as agent_err:
         agent = subprocess.Popen([sys.executable, "-m", "laggard", "sidecar", "run", str(out), "--follow", "--post",
-                                  base, "--poll", "0.5", "--window", "50", "--idle-exit", "10", "--linger", "8",
+                                  base, "--poll", "0.5", "--window", "50", "--idle-exit", "10", "--linger", str(linger_s),
                                   "--wait", "60", "--spool", str(out.parent / f"{out.name}-spool")],
                                  env=env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=agent_err)
         e = dict(env(), LAGGARD_COMMOPS_DIR=str(out), LAGGARD_COMMOPS_FLUSH_S="0.5",

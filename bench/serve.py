@@ -10,6 +10,7 @@ for, against the injected rank.
 
     python -m bench.serve               # 2,048 nodes x 3 periods of 10 s
     python -m bench.serve --quick       # 256 nodes x 2 periods
+    python -m bench.serve --kill9-at 15 # kill -9 the service mid-run, restart it: 0 acknowledged posts lost
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -137,7 +139,8 @@ async def sidecars(port: int, nodes: int, windows: int, period: float, slow_rank
     async def post(w: int, n: int) -> None:
         due = start + w * period + offsets[n]
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        for _attempt in range(4):  # a sidecar retries; (job, node, window) makes retries idempotent
+        give_up = time.perf_counter() + 90  # an agent retries (and spools); (job, node, window) makes it idempotent
+        while time.perf_counter() < give_up:
             t = time.perf_counter()
             try:
                 if await conns.post("/v1/summaries", bodies[(w, n)]) == 202:
@@ -171,6 +174,17 @@ def histogram_quantile(text: str, name: str, q: float) -> float:
     return next(le for le, n in buckets if n >= q * total)
 
 
+def wait_up(base: str, seconds: float = 60.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.TransportError:
+            time.sleep(0.2)
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -185,6 +199,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64, help="connections (posts in flight) at most")
     ap.add_argument("--quick", action="store_true", help="256 nodes, 2 periods")
     ap.add_argument("--localize-every", type=float, default=10.0, help="the service's --interval")
+    ap.add_argument("--kill9-at", type=float, default=0.0,
+                    help="kill -9 the service this many seconds into the run and restart it on the same state")
     args = ap.parse_args()
     if args.quick:
         args.nodes, args.windows = 256, 2
@@ -194,26 +210,31 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="laggard-bench-serve-") as tmp:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        server = subprocess.Popen(
-            [sys.executable, "-m", "laggard", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--db", str(Path(tmp) / "state.db"), "--interval", str(args.localize_every)],
-            env=env, stderr=subprocess.DEVNULL)
+        cmd = [sys.executable, "-m", "laggard", "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--db", str(Path(tmp) / "state.db"), "--interval", str(args.localize_every)]
+        servers = [subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)]
+        server = servers[0]
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            else:
+            if not wait_up(base):
                 print("server did not start", file=sys.stderr)
                 return 1
             budget = args.windows * args.period + 120
             cpu0 = cpu_seconds(server.pid)
+            killer = None
+            if args.kill9_at > 0:  # kill -9 mid-run and start again on the same state: acknowledged posts must survive
+                def kill_and_restart() -> None:
+                    servers[-1].kill()
+                    servers[-1].wait()
+                    servers.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL))
+
+                killer = threading.Timer(args.kill9_at, kill_and_restart)
+                killer.start()
             res = asyncio.run(asyncio.wait_for(
                 sidecars(port, args.nodes, args.windows, args.period, slow_rank, args.concurrency), budget))
-            ingest_cpu = cpu_seconds(server.pid) - cpu0
+            if killer is not None:
+                killer.join()
+            server = servers[-1]
+            ingest_cpu = cpu_seconds(server.pid) - (cpu0 if len(servers) == 1 else 0.0)
             stored = httpx.get(f"{base}/v1/jobs/{JOB}/stats", timeout=30).json()["summaries"]
             t = time.perf_counter()
             planned = httpx.post(f"{base}/v1/jobs/{JOB}/localize", timeout=300).json()
@@ -221,8 +242,10 @@ def main() -> int:
             metrics = httpx.get(base + "/metrics", timeout=30).text
             server_p99 = histogram_quantile(metrics, 'laggard_ingest_duration_seconds_bucket{kind="summary",', 0.99)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            for srv in servers:
+                if srv.poll() is None:
+                    srv.terminate()
+                    srv.wait(timeout=30)
     lat, late = res["latency"] * 1e3, res["lateness"] * 1e3
     ok = len(lat)
     fetch = planned.get("fetch", {})
@@ -244,8 +267,9 @@ def main() -> int:
           f"cores, load average {os.getloadavg()[0]:.1f})")
     print(f"server-side ingest:   p99 <= {server_p99 * 1e3:g} ms from request to commit (histogram bucket)")
     print(f"start lateness:       p99 {np.percentile(late, 99):.1f} ms behind schedule (client backlog)")
-    print(f"summaries lost:       {res['sent'] - stored} (sent {res['sent']:,}, stored {stored:,}, "
-          f"posts that never got 202: {len(res['failed'])})")
+    print(f"summaries lost:       {len(lat) - stored} acknowledged but not stored (sent {res['sent']:,}, "
+          f"acknowledged {len(lat):,}, stored {stored:,}, never acknowledged: {len(res['failed'])})"
+          + (f"; kill -9 at {args.kill9_at:g} s and restart" if args.kill9_at > 0 else ""))
     print(f"summary-first round:  {localize_s:.2f} s over {stored:,} summaries; {planned.get('status')}: asks "
           f"{len(fetch)} node(s) for {len(asked)} rank(s)' records of steps "
           f"{next(iter(fetch.values()))['steps'] if fetch else []} "

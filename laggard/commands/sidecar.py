@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
     run_p.add_argument("--spool-max-mb", type=float, default=64.0,
                        help="with --post: spool bound; beyond it the oldest posts are dropped (default 64)")
     run_p.add_argument("--wait", type=float, default=3600.0,
-                       help="with --post: seconds to wait for the job's ranks to appear (default 3600)")
+                       help="--follow: seconds to wait for the job to appear (default 3600)")
     run_p.add_argument("--linger", type=float, default=20.0,
                        help="with --post: seconds to keep answering fetch requests after the job ended (default 20)")
     run_p.set_defaults(func=run)
@@ -57,11 +57,13 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from collector.meta import JobMeta
-    from laggard.sidecar import central_localize, follow_node, summarize_node
+    from laggard.sidecar import central_localize, follow_node, summarize_node, wait_for_meta
 
     if args.action == "run" and args.post:
         return _agent(args)
     if args.action == "run":
+        if args.follow:  # started beside the job: its logger may not have written anything yet
+            wait_for_meta(args.trace, args.wait, args.poll)
         meta = JobMeta.load(args.trace / "meta.json")
         hosts = meta.hosts() if args.all_hosts else [args.host or socket.gethostname()]
         for h in hosts:

@@ -51,6 +51,7 @@ MAX_BODY = 4 << 20  # bytes: a node's summary of a few hundred steps fits easily
 MAX_RECORDS_BODY = 64 << 20  # a fetch answer: a node's planned ranks for a few steps
 M = TypeVar("M", bound=BaseModel)
 JOB_TIMEOUT_S = 120.0  # one job's round; longer is a stall: the worker is replaced, the job marked failed
+QUARANTINE_S = 600.0  # a job whose round stalled is left out of the rounds this long, so it cannot stall them all
 
 
 class Service:
@@ -74,6 +75,7 @@ class Service:
         self._groups: dict[str, dict[str, str]] = {}
         self.fetches: dict[str, tuple[int, dict[str, dict[str, list[int]]]]] = {}
         self.failed: dict[str, str] = self.store.failures()
+        self.quarantine: dict[str, float] = {}  # job -> monotonic time until which its rounds are skipped
         for job, n in self.store.counts().items():
             self.metrics.received(job, n)
         for reason, n in self.store.rejected().items():
@@ -170,7 +172,9 @@ class Service:
                                              self.job_timeout_s)
         except TimeoutError:
             self._replace_pool()
-            self.mark_failed(job, f"localization took over {self.job_timeout_s:.0f} s; the worker was restarted")
+            self.quarantine[job] = time.monotonic() + QUARANTINE_S
+            self.mark_failed(job, f"localization took over {self.job_timeout_s:.0f} s; the worker was restarted "
+                                  f"and the job is left out for {QUARANTINE_S:.0f} s")
             return None
         except Exception as exc:  # the job's data broke its localization: keep serving the others
             self.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
@@ -229,9 +233,12 @@ class Service:
         return text
 
     def take_dirty(self) -> list[str]:
+        now = time.monotonic()
         with self._lock:
-            jobs, self._dirty = sorted(self._dirty | set(self.fetches)), set()
-        return jobs
+            jobs = sorted(self._dirty | set(self.fetches))
+            held = {j for j in jobs if self.quarantine.get(j, 0.0) > now}
+            self._dirty = held  # a quarantined job keeps its place for when it is let out
+        return [j for j in jobs if j not in held]
 
     def close(self) -> None:
         if self.pool is not None:

@@ -220,3 +220,24 @@ def test_unknown_job_and_format(tmp_path: Path) -> None:
         assert c.get("/v1/jobs/nope/report", params={"format": "pdf"}).status_code == 400
         assert c.post("/v1/jobs/nope/localize").status_code == 404
         assert c.get("/v1/jobs/nope/fetch", params={"node": "n"}).status_code == 204
+
+
+def test_a_stalled_job_times_out_and_is_left_out_of_the_rounds(tmp_path: Path, trace: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    real = service_app.localize_round
+
+    def stalls(db: str, job: str) -> Any:
+        if job == "stall":
+            time.sleep(3)
+        return real(db, job)
+
+    monkeypatch.setattr(service_app, "localize_round", stalls)
+    p = _posts(trace, tmp_path)[0]
+    with _client(tmp_path / "s.db", job_timeout_s=0.5) as c:
+        assert c.post("/v1/summaries", json={**p, "job": "stall"}).status_code == 202
+        assert c.post("/v1/summaries", json=p).status_code == 202
+        r = c.post("/v1/jobs/stall/localize")
+        assert r.status_code == 500 and "took over 0 s" in r.json()["detail"]["detail"]
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        assert svc.take_dirty() == ["svc-job"]  # the stalled job waits out its quarantine
+        assert "stall" in c.get("/healthz").json()["failed_jobs"]

@@ -61,28 +61,47 @@ class Round:
 
 
 @dataclass
+class _Post:
+    """One stored post's rows as columns (numpy), parsed once."""
+
+    id: int
+    node: str
+    last_step: int
+    cols: dict[str, np.ndarray]
+
+
+@dataclass
 class _JobCache:
     """What the worker already parsed of one job: posts by id, and the meta planned on per request."""
 
     last_id: int = 0
-    posts: list[tuple[int, pd.DataFrame]] = field(default_factory=list)
+    posts: list[_Post] = field(default_factory=list)
     metas: dict[int, JobMeta] = field(default_factory=dict)
 
 
 _CACHE: dict[tuple[str, str], _JobCache] = {}
+_TYPES = {"rank": np.int32, "step": np.int32, "group": object, "abnormal": np.int32, "abnormal_us": np.int64,
+          "compute_us": np.int64, "step_end_us": np.int64}
 
 
-def post_frame(node: str, body: dict[str, Any]) -> pd.DataFrame:
-    """A stored post's rows as localize/summary.py's summary (SUMMARY_SCHEMA, seconds and ns)."""
-    rows = body["rows"]
-    df = pd.DataFrame({"host": node, "rank": np.asarray(rows["rank"], np.int32),
-                       "step": np.asarray(rows["step"], np.int32), "group": np.asarray(rows["group"], object),
-                       "abnormal": np.asarray(rows["abnormal"], np.int32)})
+def parse_post(pid: int, node: str, body: str) -> _Post:
+    raw = json.loads(body)
+    return _Post(pid, node, int(raw["last_step"]), {c: np.asarray(raw["rows"][c], t) for c, t in _TYPES.items()})
+
+
+def summary_frame(posts: list[_Post]) -> pd.DataFrame:
+    """The posts' rows as localize/summary.py's summary (SUMMARY_SCHEMA: seconds and ns, host = the node)."""
+    if not posts:
+        return pd.DataFrame({c: pd.Series(dtype=t.to_pandas_dtype()) for c, t in zip(
+            SUMMARY_SCHEMA.names, SUMMARY_SCHEMA.types, strict=True)})
+    sizes = [len(p.cols["rank"]) for p in posts]
+    cols = {c: np.concatenate([p.cols[c] for p in posts]) for c in _TYPES}
+    df = pd.DataFrame({"host": np.repeat(np.asarray([p.node for p in posts], dtype=object), sizes),
+                       "rank": cols["rank"], "step": cols["step"], "group": cols["group"],
+                       "abnormal": cols["abnormal"]})
     for col, wire in WIRE_US.items():
-        x = np.asarray(rows[wire], np.int64)
-        df[col] = x * 1000 if col == "step_end_ns" else x * 1e-6
-    df.attrs["last_step"] = int(body["last_step"])
-    return df
+        df[col] = cols[wire] * 1000 if col == "step_end_ns" else cols[wire] * 1e-6
+    return df[list(SUMMARY_SCHEMA.names)]
 
 
 def build_meta(job: str, nodes: dict[str, tuple[int, dict[int, dict[str, Any]]]], groups: dict[str, str]) -> JobMeta:
@@ -96,21 +115,15 @@ def build_meta(job: str, nodes: dict[str, tuple[int, dict[int, dict[str, Any]]]]
 
 def _update(cache: _JobCache, store: Store, job: str, keep_steps: int) -> None:
     rows = store.rows_since(job, cache.last_id)
-    for pid, node, body in rows:
-        cache.posts.append((pid, post_frame(node, json.loads(body))))
+    cache.posts += [parse_post(pid, node, body) for pid, node, body in rows]
     if rows:
         cache.last_id = rows[-1][0]
-    last = [int(df.attrs["last_step"]) for _, df in cache.posts]
-    newest = max(last, default=0)
-    cache.posts = [p for p, s in zip(cache.posts, last, strict=True) if s > newest - keep_steps]
+    newest = max((p.last_step for p in cache.posts), default=0)
+    cache.posts = [p for p in cache.posts if p.last_step > newest - keep_steps]
 
 
 def _summary(cache: _JobCache, upto: int | None = None) -> pd.DataFrame:
-    frames = [df for i, df in cache.posts if upto is None or i <= upto]
-    if not frames:
-        return pd.DataFrame({c: pd.Series(dtype=t.to_pandas_dtype()) for c, t in zip(
-            SUMMARY_SCHEMA.names, SUMMARY_SCHEMA.types, strict=True)})
-    return pd.concat(frames, ignore_index=True)[list(SUMMARY_SCHEMA.names)]
+    return summary_frame([p for p in cache.posts if upto is None or p.id <= upto])
 
 
 def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Round:

@@ -29,6 +29,16 @@ SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parqu
 ENV_SHARD_AGE = "LAGGARD_COMMOPS_SHARD_AGE_S"  # lower it where a node agent posts live (time to verdict)
 
 
+def shard_age_s() -> float:
+    """$LAGGARD_COMMOPS_SHARD_AGE_S when it is a positive number, else SHARD_AGE_S (never an error:
+    a flush that raised would keep every record in memory)."""
+    try:
+        age = float(os.environ.get(ENV_SHARD_AGE, SHARD_AGE_S))
+    except ValueError:
+        return SHARD_AGE_S
+    return age if age > 0 else SHARD_AGE_S
+
+
 class ShardWriter:
     """Flushes a Recorder to `root` every `interval` seconds (and on demand)."""
 
@@ -39,7 +49,6 @@ class ShardWriter:
         self.world = world
         self.interval = interval
         self.job = job
-        self.shard_age_s = float(os.environ.get(ENV_SHARD_AGE, SHARD_AGE_S))
         self.async_consumed = 0
         self.dropped = 0
         self.rows = 0
@@ -121,7 +130,7 @@ class ShardWriter:
                 self.buffer.append(np.array(rows, dtype=np.int64))  # gid, op, seq, peer, nbytes, start, step, end
                 self.buffered += len(rows)
             if self.buffer and (write or final or self.buffered >= SHARD_ROWS
-                                or time.monotonic() - self.buffered_since >= self.shard_age_s):
+                                or time.monotonic() - self.buffered_since >= shard_age_s()):
                 self._write_shard(np.concatenate(self.buffer))
                 self.buffer, self.buffered = [], 0
             pending = self._pending(final)

@@ -89,3 +89,13 @@ def test_cli_refuses_bad_agent_flags_in_one_line(trace: Path) -> None:
                         (["--follow", "--post", "http://x", "--poll", "0"], "--poll")):
         p = run_cli("sidecar", "run", trace, *args)
         assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_the_loggers_shard_age_can_be_lowered_for_live_agents(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.commops.writer import SHARD_AGE_S, shard_age_s
+
+    monkeypatch.setenv("LAGGARD_COMMOPS_SHARD_AGE_S", "2")
+    assert shard_age_s() == 2.0
+    for bad in ("soon", "-1", "nan", "0"):
+        monkeypatch.setenv("LAGGARD_COMMOPS_SHARD_AGE_S", bad)
+        assert shard_age_s() == SHARD_AGE_S

@@ -14,9 +14,9 @@ $(BASE): pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $(BASE)
 
-# everything the tests need: torch (CPU build, pinned), the local LLM server, linters
+# everything the tests need: torch (CPU build, pinned), the local LLM server, Dask, linters
 $(FULL): $(BASE)
-	$(BIN)/python -m pip install -q -e ".[dev,torch,llm]"
+	$(BIN)/python -m pip install -q -e ".[dev,torch,llm,cluster]"
 	touch $(FULL)
 
 setup: $(BASE)

@@ -280,6 +280,15 @@ def tied_top(cands: list[Candidate]) -> list[Candidate]:
     return [c for c in cands if c.score >= best * (1 - 1e-6)]
 
 
+def tie_credit(cands: list[Candidate], roots: list[dict[str, Any]]) -> float:
+    """Top-1 credit of a verdict: 1 when the truth is first alone, 1/k when it is among k devices
+    the verdict declared tied for first (it said it could not tell them apart), else 0."""
+    tied = tied_top(cands)
+    if not any(correct(c, r) for c in tied for r in roots):
+        return 0.0
+    return 1.0 / len(tied)
+
+
 def network_sweep(n: int, steps: int, workdir: Path, max_gpus: int, flows: bool = True, seed: int = 5000) -> pd.DataFrame:
     """nic/link/switch faults on random jobs none of the code was tuned on: top-1 from CommOps
     alone, whether the truth is among CommOps' tied best, and top-1 with flows added."""

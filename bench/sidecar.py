@@ -60,7 +60,7 @@ def bench_hotpath(calls: int, rounds: int = 15) -> dict[str, float]:
     t = torch.ones(16)
     real = dist.all_reduce
     pairs = {"collective": (noop, make_collective(rec, noop, "all_reduce", 0, 2)),
-             "p2p": (send, make_p2p(rec, send, "send", "dst", "group_dst", [False])),
+             "p2p": (send, make_p2p(rec, send, "send", "dst", "group_dst")),
              "allreduce": (real, make_collective(rec, real, "all_reduce", 0, 2))}
 
     def per_call(fn: object, n: int, *args: object) -> float:

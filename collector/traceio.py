@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
@@ -25,6 +26,8 @@ from collector.meta import JobMeta
 from collector.schema import EVIDENCE
 
 FORMATS = (".parquet", ".jsonl", ".csv")
+#: stem of an evidence kind's shard directory entries that dataset discovery skips
+_HIDDEN = (".", "_")
 
 
 def find_evidence(trace: Path, kind: str) -> Path | None:
@@ -120,6 +123,108 @@ def write_table(table: pa.Table | pd.DataFrame, path: Path, schema: pa.Schema) -
     tmp.replace(path)
 
 
+@dataclass(frozen=True)
+class Piece:
+    """Some row groups of one Parquet file of a trace, with the rank and step ranges their
+    statistics promise (a reader may skip a piece whose ranges miss what it wants)."""
+
+    path: str
+    row_groups: tuple[int, ...]
+    rows: int
+    rank_lo: int
+    rank_hi: int
+    step_lo: int
+    step_hi: int
+
+    def has_rank(self, lo: int, hi: int) -> bool:
+        return self.rank_lo <= hi and lo <= self.rank_hi
+
+    def has_step(self, lo: int, hi: int) -> bool:
+        return self.step_lo <= hi and lo <= self.step_hi
+
+
+def open_filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path on it: a local directory, a file:// URL, or any URL
+    fsspec knows (memory://, s3://, gs://, ... with that filesystem's package installed)."""
+    if "://" not in location:
+        return pafs.LocalFileSystem(), str(Path(location).resolve())
+    if location.startswith("file://"):
+        return pafs.LocalFileSystem(), location[len("file://"):]
+    import fsspec
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    try:
+        fs, path = fsspec.core.url_to_fs(location)
+    except (ImportError, ValueError) as exc:
+        raise TraceError(f"{location}: no filesystem for this URL ({exc})",
+                         "use a local directory, file://, or install the fsspec filesystem for the scheme") from exc
+    return PyFileSystem(FSSpecHandler(fs)), path
+
+
+def list_pieces(fs: pafs.FileSystem, root: str, kind: str = "commops") -> list[Piece]:
+    """The row groups of one evidence kind's Parquet file or shard directory under `root`, in
+    the order a dataset read returns them (files sorted by path), with footer statistics."""
+    stem = EVIDENCE[kind][0]
+    single = f"{root}/{stem}.parquet"
+    if fs.get_file_info(single).type == pafs.FileType.File:
+        files = [single]
+    else:
+        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{stem}", allow_not_found=True))
+        files = sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(".parquet")
+                       and not i.base_name.startswith(_HIDDEN))
+    out = []
+    for path in files:
+        try:
+            with fs.open_input_file(path) as fh:
+                md = pq.ParquetFile(fh).metadata
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceError(f"{path}: cannot be read ({str(exc).splitlines()[0]})",
+                             "check that the file is complete Parquet") from exc
+        names = md.schema.to_arrow_schema().names
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            rank = _stat_range(rg, names, "rank")
+            step = _stat_range(rg, names, "step")
+            out.append(Piece(path, (g,), rg.num_rows, *rank, *step))
+    return out
+
+
+def _stat_range(rg: pq.RowGroupMetaData, names: list[str], col: str) -> tuple[int, int]:
+    """A column's (min, max) in a row group, or the widest range when it has no statistics."""
+    wide = (-(1 << 62), 1 << 62)
+    if col not in names:
+        return wide
+    st = rg.column(names.index(col)).statistics
+    if st is None or not st.has_min_max:
+        return wide
+    return int(st.min), int(st.max)
+
+
+def read_pieces(fs: pafs.FileSystem, pieces: Sequence[Piece], schema: pa.Schema,
+                columns: Sequence[str] | None = None, filter_expr: ds.Expression | None = None) -> pa.Table:
+    """Read pieces into one table with the contract's types, rows in piece order: the same
+    table `read_table` gives for their files, restricted to their row groups."""
+    fmt = ds.ParquetFileFormat()
+    frags = [fmt.make_fragment(p.path, filesystem=fs, row_groups=list(p.row_groups)) for p in pieces]
+    want = list(columns) if columns else None
+    sub = pa.schema([schema.field(c) for c in columns]) if columns else schema
+    if not frags:
+        return sub.empty_table()
+    try:
+        dataset = ds.FileSystemDataset(frags, frags[0].physical_schema, fmt, fs)
+        table = dataset.to_table(columns=want, filter=filter_expr)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceError(f"{pieces[0].path}: cannot be read ({str(exc).splitlines()[0]})",
+                         "check that the file is complete and in the format its name says") from exc
+    return _conform(table, sub, Path(pieces[0].path))
+
+
+def frame(table: pa.Table) -> pd.DataFrame:
+    """A table as a DataFrame, each column's Arrow buffers released as it is converted (the
+    table is unusable after): the read's peak is the frame, not the frame plus the table."""
+    return table.to_pandas(split_blocks=True, self_destruct=True)
+
+
 class ChunkedParquetWriter:
     """Streams record batches into one Parquet file in row groups, keeping memory bounded."""
 
@@ -198,7 +303,7 @@ class Trace:
         if steps is not None:
             s = (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
             expr = s if expr is None else expr & s
-        return self.table("commops", columns, expr).to_pandas()
+        return frame(self.table("commops", columns, expr))
 
     def flows(self) -> pd.DataFrame:
         return self.table("flows").to_pandas()

@@ -29,7 +29,14 @@ from collector.meta import JobMeta
 from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.hang import find_hang
-from localize.summary import localize_from_summary, summarize, to_wire
+from localize.summary import (
+    Fetch,
+    localize_from_summary,
+    localize_summary,
+    read_summary,
+    summarize,
+    to_wire,
+)
 from localize.verdict import Verdict
 
 SUMMARY_DIR = "summary"
@@ -152,8 +159,9 @@ def shipped_bytes(table: pa.Table) -> int:
     return int(sink.getvalue().size)
 
 
-def central_localize(root: Path, top: int = 5) -> tuple[Verdict, Movement]:
-    """A hang first (pending operators); else the summaries, then only the shards they ask for."""
+def central_localize(root: Path, top: int = 5, fetch: Fetch | None = None) -> tuple[Verdict, Movement]:
+    """A hang first (pending operators); else the summaries, then only the shards they ask for
+    (read here, or through `fetch`: a cluster's tasks reading them where they lie)."""
     trace = Trace.open(root)
     mv = Movement(full_bytes=sum(p.stat().st_size for p in _shards(root)))
     hang = find_hang(trace)
@@ -163,7 +171,10 @@ def central_localize(root: Path, top: int = 5) -> tuple[Verdict, Movement]:
     if not summaries:
         raise TraceError(f"{root}: no node summaries", "run `laggard sidecar run TRACE` on every node first")
     mv.summary_bytes = sum(p.stat().st_size for p in summaries)
-    verdict, plan = localize_from_summary(trace, top)
+    if fetch is None:
+        verdict, plan = localize_from_summary(trace, top)
+    else:
+        verdict, plan = localize_summary(read_summary(trace), trace.meta, fetch, top)
     if plan.ranks and plan.fetch_steps:
         # what the nodes ship on request: the planned ranks' rows of the planned steps, compressed
         lo, hi = min(plan.fetch_steps), max(plan.fetch_steps)

@@ -89,6 +89,8 @@ def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps:
     wide = top if len(kinds) == 1 else max(4 * top, 20)
     verdicts = [run_one(k, trace, steps, max(wide, TIE_LIST) if k == "commops" and len(kinds) > 1 else wide)
                 for k in kinds]
+    for kind, v in zip(kinds, verdicts, strict=True):
+        v.extra.setdefault("source", kind)
     return merge(trace.meta.job, verdicts, top)
 
 
@@ -128,9 +130,23 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
                 merged[key] = Candidate(**{**c.__dict__, "evidence": list(c.evidence)})
     for key, c in merged.items():
         c.score = 1 - miss[key]
+    _mark_ties(list(merged.values()))
     # at equal scores (one source already certain), the device more sources name comes first:
     # a tie CommOps could not break is broken by the flows that name one of its devices
     ranked = sorted(merged, key=lambda k: (-merged[k].score, -support[k]))
     cands = [merged[k] for k in ranked][:top] if status != "healthy" else []
     extra: dict[str, Any] = {"sources": [v.extra.get("source", "?") for v in verdicts]}
-    return Verdict(job, status, steps, max(v.slowdown for v in verdicts), cands, extra)  # type: ignore[arg-type]
+    onsets = [v.onset_step for v in verdicts if v.onset_step is not None and v.status == status]
+    commops = [v.onset_step for v in verdicts if v.extra.get("source") == "commops" and v.onset_step is not None]
+    found = commops or onsets
+    onset = found[0] if found and status != "healthy" else None
+    return Verdict(job, status, steps, max(v.slowdown for v in verdicts), cands, extra, onset_step=onset)  # type: ignore[arg-type]
+
+
+def _mark_ties(cands: list[Candidate]) -> None:
+    """A source's tie stays a tie only while the merged scores still cannot tell its devices
+    apart: another source that names one of them lifts it out."""
+    tied = [c for c in cands if c.tie]
+    for c in tied:
+        n = sum(1 for o in tied if abs(o.score - c.score) <= 1e-6)
+        c.tie = n if n > 1 else None

@@ -25,6 +25,7 @@ from localize.network import NetCandidate, resolve_network, slow_units, tie_note
 from localize.persistent import persistent_imbalance
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView, with_steps
+from localize.transfers import slow_transfer_excess
 from localize.verdict import Candidate, Verdict
 from localize.waitgraph import WaitGraph, build_waitgraph
 
@@ -90,72 +91,14 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow.
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
-    and so every copy, is abnormal. A p2p transfer is its send copy: a send never waits for
-    the data to arrive, so an abnormal send is a slow transfer; so is data that arrived late
-    although it was sent on time (`_late_data_excess`).
+    and so every copy, is abnormal. A p2p transfer is judged by how long its data took once
+    both ends had posted (`localize.transfers`): a long send is often a late receiver.
     """
     late = ops.late_row
-    n = ops.n_inst
-    send_row, recv_row = _p2p_rows(ops)
-    n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=n)
-    row = np.where(ops.inst_p2p & (send_row >= 0), send_row, late)
-    ex = ops.elapsed[row] - base[row]
-    slow = abnormal[row] & (ex > 0.2 * base[row])
-    slow &= ops.inst_p2p | (n_abn >= ops.inst_size)
-    return np.maximum(np.where(slow, ex, 0.0), _late_data_excess(ops, meta, abnormal, ref, send_row, recv_row))
-
-
-def _p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
-    """Per instance: the row of its send and of its recv (-1 where absent or a collective)."""
-    n = ops.n_inst
-    rows = []
-    for op in ("send", "recv"):
-        mine = ops.opcode == OPS.index(op)
-        r = np.full(n, -1, dtype=np.int64)
-        r[ops.inst[mine]] = np.flatnonzero(mine)
-        rows.append(r)
-    return rows[0], rows[1]
-
-
-def _late_data_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, ref: np.ndarray, send_row: np.ndarray,
-                      recv_row: np.ndarray) -> np.ndarray:
-    """Per p2p instance: how much longer its data took to arrive than it needs, on clocks aligned
-    across hosts (0 where not clearly slow).
-
-    A send is done once its data is handed to the transport, so a slow path does not show in
-    the send copy: it shows as the receiver waiting although the sender was on time. The
-    transfer time is the recv's end minus the send's start, after removing each host's clock
-    offset (timeline's estimate): exact when the receiver waited for the data (the candidates
-    here), an upper bound when the data was there before the recv was posted. So what the
-    stream needs is the low end of its normal steps' times (the median would be an upper bound
-    whenever receivers mostly come late), and a late sender (a receiver that used to find its
-    data waiting now waits for it) is not a slow transfer.
-    """
-    both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
-    out = np.zeros(ops.n_inst)
-    cand = both & abnormal[np.maximum(recv_row, 0)] & ~abnormal[np.maximum(send_row, 0)]
-    if not cand.any():
-        return out
-    from timeline.instances import host_codes
-    from timeline.steps import clock_offsets_by_step
-
-    offsets = clock_offsets_by_step(ops.df, meta)
-    host, _ = host_codes(meta, ops.rank)
-    at = np.clip(np.searchsorted(offsets.index.to_numpy(), ops.step), 0, len(offsets) - 1)
-    off = offsets.to_numpy()[at, host]
-    start = ops.df["start_ns"].to_numpy(np.float64) - off
-    end = ops.df["end_ns"].to_numpy(np.float64) - off
-    s, r = send_row[both], recv_row[both]
-    flight = np.full(ops.n_inst, np.nan)
-    flight[both] = (end[r] - start[s]) * 1e-9
-    stream = ops.pair[np.maximum(send_row, 0)]
-    normal_set = both & np.isin(ops.inst_step, ref)
-    needs = pd.Series(flight[normal_set]).groupby(stream[normal_set]).quantile(0.25)
-    typical = needs.reindex(stream).to_numpy()
-    ex = flight - typical
-    slow = cand & np.isfinite(ex) & (ex > np.maximum(typical, 0.2 * ops.elapsed[np.maximum(recv_row, 0)]))
-    out[slow] = ex[slow]
-    return out
+    n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=ops.n_inst)
+    ex = ops.elapsed[late] - base[late]
+    slow = ~ops.inst_p2p & abnormal[late] & (ex > 0.2 * base[late]) & (n_abn >= ops.inst_size)
+    return np.maximum(np.where(slow, ex, 0.0), slow_transfer_excess(ops, meta, ref))
 
 
 def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.ndarray:
@@ -234,7 +177,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # spend longer (a transfer elsewhere within its noise, say a wide DP ring) was simply late;
     # one whose time cannot be measured (a lost record in between) is evidence of nothing.
     on_time = graph.measured & (graph.excess_own < 0.5 * graph.delay)
-    late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm
+    # (a p2p transfer's data is measured directly, `localize.transfers`: never inferred this way)
+    late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
     if late_data[in_irr].any():
         slow = slow_units(unit_of_inst, unit_names, (slow_transfer | late_data) & in_irr, judge & in_irr)
     comm_like = graph.comm | late_data
@@ -264,6 +208,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         for c in tie[:top]:
             cand = _net_candidate(c, share * c.score, meta)
             cand.evidence += [note] if note else []
+            cand.tie = len(tie) if len(tie) > 1 else None
             primaries.append(cand)
         alternates = [_net_candidate(c, share * c.score * 0.5 / len(tie), meta) for c in net[len(tie):len(tie) + top]]
         # a second network fault: slow units the best device does not carry, explained apart
@@ -279,7 +224,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                                 "operators": len(ops.df)}
     if net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
-    return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra), analysis
+    onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
+    return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
+                   onset_step=onset), analysis
 
 
 def _lost_seconds(steps: pd.DataFrame, irr: np.ndarray) -> float:
@@ -392,19 +339,37 @@ def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | 
 
 
 def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict[str, str] | None = None) -> Verdict:
-    """No δ-irregular step: healthy, unless some ranks were slow from the first step."""
+    """No δ-irregular step: healthy, unless some workers, a stage or the data made the job slow
+    from its first step (judged against peers of the same role, `localize.persistent`)."""
     units, x, typical = persistent_imbalance(df, meta, top, hint)
+    return imbalance_verdict(meta, units, x, typical, int(df["step"].min()) if len(df) else None)
+
+
+def imbalance_verdict(meta: JobMeta, units: list[RankUnit], x: np.ndarray, typical: float,
+                      first_step: int | None, extra: dict[str, object] | None = None) -> Verdict:
+    """The verdict of a job slow from `first_step` by `units` (none: healthy)."""
+    more = dict(extra or {})
     if not units:
-        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops"})
+        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **more})
     cands = []
     for u in units:
-        ranks = np.asarray(u.ranks)
-        slower = float(np.median(x[ranks]) - 1)
-        ev = [f"{u.label}: {slower:.0%} more compute per step than the typical rank, in every step since the first",
-              "no iteration is irregular against its neighbours: the job has been slow from the start"]
         cand = _bare_candidate(u, u.share, meta)
-        cand.evidence = ev
+        cand.evidence = _persistent_evidence(u, x)
         cands.append(cand)
-    slow = float(1 + (max(float(np.median(x[np.asarray(u.ranks)])) for u in units) - 1) * 0.5)
-    return Verdict(meta.job, "irregular", [], slow, cands[:top], {"source": "commops", "persistent": True,
-                                                                   "typical_compute_s": round(typical, 6)})
+    workers = [float(np.median(x[np.asarray(u.ranks)])) for u in units if u.kind in ("gpu", "host")]
+    slow = max(workers, default=1.0)
+    return Verdict(meta.job, "irregular", [], slow, cands, {"source": "commops", "persistent": True,
+                                                            "typical_compute_s": round(typical, 6), **more},
+                   onset_step=first_step)
+
+
+def _persistent_evidence(u: RankUnit, x: np.ndarray) -> list[str]:
+    since = "in every step since the first: the job has been slow from the start, so no iteration is irregular against its neighbours"
+    if u.kind in ("gpu", "host"):
+        slower = float(np.median(x[np.asarray(u.ranks)]) - 1)
+        return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
+    if u.kind == "config":
+        return [f"{u.label} computes longer than the fastest stage on every worker of the stage: the split of layers, not a device",
+                since]
+    return [f"{u.label} take turns computing longer than their stage peers: the delay moves with the data each replica gets "
+            "(sequence-length imbalance), not with a device"]

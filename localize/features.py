@@ -216,6 +216,40 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     return order, r, t
 
 
+def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row (sorted by rank, then start): seconds the rank computed before it, on its own clock.
+
+    Operators may overlap. Rows posted together (a batch: one start) hold the rank until the last
+    of them that ends before the rank's next post; a row still open at the next post was posted
+    ahead (an irecv, prefetched) and the rank went on working: it holds the rank only until then.
+    The rank computes from the moment nothing holds it to its next post."""
+    n = len(rank)
+    gap = np.zeros(n)
+    if n < 2:
+        return gap
+    first = np.r_[True, rank[1:] != rank[:-1]]
+    seg = np.cumsum(first) - 1
+    base = int(min(start.min(), end.min()))
+    t_start = (start - base).astype(np.int64)
+    t_end = (end - base).astype(np.int64)
+    span = int(max(t_start.max(), t_end.max())) + 2
+    if (int(seg[-1]) + 1) * span >= 2**62:  # too long to lift every rank apart: one rank at a time
+        cut = np.flatnonzero(first)[1:]
+        return np.concatenate([idle_gaps(r, s_, e_) for r, s_, e_ in
+                               zip(np.split(rank, cut), np.split(start, cut), np.split(end, cut), strict=True)])
+    lifted = seg * span + t_start  # sorted, since rows are by (rank, start)
+    nxt = np.searchsorted(lifted, lifted, side="right")  # the rank's next later post
+    has_next = nxt < n
+    nxt_c = np.minimum(nxt, n - 1)
+    has_next &= seg[nxt_c] == seg
+    next_start = np.where(has_next, t_start[nxt_c], np.iinfo(np.int64).max // 4)
+    holds = np.where(t_end <= next_start, t_end, next_start)
+    busy = np.maximum.accumulate(seg * span + holds) - seg * span  # running, within each rank
+    prev_busy = np.r_[0, busy[:-1]]
+    gap[~first] = np.maximum(t_start - prev_busy, 0)[~first] * 1e-9
+    return gap
+
+
 def prepare_ops(df: pd.DataFrame) -> Ops:
     """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
     df = df.reset_index(drop=True)
@@ -270,11 +304,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
-    # compute gaps on each rank's own clock
-    gap = np.zeros(len(df))
-    if len(df) > 1:
-        same = rank[1:] == rank[:-1]
-        gap[1:] = np.where(same, np.maximum(start[1:] - end[:-1], 0) * 1e-9, 0.0)
+    gap = idle_gaps(rank, start, end)
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = iota(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]

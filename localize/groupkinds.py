@@ -21,6 +21,12 @@ KINDS = ("dp", "tp", "pp", "ep", "cp")
 _NAMED = re.compile(r"^(dp|tp|pp|ep|cp)(?:[-_]|\d|$)", re.IGNORECASE)
 
 
+def named_kind(name: str) -> str | None:
+    """The kind a group's name says ("tp-3", "dp_0"), or None for an opaque name."""
+    m = _NAMED.match(name)
+    return m.group(1).lower() if m is not None else None
+
+
 def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
     """Group name -> kind, for every group in the records."""
     out: dict[str, str] = {}
@@ -30,8 +36,8 @@ def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
     for i, g in enumerate(names):
         if hint.get(g) in KINDS:
             out[g] = str(hint[g])
-        elif (m := _NAMED.match(g)) is not None:
-            out[g] = m.group(1).lower()
+        elif (kind := named_kind(g)) is not None:
+            out[g] = kind
         else:
             need.append(i)
     if not need:

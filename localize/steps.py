@@ -33,6 +33,7 @@ class StepView:
     slowdown: float = 1.0
     status: str = "healthy"
     group_kind: dict[str, str] = field(default_factory=dict)
+    onset_step: int | None = None
 
 
 def judge(durations: pd.Series, delta: float = 1.1) -> pd.DataFrame:
@@ -132,14 +133,18 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
     if build is not None and hasattr(build, "build_timeline"):
         tl = build.build_timeline(trace, steps=steps)
         view = StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
-                        dict(tl.group_kind))
+                        dict(tl.group_kind), tl.onset_step)
         if len(tl.steps) >= 3:
             # a fault covering most of the window can become its own baseline (the timeline then
             # sees nothing, or a spike on top of it): judge again against the steps before it
             # (the faster half), as the fallback does. Beside what the timeline found, that is
             # believed only for a degradation that lasts to the end (a drift slower at first
-            # than later must not make the first steps irregular)
-            again = judge(tl.steps.set_index("step")["duration_s"].astype(float))
+            # than later must not make the first steps irregular); warm-up and noise are left
+            # out as the timeline leaves them out
+            from timeline.steps import settle
+
+            again, _, onset = settle(judge(tl.steps.set_index("step")["duration_s"].astype(float)),
+                                     warmup=bool(tl.warmup_steps) or steps is None)
             flags = again["irregular"].to_numpy(bool)
             irr = [int(s) for s in again.loc[flags, "step"]]
             lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
@@ -147,7 +152,7 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
                                                      and len(irr) > len(view.irregular_steps))):
                 normal = again.loc[~again["irregular"], "duration_s"]
                 slow = float(again.loc[again["irregular"], "duration_s"].median() / normal.median())
-                view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind))
+                view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind), onset)
         return view
     df = with_steps(df)
     table = judge(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])

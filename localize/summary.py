@@ -12,9 +12,10 @@ ranks, wherever that is all the central localizer needs; one row per
 
 - (host, step) with `rank` = -1 and `group` = "*": the host's step — `step_end_ns` (median
   over its ranks of the end of their last operator of the step, the host's own clock) and
-  `compute_s` (median over its ranks of the time between their operators: compute);
+  `compute_s` (low quartile over its ranks of the time with no operator in flight: compute,
+  what its healthy ranks spent);
 - (host, rank, step) with `group` = "*" for a rank that computed over OUTLIER x its host's
-  median in that step (a slow GPU stands out on its own node): its `compute_s`, `step_end_ns`;
+  typical rank in that step (a slow GPU stands out on its own node): its `compute_s`, `step_end_ns`;
 - (host, step, group) with `rank` = -1 where the host's ranks had abnormal operators in that
   group: `abnormal` (how many), `abnormal_s` (their total elapsed time).
 
@@ -47,11 +48,14 @@ import pyarrow.dataset as ds
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
-from localize.commops import COLUMNS, analyse_ops
+from localize.commops import COLUMNS, analyse_ops, imbalance_verdict
 from localize.detector import rule_detect
 from localize.features import prepare_ops
+from localize.groupkinds import group_kinds, named_kind
+from localize.persistent import imbalance
 from localize.steps import StepView, judge
 from localize.verdict import Verdict
+from timeline.steps import settle
 
 SUMMARY_SCHEMA = pa.schema(
     [
@@ -65,8 +69,10 @@ SUMMARY_SCHEMA = pa.schema(
         pa.field("step_end_ns", pa.int64(), nullable=False),
     ]
 )
-OUTLIER = 1.05  # a rank computing this much over its host's median is summarized on its own
-MAX_STEPS = 1  # irregular steps fetched in full (each with the step before it)
+OUTLIER = 1.05  # a rank computing this much over its host's typical rank is summarized on its own
+LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one slow GPU cannot move it)
+MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
+MAX_NORMAL = 2  # normal steps fetched in full as the operators' history
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
 
@@ -87,11 +93,12 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None) -> 
     per_rank = pd.DataFrame({"host": host, "rank": rank, "step": steps, "compute_s": ops.gap,
                              "step_end_ns": ops.df["end_ns"].to_numpy(np.int64)}).groupby(
         ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max")).reset_index()
-    med = per_rank.groupby(["host", "step"], sort=True).agg(
-        compute_s=("compute_s", "median"), step_end_ns=("step_end_ns", "median")).reset_index()
+    by_host = per_rank.groupby(["host", "step"], sort=True)
+    med = by_host.agg(step_end_ns=("step_end_ns", "median")).reset_index()
+    med["compute_s"] = by_host["compute_s"].quantile(LOW).to_numpy()
     med["rank"] = -1
     med["step_end_ns"] = med["step_end_ns"].round().astype(np.int64)
-    typical = per_rank.groupby(["host", "step"])["compute_s"].transform("median")
+    typical = per_rank[["host", "step"]].merge(med[["host", "step", "compute_s"]], on=["host", "step"], how="left")["compute_s"].to_numpy()
     out = pd.concat([med, per_rank[per_rank["compute_s"] > OUTLIER * typical]], ignore_index=True)
     out = out.assign(group="*", abnormal=0, abnormal_s=0.0)
     ab = pd.DataFrame({"host": host, "step": steps, "group": ops.group_code,
@@ -169,13 +176,42 @@ class FetchPlan:
     rows_fetched: int = 0
 
 
-def step_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Step durations from the summaries: each host's own-clock step ends, median over hosts."""
+def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
+    """Step durations from the summaries (each host's own-clock step ends, median over hosts),
+    judged as the timeline judges them (warm-up and noise left out); and the onset step."""
     star = summary[(summary["group"] == "*") & (summary["rank"] < 0)]
     ends = star.pivot_table(index="host", columns="step", values="step_end_ns", aggfunc="max").sort_index(axis=1)
     dur = ends.diff(axis=1).median(axis=0) * 1e-9
     dur = dur.iloc[1:] if len(dur) > 1 else dur
-    return judge(dur.rename("duration_s"))
+    table, _, onset = settle(judge(dur.rename("duration_s")))
+    return table, onset
+
+
+def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Rank × step compute from the summaries: each rank's own row where it was an outlier on
+    its host, else its host's median; which ranks are known; the steps (the first, warm-up, left
+    out when there are more than two)."""
+    star = summary[summary["group"] == "*"]
+    steps = sorted(int(s) for s in star["step"].unique())
+    if len(steps) > 2:
+        steps = steps[1:]
+    world = max(meta.world_size, int(summary["rank"].max()) + 1) if len(summary) else meta.world_size
+    col = {s: i for i, s in enumerate(steps)}
+    comp = np.full((world, len(steps)), np.nan)
+    hosts = star[(star["rank"] < 0) & star["step"].isin(steps)]
+    by_host = {h: g for h, g in hosts.groupby("host")}
+    for r in range(world):  # one pass per rank over its host's few rows, not per operator
+        h = meta.host_of(r) if r in meta.ranks else None
+        g = by_host.get(h) if h is not None else by_host.get(f"rank-{r}")
+        if g is not None:
+            comp[r, [col[int(s)] for s in g["step"]]] = g["compute_s"].to_numpy(np.float64)
+    own = star[(star["rank"] >= 0) & star["step"].isin(steps)]
+    if len(own):
+        rr = own["rank"].to_numpy(np.int64)
+        cc = np.array([col[int(s)] for s in own["step"]])
+        comp[rr, cc] = np.fmax(comp[rr, cc], own["compute_s"].to_numpy(np.float64))
+    seen = np.isfinite(comp).all(axis=1)
+    return np.nan_to_num(comp), seen, steps
 
 
 def rank_compute(summary: pd.DataFrame, meta: JobMeta, steps: list[int]) -> pd.Series:
@@ -193,7 +229,7 @@ def rank_compute(summary: pd.DataFrame, meta: JobMeta, steps: list[int]) -> pd.S
     return comp.dropna()
 
 
-def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame, max_steps: int = MAX_STEPS) -> FetchPlan:
+def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
     """Steps: the most irregular one with the step before it, and the last normal one before.
     Ranks: the groups of the ranks that computed longest in that step, smallest groups first,
     within a small budget of ranks; when no rank did (a network fault), the groups with the most
@@ -202,14 +238,15 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame, max_st
     irregular = [int(s) for s in irr_tab["step"]]
     if not irregular:
         return FetchPlan([], [], [])
-    worst = sorted(irr_tab.nlargest(max_steps, "ratio")["step"].astype(int).tolist())
-    normal = table.loc[~table["irregular"].astype(bool) & (table["step"] < worst[0]), "step"].astype(int).tolist()
-    if not normal:
-        normal = table.loc[~table["irregular"].astype(bool), "step"].astype(int).tolist()
+    worst = sorted(irr_tab.nlargest(MAX_STEPS, "ratio")["step"].astype(int).tolist())
+    usable = ~table["irregular"].astype(bool) & ~table["pattern"].isin(["warm-up"])
+    normal = table.loc[usable & (table["step"] < worst[0]), "step"].astype(int).tolist()
+    if len(normal) < MAX_NORMAL:
+        normal = table.loc[usable, "step"].astype(int).tolist()
     # each step with the one before it: a rank's operator streams run across step boundaries,
     # and the wait graph measures a rank's compute only between consecutive records of a stream
     # (the normal step only gives the operators' history: it needs no predecessor)
-    fetch_steps = sorted(({x - d for x in worst for d in (0, 1)} | set(normal[-1:])) & set(table["step"].astype(int)))
+    fetch_steps = sorted(({x - d for x in worst for d in (0, 1)} | set(normal[-MAX_NORMAL:])) & set(table["step"].astype(int)))
     sub = summary[summary["step"].isin(worst)]
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
     comp = rank_compute(summary, meta, worst)
@@ -235,28 +272,58 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame, max_st
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen)
 
 
-def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False,
-                          max_steps: int = MAX_STEPS) -> tuple[Verdict, FetchPlan]:
-    """Localize from summaries, fetching full records only for the planned ranks and steps.
+#: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order
+Fetch = Callable[[list[int], tuple[int, int]], pd.DataFrame]
+
+
+def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False) -> tuple[Verdict, FetchPlan]:
+    """Localize from the trace's summaries, fetching full records only for the planned ranks and steps."""
+    def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
+        return trace.commops(columns=COLUMNS, ranks=ranks, steps=steps)
+
+    return localize_summary(read_summary(trace), trace.meta, fetch, top, forest)
+
+
+def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: int = 5,
+                     forest: bool = False) -> tuple[Verdict, FetchPlan]:
+    """Localize from summaries, fetching full records through `fetch` only for the planned ranks
+    and steps (the same reduce whether the rows come from this process or a cluster's workers).
 
     The fetched operators are judged with the same robust rule the sidecars use (`forest`
-    switches to the random forest, about three times slower)."""
-    summary = read_summary(trace)
-    table = step_table(summary)
-    plan = plan_fetch(summary, trace.meta, table, max_steps)
+    switches to the random forest, about three times slower). With no irregular step, the
+    summaries' compute says whether the job was slow from the start (`localize.persistent`)."""
+    table, onset = step_table(summary)
+    plan = plan_fetch(summary, meta, table)
     if not plan.irregular:
-        return Verdict(trace.meta.job, "healthy", [], 1.0, [], {"source": "commops", "from": "summary"}), plan
-    df = trace.commops(columns=COLUMNS, ranks=plan.ranks, steps=(plan.fetch_steps[0], plan.fetch_steps[-1]))
+        return _persistent_from_summary(summary, meta, fetch, top), plan
+    df = fetch(plan.ranks, (plan.fetch_steps[0], plan.fetch_steps[-1]))
     df = df[df["step"].isin(plan.fetch_steps)].reset_index(drop=True)
     plan.rows_fetched = len(df)
     fetched = set(plan.ranks)
-    partial = {g for g, m in trace.meta.groups.items() if not set(m) <= fetched}
+    partial = {g for g, m in meta.groups.items() if not set(m) <= fetched}
     worst = [s for s in plan.fetch_steps if s in set(plan.irregular)]
     sub_table = table[table["step"].isin(plan.fetch_steps)]
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
-    view = StepView(trace.meta.job, trace.meta, sub_table, worst, slow, "irregular")
-    verdict, _ = analyse_ops(df, trace.meta, view, top, partial, forest)
+    view = StepView(meta.job, meta, sub_table, worst, slow, "irregular")
+    verdict, _ = analyse_ops(df, meta, view, top, partial, forest)
     verdict.irregular_steps = plan.irregular
+    verdict.onset_step = onset if verdict.status == "irregular" else None
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan
+
+
+def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: int) -> Verdict:
+    """Slow from the start, judged on the summaries' compute per rank and step: worker against
+    its stage peers, stage against stage (the group kinds from one fetched step when the group
+    names do not say them)."""
+    comp, seen, steps = compute_matrix(summary, meta)
+    extra: dict[str, object] = {"from": "summary"}
+    if not steps or not seen.any():
+        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})
+    kinds = {g: k for g in meta.groups if (k := named_kind(g)) is not None}
+    if len(kinds) < len(meta.groups):
+        sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
+        kinds = group_kinds(prepare_ops(sample)) if len(sample) else kinds
+    units, x, typical = imbalance(comp, seen, meta, kinds, top)
+    return imbalance_verdict(meta, units, x, typical, int(summary["step"].min()), extra)

@@ -5,7 +5,11 @@ its faults and without — and the simulator draws identical noise in both, so a
 abnormal exactly when the faults made it clearly longer than its fault-free twin (waiting
 copies included: Holmes' detector flags what is prolonged; the wait graph decides why).
 The jobs span layouts (with and without PP/TP, EP/CP), scales (16-128 GPUs), fault kinds,
-patterns, magnitudes and drift; held-out jobs use other seeds, scales and magnitudes.
+patterns, magnitudes and drift, and the physics real stacks differ in: eager, rendezvous and
+batched point-to-point, an iteration-end model-parallel sync or none, switch sizes, clock
+offsets up to +-100 ms, one logged rank per TP group, sampled steps. Held-out jobs use other
+seeds, scales and magnitudes. Simulation seeds here are below TRAIN_SEED_LIMIT; benchmarks
+draw theirs at or above it, so no benchmark job is a training job.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ MAX_ROWS = 240_000
 TRAIN_LAYOUTS = [(32, 4, 2, 1, 1), (64, 8, 2, 1, 1), (32, 8, 1, 1, 1), (32, 1, 4, 1, 1), (64, 2, 2, 2, 2), (48, 4, 3, 1, 1)]
 EVAL_LAYOUTS = [(64, 4, 4, 1, 1), (96, 8, 3, 1, 1), (64, 2, 1, 1, 1), (128, 2, 2, 4, 2)]
 FAULTS = ["gpu", "pcie", "host", "nic", "link", "switch", "seqlen", "none"]
+TRAIN_SEED_LIMIT = 1 << 30
 
 
 @dataclass
@@ -45,7 +50,8 @@ class Job:
     name: str
 
 
-def _fault_spec(kind: str, rng: np.random.Generator, gpus: int, factor: float, steps: int) -> str | None:
+def _fault_spec(kind: str, rng: np.random.Generator, gpus: int, factor: float, steps: int,
+                hosts_per_switch: int = 4) -> str | None:
     hosts = max(1, gpus // 8)
     start = int(rng.integers(3, steps // 2))
     pattern = str(rng.choice(["persistent", "persistent", "spike", "fluctuation"]))
@@ -60,7 +66,7 @@ def _fault_spec(kind: str, rng: np.random.Generator, gpus: int, factor: float, s
             return None
         return f"link:hosts=node-{h}+node-{(h + 1) % hosts}{tail}"
     if kind == "switch":
-        n_sw = max(1, (hosts + 3) // 4)
+        n_sw = max(1, -(-hosts // hosts_per_switch))
         return f"switch:switch=tor-{int(rng.integers(n_sw))}{tail}"
     if kind == "seqlen":
         return f"seqlen:{tail[1:]}"
@@ -70,41 +76,54 @@ def _fault_spec(kind: str, rng: np.random.Generator, gpus: int, factor: float, s
 def make_jobs(layouts: list[tuple[int, int, int, int, int]], seed: int, per_layout: int,
               factors: tuple[float, float]) -> list[Job]:
     """Deterministic jobs: every layout with several fault kinds, magnitudes and seeds."""
-    from simulator.config import FaultSpec, SimConfig
+    from simulator.config import P2P_MODES, FaultSpec, SimConfig
 
     rng = np.random.default_rng(seed)
     jobs = []
     for li, (gpus, tp, pp, ep, cp) in enumerate(layouts):
         for k in range(per_layout):
             kind = FAULTS[(li + k) % len(FAULTS)]
-            steps = 14
+            p2p = P2P_MODES[(li + k) % len(P2P_MODES)]  # every semantics on every layout across its jobs
+            sampled = bool(rng.random() < 0.2)
+            steps = 22 if sampled else 14
             factor = float(rng.uniform(*factors))
-            spec = _fault_spec(kind, rng, gpus, factor, steps)
+            hps = int(rng.choice([4, 8, 16, 32]))
+            spec = _fault_spec(kind, rng, gpus, factor, steps, hps)
             faults = [FaultSpec.parse(spec)] if spec else []
-            cfg = SimConfig(gpus=gpus, tp=tp, pp=pp, ep=ep, cp=cp, steps=steps, seed=int(rng.integers(1 << 30)),
+            cfg = SimConfig(gpus=gpus, tp=tp, pp=pp, ep=ep, cp=cp, steps=steps, seed=int(rng.integers(TRAIN_SEED_LIMIT)),
                             drift=float(rng.choice([0.0, 0.1, -0.15, 0.2])), faults=faults,
-                            clock_skew_ms=float(rng.uniform(0, 80)))
-            jobs.append(Job(cfg, f"{gpus}g-tp{tp}pp{pp}ep{ep}cp{cp}-{kind}-{k}"))
+                            clock_skew_ms=float(rng.uniform(0, 100)), p2p=p2p, mp_sync=bool(rng.random() < 0.4),
+                            hosts_per_switch=hps, sample_steps=2.0 if sampled else 0.0,
+                            logged_ranks="one-per-tp" if tp > 1 and rng.random() < 0.25 else "all")
+            jobs.append(Job(cfg, f"{gpus}g-tp{tp}pp{pp}ep{ep}cp{cp}-{kind}-{p2p}-{k}"))
     return jobs
 
 
 def twin_rows(cfg: Any) -> tuple[pd.DataFrame, np.ndarray]:
-    """CommOps rows of the faulty run, and each row's elapsed time in the fault-free twin."""
+    """CommOps rows of the faulty run, and each row's elapsed time in the fault-free twin, as the
+    job's logger writes them: on each host's own clock, only the logged ranks and steps."""
     from simulator.cluster import Layout
     from simulator.engine import Engine
     from simulator.faults import FaultModel, resolve_faults
+    from simulator.writer import clock_offsets
 
     cfg = cfg.resolved()
     layout = Layout.build(cfg)
+    offsets = clock_offsets(cfg, int(layout.host.max()) + 1)
+    keep_rank = cfg.logged_rank_mask()
+    keep_step = np.zeros(cfg.steps, dtype=bool)
+    keep_step[cfg.logged_steps()] = True
 
     def run(faulty: bool) -> pd.DataFrame:
         model = FaultModel(cfg, layout, resolve_faults(cfg, layout) if faulty else [])
         parts = []
         for b in Engine(cfg, layout, model, record=True).run():
-            parts.append(pd.DataFrame({"rank": b.rank, "group": np.asarray(layout.names)[b.group], "op": b.op,
-                                       "seq": b.seq, "peer": b.peer, "nbytes": b.nbytes,
-                                       "start_ns": b.start.astype(np.int64), "end_ns": b.end.astype(np.int64),
-                                       "step": b.step}))
+            off = offsets[layout.host[b.rank]]
+            m = keep_rank[b.rank] & keep_step[b.step]
+            parts.append(pd.DataFrame({"rank": b.rank[m], "group": np.asarray(layout.names)[b.group[m]], "op": b.op[m],
+                                       "seq": b.seq[m], "peer": b.peer[m], "nbytes": b.nbytes[m],
+                                       "start_ns": (b.start + off)[m].astype(np.int64),
+                                       "end_ns": (b.end + off)[m].astype(np.int64), "step": b.step[m]}))
         df = pd.concat(parts, ignore_index=True)
         from collector.schema import OPS
 
@@ -168,6 +187,10 @@ def train(seed: int = 0, progress: Callable[[str], None] | None = None, per_layo
     scores, screen = evaluate(forest, make_jobs(EVAL_LAYOUTS, seed + 1, eval_per_layout, (1.3, 5.0)), say)
     card = {"features": list(FEATURES), "trees": N_TREES, "max_depth": MAX_DEPTH, "seed": seed,
             "train_jobs": [j.name for j in train_jobs], "train_rows": len(y_all),
+            "train_seeds": [j.cfg.seed for j in train_jobs], "train_seed_limit": TRAIN_SEED_LIMIT,
+            "train_physics": [{"p2p": j.cfg.p2p, "mp_sync": j.cfg.mp_sync, "hosts_per_switch": j.cfg.hosts_per_switch,
+                               "clock_skew_ms": round(j.cfg.clock_skew_ms, 1), "logged_ranks": j.cfg.logged_ranks,
+                               "sample_steps": j.cfg.sample_steps} for j in train_jobs],
             "train_layouts": [list(t) for t in TRAIN_LAYOUTS], "eval_layouts": [list(t) for t in EVAL_LAYOUTS],
             "heldout_f1": scores, "heldout_screen": screen}
     return forest, card

@@ -25,6 +25,7 @@ class Candidate:
     switch: str | None = None
     source: str | None = None  # which evidence produced it: commops, flows, logs
     stage: int | None = None  # pipeline stage, for kind config (stage imbalance)
+    tie: int | None = None  # devices the evidence cannot tell apart, this one included (same score)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if v is not None}
@@ -52,6 +53,7 @@ class Verdict:
     slowdown: float = 1.0
     candidates: list[Candidate] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    onset_step: int | None = None  # first irregular step, or the first step of a job slow from the start
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -60,13 +62,14 @@ class Verdict:
             "irregular_steps": [int(s) for s in self.irregular_steps],
             "slowdown": round(float(self.slowdown), 4),
             "candidates": [c.to_dict() for c in self.candidates],
+            "onset_step": None if self.onset_step is None else int(self.onset_step),
         }
         out.update(self.extra)
         return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Verdict:
-        known = {"job", "status", "irregular_steps", "slowdown", "candidates"}
+        known = {"job", "status", "irregular_steps", "slowdown", "candidates", "onset_step"}
         cand_fields = set(Candidate.__dataclass_fields__)
         return cls(
             job=raw["job"],
@@ -75,4 +78,5 @@ class Verdict:
             slowdown=float(raw.get("slowdown", 1.0)),
             candidates=[Candidate(**{k: v for k, v in c.items() if k in cand_fields}) for c in raw.get("candidates", [])],
             extra={k: v for k, v in raw.items() if k not in known},
+            onset_step=None if raw.get("onset_step") is None else int(raw["onset_step"]),
         )

@@ -146,14 +146,15 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # delay a row received: waiting for others, or a transfer slower than normal
     received = wait_x + comm_excess[inst]
     cw = np.cumsum(received)
-    ce = np.cumsum(ops.elapsed)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
     seg_compute = np.where(has_prev, cg - cg[p], np.nan)
     cw_before = np.r_[0.0, cw[:-1]]
     seg_wait = np.where(has_prev, cw_before - cw[p], np.nan)
     # all of it: from the end of the previous operator of the stream to this one's start
-    seg_own = seg_compute + np.where(has_prev, np.r_[0.0, ce[:-1]] - ce[p], np.nan)
+    start_s = ops.df["start_ns"].to_numpy(np.int64)
+    end_s = ops.df["end_ns"].to_numpy(np.int64)
+    seg_own = np.where(has_prev, (start_s - end_s[p]) * 1e-9, np.nan)
     valid = np.isfinite(seg_compute) & (cu - cu[p] == 0)
     sc = np.nan_to_num(seg_compute)
     sw = np.nan_to_num(seg_wait)

@@ -9,7 +9,7 @@ import numpy as np
 from collector.meta import JobMeta, RankInfo
 from simulator.config import SimConfig
 
-GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp")
+GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp", "mp")  # mp: one model replica (tp x cp x pp), for the iteration-end sync
 
 
 def _opaque(name: str, seed: int) -> str:
@@ -29,7 +29,8 @@ class Layout:
     """Where every rank sits, and which group of each kind it belongs to.
 
     Rank order is Megatron's tp-cp-ep-dp-pp: rank = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)),
-    and expert groups split the data-parallel axis as dp_i = ep_i + ep*edp_i.
+    and expert groups split the data-parallel axis as dp_i = ep_i + ep*edp_i. The model-parallel
+    group (Megatron's `get_model_parallel_group`) holds one replica: every rank with the same dp_i.
     """
 
     cfg: SimConfig
@@ -59,8 +60,9 @@ class Layout:
             "ep": (((tp_i * cfg.cp + cp_i) * (cfg.dp // cfg.ep) + edp_i) * cfg.pp + pp_i, ep_i),
             "dp": ((tp_i * cfg.cp + cp_i) * cfg.pp + pp_i, dp_i),
             "pp": ((tp_i * cfg.cp + cp_i) * cfg.dp + dp_i, pp_i),
+            "mp": (dp_i, tp_i + cfg.tp * (cp_i + cfg.cp * pp_i)),
         }
-        sizes = {"tp": cfg.tp, "cp": cfg.cp, "ep": cfg.ep, "dp": cfg.dp, "pp": cfg.pp}
+        sizes = {"tp": cfg.tp, "cp": cfg.cp, "ep": cfg.ep, "dp": cfg.dp, "pp": cfg.pp, "mp": cfg.tp * cfg.cp * cfg.pp}
         group_of: dict[str, np.ndarray] = {}
         members: dict[str, np.ndarray] = {}
         names: list[str] = []
@@ -84,7 +86,8 @@ class Layout:
         return cls(cfg, host, switch, group_of, members, names, offset)
 
     def active_kinds(self) -> list[str]:
-        sizes = {"tp": self.cfg.tp, "cp": self.cfg.cp, "ep": self.cfg.ep, "dp": self.cfg.dp, "pp": self.cfg.pp}
+        c = self.cfg
+        sizes = {"tp": c.tp, "cp": c.cp, "ep": c.ep, "dp": c.dp, "pp": c.pp, "mp": c.tp * c.cp * c.pp if c.mp_sync else 1}
         return [k for k in GROUP_KINDS if sizes[k] > 1]
 
     def host_name(self, h: int) -> str:
@@ -128,4 +131,7 @@ class Layout:
         return JobMeta(job=cfg.job, world_size=cfg.gpus, ranks=ranks, groups=groups,
                        parallelism={} if cfg.opaque_groups else cfg.parallelism(), topology=topology,
                        extra={"gpus_per_host": cfg.gpus_per_host, "schedule": "interleaved-1f1b" if cfg.virtual_stages > 1 else "1f1b",
-                              "microbatches": cfg.microbatches, "virtual_stages": cfg.virtual_stages})
+                              "microbatches": cfg.microbatches, "virtual_stages": cfg.virtual_stages,
+                              **({"group_kinds": {"mp": "model-parallel group (tp x cp x pp of one replica): "
+                                                        "one all_reduce at each iteration's end"}}
+                                 if cfg.mp_sync and not cfg.opaque_groups else {})})

@@ -5,10 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from collector.errors import UserError
 
 FAULT_KINDS = ("gpu", "pcie", "host", "nic", "link", "switch", "stage", "seqlen")
 PATTERNS = ("persistent", "spike", "fluctuation")
+#: point-to-point semantics: eager (a send ends after its transfer, whatever the receiver does),
+#: rendezvous (a transfer starts once both sides posted: NCCL/gloo for large messages), batched
+#: (Megatron's batch_isend_irecv: a stage's send and receive posted together, waited together)
+P2P_MODES = ("rendezvous", "eager", "batched")
+#: which ranks write rows: all of them, or one per tensor-parallel group (its tp rank 0), as many
+#: real Megatron jobs log
+LOGGED_RANKS = ("all", "one-per-tp")
+MAX_CLOCK_SKEW_MS = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,8 @@ class SimConfig:
     hosts_per_switch: int = 4
     faults: list[FaultSpec] = field(default_factory=list)
     job: str = "sim-job"
+    p2p: str = "rendezvous"  # one of P2P_MODES
+    mp_sync: bool = False  # an all_reduce over each model-parallel group (tp x cp x pp) at every iteration's end
     # physics (milliseconds, GB/s)
     layer_fwd_ms: float = 1.5
     activation_mb: float = 32.0
@@ -112,6 +124,8 @@ class SimConfig:
     net_noise: float = 0.05
     drift: float = 0.0  # relative change of compute time from first to last step (e.g. 0.2)
     clock_skew_ms: float = 50.0  # per-host clock offsets, uniform in +-this
+    logged_ranks: str = "all"  # one of LOGGED_RANKS
+    sample_steps: float = 0.0  # 0/1: every step; K >= 2: every K-th step; 0 < f <= 0.5: that fraction, never two in a row
     row_loss: float = 0.0  # fraction of rows the logger loses
     missing_ranks: int = 0  # ranks whose logs are lost entirely
     hide_steps: bool = False  # write step=-1, as a logger without step markers would
@@ -124,6 +138,16 @@ class SimConfig:
         for name in ("tp", "pp", "ep", "cp", "steps", "gpus_per_host", "hosts_per_switch", "layers_per_chunk"):
             if getattr(c, name) < 1:
                 raise UserError(f"--{name} must be >= 1", f"got {getattr(c, name)}")
+        if c.logged_ranks not in LOGGED_RANKS:
+            raise UserError(f"--logged-ranks {c.logged_ranks!r} is not known", f"use one of {', '.join(LOGGED_RANKS)}")
+        if not 0.0 <= c.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
+            raise UserError(f"--clock-skew-ms {c.clock_skew_ms} is out of range", f"use 0..{MAX_CLOCK_SKEW_MS:g} (offsets are +- this)")
+        k = c.sample_steps
+        if not (k in (0.0, 1.0) or 0.0 < k <= 0.5 or (k >= 2 and float(k).is_integer())):
+            raise UserError(f"--sample-steps {k:g} is neither a step interval nor a fraction",
+                            "use an integer K >= 2 (every K-th step) or a fraction in (0, 0.5] (random, never consecutive)")
+        if c.p2p not in P2P_MODES:
+            raise UserError(f"--p2p {c.p2p!r} is not a p2p semantics", f"use one of {', '.join(P2P_MODES)}")
         mp = c.tp * c.pp * c.cp
         if c.gpus < 1 or c.gpus % mp:
             raise UserError(f"--gpus {c.gpus} is not a multiple of tp*pp*cp = {mp}", "pick sizes whose product divides the GPU count")
@@ -140,6 +164,24 @@ class SimConfig:
         if c.gpus % c.gpus_per_host and c.gpus > c.gpus_per_host:
             raise UserError(f"--gpus {c.gpus} is not a multiple of {c.gpus_per_host} GPUs per host", "use whole hosts")
         return c
+
+    def logged_steps(self) -> list[int]:
+        """The steps a sampling logger writes (all of them without sampling); drawn from the seed."""
+        k, n = self.sample_steps, self.steps
+        if k in (0.0, 1.0):
+            return list(range(n))
+        rng = np.random.default_rng([self.seed, 6])
+        if k >= 2:
+            phase = int(rng.integers(int(k)))
+            return list(range(phase, n, int(k)))
+        count = max(1, min(round(k * n), (n + 1) // 2))
+        slots = np.sort(rng.choice(n - count + 1, size=count, replace=False))
+        return [int(x) for x in slots + np.arange(count)]  # spread apart: never two consecutive steps
+
+    def logged_rank_mask(self) -> np.ndarray:
+        """Which ranks write rows: all, or the first rank of each tensor-parallel group."""
+        ranks = np.arange(self.gpus)
+        return np.ones(self.gpus, dtype=bool) if self.logged_ranks == "all" else ranks % self.tp == 0
 
     def parallelism(self) -> dict[str, int]:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp}

@@ -4,6 +4,10 @@ All ranks of a pipeline stage advance together as one array, so a step costs a f
 operator slot rather than per operator instance. A collective completes when its last member arrives
 plus the transfer time, so a late rank's own copy looks short while its peers' copies grow: the
 "normal while others wait" signature that localization relies on.
+
+Pipeline transfers follow `SimConfig.p2p`: eager sends end after their transfer whatever the receiver
+does; rendezvous and batched transfers start only once both sides have posted, so a late receiver
+shows up as a long send upstream and a short receive (see `_StageProgram`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from simulator.schedule import Chunk, has_downstream, stage_orders, upstream
 OP_CODE = {op: i for i, op in enumerate(OPS)}
 MB = 1 << 20
 LATENCY_NS = 8_000.0  # per hop
+MP_SYNC_BYTES = 8  # the iteration-end model-parallel all_reduce carries a norm or a loss: a few floats
 _POOL = 1 << 21
 
 
@@ -122,6 +127,8 @@ class Engine:
             inv = np.where(intra, 1.0 / cfg.nvlink_gbps, 1.0 / cfg.net_gbps)
             self.gid[kind] = [(local[r] + layout.offset[kind]).astype(np.int32) for r in self.stage_ranks]
             self.inv_bw[kind] = [inv[local[r]] for r in self.stage_ranks]
+        mp_hosts = layout.host[layout.members["mp"]]
+        self.mp_inv_bw = np.where((mp_hosts == mp_hosts[:, :1]).all(axis=1), 1.0 / cfg.nvlink_gbps, 1.0 / cfg.net_gbps)
         self.act_bytes = int(cfg.activation_mb * MB)
         self.grad_bytes = int(cfg.grad_mb * MB)
         self.half_ns = cfg.layer_fwd_ms * 1e6 / 2
@@ -166,6 +173,7 @@ class Engine:
 
     # -- one step -------------------------------------------------------------------------------
     def _step(self, step: int) -> None:
+        """Every stage advances through its boundaries until it needs a peer's post; repeat until done."""
         cfg = self.cfg
         cm_all = self.faults.compute_multiplier(step)
         jitter_ranks = self.faults.host_jitter_ranks(step)
@@ -173,43 +181,32 @@ class Engine:
         for k in self.kinds - {"pp"}:
             f = self.faults.group_factor(k, step)
             gf[k] = f if (f > 1.0).any() else None
-        seq, p2p_seq = self.seq, self.p2p_seq
-        sent: dict[tuple[int, Chunk], tuple[np.ndarray, int, int]] = {}
-        ptr = [0] * cfg.pp
-        remaining = sum(len(o) for o in self.orders)
-        while remaining:
+        p2p = _P2P(self, step)
+        progs = [_StageProgram(self, s, p2p) for s in range(cfg.pp)]
+        while not all(pr.done for pr in progs):
             progressed = False
-            for s in range(cfg.pp):
-                order = self.orders[s]
-                while ptr[s] < len(order):
-                    ch = order[ptr[s]]
-                    up = upstream(ch, s, cfg.pp, cfg.virtual_stages)
-                    if up is not None and up not in sent:
-                        break
-                    inbound = sent.pop(up) if up is not None else None
-                    self._chunk(step, s, ch, inbound, cm_all, jitter_ranks, gf, seq, p2p_seq, sent)
-                    ptr[s] += 1
-                    remaining -= 1
+            for pr in progs:
+                while not pr.done and pr.advance():
+                    if pr.run_chunk:
+                        self._chunk(step, pr.s, pr.run_chunk, cm_all, jitter_ranks, gf)
+                        pr.run_chunk = None
                     progressed = True
             if not progressed:
                 raise RuntimeError("pipeline schedule deadlocked (simulator bug)")
         for s in range(cfg.pp):
-            self._optimizer(step, s, cm_all, gf, seq)
+            self._grad_sync(step, s, gf)
+        if "mp" in self.kinds:
+            self._mp_sync(step, gf["mp"])
+        for s in range(cfg.pp):
+            self._optimizer(step, s, cm_all, gf)
         self.step_end_ns[step] = self.t.max()
 
-    def _chunk(self, step: int, s: int, ch: Chunk, inbound: tuple[np.ndarray, int, int] | None,
-               cm_all: np.ndarray, jitter_ranks: np.ndarray, gf: dict[str, np.ndarray | None],
-               seq: dict[str, np.ndarray], p2p_seq: dict[tuple[int, int], int],
-               sent: dict[tuple[int, Chunk], tuple[np.ndarray, int, int]]) -> None:
-        cfg = self.cfg
+    def _chunk(self, step: int, s: int, ch: Chunk, cm_all: np.ndarray, jitter_ranks: np.ndarray,
+               gf: dict[str, np.ndarray | None]) -> None:
+        """One forward or backward chunk of one stage: compute and the stage's own collectives."""
+        cfg, seq = self.cfg, self.seq
         R = self.stage_ranks[s]
         tt = self.t[R]
-        pp_gid = self.gid["pp"][s]
-        if inbound is not None:
-            ready, src, n = inbound  # the recv carries the seq of the send it matches
-            end = np.maximum(tt, ready) + self._draw(self._jit_pool, tt.size)
-            self.rec.add(R, pp_gid, "recv", n, self.act_bytes, tt, end, step, peer=self.stage_ranks[src])
-            tt = end
         mult = cm_all[R] * (2.0 if ch.phase == "B" else 1.0)
         if jitter_ranks.size:
             j = np.ones(cfg.gpus)
@@ -235,31 +232,38 @@ class Engine:
             if "tp" in self.kinds:
                 tt = self._collective("tp", "all_reduce", s, tt, self.act_bytes, step, int(seq["tp"][s]), gf["tp"])
                 seq["tp"][s] += 1
-        dst = has_downstream(ch, s, cfg.pp, cfg.virtual_stages)
-        if dst is not None:
-            key = (s, dst)
-            n = p2p_seq.get(key, 0)
-            p2p_seq[key] = n + 1
-            peer = self.stage_ranks[dst]
-            factor = self.faults.edge_factor(("p2p", key), R, peer, step)
-            inv = np.where(self.lay.host[R] == self.lay.host[peer], 1.0 / cfg.nvlink_gbps, 1.0 / cfg.net_gbps)
-            transfer = self.act_bytes * inv * factor * self._draw(self._net_pool, tt.size)
-            end = tt + transfer + LATENCY_NS
-            self.rec.add(R, pp_gid, "send", n, self.act_bytes, tt, end, step, peer=peer)
-            sent[(s, ch)] = (end, s, n)
-            tt = end
         self.t[R] = tt
         if self.rec.rows >= self.flush_rows:
             self._pending.append(self.rec.flush())
 
-    def _optimizer(self, step: int, s: int, cm_all: np.ndarray, gf: dict[str, np.ndarray | None],
-                   seq: dict[str, np.ndarray]) -> None:
-        R = self.stage_ranks[s]
-        tt = self.t[R]
-        if "dp" in self.kinds:
-            tt = self._collective("dp", "reduce_scatter", s, tt, self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
-            seq["dp"][s] += 1
-        tt = self._compute(tt, 4 * self.half_ns, cm_all[R])
+    def _grad_sync(self, step: int, s: int, gf: dict[str, np.ndarray | None]) -> None:
+        """Data-parallel gradient reduce-scatter of one stage."""
+        if "dp" not in self.kinds:
+            return
+        R, seq = self.stage_ranks[s], self.seq
+        self.t[R] = self._collective("dp", "reduce_scatter", s, self.t[R], self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
+        seq["dp"][s] += 1
+
+    def _mp_sync(self, step: int, gfac: np.ndarray | None) -> None:
+        """The iteration-end all_reduce of each replica's model-parallel group (Megatron's grad-norm):
+        every stage of a replica waits for the slowest one, a few bytes cross the network."""
+        mem = self.lay.members["mp"]  # [dp, tp*cp*pp]
+        k = mem.shape[1]
+        arrive = self.t[mem]
+        last = arrive.max(axis=1, keepdims=True)
+        transfer = 2.0 * (k - 1) / k * MP_SYNC_BYTES * self.mp_inv_bw[:, None]
+        if gfac is not None:
+            transfer = transfer * gfac[:, None]
+        done = last + transfer * self._draw(self._net_pool, last.size)[:, None] + LATENCY_NS * (k - 1)
+        end = done + self._draw(self._jit_pool, arrive.size).reshape(arrive.shape)
+        gid = np.repeat(np.arange(mem.shape[0], dtype=np.int32) + self.lay.offset["mp"], k)
+        self.rec.add(mem.ravel(), gid, "all_reduce", step, MP_SYNC_BYTES, arrive.ravel(), end.ravel(), step)
+        self.t[mem] = end
+
+    def _optimizer(self, step: int, s: int, cm_all: np.ndarray, gf: dict[str, np.ndarray | None]) -> None:
+        """The optimizer update, then the data-parallel parameter all-gather."""
+        R, seq = self.stage_ranks[s], self.seq
+        tt = self._compute(self.t[R], 4 * self.half_ns, cm_all[R])
         if "dp" in self.kinds:
             tt = self._collective("dp", "all_gather", s, tt, self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
             seq["dp"][s] += 1
@@ -280,3 +284,157 @@ class Engine:
         last = self.rec.flush()
         if last is not None:
             yield last
+
+
+class _P2P:
+    """Pipeline transfers of one step: who posted when (true time), and when each transfer's data arrived.
+
+    eager: the data moves as soon as the send is posted. rendezvous and batched: it moves once both
+    sides have posted, so a late receiver holds its sender.
+    """
+
+    def __init__(self, engine: Engine, step: int) -> None:
+        self.e = engine
+        self.step = step
+        self.eager = engine.cfg.p2p == "eager"
+        self.send_post: dict[tuple[int, Chunk], tuple[np.ndarray, int, int]] = {}  # key -> (post, seq, dst)
+        self.recv_post: dict[tuple[int, Chunk], np.ndarray] = {}
+        self.arrival: dict[tuple[int, Chunk], np.ndarray] = {}
+
+    def post_send(self, key: tuple[int, Chunk], dst: int, t: np.ndarray) -> None:
+        if key in self.send_post:
+            return
+        pair = (key[0], dst)
+        n = self.e.p2p_seq.get(pair, 0)
+        self.e.p2p_seq[pair] = n + 1
+        self.send_post[key] = (t.copy(), n, dst)
+
+    def post_recv(self, key: tuple[int, Chunk], t: np.ndarray) -> None:
+        if key not in self.recv_post:
+            self.recv_post[key] = t.copy()
+
+    def arrived(self, key: tuple[int, Chunk]) -> np.ndarray | None:
+        """When the data of `key` is complete on both sides, or None while a side has not posted."""
+        if key in self.arrival:
+            return self.arrival[key]
+        if key not in self.send_post or (not self.eager and key not in self.recv_post):
+            return None
+        e = self.e
+        s = key[0]
+        post, _, dst = self.send_post[key]
+        start = post if self.eager else np.maximum(post, self.recv_post[key])
+        R, peer = e.stage_ranks[s], e.stage_ranks[dst]
+        factor = e.faults.edge_factor(("p2p", (s, dst)), R, peer, self.step)
+        inv = np.where(e.lay.host[R] == e.lay.host[peer], 1.0 / e.cfg.nvlink_gbps, 1.0 / e.cfg.net_gbps)
+        transfer = e.act_bytes * inv * factor * e._draw(e._net_pool, R.size)
+        self.arrival[key] = start + transfer + LATENCY_NS
+        return self.arrival[key]
+
+    def record(self, key: tuple[int, Chunk], side: str, start: np.ndarray, end: np.ndarray) -> None:
+        e = self.e
+        s = key[0]
+        _, n, dst = self.send_post[key]
+        if side == "send":
+            e.rec.add(e.stage_ranks[s], e.gid["pp"][s], "send", n, e.act_bytes, start, end, self.step,
+                      peer=e.stage_ranks[dst])
+        else:
+            e.rec.add(e.stage_ranks[dst], e.gid["pp"][dst], "recv", n, e.act_bytes, start, end, self.step,
+                      peer=e.stage_ranks[s])
+
+
+class _StageProgram:
+    """One stage's step as boundaries between chunks: at boundary b it posts receives, sends chunk b-1's
+    output, waits for chunk b's input, then runs chunk b.
+
+    Receives are posted as Megatron does: the next chunk's input at each boundary (1F1B), and one chunk
+    ahead under the interleaved schedule, where Megatron overlaps p2p with compute by default
+    (`overlap_p2p_comm`): that receive stays in flight while the stage computes. A rendezvous send blocks after the receives are posted
+    (as gloo/NCCL do for large messages); batched mode posts sends and receives as one batch and waits
+    for all of it (`batch_isend_irecv`). Both orders are deadlock-free for 1F1B and interleaved schedules.
+    """
+
+    def __init__(self, engine: Engine, s: int, p2p: _P2P) -> None:
+        cfg = engine.cfg
+        self.e, self.s, self.p2p, self.mode = engine, s, p2p, cfg.p2p
+        self.R = engine.stage_ranks[s]
+        order = engine.orders[s]
+        self.order = order
+        ahead = 2 if cfg.virtual_stages > 1 else 1
+        self.up = [upstream(ch, s, cfg.pp, cfg.virtual_stages) for ch in order]
+        self.posts: list[list[tuple[int, Chunk]]] = [[] for _ in range(len(order) + 1)]
+        for j, key in enumerate(self.up):
+            if key is not None:
+                self.posts[max(0, j - ahead + 1)].append(key)
+        self.down = [has_downstream(ch, s, cfg.pp, cfg.virtual_stages) for ch in order]
+        self.b = 0
+        self.phase = "post"
+        self.done = False
+        self.run_chunk: Chunk | None = None
+        self.batch_post = np.empty(0)
+
+    def _send(self) -> tuple[tuple[int, Chunk], int] | None:
+        b = self.b
+        if b == 0 or self.down[b - 1] is None:
+            return None
+        return (self.s, self.order[b - 1]), int(self.down[b - 1])  # type: ignore[arg-type]
+
+    def advance(self) -> bool:
+        """Take the next action of this stage; False when it must wait for a peer to post."""
+        e, p2p, t = self.e, self.p2p, self.e.t
+        R = self.R
+        send = self._send()
+        recv = self.up[self.b] if self.b < len(self.order) else None
+        if self.phase == "post":
+            if self.mode != "eager":
+                for key in self.posts[self.b]:
+                    p2p.post_recv(key, t[R])
+            if self.mode == "batched":
+                self.batch_post = t[R].copy()
+                if send:
+                    p2p.post_send(send[0], send[1], t[R])
+                self.phase = "wait"
+            else:
+                self.phase = "send"
+            return True
+        if self.phase == "send":
+            if send:
+                p2p.post_send(send[0], send[1], t[R])
+                arrival = p2p.arrived(send[0])
+                if arrival is None:
+                    return False
+                post = p2p.send_post[send[0]][0]
+                end = arrival if self.mode == "eager" else arrival + e._draw(e._jit_pool, R.size)
+                p2p.record(send[0], "send", post, end)
+                t[R] = end
+            self.phase = "wait"
+            return True
+        # wait for this boundary's transfers, then run the chunk
+        if self.mode == "batched":
+            keys = [k for k in ((send[0] if send else None), recv) if k is not None]
+            arrivals = [p2p.arrived(k) for k in keys]
+            if any(a is None for a in arrivals):
+                return False
+            if keys:
+                end = np.maximum(np.max(np.stack(arrivals), axis=0), t[R]) + e._draw(e._jit_pool, R.size)  # type: ignore[arg-type]
+                if send:
+                    p2p.record(send[0], "send", self.batch_post, end)
+                if recv is not None:
+                    p2p.record(recv, "recv", p2p.recv_post[recv], end)
+                t[R] = end
+        elif recv is not None:
+            if self.mode == "eager":
+                p2p.post_recv(recv, t[R])
+            arrival = p2p.arrived(recv)
+            if arrival is None:
+                return False
+            post = p2p.recv_post[recv]
+            end = np.maximum(post, arrival) + e._draw(e._jit_pool, R.size)
+            p2p.record(recv, "recv", post, end)
+            t[R] = np.maximum(t[R], end)
+        if self.b == len(self.order):
+            self.done = True
+        else:
+            self.run_chunk = self.order[self.b]
+            self.b += 1
+            self.phase = "post"
+        return True

@@ -90,7 +90,8 @@ def flow_intervals(trace: Trace, truth: dict) -> pd.DataFrame:
     ops["end_ns"] -= rank_off.reindex(ops["rank"]).to_numpy()
     host_idx = {h: i for i, h in enumerate(hosts)}
     rank_host = pd.Series({r: host_idx[i.host] for r, i in meta.ranks.items()})
-    out = [_collective_intervals(ops, _edges(meta)), _p2p_intervals(ops, rank_host)]
+    eager = (truth.get("config") or {}).get("p2p", "eager") == "eager"  # traces older than the setting were eager
+    out = [_collective_intervals(ops, _edges(meta)), _p2p_intervals(ops, rank_host, eager)]
     iv = pd.concat([o for o in out if len(o)], ignore_index=True) if any(len(o) for o in out) else pd.DataFrame()
     return iv
 
@@ -118,16 +119,26 @@ def _collective_intervals(ops: pd.DataFrame, edges: pd.DataFrame) -> pd.DataFram
     return x[["group", "seq", "step", "src", "dst", "bytes", "last", "t1", "early", "arr_src", "arr_dst", "kind", "k"]]
 
 
-def _p2p_intervals(ops: pd.DataFrame, rank_host: pd.Series) -> pd.DataFrame:
+def _p2p_intervals(ops: pd.DataFrame, rank_host: pd.Series, eager: bool) -> pd.DataFrame:
+    """Each inter-host send's data on the wire: from its post (eager) or from the later of the two posts
+    (rendezvous, batched: the data waits for the receiver) until the earlier side completed."""
     send = ops[ops["op"] == "send"]
     send = send[rank_host.reindex(send["rank"]).to_numpy() != rank_host.reindex(send["peer"]).to_numpy()]
     if send.empty:
         return pd.DataFrame()
+    start, end = send["start_ns"].to_numpy(), send["end_ns"].to_numpy()
+    if not eager:
+        recv = ops[ops["op"] == "recv"].set_index(["group", "seq", "peer", "rank"])
+        idx = pd.MultiIndex.from_arrays([send["group"], send["seq"], send["rank"], send["peer"]])
+        r_start = recv["start_ns"].reindex(idx).to_numpy(dtype=np.float64)
+        r_end = recv["end_ns"].reindex(idx).to_numpy(dtype=np.float64)
+        start = np.where(np.isnan(r_start), start, np.maximum(start, r_start)).astype(np.int64)
+        end = np.where(np.isnan(r_end), end, np.maximum(np.minimum(end, r_end), start + 1)).astype(np.int64)
     return pd.DataFrame({
         "group": send["group"].to_numpy(), "seq": send["seq"].to_numpy(), "step": send["step"].to_numpy(),
         "src": send["rank"].to_numpy(), "dst": send["peer"].to_numpy(), "bytes": send["nbytes"].to_numpy(),
-        "last": send["start_ns"].to_numpy(), "t1": send["end_ns"].to_numpy(), "early": False,
-        "arr_src": send["start_ns"].to_numpy(), "arr_dst": send["start_ns"].to_numpy(), "kind": "p2p", "k": 2,
+        "last": start, "t1": end, "early": False,
+        "arr_src": start, "arr_dst": start, "kind": "p2p", "k": 2,
     })
 
 

@@ -33,7 +33,7 @@ def clock_offsets(cfg: SimConfig, n_hosts: int) -> np.ndarray:
 
 
 def _to_arrow(batch: RowBatch, layout: Layout, offsets: np.ndarray, cfg: SimConfig,
-              keep: np.ndarray | None, names: pa.Array, ops: pa.Array) -> pa.RecordBatch:
+              keep_rank: np.ndarray | None, keep_step: np.ndarray | None, names: pa.Array, ops: pa.Array) -> pa.RecordBatch:
     rank = batch.rank
     off = offsets[layout.host[rank]]
     start = (cfg.start_ns + np.rint(batch.start + off)).astype(np.int64)
@@ -51,9 +51,12 @@ def _to_arrow(batch: RowBatch, layout: Layout, offsets: np.ndarray, cfg: SimConf
         pa.array(step),
     ]
     rb = pa.RecordBatch.from_arrays(cols, schema=_WRITE_SCHEMA)
-    if keep is not None:
-        rb = rb.filter(pa.array(keep[rank] & _row_keep(cfg, rank.size, batch)))
-    return rb
+    keep = _row_keep(cfg, rank.size, batch)
+    if keep_rank is not None:
+        keep &= keep_rank[rank]
+    if keep_step is not None:
+        keep &= keep_step[batch.step]
+    return rb if keep.all() else rb.filter(pa.array(keep))
 
 
 def _row_keep(cfg: SimConfig, n: int, batch: RowBatch) -> np.ndarray:
@@ -74,20 +77,22 @@ def simulate_trace(cfg: SimConfig, out: Path, progress: Callable[[int], None] | 
     engine = Engine(cfg, layout, model, record=True)
     n_hosts = int(layout.host.max()) + 1
     offsets = clock_offsets(cfg, n_hosts)
-    keep: np.ndarray | None = None
+    keep_rank = cfg.logged_rank_mask()
     lost: list[int] = []
-    if cfg.missing_ranks or cfg.row_loss:
-        keep = np.ones(cfg.gpus, dtype=bool)
-        if cfg.missing_ranks:
-            lost = sorted(np.random.default_rng([cfg.seed, 4]).choice(cfg.gpus, cfg.missing_ranks, replace=False).tolist())
-            keep[lost] = False
+    if cfg.missing_ranks:
+        lost = sorted(np.random.default_rng([cfg.seed, 4]).choice(cfg.gpus, cfg.missing_ranks, replace=False).tolist())
+        keep_rank[lost] = False
+    logged_steps = cfg.logged_steps()
+    keep_step = np.zeros(cfg.steps, dtype=bool)
+    keep_step[logged_steps] = True
     names = pa.array(layout.names)
     ops = pa.array(list(OPS))
     layout.meta().save(out / "meta.json")
     rows = 0
     with ChunkedParquetWriter(out / "commops.parquet", _WRITE_SCHEMA) as writer:
         for batch in engine.run():
-            rb = _to_arrow(batch, layout, offsets, cfg, keep, names, ops)
+            rb = _to_arrow(batch, layout, offsets, cfg, None if keep_rank.all() else keep_rank,
+                           None if keep_step.all() else keep_step, names, ops)
             writer._writer.write_batch(rb, row_group_size=1 << 20)
             rows += rb.num_rows
             if progress:
@@ -103,6 +108,9 @@ def simulate_trace(cfg: SimConfig, out: Path, progress: Callable[[int], None] | 
         "clock_offsets_ns": {layout.host_name(h): int(offsets[h]) for h in range(n_hosts)},
         "rows": rows,
         "missing_ranks": lost,
+        "logged_ranks": cfg.logged_ranks,
+        "logged_rank_count": int(keep_rank.sum()),
+        "logged_steps": logged_steps,
     }
     if counterfactual is None:
         counterfactual = cfg.gpus <= 4096
@@ -126,5 +134,7 @@ def simulate_trace(cfg: SimConfig, out: Path, progress: Callable[[int], None] | 
     else:
         truth["clean_step_time_s"] = truth["step_time_s"]
         truth["irregular_steps"] = []
+    # a sampling logger writes some steps only: the irregular steps a localizer can report are those
+    truth["irregular_steps"] = [s for s in truth["irregular_steps"] if keep_step[s]]
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return truth

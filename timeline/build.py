@@ -19,6 +19,7 @@ from timeline.steps import (
     infer_steps,
     job_step_durations,
     judge_steps,
+    settle,
     slowdown,
     spread,
 )
@@ -67,6 +68,15 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
     table = judge_steps(durations, delta) if len(durations) else empty_steps()
     if len(durations) and len(durations) < 3:
         notes.append(f"only {len(durations)} step(s): too few for a rolling baseline")
+    from_start = steps is None or (len(all_steps) > 0 and steps[0] <= int(all_steps[0]))
+    table, warmup, onset = settle(table, warmup=from_start) if len(table) else (table, [], None)
+    if warmup:
+        notes.append(f"steps {warmup[0]}..{warmup[-1]} ran slow as the job warmed up (allocator, communicators, "
+                     "compilation): not counted as irregular")
+    noise = table.loc[table["pattern"] == "noise", "step"].astype(int).tolist()
+    if noise:
+        notes.append(f"{len(noise)} step(s) ran slightly slow now and then ({', '.join(map(str, noise[:5]))}): "
+                     "too little time lost to call the job irregular")
     irregular = [int(s) for s in table.loc[table["irregular"], "step"]]
     notes.append(_clock_note(offsets))
     expected = expected_step_seconds(trace.meta)
@@ -88,6 +98,8 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         expected_step_s=expected,
         notes=[n for n in notes if n],
         delta=delta,
+        onset_step=onset,
+        warmup_steps=warmup,
     )
 
 

@@ -100,17 +100,37 @@ def _collective_pairs(df: pd.DataFrame, host: np.ndarray) -> pd.DataFrame:
 
 
 def _p2p_pairs(df: pd.DataFrame, host: np.ndarray) -> pd.DataFrame:
-    """Host pairs (recv host a, send host b) with d = the smallest recv-minus-send end difference."""
+    """Host pairs (a, b) with d ≈ offset[a] - offset[b]: where a recv and its send end, within
+    what causality allows.
+
+    Whatever the send semantics (eager, rendezvous, batched), a recv cannot complete before its
+    send was posted, so recv end minus send start, minimised over a pair's transfers, bounds
+    offset[recv host] - offset[send host] from above, and transfers the other way bound it from
+    below. Within those bounds, the median difference of recv and send ends is the estimate:
+    exact where the two end together (rendezvous); a batch that waits on another transfer, or an
+    eager send done before its data lands, can only move it as far as the bounds.
+    """
     inst = instance_ids(df)
     send = _op_is(df["op"], "send")
-    rows = pd.DataFrame({"inst": inst, "host": host, "end": df["end_ns"].to_numpy(np.float64)})
+    rows = pd.DataFrame({"inst": inst, "host": host, "start": df["start_ns"].to_numpy(np.float64),
+                         "end": df["end_ns"].to_numpy(np.float64)})
     both = rows[send].merge(rows[~send], on="inst", suffixes=("_s", "_r"))
     both = both[both["host_s"].to_numpy() != both["host_r"].to_numpy()]
-    return (
+    if both.empty:
+        return pd.DataFrame({"a": [], "b": [], "d": [], "n": []})
+    pairs = (
         pd.DataFrame({"a": both["host_r"].to_numpy(), "b": both["host_s"].to_numpy(),
-                      "d": both["end_r"].to_numpy() - both["end_s"].to_numpy()})
-        .groupby(["a", "b"], sort=False)["d"].agg(d="min", n="size").reset_index()
+                      "up": both["end_r"].to_numpy() - both["start_s"].to_numpy(),
+                      "ends": both["end_r"].to_numpy() - both["end_s"].to_numpy()})
+        .groupby(["a", "b"], sort=False).agg(up=("up", "min"), ends=("ends", "median"), n=("up", "size")).reset_index()
     )
+    back = pairs.rename(columns={"a": "b", "b": "a", "up": "up_back", "n": "n_back"})[["a", "b", "up_back", "n_back"]]
+    pairs = pairs.merge(back, on=["a", "b"], how="left")
+    two_way = pairs["up_back"].notna().to_numpy()
+    low = np.where(two_way, -pairs["up_back"].to_numpy(), -np.inf)
+    d = np.clip(pairs["ends"].to_numpy(), low, pairs["up"].to_numpy())
+    n = np.where(two_way, np.minimum(pairs["n"].to_numpy(), pairs["n_back"].fillna(0).to_numpy()), pairs["n"].to_numpy())
+    return pd.DataFrame({"a": pairs["a"].to_numpy(), "b": pairs["b"].to_numpy(), "d": d, "n": n})
 
 
 def match_instances(

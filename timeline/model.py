@@ -46,10 +46,14 @@ class Timeline:
     expected_step_s: float | None = None
     notes: list[str] = field(default_factory=list)
     delta: float = 1.1  # the δ steps were judged with
+    onset_step: int | None = None  # where the irregularity began (isolated slow steps before it aside)
+    warmup_steps: list[int] = field(default_factory=list)  # slow first steps that are not a fault
 
     def since(self) -> int | None:
-        """First irregular step, or None when the job is healthy."""
-        return self.irregular_steps[0] if self.irregular_steps else None
+        """The onset step (the first irregular one unless told), or None when the job is healthy."""
+        if not self.irregular_steps:
+            return None
+        return self.onset_step if self.onset_step is not None else self.irregular_steps[0]
 
     def kinds_summary(self) -> dict[str, int]:
         """How many groups of each kind (dp/tp/pp/ep/cp), for the one-line summary."""
@@ -76,6 +80,8 @@ class Timeline:
             "job": self.job,
             "status": self.status,
             "since_step": self.since(),
+            "onset_step": self.since(),
+            "warmup_steps": [int(s) for s in self.warmup_steps],
             "irregular_steps": [int(s) for s in self.irregular_steps],
             "slowdown": round(float(self.slowdown), 4),
             "delta": self.delta,

@@ -29,6 +29,18 @@ EPISODE_GAP = 4
 #: ratios stay within PERSISTENT_SPREAD of each other, is one persistent level.
 PERSISTENT_DENSITY = 0.9
 PERSISTENT_SPREAD = 1.25
+#: A job's first steps run slow for reasons that are not faults (allocator, communicator set-up,
+#: compilation): a leading run of at most this many irregular steps (or this share of the steps),
+#: followed by WARMUP_NORMAL_AFTER normal ones, is warm-up.
+WARMUP_MAX_STEPS = 3
+WARMUP_MAX_SHARE = 0.1
+WARMUP_NORMAL_AFTER = 3
+#: Irregular steps that together lost less than this share of the window's time, none of them
+#: SPIKE_RATIO times its baseline, are noise (a busy host now and then), not an irregularity.
+MIN_LOST_SHARE = 0.02
+SPIKE_RATIO = 1.5
+#: The onset is the first step of the first episode that lost at least this share of the time lost.
+ONSET_SHARE = 0.2
 #: Largest anchor-cycle length (anchor operators per step) that step inference tries.
 MAX_CYCLE = 256
 #: Fraction of anchor comparisons allowed to break the period (lost rows, reordered streams):
@@ -268,6 +280,53 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
             "pattern": classify_patterns(steps, irregular, ratio),
         }
     )
+
+
+def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list[int], int | None]:
+    """The δ-irregular steps less warm-up and noise, and the onset (see the constants above).
+
+    Returns the table (warm-up steps get pattern "warm-up", noise "noise", neither irregular),
+    the warm-up steps, and the onset step (None when no irregular step is left). `warmup`:
+    the table starts at the job's first step (a window from mid-job has no warm-up)."""
+    t = table.copy()
+    irr = t["irregular"].to_numpy(bool).copy()
+    pattern = t["pattern"].to_numpy(object).copy()
+    n = len(t)
+    warm: list[int] = []
+    if warmup and n and irr[0]:
+        lead = int(np.argmin(irr)) if not irr.all() else n
+        after = irr[lead:lead + WARMUP_NORMAL_AFTER]
+        if lead <= max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n)) and len(after) == WARMUP_NORMAL_AFTER and not after.any():
+            irr[:lead] = False
+            pattern[:lead] = "warm-up"
+            warm = [int(x) for x in t["step"].to_numpy()[:lead]]
+    d = t["duration_s"].to_numpy(np.float64)
+    base = t["baseline_s"].to_numpy(np.float64)
+    lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
+    counted = np.isfinite(d) & (pattern != "warm-up")
+    ratio = t["ratio"].to_numpy(np.float64)
+    if irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO:
+        pattern[irr] = "noise"
+        irr[:] = False
+    steps = t["step"].to_numpy(np.int64)
+    kept = classify_patterns(steps, irr, ratio)
+    pattern = np.where(irr, kept, np.where(np.isin(pattern, ("warm-up", "noise")), pattern, ""))
+    t["irregular"] = irr
+    t["pattern"] = pattern
+    return t, warm, _onset(steps, irr, lost)
+
+
+def _onset(steps: np.ndarray, irr: np.ndarray, lost: np.ndarray) -> int | None:
+    """First step of the first episode (irregular steps at most EPISODE_GAP apart) that lost a
+    fair share of all the time lost: isolated slow steps before a fault are not its onset."""
+    idx = np.flatnonzero(irr)
+    if not idx.size:
+        return None
+    total = float(lost[idx].sum())
+    for ep in np.split(idx, np.flatnonzero(np.diff(steps[idx]) > EPISODE_GAP) + 1):
+        if total <= 0 or float(lost[ep].sum()) >= ONSET_SHARE * total:
+            return int(steps[ep[0]])
+    return int(steps[idx[0]])
 
 
 def step_noise(d: np.ndarray) -> float:

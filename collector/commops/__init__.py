@@ -2,16 +2,23 @@
 
     from collector import commops
     commops.attach("/data/run7")     # or set LAGGARD_COMMOPS_DIR and call attach()
+    commops.attach("/data/run7", parallelism={"tp": 2, "pp": 2, "dp": 2})   # parallelism: optional
+    commops.name_group(tp_group, "tp-0")   # optional: or new_group(..., group_desc="tp-0")
     for batch in loader:
         ...
         commops.step()               # optional: steps are detected from optimizer.step()
 
 Without touching the script, under torchrun:
-    LAGGARD_COMMOPS_DIR=/data/run7 torchrun --nproc-per-node 8 -m collector.commops.run train.py ARGS
+    LAGGARD_COMMOPS_DIR=/data/run7 LAGGARD_PARALLELISM=tp=2,pp=2,dp=2 \
+        torchrun --nproc-per-node 8 -m collector.commops.run train.py ARGS
+
+meta.json names each rank's host and the job from the launcher's environment (Slurm, Kubernetes,
+torchrun; LAGGARD_HOST and LAGGARD_JOB override): see collector.commops.launcher.
 
 What it wraps: torch.distributed collectives (all_reduce, all_gather[_into_tensor|_single],
-reduce_scatter[_tensor|_single], all_to_all[_single], broadcast, reduce, barrier), send/recv/isend/
-irecv and batch_isend_irecv, DDP's gradient all-reduces (a comm hook installed on every DDP model),
+_all_gather_base, reduce_scatter[_tensor|_single], _reduce_scatter_base, all_to_all[_single],
+broadcast, reduce, barrier), send/recv/isend/irecv and batch_isend_irecv — each operator recorded
+once whichever alias the job calls (the aliases call one another), DDP's gradient all-reduces (a comm hook installed on every DDP model),
 and FSDP2's all-gathers/reduce-scatters (they call the wrapped functions). Async ops are timed at
 completion by a future callback; NCCL groups are timed with CUDA events.
 """
@@ -26,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from collector.commops import patches
+from collector.commops import launcher, patches
 from collector.commops.recorder import Recorder
 from collector.commops.writer import ShardWriter
 
@@ -37,21 +44,26 @@ _state: dict[str, Any] = {}
 
 
 def attach(out_dir: str | os.PathLike[str] | None = None, flush_s: float | None = None,
-           capacity: int = 1 << 16, job: str | None = None) -> bool:
+           capacity: int = 1 << 16, job: str | None = None,
+           parallelism: dict[str, int] | None = None) -> bool:
     """Start logging into `out_dir` (default $LAGGARD_COMMOPS_DIR). Returns False if neither is set.
 
     Safe to call before or after init_process_group; call it before building DDP models so
-    their gradient all-reduces are captured too.
+    their gradient all-reduces are captured too. `job` names the job (default: the launcher's
+    job name); `parallelism` declares sizes, e.g. {"tp": 2, "pp": 2, "dp": 2} (default
+    $LAGGARD_PARALLELISM): a bad value raises ValueError here, a bad variable is reported and ignored.
     """
     if _state:
         return True
     root = out_dir if out_dir is not None else os.environ.get(ENV_DIR)
     if not root:
         return False
+    declared = launcher.parse_parallelism(parallelism) if parallelism is not None else _env_parallelism()
     rec = Recorder(capacity)
     interval = float(flush_s if flush_s is not None else os.environ.get(ENV_FLUSH, "5"))
     _state.update(rec=rec, root=Path(root), interval=interval, writer=None, fr_dumped=False,
-                  job=job or os.environ.get("LAGGARD_JOB") or _run_id() or "commops")
+                  job=job or launcher.job_of(os.environ, Path(root).name),
+                  identity=launcher.identity(os.environ, declared))
     rec.on_failure = _on_failure
     patches.install(rec, _ensure_writer)
     atexit.register(detach)
@@ -59,10 +71,33 @@ def attach(out_dir: str | os.PathLike[str] | None = None, flush_s: float | None 
     return True
 
 
-def _run_id() -> str:
-    """torchrun's rendezvous id names the job, unless it is torchrun's placeholder."""
-    rid = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    return "" if rid in ("", "none") else rid
+def name_group(pg: Any, name: str) -> bool:
+    """Name a process group in the trace (e.g. "tp-0", "dp-3"; unique per group across the job).
+
+    Call it before the group's first operator; same effect as new_group(..., group_desc=name).
+    Returns False (and says why on stderr) when the logger is off or the group already ran
+    under another name.
+    """
+    rec: Recorder | None = _state.get("rec")
+    if rec is None:
+        return False
+    ok = rec.name_group(pg, str(name))
+    if not ok:
+        print(f"laggard commops: name_group({name!r}) ignored: the group already ran as "
+              f"{rec.group_names[rec.groups[pg]]!r}; call name_group before its first operator", file=sys.stderr)
+    return ok
+
+
+def _env_parallelism() -> dict[str, int] | None:
+    """$LAGGARD_PARALLELISM, or None; a malformed value is reported once and ignored (the job runs on)."""
+    spec = os.environ.get(launcher.ENV_PARALLELISM, "").strip()
+    if not spec:
+        return None
+    try:
+        return launcher.parse_parallelism(spec)
+    except ValueError as exc:
+        print(f"laggard commops: {launcher.ENV_PARALLELISM} ignored: {exc}", file=sys.stderr)
+        return None
 
 
 def step(n: int | None = None) -> int:
@@ -112,7 +147,8 @@ def _ensure_writer(rec: Recorder) -> None:
     import torch.distributed as dist
 
     rec.rank = dist.get_rank()
-    w = ShardWriter(rec, _state["root"], rec.rank, dist.get_world_size(), _state["interval"], _state["job"])
+    w = ShardWriter(rec, _state["root"], rec.rank, dist.get_world_size(), _state["interval"], _state["job"],
+                    _state["identity"])
     _state["writer"] = w
     w.start()
 

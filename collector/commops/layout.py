@@ -61,7 +61,9 @@ def read_rank_infos(root: Path) -> dict[int, dict[str, Any]]:
 
 
 def merge_meta(root: Path, job: str | None = None) -> JobMeta:
-    """meta.json from every rank's self-description: world, ranks (host, gpu), all groups."""
+    """meta.json from every rank's self-description: world, ranks (host, gpu), all groups, and the
+    parallelism the job declared. Ranks that disagree (a group name given to two different sets
+    of ranks, two declared parallelisms) are kept first-come and listed in `commops_warnings`."""
     infos = read_rank_infos(root)
     if not infos:
         raise TraceError(f"{root}: no ranks/rank-*.json", "point at the directory the CommOps logger wrote")
@@ -70,16 +72,27 @@ def merge_meta(root: Path, job: str | None = None) -> JobMeta:
     ranks = {r: RankInfo(host=str(infos[r].get("host", "unknown")) if r in infos else "unknown",
                          gpu=int(infos[r].get("gpu", 0)) if r in infos else 0)
              for r in range(world)}
+    warnings: list[str] = []
     groups: dict[str, list[int]] = {}
-    for info in infos.values():
+    for r, info in sorted(infos.items()):
         for name, members in info.get("groups", {}).items():
-            groups[str(name)] = [int(m) for m in members]
+            ranks_of = [int(m) for m in members]
+            seen = groups.setdefault(str(name), ranks_of)
+            if seen != ranks_of and len(warnings) < 10:
+                warnings.append(f"group {name!r} names ranks {seen} on one rank and {ranks_of} on rank {r}: "
+                                "give each group its own name (e.g. commops.name_group(pg, 'tp-0'))")
+    declared = [(r, i["parallelism"]) for r, i in sorted(infos.items()) if isinstance(i.get("parallelism"), dict)]
+    parallelism = {str(k): int(v) for k, v in declared[0][1].items()} if declared else {}
+    if any(p != declared[0][1] for _, p in declared):
+        warnings.append(f"ranks declare different parallelism ({declared[0][1]} on rank {declared[0][0]}); kept that one")
     first = infos[min(infos)]
-    extra = {"source": "laggard-commops",
-             "commops_errors": sum(int(i.get("errors", 0)) for i in infos.values()),
-             "commops_dropped": sum(int(i.get("dropped", 0)) for i in infos.values())}
+    extra: dict[str, Any] = {"source": "laggard-commops",
+                             "commops_errors": sum(int(i.get("errors", 0)) for i in infos.values()),
+                             "commops_dropped": sum(int(i.get("dropped", 0)) for i in infos.values())}
+    if warnings:
+        extra["commops_warnings"] = warnings
     return JobMeta(job=job or str(first.get("job", "commops")), world_size=world, ranks=ranks,
-                   groups=dict(sorted(groups.items())), extra=extra)
+                   groups=dict(sorted(groups.items())), parallelism=parallelism, extra=extra)
 
 
 def write_meta(root: Path, meta: JobMeta) -> None:

@@ -38,7 +38,6 @@ def install(rec: Recorder, on_first_op: Callable[[Recorder], None]) -> None:
 
     rec.group_id = group_id  # type: ignore[method-assign]
     wrapped: dict[str, Any] = {}
-    batch_flag = [False]
     for name, op, tpos, gpos in COLLECTIVES:
         if hasattr(c10d, name):
             try:
@@ -47,11 +46,11 @@ def install(rec: Recorder, on_first_op: Callable[[Recorder], None]) -> None:
                 rec.error(exc)
     for name, op, peer_kw, group_peer_kw in P2P:
         try:
-            wrapped[name] = make_p2p(rec, getattr(c10d, name), op, peer_kw, group_peer_kw, batch_flag)
+            wrapped[name] = make_p2p(rec, getattr(c10d, name), op, peer_kw, group_peer_kw)
         except TypeError as exc:
             rec.error(exc)
     wrapped["batch_isend_irecv"] = make_batch_p2p(
-        rec, c10d.batch_isend_irecv, batch_flag, (c10d.isend, wrapped.get("isend", c10d.isend)))
+        rec, c10d.batch_isend_irecv, (c10d.isend, wrapped.get("isend", c10d.isend)))
     for name, fn in wrapped.items():
         orig = getattr(c10d, name)
         _set(c10d, name, fn)

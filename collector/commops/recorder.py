@@ -31,9 +31,11 @@ COLLECTIVES: tuple[tuple[str, str, int, int], ...] = (
     ("reduce", "reduce", 0, 3),
     ("all_gather", "all_gather", 1, 2),
     ("all_gather_into_tensor", "all_gather", 1, 2),
+    ("_all_gather_base", "all_gather", 1, 2),
     ("all_gather_single", "all_gather", 1, 2),
     ("reduce_scatter", "reduce_scatter", 1, 3),
     ("reduce_scatter_tensor", "reduce_scatter", 1, 3),
+    ("_reduce_scatter_base", "reduce_scatter", 1, 3),
     ("reduce_scatter_single", "reduce_scatter", 1, 3),
     ("all_to_all", "all_to_all", 1, 2),
     ("all_to_all_single", "all_to_all", 1, 4),
@@ -60,6 +62,12 @@ def payload_bytes(x: Any) -> int:
         return 0
 
 
+class Guard(threading.local):
+    """`on` while this thread runs inside a wrapped operator; False in every new thread."""
+
+    on = False
+
+
 class Recorder:
     """Per-process state: group ids and sequence numbers, the step, the rings, in-flight ops."""
 
@@ -80,6 +88,7 @@ class Recorder:
         self.groups: dict[Any, int] = {}  # process group object (None = default) -> gid
         self.cpu_groups: dict[Any, int] = {}  # the same, for groups timed on the CPU (the wrappers' fast path)
         self.group_names: list[str] = []
+        self.names: dict[Any, str] = {}  # process group -> name given by commops.name_group
         self.group_ranks: list[list[int]] = []
         self.seq: list[int] = []  # per gid, collectives
         self.send_seq: list[dict[int, int]] = []  # per gid: dst -> last seq of sends from this rank
@@ -92,6 +101,7 @@ class Recorder:
         self.cuda_rows: list[tuple[tuple[int, ...], Any, Any, Any]] = []  # (row, clock anchor, start, end event)
         self.gpu_clock: Any = None  # cudatime.GpuClock, made on the first CUDA op
         self.failed: list[tuple[int, ...]] = []  # ops that raised (timeouts): kept for hang attribution
+        self.guard = Guard()  # per thread: inside a wrapped operator (see the wrapper templates)
         self.rank = -1
         self.errors = 0
         self.first_error = ""
@@ -112,6 +122,7 @@ class Recorder:
         if gid is not None:
             return gid
         name, ranks = describe_group(pg)
+        name = self.names.get(pg, name)
         if name in self.group_names:  # two handles for the same group (None and WORLD)
             gid = self.group_names.index(name)
         else:
@@ -130,6 +141,14 @@ class Recorder:
         else:
             self.cpu_groups[pg] = gid
         return gid
+
+    def name_group(self, pg: Any, name: str) -> bool:
+        """Name `pg` in the records; False if it already ran under another name (rows are out)."""
+        gid = self.groups.get(pg)
+        if gid is not None:
+            return self.group_names[gid] == name
+        self.names[pg] = name
+        return True
 
     def failed_op(self, row: tuple[int, ...]) -> None:
         """An op raised (a timeout, a dead peer): keep it for hang attribution, then tell the logger."""
@@ -326,8 +345,14 @@ def describe_group(pg: Any) -> tuple[str, list[int]]:
 #    writer in the thread's frames (`in_flight_frames`), from these locals;
 #  - slow (a group's first op, groups on CUDA): registers the group, marks the row in flight in
 #    `current`, and times CUDA groups with events (`run_cuda`).
+# Both hold this thread's `guard` while the wrapped function runs: torch's aliases call one
+# another (all_gather_into_tensor and _all_gather_base call all_gather_single, send calls isend,
+# batch_isend_irecv the isend/irecv it was given), and the operator is recorded once, by the
+# outermost wrapper, whichever name the job called.
 _FAST_COLLECTIVE = """
 def {name}({decl}):
+    if guard.on:
+        return orig({call})
     try:
         gid = fast.get({group})
         if gid is not None:
@@ -340,11 +365,14 @@ def {name}({decl}):
         return orig({call})
     if gid is None:
         return slow({call})
+    guard.on = True
     try:
         out = orig({call})
     except BaseException:
         rec.failed_op((gid, code, s, -1, nbytes, t0, st))
         raise
+    finally:
+        guard.on = False
     if out is None:
         publish((gid, code, s, -1, nbytes, t0, st, now()))
     else:
@@ -362,12 +390,15 @@ def slow({decl}):
     except Exception as exc:
         rec.error(exc)
         return orig({call})
-    return run_marked(rec, orig, row, gid in cuda, ({call_tuple}), {{{call_kw}}})
+    guard.on = True
+    try:
+        return run_marked(rec, orig, row, gid in cuda, ({call_tuple}), {{{call_kw}}})
+    finally:
+        guard.on = False
 """
 
 # p2p: seq counts per group, peer and direction (what (group, src, dst) is on this rank), so
-# both sides agree; send/recv run isend/irecv inside, so they set `batch_flag` and the inner
-# call records nothing.
+# both sides agree.
 _P2P_ROW = """
         {lookup}
         if gid is not None:
@@ -385,18 +416,19 @@ _P2P_ROW = """
 
 _FAST_P2P = """
 def {name}({decl}):
-    if batch_flag[0]:
+    if guard.on:
         return orig({call})
     try:""" + _P2P_ROW.replace("{lookup}", "gid = fast.get(group)") + """
     if gid is None:
         return slow({call})
-    FLAG_ON
+    guard.on = True
     try:
         out = orig({call})
     except BaseException:
         rec.failed_op((gid, code, s, peer, nbytes, t0, st))
         raise
-    FLAG_OFF
+    finally:
+        guard.on = False
     if out is None or out.__class__ is int:  # send returns None, recv the source rank
         publish((gid, code, s, peer, nbytes, t0, st, now()))
     else:
@@ -407,18 +439,12 @@ def {name}({decl}):
 _SLOW_P2P = """
 def slow({decl}):
     try:""" + _P2P_ROW.replace("{lookup}", "gid = rec.group_id(group)") + """
-    FLAG_ON
+    guard.on = True
     try:
         return run_marked(rec, orig, (gid, code, s, peer, nbytes, t0, st), gid in cuda, ({call_tuple}), {{{call_kw}}})
     finally:
-        batch_flag[0] = False
+        guard.on = False
 """
-
-
-def _p2p_templates(sync: bool) -> tuple[str, str]:
-    """send/recv hold `batch_flag` for the duration of the call; isend/irecv leave it alone."""
-    on, off = ("batch_flag[0] = True", "finally:\n        batch_flag[0] = False") if sync else ("", "")
-    return _FAST_P2P.replace("FLAG_ON", on).replace("FLAG_OFF", off), _SLOW_P2P.replace("FLAG_ON", on)
 
 
 def run_marked(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], gpu: bool, args: Any,
@@ -468,7 +494,7 @@ def _generate(rec: Recorder, orig: Callable[..., Any], op: str, fast: str, slow:
     env = {
         **env, "_d": [p.default for p in params], "rec": rec, "fast": rec.cpu_groups, "code": OP_CODE[op],
         "now": _now, "step": rec.step, "orig": orig, "cuda": rec.cuda_groups, "run_marked": run_marked,
-        "publish": rec.ring.append,
+        "publish": rec.ring.append, "guard": rec.guard,
     }
     exec(compile(src, f"<laggard commops wrapper of {name}>", "exec"), env)
     wrapper = env[name]
@@ -492,24 +518,23 @@ def make_collective(rec: Recorder, orig: Callable[..., Any], op: str, tpos: int,
                      {"group": f"{{p{gpos}}}", "nbytes": nbytes}, {"seqs": rec.seq, "payload_bytes": payload_bytes})
 
 
-def make_p2p(rec: Recorder, orig: Callable[..., Any], op: str, peer_kw: str, group_peer_kw: str,
-             batch_flag: list[bool]) -> Callable[..., Any]:
+def make_p2p(rec: Recorder, orig: Callable[..., Any], op: str, peer_kw: str, group_peer_kw: str) -> Callable[..., Any]:
     """Wrap send/recv/isend/irecv (the tensor first; the peer, `group` and `group_peer_kw` by name)."""
     params = list(inspect.signature(orig).parameters)
     if not params or peer_kw not in params or "group" not in params or group_peer_kw not in params:
         raise TypeError(f"cannot wrap {op}: unexpected signature {inspect.signature(orig)}")
-    fast, slow = _p2p_templates(not orig.__name__.startswith("i"))
-    return _generate(rec, orig, op, fast, slow, [params.index(peer_kw)],
+    return _generate(rec, orig, op, _FAST_P2P, _SLOW_P2P, [params.index(peer_kw)],
                      {"peer": peer_kw, "group_peer": group_peer_kw, "nbytes": f"{params[0]}.nbytes"},
-                     {"pseq": rec.send_seq if OP_CODE[op] == SEND else rec.recv_seq, "batch_flag": batch_flag})
+                     {"pseq": rec.send_seq if OP_CODE[op] == SEND else rec.recv_seq})
 
 
-def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], batch_flag: list[bool],
-                   send_fns: tuple[Any, ...]) -> Callable[..., Any]:
+def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], send_fns: tuple[Any, ...]) -> Callable[..., Any]:
     """Wrap batch_isend_irecv: one row per P2POp, each timed when its work (or the batch's) completes."""
-    step = rec.step
+    step, guard = rec.step, rec.guard
 
     def wrapper(p2p_op_list: list[Any]) -> Any:
+        if guard.on:
+            return orig(p2p_op_list)
         rows: list[tuple[int, ...]] = []
         try:
             t0 = _now()
@@ -523,14 +548,14 @@ def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], batch_flag: list[boo
         except Exception as exc:
             rec.error(exc)
             rows = []
-        batch_flag[0] = True
+        guard.on = True
         try:
             works = orig(p2p_op_list)
         except BaseException:
             rec.failed.extend(rows)
             raise
         finally:
-            batch_flag[0] = False
+            guard.on = False
         if rows:
             if len(works) == len(rows):
                 works = [rec.watch(w, r) for w, r in zip(works, rows, strict=True)]

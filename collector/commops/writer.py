@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from collector.commops import cudatime, layout
+from collector.commops.launcher import identity as launcher_identity
 from collector.commops.recorder import Recorder
 from collector.schema import COMMOPS_SCHEMA, OPS
 
@@ -42,13 +42,17 @@ def shard_age_s() -> float:
 class ShardWriter:
     """Flushes a Recorder to `root` every `interval` seconds (and on demand)."""
 
-    def __init__(self, rec: Recorder, root: Path, rank: int, world: int, interval: float, job: str) -> None:
+    def __init__(self, rec: Recorder, root: Path, rank: int, world: int, interval: float, job: str,
+                 identity: dict[str, Any] | None = None) -> None:
         self.rec = rec
         self.root = root
         self.rank = rank
         self.world = world
         self.interval = interval
         self.job = job
+        # where this rank runs and what the job declared (collector.commops.launcher), as written
+        # to ranks/rank-R.json: host, host_from, gpu, node_rank, parallelism
+        self.identity = identity if identity is not None else launcher_identity(os.environ)
         self.async_consumed = 0
         self.dropped = 0
         self.rows = 0
@@ -218,8 +222,7 @@ class ShardWriter:
     def _write_rank_info(self) -> None:
         rec = self.rec
         info: dict[str, Any] = {
-            "rank": self.rank, "world_size": self.world, "job": self.job,
-            "host": socket.gethostname(), "gpu": int(os.environ.get("LOCAL_RANK", "0")), "pid": os.getpid(),
+            "rank": self.rank, "world_size": self.world, "job": self.job, **self.identity, "pid": os.getpid(),
             "groups": dict(zip(rec.group_names, rec.group_ranks, strict=True)),
             "rows": self.rows, "shards": self.shards, "bytes": self.bytes,
             "dropped": self.dropped, "errors": rec.errors, "first_error": rec.first_error,

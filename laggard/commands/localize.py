@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import sys
+import time
 from typing import Any
 
 from collector.traceio import Trace
 from laggard.cliutil import add_format, parse_steps, print_json, verb_parser
+from laggard.cluster import add_cluster_args
 from localize.combine import localize_trace
 from localize.verdict import Verdict
 
@@ -21,9 +23,17 @@ def register(sub: Any) -> None:
         "Without an evidence flag it uses every kind of evidence the trace has.",
         "  laggard localize traces/gpu-straggler\n"
         "  laggard localize /data/run7 --format json --top 3\n"
-        "  laggard localize /data/run7 --commops --steps 400:450 --fail-on-irregular",
+        "  laggard localize /data/run7 --commops --steps 400:450 --fail-on-irregular\n"
+        "  laggard localize /data/run7 --cluster local --workers 2 --worker-memory 1.5GiB\n"
+        "  laggard localize /data/run7 --summary-first       # one process, one host's rows at a time\n"
+        "  laggard localize s3://bucket/run7 --cluster tcp://10.0.0.5:8786 --format json\n"
+        "\n"
+        "--cluster runs the summary-first localizer (the sidecar's: per-host abnormal-operator\n"
+        "summaries, then full records of only the ranks and steps they point at) as Dask tasks\n"
+        "that read the CommOps shards where they lie; its verdict is byte for byte the one the\n"
+        "same method gives in one process (--summary-first, or localize.summary).",
     )
-    p.add_argument("trace", type=Path, help="trace directory (holds meta.json)")
+    p.add_argument("trace", help="trace directory (holds meta.json); with --cluster also a file:// or fsspec URL")
     ev = p.add_argument_group("evidence (default: all the trace has)")
     for kind in ("commops", "flows", "logs"):
         ev.add_argument(f"--{kind}", action="append_const", const=kind, dest="evidence",
@@ -32,6 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument("--steps", help="only steps A:B (inclusive)")
     p.add_argument("--top", type=int, default=5, help="how many candidates to list (default 5)")
     p.add_argument("--fail-on-irregular", action="store_true", help="exit 1 when the job is irregular or stuck")
+    add_cluster_args(p)
     p.set_defaults(func=run)
 
 
@@ -61,11 +72,46 @@ def run(args: argparse.Namespace) -> int:
         from collector.errors import UserError
 
         raise UserError(f"--top {args.top}", "give at least 1")
-    trace = Trace.open(args.trace)
-    evidence = tuple(dict.fromkeys(args.evidence)) if args.evidence else None
-    verdict = localize_trace(trace, evidence, parse_steps(args.steps), args.top)
+    if args.cluster or args.summary_first:
+        verdict = cluster_verdict(args)
+    else:
+        trace = Trace.open(args.trace)
+        evidence = tuple(dict.fromkeys(args.evidence)) if args.evidence else None
+        verdict = localize_trace(trace, evidence, parse_steps(args.steps), args.top)
     if args.format == "json":
         print_json(verdict.to_dict())
     else:
         print(render_text(verdict))
     return 1 if args.fail_on_irregular and verdict.status != "healthy" else 0
+
+
+def cluster_verdict(args: argparse.Namespace) -> Verdict:
+    """The summary-first verdict, its tasks on the cluster (or in this process with
+    --summary-first alone); what the run did goes to stderr."""
+    from collector.errors import UserError
+    from laggard.cluster import open_cluster
+    from localize.distributed import Serial, Source, Stats, localize_distributed
+
+    if getattr(args, "steps", None):
+        raise UserError("--steps does not combine with --cluster/--summary-first",
+                        "drop --steps: the summaries pick the steps to fetch")
+    if set(getattr(args, "evidence", None) or ()) - {"commops"}:
+        raise UserError("--cluster/--summary-first localize from CommOps only", "drop --flows/--logs")
+    src = Source.open(args.trace)
+    stats = Stats()
+    t0 = time.perf_counter()
+    if not args.cluster:
+        verdict, _ = localize_distributed(src, Serial(), args.top, stats)
+        print(f"summary-first in one process: {stats.map_tasks} host(s) summarized, {stats.fetch_tasks} fetch(es), "
+              f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        return verdict
+    with open_cluster(args.cluster, args.workers, args.worker_memory) as run:
+        verdict, _ = localize_distributed(src, run, args.top, stats)
+        workers = run.worker_stats()
+    peak = max((w["peak_rss_bytes"] for w in workers.values()), default=0)
+    print(f"cluster {args.cluster}: {len(workers)} worker(s), {stats.map_tasks} summary task(s) "
+          f"{run.stage_s.get('summarize_host', 0.0):.1f} s, {stats.fetch_tasks} fetch task(s) "
+          f"{run.stage_s.get('fetch_rows', 0.0):.1f} s, {run.result_bytes:,} B of results, "
+          f"peak worker RSS {peak / 2**20:.0f} MiB, {time.perf_counter() - t0:.1f} s in all", file=sys.stderr)
+    return verdict
+

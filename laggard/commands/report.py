@@ -11,6 +11,7 @@ from typing import Any
 from collector.errors import UserError
 from collector.traceio import Trace
 from laggard.cliutil import add_fail_on_irregular, exit_status, parse_steps, progress, verb_parser
+from laggard.cluster import add_cluster_args
 
 SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
 
@@ -26,7 +27,8 @@ def register(sub: Any) -> None:
         "  laggard report traces/gpu-straggler --out report.html\n"
         "  laggard report /data/run7 --out - --format md | less -R\n"
         "  laggard report /data/run7 --out run7.json --fail-on-irregular\n"
-        "  laggard report /data/run7 --out r.html --notify http://alertmanager:9093/api/v2/alerts",
+        "  laggard report /data/run7 --out r.html --notify http://alertmanager:9093/api/v2/alerts\n"
+        "  laggard report /data/run7 --out r.html --cluster local   # localize on Dask workers",
     )
     p.add_argument("trace", type=Path, help="trace directory (holds meta.json)")
     p.add_argument("--out", required=True, help="file to write, or - for stdout (md and json only)")
@@ -41,6 +43,7 @@ def register(sub: Any) -> None:
                    help="where the read-only probes run (default auto: the virtual cluster for simulated "
                         "traces, else a dry run that lists the commands); local and ssh are opt-in")
     add_fail_on_irregular(p)
+    add_cluster_args(p)
     p.set_defaults(func=run)
 
 
@@ -63,10 +66,17 @@ def run(args: argparse.Namespace) -> int:
     from localize.combine import localize_trace
     from timeline.build import build_timeline
 
+    large = args.cluster or args.summary_first
+    if large:  # the whole-trace timeline is what does not fit one process: the report goes without it
+        from laggard.commands.localize import cluster_verdict
+
+        args.evidence = None
+        verdict = cluster_verdict(args)
     with progress("building the timeline", total=4) as stages:
-        timeline = build_timeline(trace, steps) if trace.has("commops") else None
+        timeline = build_timeline(trace, steps) if trace.has("commops") and not large else None
         stages.next("localizing the root cause")
-        verdict = localize_trace(trace, None, steps, args.top)
+        if not large:
+            verdict = localize_trace(trace, None, steps, args.top)
         stages.next("diagnosing")
         diagnosis = diagnose(trace, verdict, backend=backend)
         stages.next("rendering the report")

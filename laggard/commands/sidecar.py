@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 from pathlib import Path
 from typing import Any
 
 from laggard.cliutil import Formatter, add_format, print_json, verb_parser
+from laggard.cluster import add_cluster_args
 
 
 def register(sub: Any) -> None:
@@ -25,7 +27,8 @@ def register(sub: Any) -> None:
         "  laggard sidecar run /data/run7 --follow --post http://laggard:8750   # the node agent\n"
         "  laggard sidecar run /data/run7 --host node-3 --follow\n"
         "  laggard sidecar run /data/run7 --all-hosts          # every host, once (tests, replays)\n"
-        "  laggard sidecar localize /data/run7 --format json",
+        "  laggard sidecar localize /data/run7 --format json\n"
+        "  laggard sidecar localize /data/run7 --cluster local   # fetches as Dask tasks",
     )
     verbs = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     run_p = verbs.add_parser("run", help="summarize this node's shards", formatter_class=Formatter)
@@ -52,6 +55,7 @@ def register(sub: Any) -> None:
     loc.add_argument("trace", type=Path)
     loc.add_argument("--top", type=int, default=5, help="candidates to report (default 5)")
     add_format(loc)
+    add_cluster_args(loc, summary_first=False)
     loc.set_defaults(func=run)
 
 
@@ -73,7 +77,15 @@ def run(args: argparse.Namespace) -> int:
                 n = len(summarize_node(args.trace, h, args.window, final=True))
             print(f"{h}: {n} window summary(ies) in {args.trace / 'summary'}")
         return 0
-    verdict, mv = central_localize(args.trace, top=args.top)
+    if args.cluster:
+        from laggard.cluster import open_cluster
+        from localize.distributed import Source, fetcher
+
+        src = Source.open(args.trace)
+        with open_cluster(args.cluster, args.workers, args.worker_memory) as cluster:
+            verdict, mv = central_localize(args.trace, top=args.top, fetch=fetcher(src, cluster))
+    else:
+        verdict, mv = central_localize(args.trace, top=args.top)
     if args.format == "json":
         print_json(verdict.to_dict())
         return 0
@@ -90,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
+    from collector.commops.launcher import host_of
     from collector.errors import UserError
     from laggard.agent import Agent, default_spool
 
@@ -100,7 +113,7 @@ def _agent(args: argparse.Namespace) -> int:
     for flag, v in (("--poll", args.poll), ("--window", args.window), ("--spool-max-mb", args.spool_max_mb)):
         if not v > 0:
             raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")
-    host = args.host or socket.gethostname()
+    host = args.host or host_of(os.environ)[0]  # the logger's rule: $LAGGARD_HOST, $SLURMD_NODENAME, ..., hostname
     agent = Agent(args.trace, host, args.post, args.spool or default_spool(args.trace, host),
                   int(args.spool_max_mb * (1 << 20)), args.window)
     n = agent.run(args.poll, args.wait, args.idle_exit, args.linger)

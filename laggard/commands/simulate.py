@@ -9,7 +9,14 @@ from typing import Any
 
 from collector.errors import UserError
 from laggard.cliutil import verb_parser
-from simulator.config import SCENARIOS, FaultSpec, SimConfig, scenario_config
+from simulator.config import (
+    LOGGED_RANKS,
+    P2P_MODES,
+    SCENARIOS,
+    FaultSpec,
+    SimConfig,
+    scenario_config,
+)
 from simulator.writer import simulate_trace
 
 EXAMPLES = """\
@@ -17,6 +24,8 @@ EXAMPLES = """\
   laggard simulate --scenario link-slow --seed 3 --out /tmp/link
   laggard simulate --gpus 128 --tp 2 --pp 2 --cp 2 --ep 4 --fault nic:host=node-3,factor=3,steps=5:19 --out /tmp/moe
   laggard simulate --gpus 64 --tp 8 --fault gpu:rank=5,factor=3,steps=4:12,pattern=spike --flows --logs --out /tmp/all
+  laggard simulate --gpus 64 --tp 4 --pp 4 --p2p batched --mp-sync --logged-ranks one-per-tp --sample-steps 3 \
+      --hosts-per-switch 16 --clock-skew-ms 100 --fault gpu:rank=5,factor=2.3 --out /tmp/megatron-like
 
 fault SPEC (several --fault at once are fine):
   gpu:rank=R,factor=F          slow compute on one GPU
@@ -38,7 +47,8 @@ def register(sub: Any) -> None:
         "Simulates every communication operator of every rank of a DP x TP x PP x CP x EP job (Megatron\n"
         "rank order, 1F1B or interleaved pipeline, 8 GPUs per host under ToR switches) with compute and\n"
         "bandwidth noise, slow drift and unsynchronized host clocks. Delays propagate through every\n"
-        "dependency. Writes meta.json, commops.parquet and truth.json (the injected faults).",
+        "dependency; pipeline transfers follow --p2p (rendezvous by default: a send waits for its receiver).\n"
+        "Writes meta.json, commops.parquet and truth.json (the injected faults, logged steps and ranks).",
         EXAMPLES,
     )
     p.add_argument("--out", type=Path, required=True, help="trace directory to write")
@@ -51,15 +61,29 @@ def register(sub: Any) -> None:
     p.add_argument("--fault", action="append", default=[], metavar="SPEC", help="inject a fault (see below)")
     p.add_argument("--microbatches", type=int, help="microbatches per step (default 2*pp, at least 4)")
     p.add_argument("--virtual-stages", type=int, help="model chunks per stage; >1 = interleaved 1F1B")
+    p.add_argument("--p2p", choices=P2P_MODES,
+                   help="pipeline send/recv semantics: rendezvous (default; a transfer starts once both sides posted, "
+                        "as NCCL and gloo do for activations), eager (a send never waits for its receiver), batched "
+                        "(Megatron's batch_isend_irecv: a stage's send and recv posted and waited together)")
+    p.add_argument("--mp-sync", action="store_true",
+                   help="end every iteration with an all_reduce over each model-parallel group (tp x cp x pp of one "
+                        "replica, e.g. Megatron's grad-norm); groups mp-<i> in meta.json")
     p.add_argument("--drift", type=float, help="relative compute-time drift over the run, e.g. 0.2")
-    p.add_argument("--clock-skew-ms", type=float, help="host clock offsets are uniform in +- this (default 50)")
+    p.add_argument("--clock-skew-ms", type=float,
+                   help="host clock offsets are uniform in +- this (default 50; NTP-synced fleets see up to ~100)")
+    p.add_argument("--logged-ranks", choices=LOGGED_RANKS,
+                   help="which ranks write rows: all (default), or one-per-tp (tp rank 0 of each tensor-parallel group, "
+                        "as many Megatron jobs log)")
+    p.add_argument("--sample-steps", type=float, metavar="K|F",
+                   help="write only sampled steps, as a sampling profiler does: K >= 2 every K-th step, or a fraction "
+                        "F in (0, 0.5] of the steps at random, never two in a row (truth.json lists them)")
     p.add_argument("--missing-ranks", type=int, help="ranks whose logs are lost entirely")
     p.add_argument("--row-loss", type=float, help="fraction of rows the logger drops")
     p.add_argument("--hide-steps", action="store_true", help="write step=-1 (a logger without step markers)")
     p.add_argument("--opaque-groups", action="store_true",
                    help="name process groups pg-<hash> and leave parallelism out of meta (timeline must infer kinds)")
     p.add_argument("--gpus-per-host", type=int, help="GPUs per host (default 8)")
-    p.add_argument("--hosts-per-switch", type=int, help="hosts under each ToR switch (default 4)")
+    p.add_argument("--hosts-per-switch", type=int, help="hosts under each ToR switch (default 4; real leaf switches hold 4-32)")
     p.add_argument("--job", help="job name in meta.json")
     p.add_argument("--flows", action="store_true", help="also write flows.parquet (network flow bursts)")
     p.add_argument("--pcap", action="store_true", help="also write a small RoCEv2 pcap (implies --flows)")
@@ -72,7 +96,8 @@ def build_config(args: argparse.Namespace) -> SimConfig:
     overrides: dict[str, Any] = {
         "gpus": args.gpus, "dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp,
         "steps": args.steps, "seed": args.seed, "microbatches": args.microbatches,
-        "virtual_stages": args.virtual_stages, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
+        "virtual_stages": args.virtual_stages, "p2p": args.p2p, "mp_sync": args.mp_sync or None, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
+        "logged_ranks": args.logged_ranks, "sample_steps": args.sample_steps,
         "missing_ranks": args.missing_ranks, "row_loss": args.row_loss, "job": args.job,
         "hide_steps": args.hide_steps or None, "opaque_groups": args.opaque_groups or None,
         "gpus_per_host": args.gpus_per_host, "hosts_per_switch": args.hosts_per_switch,

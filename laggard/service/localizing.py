@@ -10,10 +10,8 @@ request the agents answer) and localizes once they arrive, from the same summari
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,18 +20,16 @@ import pyarrow as pa
 
 from collector.meta import JobMeta, RankInfo
 from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, write_table
 from explain.report.build import report_from_verdict
 from explain.report.html import render_html
 from explain.report.markdown import render_markdown
 from explain.report.model import Report, irregular_windows
 from laggard.service.schema import members
 from laggard.service.store import Store
-from localize.summary import SUMMARY_SCHEMA, WIRE_US, localize_from_summary, plan_fetch, step_table
+from localize.commops import COLUMNS
+from localize.summary import SUMMARY_SCHEMA, WIRE_US, localize_summary, plan_fetch, step_table
 from localize.verdict import Verdict
 
-FETCH_STEPS = 3  # irregular steps whose records are fetched (localize/summary's default of 1 names nobody on
-#                  small real jobs, with a few operators per step: tests/laggard/test_e2e_torchrun.py)
 FETCH_TIMEOUT_S = 30.0  # nodes that have not answered by then: plan again (the job may have moved on)
 
 
@@ -147,7 +143,7 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
         summary = _summary(cache)
         if summary.empty:
             return Round(job)
-        plan = plan_fetch(summary, meta, step_table(summary), FETCH_STEPS)
+        plan = plan_fetch(summary, meta, step_table(summary)[0])
         ask: dict[str, dict[str, list[int]]] = {}
         for r in plan.ranks if plan.irregular else []:
             if r in meta.ranks:
@@ -173,14 +169,15 @@ def _records(bodies: dict[str, str]) -> pa.Table:
 
 def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str, str], top: int) -> Localized:
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="laggard-serve-") as tmp:
-        root = Path(tmp)
-        meta.save(root / "meta.json")
-        write_table(pa.Table.from_pandas(summary, schema=SUMMARY_SCHEMA, preserve_index=False),
-                    root / "summary.parquet", SUMMARY_SCHEMA)
-        write_table(_records(records), root / "commops.parquet", COMMOPS_SCHEMA)
-        verdict, _ = localize_from_summary(Trace.open(root), top, max_steps=FETCH_STEPS)
-    steps = step_table(summary)
+    rows = _records(records).to_pandas()
+
+    def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
+        """The records the nodes sent, as localize/ asks for them (the plan's ranks and steps)."""
+        keep = rows["rank"].isin(ranks) & rows["step"].between(steps[0], steps[1])
+        return rows.loc[keep, list(COLUMNS)].sort_values(["rank", "start_ns"]).reset_index(drop=True)
+
+    verdict, _ = localize_summary(summary, meta, fetch, top)
+    steps = step_table(summary)[0]
     v = verdict.to_dict()
     v.update(summaries_rows=len(summary), nodes=int(summary["host"].nunique()),
              steps_seen=[int(steps["step"].min()), int(steps["step"].max())] if len(steps) else [])

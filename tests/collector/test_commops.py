@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from collector import commops
-from collector.commops.recorder import Recorder, make_collective
+from collector.commops.recorder import OP_CODE, Recorder, make_collective
 from collector.commops.writer import ShardWriter
 from collector.meta import JobMeta
 from collector.traceio import Trace
@@ -143,3 +143,115 @@ def test_op_in_progress_is_pending_without_a_marker(world1: None, tmp_path: Path
     assert seen == [[], [[2, 16, False]]]
     w.flush()
     assert not pending.exists() and w.rows == 2 and w.dropped == 0
+
+
+#: every name a job may call -> the contract op recorded (the deprecated aliases call the others)
+ALIASES = {
+    "all_reduce": "all_reduce", "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier",
+    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather_single": "all_gather", "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter", "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+}
+
+
+def _call(name: str, t: torch.Tensor, o: torch.Tensor, async_op: bool) -> None:
+    fn = getattr(dist, name)
+    if name in ("all_reduce",):
+        w = fn(t, async_op=async_op)
+    elif name in ("broadcast", "reduce"):
+        w = fn(t, 0, async_op=async_op)
+    elif name == "barrier":
+        w = fn(async_op=async_op)
+    elif name == "all_gather":
+        w = fn([o], t, async_op=async_op)
+    elif name == "reduce_scatter":
+        w = fn(o, [t], async_op=async_op)
+    elif name == "all_to_all":
+        w = fn([o], [t], async_op=async_op)
+    else:  # (output, input) tensor forms
+        w = fn(o, t, async_op=async_op)
+    if async_op:
+        w.wait()
+
+
+def test_every_alias_is_recorded_once(world1: None, tmp_path: Path) -> None:
+    """torch's deprecated names call the new ones (all_gather_into_tensor -> all_gather_single):
+    each call is one operator, recorded once, sync or async, whichever name the job used."""
+    import warnings
+
+    assert commops.attach(tmp_path, flush_s=60)
+    try:
+        t, o = torch.ones(4), torch.zeros(4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            for name in ALIASES:
+                for async_op in (False, True):
+                    commops.step(list(ALIASES).index(name))
+                    _call(name, t, o, async_op)
+        commops.flush()
+        st = commops.stats()
+    finally:
+        commops.detach()
+    df = Trace.open(tmp_path).commops()
+    got = df.groupby("step")["op"].agg(list).to_dict()
+    assert got == {i: [op, op] for i, op in enumerate(ALIASES.values())}
+    assert st["rows"] == 2 * len(ALIASES) and st["dropped"] == 0 and st["errors"] == 0
+    assert (df["seq"].sort_values().to_numpy() == range(1, 2 * len(ALIASES) + 1)).all()
+
+
+def test_the_guard_is_per_thread(world1: None) -> None:
+    """An operator another thread runs while this one is inside a wrapped operator is recorded."""
+    import threading
+
+    rec = Recorder(1 << 4)
+    rec.rank = 0
+    inner = make_collective(rec, lambda tensor, op=None, group=None, async_op=False: None, "all_reduce", 0, 2)
+
+    def outer_body(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
+        inner(tensor)  # the same thread: an alias calling another name, not a second operator
+        th = threading.Thread(target=inner, args=(tensor,))
+        th.start()
+        th.join()
+
+    outer = make_collective(rec, outer_body, "broadcast", 0, 2)
+    outer(torch.ones(2))
+    outer(torch.ones(2))  # the fast path too
+    assert sorted(r[1] for r in rec.ring) == sorted([OP_CODE["broadcast"], OP_CODE["all_reduce"]] * 2)
+
+
+def test_name_group_names_a_group_before_its_first_op(world1: None, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert not commops.name_group(None, "x")  # logger off: nothing to name
+    commops.attach(tmp_path, flush_s=60, job="j7", parallelism={"tp": 1, "dp": 1})
+    try:
+        g = dist.new_group([0])
+        assert commops.name_group(g, "tp-0")
+        dist.all_reduce(torch.ones(2), group=g)
+        assert commops.name_group(g, "tp-0")  # the same name again is fine
+        assert not commops.name_group(g, "dp-0")  # rows already carry tp-0
+        h = dist.new_group([0])
+        dist.all_reduce(torch.ones(2), group=h)
+    finally:
+        commops.detach()
+    assert "call name_group before its first operator" in capsys.readouterr().err
+    meta = JobMeta.load(tmp_path / "meta.json")
+    assert "tp-0" in meta.groups and any(n.startswith("pg-") for n in meta.groups)
+    assert meta.job == "j7" and meta.parallelism == {"dp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1}
+
+
+def test_a_bad_parallelism_variable_is_reported_and_ignored(world1: None, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LAGGARD_PARALLELISM", "tp=2,pq=2")
+    monkeypatch.setenv("LAGGARD_HOST", "node-5")
+    assert commops.attach(tmp_path, flush_s=60)  # the job runs on
+    try:
+        dist.all_reduce(torch.ones(2))
+    finally:
+        commops.detach()
+    assert "LAGGARD_PARALLELISM ignored: unknown parallel dimension 'pq'" in capsys.readouterr().err
+    meta = JobMeta.load(tmp_path / "meta.json")
+    assert meta.parallelism == {} and meta.host_of(0) == "node-5" and meta.job == tmp_path.name
+    with pytest.raises(ValueError, match="positive integer"):
+        commops.attach(tmp_path, parallelism={"tp": 0})

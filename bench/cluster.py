@@ -1,0 +1,183 @@
+"""The summary-first localizer on a local Dask cluster against one process (issue 17).
+
+    python -m bench.cluster                      # 2048 GPUs x 20 steps, workers capped at 1 GiB
+    python -m bench.cluster --gpus 4096 --worker-memory 1.5GiB --skip-full
+    python -m bench.cluster --quick              # 256 GPUs: a smoke run
+
+Simulates a job with one slow GPU, lays its CommOps out one Parquet shard per host (as the
+node sidecars keep them), then measures, each in a fresh process:
+- the full single-process localizer (`laggard localize --commops`): peak RSS, bytes per row;
+- the summary-first localizer in one process (`laggard localize --summary-first`): peak RSS,
+  bytes per row (target <= 150);
+- the same on a LocalCluster of 1 and of 2 worker processes, each with a memory limit below
+  what the full path needs: wall time, map-stage time and its speedup 2 vs 1 workers, peak
+  RSS per worker, bytes of results shipped to the client and bytes sent by workers;
+and checks every verdict against the single-process summary-first one (byte for byte) and
+the injected fault.
+
+Targets: identical verdicts; worker peak bounded (under the cap); map stage >= 1.7x faster on
+2 workers than on 1 (a 2-core machine: say how loaded it was; the load average is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shard_by_host(src: Path, out: Path) -> int:
+    """Copy a trace's commops.parquet into `out/commops/<host>.parquet`, streaming row groups."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from collector.meta import JobMeta
+
+    meta = JobMeta.load(src / "meta.json")
+    (out / "commops").mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "meta.json", out / "meta.json")
+    hosts = meta.hosts()
+    code = {h: i for i, h in enumerate(hosts)}
+    host_of = np.full(max(meta.ranks) + 1, -1, dtype=np.int64)
+    for r, info in meta.ranks.items():
+        host_of[r] = code[info.host]
+    pf = pq.ParquetFile(src / "commops.parquet")
+    writers: dict[int, pq.ParquetWriter] = {}
+    rows = 0
+    try:
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g)
+            h = host_of[t["rank"].to_numpy()]
+            order = np.argsort(h, kind="stable")
+            t = t.take(pa.array(order))
+            hs = h[order]
+            cuts = np.flatnonzero(np.diff(hs)) + 1
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(hs)], strict=True):
+                k = int(hs[lo])
+                if k not in writers:
+                    writers[k] = pq.ParquetWriter(out / "commops" / f"{hosts[k]}.parquet", t.schema, compression="zstd")
+                writers[k].write_table(t.slice(lo, hi - lo))
+            rows += t.num_rows
+    finally:
+        for w in writers.values():
+            w.close()
+    return rows
+
+
+def _child(code: str, timeout: float) -> dict[str, Any]:
+    """Run `code` in a fresh interpreter; it prints one JSON line; add its peak RSS and wall time."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    pre = ("import json, resource, sys, time\n"
+           "t0 = time.perf_counter()\n")
+    post = ("\nout['wall_s'] = round(time.perf_counter() - t0, 2)\n"
+            "out['peak_rss_mib'] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+            "print(json.dumps(out))\n")
+    p = subprocess.run([sys.executable, "-c", pre + code + post], capture_output=True, text=True, env=env,
+                       timeout=timeout, cwd=REPO)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1], "rc": p.returncode}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def full_path(trace: Path, timeout: float) -> dict[str, Any]:
+    return _child(
+        "from collector.traceio import Trace\nfrom localize.combine import localize_trace\n"
+        f"v = localize_trace(Trace.open({str(trace)!r}), ('commops',))\n"
+        "out = {'top': v.candidates[0].rank if v.candidates else None, 'status': v.status}", timeout)
+
+
+def serial_path(trace: Path, timeout: float) -> dict[str, Any]:
+    return _child(
+        "from localize.distributed import Serial, Source, localize_distributed\n"
+        f"v, plan = localize_distributed(Source.open({str(trace)!r}), Serial())\n"
+        "out = {'verdict': json.dumps(v.to_dict()), 'rows_fetched': plan.rows_fetched}", timeout)
+
+
+def cluster_path(trace: Path, workers: int, memory: str, timeout: float) -> dict[str, Any]:
+    return _child(
+        "from laggard.cluster import open_cluster\n"
+        "from localize.distributed import Source, Stats, localize_distributed\n"
+        f"src = Source.open({str(trace)!r})\n"
+        f"with open_cluster('local', {workers}, {memory!r}) as run:\n"
+        "    run.client.run(lambda: __import__('localize.distributed'))  # imports are not the map stage\n"
+        "    st = Stats(); t1 = time.perf_counter()\n"
+        "    v, plan = localize_distributed(src, run, stats=st)\n"
+        "    w = run.worker_stats()\n"
+        "    out = {'verdict': json.dumps(v.to_dict()), 'localize_s': round(time.perf_counter() - t1, 2),\n"
+        "           'map_s': round(run.stage_s.get('summarize_host', 0.0), 2),\n"
+        "           'fetch_s': round(run.stage_s.get('fetch_rows', 0.0), 2),\n"
+        "           'map_tasks': st.map_tasks, 'fetch_tasks': st.fetch_tasks, 'result_bytes': run.result_bytes,\n"
+        "           'worker_peak_rss_mib': sorted(round(x['peak_rss_bytes'] / 2**20) for x in w.values()),\n"
+        "           'worker_sent_bytes': sorted(x['sent_bytes'] for x in w.values()),\n"
+        "           'worker_received_bytes': sorted(x['received_bytes'] for x in w.values())}\n", timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--worker-memory", default="1GiB", help="memory limit per worker (default 1GiB)")
+    ap.add_argument("--skip-full", action="store_true", help="do not run the full single-process localizer")
+    ap.add_argument("--quick", action="store_true", help="256 GPUs, 12 steps")
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.gpus, args.steps = 256, 12
+    if args.gpus > 8192:
+        ap.error("at most 8192 GPUs on a shared machine")
+    from simulator.config import FaultSpec, SimConfig
+    from simulator.writer import simulate_trace
+
+    res: dict[str, Any] = {"gpus": args.gpus, "steps": args.steps, "worker_memory": args.worker_memory,
+                           "load_avg_before": os.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+        sim, sharded = Path(tmp) / "sim", Path(tmp) / "sharded"
+        bad = args.gpus // 3 + 1
+        cfg = SimConfig(gpus=args.gpus, tp=8, pp=8 if args.gpus >= 512 else 2, steps=args.steps, seed=17,
+                        faults=[FaultSpec.parse(f"gpu:rank={bad},factor=2,steps={args.steps // 2}:{args.steps - 1}")])
+        t0 = time.perf_counter()
+        truth = simulate_trace(cfg, sim, counterfactual=False)
+        res["rows"] = truth["rows"]
+        res["simulate_s"] = round(time.perf_counter() - t0, 1)
+        shard_by_host(sim, sharded)
+        res["hosts"] = len(list((sharded / "commops").glob("*.parquet")))
+        res["commops_bytes"] = (sim / "commops.parquet").stat().st_size
+        if not args.skip_full:
+            full = full_path(sim, args.timeout)
+            if "peak_rss_mib" in full:
+                full["bytes_per_row"] = round(full["peak_rss_mib"] * 2**20 / truth["rows"])
+            res["full_single_process"] = full
+        ref = serial_path(sharded, args.timeout)
+        verdict = ref.pop("verdict", None)
+        if "peak_rss_mib" in ref:  # issue 17's one-process target: <= 150 bytes per operator row
+            ref["bytes_per_row"] = round(ref["peak_rss_mib"] * 2**20 / truth["rows"])
+        res["summary_single_process"] = ref
+        top = json.loads(verdict)["candidates"][0].get("rank") if verdict else None
+        res["summary_top_is_fault"] = top == bad
+        for n in (1, 2):
+            run = cluster_path(sharded, n, args.worker_memory, args.timeout)
+            run["identical_to_single_process"] = run.pop("verdict", None) == verdict
+            res[f"cluster_{n}_workers"] = run
+        one, two = res["cluster_1_workers"], res["cluster_2_workers"]
+        if one.get("map_s") and two.get("map_s"):
+            res["map_speedup_2_vs_1"] = round(one["map_s"] / two["map_s"], 2)
+    res["load_avg_after"] = os.getloadavg()
+    print(json.dumps(res, indent=1))
+    ok = all(res[f"cluster_{n}_workers"].get("identical_to_single_process") for n in (1, 2)) and res["summary_top_is_fault"]
+    print(f"verdicts identical and right: {ok}; map stage 2 vs 1 workers: {res.get('map_speedup_2_vs_1')}x "
+          f"(target 1.7x); load average {res['load_avg_before'][0]:.1f} before, {res['load_avg_after'][0]:.1f} after")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The summary-first localizer as map tasks and a reduce, for any executor.
+
+A trace too big for one process is localized the way the sidecars do it (localize/summary):
+per host, the abnormal-operator summary of that host's rows (map: `summarize_host`, which
+calls `summary.summarize`); centrally, the step table, the fetch plan and the analysis of the
+few rows it asks for (reduce: `summary.localize_summary`), those rows read where they lie by
+more map tasks (`fetch_rows`). The tasks run on whatever `Executor` is given: `Serial` (this
+process) or a cluster engine's adapter (laggard/cluster.py). Either way the same functions see
+the same rows in the same order, so the verdict is the same, byte for byte, as
+`summary.write_summaries` then `summary.localize_from_summary` in one process.
+
+Shards are read where they lie (a local directory, file://, or any fsspec URL) by their Parquet
+row groups, one host's ranks at a time: no task ever holds more than one host's rows (the map)
+or the planned ranks' rows of the planned steps (the fetch), and the client only summaries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from collector.errors import TraceError
+from collector.meta import JobMeta
+from collector.schema import COMMOPS_SCHEMA
+from collector.traceio import Piece, frame, list_pieces, open_filesystem, read_pieces
+from localize.commops import COLUMNS
+from localize.summary import SUMMARY_SCHEMA, Fetch, FetchPlan, localize_summary, summarize
+from localize.verdict import Verdict
+
+#: rows (before filtering) one fetch task reads at most, unless a single row group is larger
+FETCH_ROWS = 1 << 22
+
+
+class Executor(Protocol):
+    """Runs `fn(*args)` for every args tuple; results in the order given."""
+
+    def map(self, fn: Callable[..., Any], items: Sequence[tuple[Any, ...]]) -> list[Any]: ...
+
+
+class Serial:
+    """Every task in this process, one after another (the reference the cluster must match)."""
+
+    def map(self, fn: Callable[..., Any], items: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return [fn(*args) for args in items]
+
+
+@dataclass
+class Source:
+    """Where a trace lies, its metadata and the row groups of its CommOps shards."""
+
+    location: str
+    meta: JobMeta
+    pieces: list[Piece]
+    local: Path | None = None  # a local directory (hang evidence is read there)
+
+    @classmethod
+    def open(cls, location: str | Path) -> Source:
+        loc = str(location)
+        fs, root = open_filesystem(loc)
+        try:
+            with fs.open_input_stream(f"{root}/meta.json") as fh:
+                raw = json.loads(fh.read())
+        except (FileNotFoundError, OSError) as exc:
+            raise TraceError(f"{loc}: no meta.json there", "pass the trace directory (or URL) that holds meta.json") from exc
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{loc}/meta.json: not valid JSON (line {exc.lineno})", "fix or regenerate meta.json") from exc
+        meta = JobMeta.from_dict(raw, f"{loc}/meta.json")
+        pieces = list_pieces(fs, root, "commops")
+        if not pieces:
+            raise TraceError(f"{loc}: no CommOps Parquet (commops.parquet or commops/*.parquet)",
+                             "the cluster path reads Parquet shards; convert .jsonl/.csv first")
+        local = Path(root) if "://" not in loc or loc.startswith("file://") else None
+        return cls(loc, meta, pieces, local)
+
+
+@dataclass
+class Stats:
+    """What the distributed run did: tasks, rows read, result bytes, per stage."""
+
+    map_tasks: int = 0
+    fetch_tasks: int = 0
+    summary_rows: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def host_tasks(src: Source) -> list[tuple[str, str, list[int], list[Piece]]]:
+    """(location, host, ranks, pieces) per host, in the order the summary files sort."""
+    by_host: dict[str, list[int]] = {}
+    for r, info in src.meta.ranks.items():
+        by_host.setdefault(info.host, []).append(r)
+    lo = np.array([p.rank_lo for p in src.pieces])
+    hi = np.array([p.rank_hi for p in src.pieces])
+    out = []
+    for host in sorted(by_host, key=lambda h: Path(f"{h}.parquet")):
+        ranks = sorted(by_host[host])
+        arr = np.asarray(ranks)
+        # a piece matters when some rank of the host lies within its statistics' range
+        at = np.searchsorted(arr, lo)
+        hit = (at < len(arr)) & (arr[np.minimum(at, len(arr) - 1)] <= hi)
+        out.append((src.location, host, ranks, [p for p, h in zip(src.pieces, hit, strict=True) if h]))
+    return out
+
+
+def summarize_host(location: str, host: str, ranks: list[int], pieces: list[Piece]) -> pd.DataFrame | None:
+    """Map: the abnormal-operator summary of one host's rows (what its sidecar would write)."""
+    fs, _ = open_filesystem(location)
+    df = frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(ranks)))
+    if not len(df):
+        return None
+    return summarize(df, dict.fromkeys(ranks, host).__getitem__)
+
+
+def combine_summaries(parts: Sequence[pd.DataFrame | None]) -> pd.DataFrame:
+    """Reduce: the hosts' summaries as one table, typed as `summary.read_summary` returns them."""
+    got = [p for p in parts if p is not None]
+    if not got:
+        return SUMMARY_SCHEMA.empty_table().to_pandas()
+    df = pd.concat(got, ignore_index=True)[list(SUMMARY_SCHEMA.names)]
+    return pa.Table.from_pandas(df, schema=SUMMARY_SCHEMA, preserve_index=False).to_pandas()
+
+
+def fetch_tasks(src: Source, ranks: list[int], steps: tuple[int, int]) -> list[tuple[Any, ...]]:
+    """(location, pieces, ranks, steps) per run of consecutive pieces that may hold the rows."""
+    arr = np.asarray(sorted(ranks))
+    want = []
+    for p in src.pieces:
+        at = int(np.searchsorted(arr, p.rank_lo))
+        if at < len(arr) and arr[at] <= p.rank_hi and p.has_step(*steps):
+            want.append(p)
+    chunks: list[list[Piece]] = []
+    size = 0
+    for p in want:
+        if not chunks or size + p.rows > FETCH_ROWS:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(p)
+        size += p.rows
+    return [(src.location, c, list(ranks), steps) for c in chunks]
+
+
+def fetch_rows(location: str, pieces: list[Piece], ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
+    """Map: the full rows of `ranks` within `steps` (inclusive) held by `pieces`, in their order."""
+    fs, _ = open_filesystem(location)
+    expr = ds.field("rank").isin(list(ranks)) & (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
+    return frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, expr))
+
+
+def localize_distributed(src: Source, run: Executor, top: int = 5,
+                         stats: Stats | None = None) -> tuple[Verdict, FetchPlan | None]:
+    """A hang first (local traces: the pending operators); else the summary-first localizer with
+    the map tasks on `run`. Returns the verdict and the fetch plan (None for a hang)."""
+    st = stats if stats is not None else Stats()
+    if src.local is not None:
+        from collector.traceio import Trace
+        from localize.hang import find_hang
+
+        hang = find_hang(Trace.open(src.local))
+        if hang is not None:
+            return hang, None
+    tasks = host_tasks(src)
+    st.map_tasks = len(tasks)
+    summary = combine_summaries(run.map(summarize_host, tasks))
+    st.summary_rows = len(summary)
+
+    if summary.empty:
+        raise TraceError(f"{src.location}: no CommOps rows of the ranks in meta.json", "check the trace's shards")
+    return localize_summary(summary, src.meta, fetcher(src, run, st), top)
+
+
+def fetcher(src: Source, run: Executor, stats: Stats | None = None) -> Fetch:
+    """`summary.Fetch` with its reads as map tasks on `run`: rows in trace order, as
+    `Trace.commops(columns=COLUMNS, ranks=..., steps=...)` returns them."""
+
+    def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
+        ft = fetch_tasks(src, ranks, steps)
+        if stats is not None:
+            stats.fetch_tasks += len(ft)
+        parts = run.map(fetch_rows, ft)
+        if not parts:
+            return COMMOPS_SCHEMA.empty_table().select(COLUMNS).to_pandas()
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+    return fetch

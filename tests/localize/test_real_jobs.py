@@ -1,0 +1,167 @@
+"""Real multi-node gloo jobs, localized end to end by `laggard localize` and `laggard sidecar localize`.
+
+The job (tests/collector/jobs/pipeline_train.py) is Megatron-shaped: tp2 x pp2 x dp2 = 8 ranks,
+1F1B with 4 MiB activations and gradients between stages (gloo sends of that size rendezvous:
+a send completes only once its receiver has posted), paired transfers by batch_isend_irecv,
+TP all-reduces in every layer, the distributed optimizer's reduce-scatter + all-gather in DP
+and a grad-norm all-reduce in the model-parallel group at the end of each step. Four torchrun
+agents play four nodes (node-0..node-3, two ranks each: one TP group per node, so PP and DP
+cross nodes), each with its own LAGGARD_HOST; the CommOps logger is attached by
+collector.commops.run with no change to the script.
+
+Each scenario runs the job once (40 steps) and asks both paths for the device and the onset:
+  gpu-from-20   rank 5 computes 2x from step 20
+  gpu-from-0    rank 2 computes 2x from the first step (no normal step to compare with)
+  host-from-20  both ranks of node-1 compute 2x from step 20 (a slow or contended host)
+  healthy       no fault: the first steps' warm-up must not read as an irregularity
+  nic-from-20   (root) each node in its own network namespace with its own NIC, a veth on one
+                bridge (tests/collector/netns_job.py's lab); node-1's egress is rate-limited
+                with tc from step 20. TP stays inside a node (its loopback), PP and DP cross NICs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.collector.netns_job import NetnsLab, ensure_tools
+from tests.collector.realjob import Fault, RealJob, run, step_times
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+JOB = RealJob(steps=40)
+SCENARIOS: dict[str, Fault | None] = {
+    "gpu-from-20": Fault("gpu", 20, 2.0, ranks=[5]),
+    "gpu-from-0": Fault("gpu", 0, 2.0, ranks=[2]),
+    "host-from-20": Fault("host", 20, 2.0, ranks=JOB.ranks_of(1), host=JOB.host(1)),
+    "healthy": None,
+}
+LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
+NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each namespace's hostname
+
+
+def run_nic(out: Path) -> Path:
+    """The job with one node per network namespace; node-1's NIC throttled once step 19 is done."""
+    ensure_tools()
+    node = [LAB.host(n) for n in range(LAB.n)].index(NIC.host)
+    try:
+        LAB.up()
+        return run(out, JOB, "real-nic-from-20", NIC, wrap=LAB.argv, master=LAB.ip(0), name_hosts=False,
+                   env={"GLOO_SOCKET_IFNAME": "eth0"}, at_step=[(NIC.start - 1, lambda: LAB.throttle(node, NIC.rate))])
+    finally:
+        LAB.down()
+
+
+def verdicts(trace: Path) -> dict[str, dict[str, Any]]:
+    """What both paths answer: the full localizer, and node summaries then central localization."""
+    full = json.loads(run_cli("localize", str(trace), "--format", "json", check=True).stdout)
+    run_cli("sidecar", "run", str(trace), "--all-hosts", check=True)
+    side = json.loads(run_cli("sidecar", "localize", str(trace), "--format", "json", check=True).stdout)
+    return {"localize": full, "sidecar": side}
+
+
+def brief(v: dict[str, Any]) -> str:
+    """One line of what laggard answered, for assertion messages."""
+    cands = ", ".join(f"{c['kind']} {c.get('rank', c.get('host', c.get('hosts')))} {c['score']:.2f}"
+                      for c in v.get("candidates", [])[:4])
+    steps = v.get("irregular_steps", [])
+    return (f"status={v.get('status')} onset={v.get('onset_step')} irregular={len(steps)} "
+            f"[{steps[0] if steps else '-'}..{steps[-1] if steps else '-'}] candidates: {cands or 'none'}")
+
+
+def onset(v: dict[str, Any]) -> int | None:
+    """The onset step: `onset_step` when the verdict has it, else its first irregular step."""
+    if v.get("onset_step") is not None:
+        return int(v["onset_step"])
+    steps = v.get("irregular_steps") or []
+    return int(min(steps)) if steps else None
+
+
+def is_device(c: dict[str, Any], fault: Fault) -> bool:
+    if fault.kind == "gpu":
+        return c["kind"] == "gpu" and c.get("rank") == fault.ranks[0]
+    return c["kind"] == fault.kind and c.get("host") == fault.host
+
+
+def check(v: dict[str, Any], fault: Fault | None, truth: str) -> None:
+    """The right device alone in first place and the onset within one step; or healthy.
+    `truth`: the job's own step times, shown beside laggard's answer when it is wrong."""
+    said = f"{brief(v)}\n  the job's own step times (s, slowest rank per step): {truth}"
+    if fault is None:
+        assert v["status"] == "healthy" and not v["candidates"], said
+        return
+    assert v["status"] == "irregular" and v["candidates"], said
+    best = v["candidates"][0]["score"]
+    first = [c for c in v["candidates"] if c["score"] >= best - 1e-9]
+    assert len(first) == 1 and is_device(first[0], fault), said
+    got = onset(v)
+    assert got is not None and abs(got - fault.start) <= 1, said
+
+
+Answers = dict[str, dict[str, Any]]
+
+
+def own_steps(out: Path) -> str:
+    """The slowest rank's duration of each step, from the ranks' own logs."""
+    per_rank = step_times(out, JOB.world)
+    return " ".join(f"{max(r[i] for r in per_rank):.2f}" for i in range(len(per_rank[0])))
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Run a scenario on first use (once per module): its trace and both paths' verdicts."""
+    cache: dict[str, tuple[Path, Answers, str]] = {}
+
+    def get(name: str) -> tuple[Path, Answers, str]:
+        if name not in cache:
+            out = tmp_path_factory.mktemp(name)
+            trace = run_nic(out) if name == "nic-from-20" else run(out, JOB, f"real-{name}", SCENARIOS[name])
+            cache[name] = (trace, verdicts(trace), own_steps(out))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_real_job_is_localized(ran: Any, name: str, path: str) -> None:
+    _, answers, truth = ran(name)
+    check(answers[path], SCENARIOS[name], truth)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
+    _, answers, truth = ran("nic-from-20")
+    check(answers[path], NIC, truth)
+
+
+def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:
+    """Per rank and step, exactly the operators the schedule issues (the p2p pairs went through
+    batch_isend_irecv, the DP sync through the deprecated reduce_scatter_tensor and
+    all_gather_into_tensor); meta.json from the launcher's environment."""
+    from collector.meta import JobMeta
+    from collector.traceio import Trace
+
+    trace = ran("healthy")[0]
+    meta = JobMeta.load(trace / "meta.json")
+    assert meta.job == "real-healthy"
+    assert {r: meta.host_of(r) for r in range(JOB.world)} == {r: JOB.host(r // JOB.nproc) for r in range(JOB.world)}
+    assert meta.parallelism == {"dp": JOB.dp, "tp": JOB.tp, "pp": JOB.pp, "ep": 1, "cp": 1}
+    assert {g for g in meta.groups if g != "world"} == {f"{k}-{i}" for k in ("tp", "dp", "pp") for i in range(4)} | {"mp-0", "mp-1"}
+    df = Trace.open(trace).commops()
+    df = df[(df["step"] >= 1) & (df["step"] < JOB.steps)]  # step 0 also holds the start-up barrier
+    kind = df["group"].str.split("-").str[0]
+    counts = df.assign(kind=kind).groupby(["rank", "step", "kind", "op"]).size().unstack(["kind", "op"])
+    m, layers = JOB.microbatches, 2
+    want = {("tp", "all_reduce"): 2 * layers * m, ("dp", "reduce_scatter"): 1, ("dp", "all_gather"): 1,
+            ("mp", "all_reduce"): 1, ("pp", "send"): m, ("pp", "recv"): m}
+    assert sorted(counts.columns) == sorted(want)
+    for col, n in want.items():
+        assert (counts[col] == n).all(), (col, counts[col].value_counts().to_dict())

@@ -78,7 +78,7 @@ class Trial:
 
 
 def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 40, steps: int = 160,
-          slow_ms: float = 150.0, deadline_s: float = 60.0, linger_s: float = 8.0) -> Trial:
+          slow_ms: float = 150.0, deadline_s: float = 180.0, linger_s: float = 8.0) -> Trial:
     """One job, one agent, one verdict timed (the service is already running at `base`)."""
     out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}-agent.log"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +76,8 @@ class _JobCache:
     metas: dict[int, JobMeta] = field(default_factory=dict)
 
 
-_CACHE: dict[tuple[str, str], _JobCache] = {}
+_CACHE: OrderedDict[tuple[str, str], _JobCache] = OrderedDict()
+MAX_CACHED_JOBS = 256  # least recently localized jobs are parsed again from the store if they come back
 _TYPES = {"rank": np.int32, "step": np.int32, "group": object, "abnormal": np.int32, "abnormal_us": np.int64,
           "compute_us": np.int64, "step_end_us": np.int64}
 
@@ -125,6 +127,9 @@ def _summary(cache: _JobCache, upto: int | None = None) -> pd.DataFrame:
 def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Round:
     """Plan, ask for records, or localize: whichever this job's state calls for now."""
     cache = _CACHE.setdefault((db, job), _JobCache())
+    _CACHE.move_to_end((db, job))
+    while len(_CACHE) > MAX_CACHED_JOBS:
+        _CACHE.popitem(last=False)
     store = Store(db)
     try:
         _update(cache, store, job, keep_steps)

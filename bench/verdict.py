@@ -141,8 +141,8 @@ def main() -> int:
             t = trial(base, Path(tmp) / f"run{i}", f"verdict-{i}", slow_rank=slow_rank)
             ok = t.seconds is not None
             wrong += not ok
-            first_wrong += any(r is not None and r != slow_rank for r in t.named[:t.named.index(slow_rank)]
-                               if slow_rank in t.named) or (not ok and any(r is not None for r in t.named))
+            before = t.named[:t.named.index(slow_rank)] if slow_rank in t.named else t.named
+            first_wrong += any(r is not None for r in before)
             if ok:
                 times.append(float(t.seconds or 0.0))
             print(f"trial {i + 1}: slowed rank {slow_rank}: "

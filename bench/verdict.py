@@ -71,6 +71,7 @@ def serve(db: Path, interval: float = 1.0, extra: tuple[str, ...] = ()) -> Itera
 class Trial:
     seconds: float | None  # None: the service never named the slowed rank first
     named: list[int | None]  # the top candidate's rank at each verdict change
+    named_at: list[float]  # when (seconds after the first slowed step; negative: before it)
     steps: int
     agent_rc: int
     job_rc: int
@@ -95,6 +96,7 @@ def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 4
                                   "--slow-ms", str(slow_ms)],
                                  env=e, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         named: list[int | None] = []
+        named_at: list[float] = []
         found_at: float | None = None
         t_end = time.monotonic() + deadline_s
         with httpx.Client(timeout=5) as client:
@@ -105,6 +107,7 @@ def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 4
                     top = cands[0].get("rank") if cands else None
                     if not named or named[-1] != top:
                         named.append(top)
+                        named_at.append(time.time())
                     if top == slow_rank and cands[0].get("kind") == "gpu":
                         found_at = time.time()
                         break
@@ -114,7 +117,8 @@ def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 4
         job_rc = job_p.wait(timeout=180)
         agent_rc = agent.wait(timeout=120)
     t_fault = fault_start(out, slow_rank, slow_from)
-    return Trial(None if found_at is None else found_at - t_fault, named, steps, agent_rc, job_rc, log.read_text())
+    return Trial(None if found_at is None else found_at - t_fault, named, [t - t_fault for t in named_at], steps,
+                 agent_rc, job_rc, log.read_text())
 
 
 def fault_start(out: Path, rank: int, step: int) -> float:
@@ -147,7 +151,9 @@ def main() -> int:
                 times.append(float(t.seconds or 0.0))
             print(f"trial {i + 1}: slowed rank {slow_rank}: "
                   + (f"named after {t.seconds:.1f} s" if ok else "NOT named within the deadline")
-                  + f" (top candidate over time: {t.named}; job rc {t.job_rc}, agent rc {t.agent_rc})", flush=True)
+                  + " (top candidate over time: " + ", ".join(f"{r} at {a:+.1f} s" for r, a in zip(t.named, t.named_at,
+                                                                                            strict=True))
+                  + f"; job rc {t.job_rc}, agent rc {t.agent_rc})", flush=True)
     print(f"time to verdict:      {len(times)}/{n} right; median {np.median(times):.1f} s, "
           f"p90 {np.percentile(times, 90):.1f} s, max {max(times):.1f} s (target: median <= 10 s, p90 <= 20 s, "
           f"right every time)" if times else f"time to verdict: 0/{n} right")

@@ -179,6 +179,9 @@ class Service:
         except Exception as exc:  # the job's data broke its localization: keep serving the others
             self.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
             return None
+        if out.stale:
+            with self._lock:
+                self._dirty.add(job)
         if out.fetch is not None:
             self.fetches[job] = (out.request, out.fetch)
         elif out.done_request is not None or out.localized is not None:

@@ -55,6 +55,7 @@ class Round:
     fetch: dict[str, dict[str, list[int]]] | None = None
     request: int = 0
     done_request: int | None = None
+    stale: bool = False  # posts arrived after the summaries this verdict was planned on: go again
 
 
 @dataclass
@@ -141,7 +142,7 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
                 store.clear_fetch(job)
                 cache.metas.clear()
                 return Round(job, _localize(job, meta, _summary(cache, pending.upto), records, top),
-                             done_request=pending.request)
+                             done_request=pending.request, stale=cache.last_id > pending.upto)
             if meta is not None and time.time_ns() - pending.created_ns < FETCH_TIMEOUT_S * 1e9:
                 return Round(job)  # still waiting for some nodes
         meta = build_meta(job, store.nodes(job), store.groups(job))

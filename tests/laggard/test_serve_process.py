@@ -84,7 +84,8 @@ def test_hostile_posts_do_not_stop_localization_and_shutdown_is_prompt(tmp_path:
             assert a.refused == 0 and not a.spool.items()
         t0 = time.monotonic()
         verdict = None
-        while time.monotonic() - t0 < 30:  # the loop localizes, asks, and localizes again on its own
+        while time.monotonic() - t0 < 90:  # the loop localizes, asks, and localizes again on its own
+            # (90 s: the worker's first imports take tens of seconds on a loaded 2-core machine)
             for a in nodes:
                 a.poll_fetch()
             r = client.get(base + "/v1/jobs/svc-job")
@@ -92,7 +93,7 @@ def test_hostile_posts_do_not_stop_localization_and_shutdown_is_prompt(tmp_path:
                 verdict = r.json()
                 break
             time.sleep(0.3)
-        assert verdict is not None and verdict["candidates"][0]["rank"] == 21, verdict
+        assert verdict is not None and verdict["candidates"][0]["rank"] == 21, (r.status_code, r.text[:500])
         assert client.get(base + "/healthz").json() == {"status": "ok"}
         size1 = db.stat().st_size + (tmp_path / "s.db-wal").stat().st_size
         assert size1 - size0 < 5_000_000

@@ -241,3 +241,25 @@ def test_a_stalled_job_times_out_and_is_left_out_of_the_rounds(tmp_path: Path, t
         svc = c.app.state.service  # type: ignore[attr-defined]
         assert svc.take_dirty() == ["svc-job"]  # the stalled job waits out its quarantine
         assert "stall" in c.get("/healthz").json()["failed_jobs"]
+
+
+def test_posts_that_arrive_during_a_fetch_are_localized_next(tmp_path: Path, trace: Path) -> None:
+    """A verdict planned on some nodes' posts is redone once the later posts are in, even when
+    no post arrives after it (the loop took those posts while the fetch was open)."""
+    with _client(tmp_path / "s.db") as c:
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        nodes = agents(trace, c, tmp_path / "spool")
+        for a in nodes[:2]:
+            a.step(final=True)
+        asked = c.post("/v1/jobs/svc-job/localize")
+        assert asked.status_code == 202, asked.text
+        for a in nodes[2:]:
+            a.step(final=True)
+        svc.take_dirty()  # the loop's round for those posts: it waits for the open fetch
+        for a in nodes:
+            a.poll_fetch()
+        first = c.post("/v1/jobs/svc-job/localize").json()
+        assert first["nodes"] == 2  # planned on the first two nodes' posts
+        assert svc.take_dirty() == ["svc-job"]  # ...so the job goes round again
+        final = localize(c, "svc-job", nodes)
+        assert final["nodes"] == 4 and final["candidates"][0]["rank"] == ROOT

@@ -258,6 +258,7 @@ def test_posts_that_arrive_during_a_fetch_are_localized_next(tmp_path: Path, tra
         svc.take_dirty()  # the loop's round for those posts: it waits for the open fetch
         for a in nodes:
             a.poll_fetch()
+        svc.take_dirty()  # the loop's round for the answers, which this request runs
         first = c.post("/v1/jobs/svc-job/localize").json()
         assert first["nodes"] == 2  # planned on the first two nodes' posts
         assert svc.take_dirty() == ["svc-job"]  # ...so the job goes round again

@@ -1,14 +1,16 @@
 """Load test of `laggard serve` on loopback: the sidecars of a 16,384-GPU job (2,048 nodes).
 
-Every node posts one abnormal-operator summary every 10 s, staggered over the period, for a
-bounded time; a slow GPU is injected so the summaries carry realistic waits (its TP peers, and
-the DP peers of its node, report abnormal operators). Sidecars retry a failed post like a real
-one would (posts are idempotent). Prints the offered and sustained rate, ingest latency
-percentiles, how late posts started against their schedule, and summaries lost (stored vs sent),
-then localizes once and prints the top candidate against the injected rank.
+Every node posts one summary (the node agent's wire format) every 10 s, staggered over the
+period, for a bounded time; a slow GPU is injected so the summaries carry what the agents would
+see (its longer compute, its TP peers' and its stage's DP peers' abnormal operators). Agents retry
+a failed post like a real one would (posts are idempotent). Prints the offered and sustained
+rate, ingest latency percentiles, how late posts started against their schedule, and summaries
+lost (stored vs sent), then runs one summary-first round and prints which ranks' records it asks
+for, against the injected rank.
 
     python -m bench.serve               # 2,048 nodes x 3 periods of 10 s
     python -m bench.serve --quick       # 256 nodes x 2 periods
+    python -m bench.serve --kill9-at 15 # kill -9 the service mid-run, restart it: 0 acknowledged posts lost
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,32 +55,39 @@ def node_groups(node: int, nodes: int) -> dict[str, str]:
 
 
 def summary(node: int, window: int, nodes: int, slow_rank: int, period: float, rng: np.random.Generator) -> dict[str, Any]:
+    """One node's post for one period, in the node agent's wire format (localize/summary.py rows)."""
     world, dp_size = layout(nodes)
     slow_node = slow_rank // 8
     faulty = window >= 1  # the GPU turns slow after the first window
     steps_per_window = int(period / STEP_S)
     first = window * steps_per_window
     ranks = list(range(node * 8, node * 8 + 8))
-    ops = []
-    if faulty:
-        same_stage = node // dp_size == slow_node // dp_size
-        for step in range(first, first + steps_per_window):
-            if node == slow_node:  # TP peers wait on the slow GPU in every TP all-reduce
-                for k in range(TP_OPS_PER_STEP):
-                    ops += [{"rank": r, "group": f"tp-{node}", "op": "all_reduce", "seq": step * TP_OPS_PER_STEP + k,
-                             "elapsed": 0.15 + rng.random() * 0.01, "step": step, "score": 0.97}
-                            for r in ranks if r != slow_rank]
-            elif same_stage:  # DP peers wait on the slow node's ranks in the gradient reduce-scatter
-                ops += [{"rank": r, "group": f"dp-{r % 8}-{node // dp_size}", "op": "reduce_scatter", "seq": step,
-                         "elapsed": 0.6 + rng.random() * 0.02, "step": step, "score": 0.93} for r in ranks]
-    dur = SLOW_STEP_S if faulty else STEP_S
-    t0 = 1_760_000_000_000_000_000 + int(window * period * 1e9)
-    return {"job": JOB, "node": f"node-{node}", "window": window, "window_start_ns": t0,
-            "window_end_ns": t0 + int(period * 1e9), "world_size": world, "ranks": ranks,
-            "gpus": {r: r % 8 for r in ranks}, "groups": node_groups(node, nodes) if window == 0 else {},
-            "steps": [{"step": s, "duration_s": dur * (1 + 0.01 * rng.random())}
-                      for s in range(first, first + steps_per_window)],
-            "ops": ops}
+    same_stage = node // dp_size == slow_node // dp_size
+    t0 = 1_760_000_000_000_000 + int(window * period * 1e6)  # microseconds, this host's clock
+    rows: dict[str, list[Any]] = {c: [] for c in ("rank", "step", "group", "abnormal", "abnormal_us", "compute_us",
+                                                  "step_end_us")}
+
+    def row(rank: int, step: int, group: str, abnormal: int, abnormal_us: int, compute_us: int, end_us: int) -> None:
+        for c, v in zip(rows, (rank, step, group, abnormal, abnormal_us, compute_us, end_us), strict=True):
+            rows[c].append(v)
+
+    end = t0
+    for i, step in enumerate(range(first, first + steps_per_window)):
+        dur = (SLOW_STEP_S if faulty else STEP_S) * (1 + 0.01 * rng.random())
+        end = t0 + int((i + 1) * dur * 1e6)
+        compute = int(1.6e6 * (1 + 0.01 * rng.random()))
+        row(-1, step, "*", 0, 0, compute, end)
+        if not faulty:
+            continue
+        if node == slow_node:  # the slow GPU computes longer; its TP peers wait on it
+            row(slow_rank, step, "*", 0, 0, int(compute * 1.35), end)
+            row(-1, step, f"tp-{node}", 7 * TP_OPS_PER_STEP, int(7 * TP_OPS_PER_STEP * 0.15e6), 0, 0)
+        elif same_stage:  # DP peers wait on the slow node's ranks in the gradient reduce-scatter
+            for t in range(GPUS_PER_NODE):
+                row(-1, step, f"dp-{t}-{node // dp_size}", 1, int(0.6e6 * (1 + 0.02 * rng.random())), 0, 0)
+    return {"job": JOB, "node": f"node-{node}", "window": window, "first_step": first,
+            "last_step": first + steps_per_window - 1, "world_size": world,
+            "ranks": {str(r): {"gpu": r % 8} for r in ranks}, "groups": node_groups(node, nodes), "rows": rows}
 
 
 class Connections:
@@ -129,7 +139,8 @@ async def sidecars(port: int, nodes: int, windows: int, period: float, slow_rank
     async def post(w: int, n: int) -> None:
         due = start + w * period + offsets[n]
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        for _attempt in range(4):  # a sidecar retries; (job, node, window) makes retries idempotent
+        give_up = time.perf_counter() + 90  # an agent retries (and spools); (job, node, window) makes it idempotent
+        while time.perf_counter() < give_up:
             t = time.perf_counter()
             try:
                 if await conns.post("/v1/summaries", bodies[(w, n)]) == 202:
@@ -158,9 +169,20 @@ def cpu_seconds(pid: int) -> float:
 def histogram_quantile(text: str, name: str, q: float) -> float:
     """The upper bound of the bucket holding quantile q of a Prometheus histogram."""
     buckets = [(float(ln.split('le="')[1].split('"')[0]), float(ln.rsplit(" ", 1)[1]))
-               for ln in text.splitlines() if ln.startswith(name + "_bucket")]
+               for ln in text.splitlines() if ln.startswith(name)]
     total = buckets[-1][1]
     return next(le for le, n in buckets if n >= q * total)
+
+
+def wait_up(base: str, seconds: float = 60.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.TransportError:
+            time.sleep(0.2)
+    return False
 
 
 def free_port() -> int:
@@ -177,6 +199,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64, help="connections (posts in flight) at most")
     ap.add_argument("--quick", action="store_true", help="256 nodes, 2 periods")
     ap.add_argument("--localize-every", type=float, default=10.0, help="the service's --interval")
+    ap.add_argument("--kill9-at", type=float, default=0.0,
+                    help="kill -9 the service this many seconds into the run and restart it on the same state")
     args = ap.parse_args()
     if args.quick:
         args.nodes, args.windows = 256, 2
@@ -186,38 +210,46 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="laggard-bench-serve-") as tmp:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        server = subprocess.Popen(
-            [sys.executable, "-m", "laggard", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--db", str(Path(tmp) / "state.db"), "--interval", str(args.localize_every)],
-            env=env, stderr=subprocess.DEVNULL)
+        cmd = [sys.executable, "-m", "laggard", "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--db", str(Path(tmp) / "state.db"), "--interval", str(args.localize_every)]
+        servers = [subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)]
+        server = servers[0]
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            else:
+            if not wait_up(base):
                 print("server did not start", file=sys.stderr)
                 return 1
             budget = args.windows * args.period + 120
             cpu0 = cpu_seconds(server.pid)
+            killer = None
+            if args.kill9_at > 0:  # kill -9 mid-run and start again on the same state: acknowledged posts must survive
+                def kill_and_restart() -> None:
+                    servers[-1].kill()
+                    servers[-1].wait()
+                    servers.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL))
+
+                killer = threading.Timer(args.kill9_at, kill_and_restart)
+                killer.start()
             res = asyncio.run(asyncio.wait_for(
                 sidecars(port, args.nodes, args.windows, args.period, slow_rank, args.concurrency), budget))
-            ingest_cpu = cpu_seconds(server.pid) - cpu0
+            if killer is not None:
+                killer.join()
+            server = servers[-1]
+            ingest_cpu = cpu_seconds(server.pid) - (cpu0 if len(servers) == 1 else 0.0)
             stored = httpx.get(f"{base}/v1/jobs/{JOB}/stats", timeout=30).json()["summaries"]
             t = time.perf_counter()
-            verdict = httpx.post(f"{base}/v1/jobs/{JOB}/localize", timeout=300).json()
+            planned = httpx.post(f"{base}/v1/jobs/{JOB}/localize", timeout=300).json()
             localize_s = time.perf_counter() - t
             metrics = httpx.get(base + "/metrics", timeout=30).text
-            server_p99 = histogram_quantile(metrics, "laggard_ingest_seconds", 0.99)
+            server_p99 = histogram_quantile(metrics, 'laggard_ingest_duration_seconds_bucket{kind="summary",', 0.99)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            for srv in servers:
+                if srv.poll() is None:
+                    srv.terminate()
+                    srv.wait(timeout=30)
     lat, late = res["latency"] * 1e3, res["lateness"] * 1e3
     ok = len(lat)
-    top = verdict.get("candidates", [{}])[0] if verdict.get("candidates") else {}
+    fetch = planned.get("fetch", {})
+    asked = sorted(int(r) for v in fetch.values() for r in v["ranks"])
     print(f"job: {world:,} GPUs on {args.nodes:,} nodes (tp 8, pp {PP}, dp {dp_size}); "
           f"each node posts every {args.period:g} s for {args.windows} periods; slow GPU rank {slow_rank}")
     print(f"summaries sent:       {res['sent']:,} ({res['bytes'] / 1e6:.1f} MB) in {res['elapsed']:.1f} s")
@@ -235,12 +267,14 @@ def main() -> int:
           f"cores, load average {os.getloadavg()[0]:.1f})")
     print(f"server-side ingest:   p99 <= {server_p99 * 1e3:g} ms from request to commit (histogram bucket)")
     print(f"start lateness:       p99 {np.percentile(late, 99):.1f} ms behind schedule (client backlog)")
-    print(f"summaries lost:       {res['sent'] - stored} (sent {res['sent']:,}, stored {stored:,}, "
-          f"posts that never got 202: {len(res['failed'])})")
-    print(f"localization:         {localize_s:.2f} s over {verdict.get('summaries', 0):,} summaries; top candidate "
-          f"{top.get('kind')} rank {top.get('rank')} score {top.get('score')} "
-          f"({'correct' if top.get('rank') == slow_rank else 'WRONG'}); status {verdict.get('status')}, "
-          f"slowdown {verdict.get('slowdown')}")
+    print(f"summaries lost:       {len(lat) - stored} acknowledged but not stored (sent {res['sent']:,}, "
+          f"acknowledged {len(lat):,}, stored {stored:,}, never acknowledged: {len(res['failed'])})"
+          + (f"; kill -9 at {args.kill9_at:g} s and restart" if args.kill9_at > 0 else ""))
+    print(f"summary-first round:  {localize_s:.2f} s over {stored:,} summaries; {planned.get('status')}: asks "
+          f"{len(fetch)} node(s) for {len(asked)} rank(s)' records of steps "
+          f"{next(iter(fetch.values()))['steps'] if fetch else []} "
+          f"({'includes' if slow_rank in asked else 'MISSES'} the slow rank {slow_rank}; the bench has no records "
+          f"to answer with: `python -m bench.verdict` times the whole path)")
     keeps_up = ok / res["elapsed"] >= 0.95 * args.nodes / args.period and np.percentile(lat, 99) < args.period * 1e3
     print(f"keeps up:             {'yes' if keeps_up else 'NO'} (sustained >= 95% of offered and p99 < one period)")
     print(f"metrics exposition:   {len(metrics.splitlines())} lines")

@@ -110,6 +110,16 @@ def write_summary(summary: pd.DataFrame, path: Path) -> None:
     tmp.replace(path)
 
 
+def wait_for_meta(root: Path, wait_s: float, poll_s: float) -> None:
+    """Wait for the logger's meta.json (a job that has not flushed yet); a UserError after `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while not (root / "meta.json").exists():
+        if time.monotonic() > deadline:
+            raise TraceError(f"{root}: no meta.json appeared within {wait_s:.0f} s",
+                             "check that the job's LAGGARD_COMMOPS_DIR is this directory")
+        time.sleep(poll_s)
+
+
 def follow_node(root: Path, host: str, window: int, poll_s: float, stop_after_idle_s: float) -> int:
     """The sidecar loop: summarize new windows while the job runs; stop once no shard changed for a while."""
     written, idle, seen = 0, 0.0, -1

@@ -36,6 +36,19 @@ def _say(text: str) -> None:
         os.write(2, f"laggard commops: {text}\n".encode())
 
 
+ENV_SHARD_AGE = "LAGGARD_COMMOPS_SHARD_AGE_S"  # lower it where a node agent posts live (time to verdict)
+
+
+def shard_age_s() -> float:
+    """$LAGGARD_COMMOPS_SHARD_AGE_S when it is a positive number, else SHARD_AGE_S (never an error:
+    a flush that raised would keep every record in memory)."""
+    try:
+        age = float(os.environ.get(ENV_SHARD_AGE, SHARD_AGE_S))
+    except ValueError:
+        return SHARD_AGE_S
+    return age if age > 0 else SHARD_AGE_S
+
+
 class ShardWriter:
     """Flushes a Recorder to `root` every `interval` seconds (and on demand)."""
 
@@ -133,7 +146,7 @@ class ShardWriter:
                 self.buffer.append(np.array(rows, dtype=np.int64))  # gid, op, seq, peer, nbytes, start, step, end
                 self.buffered += len(rows)
             if self.buffer and (write or final or self.buffered >= SHARD_ROWS
-                                or time.monotonic() - self.buffered_since >= SHARD_AGE_S):
+                                or time.monotonic() - self.buffered_since >= shard_age_s()):
                 try:
                     self._write_shard(np.concatenate(self.buffer))
                 except OSError as exc:  # unwritable or full: hold a bounded backlog, retry next flush

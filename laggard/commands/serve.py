@@ -14,32 +14,53 @@ from laggard.cliutil import verb_parser
 def register(sub: Any) -> None:
     p = verb_parser(
         sub, "serve", "run the service: ingest sidecar summaries, localize, serve metrics and reports",
-        "Sidecars POST abnormal-operator summaries to /v1/summaries; every --interval seconds each job\n"
-        "with new summaries is localized again. Prometheus scrapes /metrics; the latest report of a job\n"
-        "is at /v1/jobs/JOB/report (html, ?format=md or json). State lives in the SQLite --db file and\n"
+        "Node agents (`laggard sidecar run TRACE --follow --post URL`) POST summaries to /v1/summaries;\n"
+        "every --interval seconds each job with new summaries is localized again with localize/'s\n"
+        "summary-first path, asking the agents for full records of the few ranks and steps it needs.\n"
+        "Prometheus scrapes /metrics (rules: deploy/prometheus/rules.yml); the latest report of a job\n"
+        "is at /v1/jobs/JOB/report (html, ?format=md or json); /healthz names jobs whose localization\n"
+        "failed. State lives in --db (a SQLite file, or postgresql://... shared by replicas) and\n"
         "survives restarts.",
         "  laggard serve --port 8750 --db /var/lib/laggard/state.db\n"
-        "  curl -s localhost:8750/metrics | grep laggard_job_slowdown\n"
+        "  laggard serve --host 0.0.0.0 --notify http://alertmanager:9093/api/v2/alerts \\\n"
+        "      --external-url http://laggard.example:8750\n"
+        "  curl -s localhost:8750/metrics | grep laggard_job_irregular\n"
         "  curl -s 'localhost:8750/v1/jobs/llama-70b-run7/report?format=md'",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8750, help="port (default 8750)")
-    p.add_argument("--db", type=Path, default=Path("laggard-state.db"), help="SQLite state file")
+    p.add_argument("--db", default="laggard-state.db",
+                   help="state: a SQLite file (default laggard-state.db) or a postgresql:// URL")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between localization rounds")
     p.add_argument("--max-body", type=int, default=4 << 20, help="largest accepted post, bytes")
+    p.add_argument("--notify", metavar="URL", help="post an alert when a job turns irregular or recovers "
+                   "(Alertmanager /api/v2/alerts or a Slack webhook), retried with backoff")
+    p.add_argument("--external-url", default="", help="this service's URL as people reach it: alerts link to "
+                   "URL/v1/jobs/JOB/report")
+    p.add_argument("--job-ttl", type=float, default=3600.0,
+                   help="seconds without posts before a job leaves /metrics (default 3600)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port} is not a TCP port", "give 1..65535")
-    if not args.db.parent.exists():
-        raise UserError(f"--db {args.db}: directory {args.db.parent} does not exist", "create it first")
+    postgres = args.db.startswith(("postgresql://", "postgres://"))
+    if not postgres and not Path(args.db).parent.exists():
+        raise UserError(f"--db {args.db}: directory {Path(args.db).parent} does not exist", "create it first")
+    for flag, v in (("--interval", args.interval), ("--job-ttl", args.job_ttl), ("--max-body", args.max_body)):
+        if not v > 0:
+            raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")
+    if args.notify and not args.notify.startswith(("http://", "https://")):
+        raise UserError(f"--notify '{args.notify}' is not an http(s) URL", "give the Alertmanager or webhook URL")
     import uvicorn
 
     from laggard.service.app import create_app
 
-    app = create_app(args.db, interval_s=args.interval, max_body=args.max_body, isolate=True)
-    print(f"laggard serve: http://{args.host}:{args.port} (state in {args.db})", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    app = create_app(args.db, interval_s=args.interval, max_body=args.max_body, isolate=True,
+                     notify_url=args.notify, external_url=args.external_url, ttl_s=args.job_ttl)
+    where = args.db.split("@")[-1] if postgres else args.db  # never print a password
+    print(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=5)
     return 0

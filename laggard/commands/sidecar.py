@@ -18,7 +18,12 @@ def register(sub: Any) -> None:
         "  window, flag abnormal operators against their own history and write a compact summary\n"
         "  to TRACE/summary/ (localize/summary's format). --follow keeps going while the job runs.\n"
         "localize: centrally, check for a hang, then localize from the summaries, fetching full\n"
-        "  records only for the ranks and steps they point at; prints a verdict and the bytes moved.",
+        "  records only for the ranks and steps they point at; prints a verdict and the bytes moved.\n"
+        "run --follow --post URL: the node agent of `laggard serve`: it waits for the --post URL, `run --follow` is the node agent of `laggard serve`: it waits for the\n"
+        "  job's ranks on this host, posts each new run of finished steps, keeps unsent posts in a\n"
+        "  bounded spool (replayed when the service is back), answers the service's requests for full\n"
+        "  records, and exits once the job has ended.",
+        "  laggard sidecar run /data/run7 --follow --post http://laggard:8750   # the node agent\n"
         "  laggard sidecar run /data/run7 --host node-3 --follow\n"
         "  laggard sidecar run /data/run7 --all-hosts          # every host, once (tests, replays)\n"
         "  laggard sidecar localize /data/run7 --format json\n"
@@ -37,6 +42,15 @@ def register(sub: Any) -> None:
     run_p.add_argument("--poll", type=float, default=5.0, help="seconds between looks in --follow (default 5)")
     run_p.add_argument("--idle-exit", type=float, default=60.0,
                        help="--follow stops after this many seconds without new shards (default 60)")
+    run_p.add_argument("--post", metavar="URL", help="post summaries to `laggard serve` at URL (the node agent)")
+    run_p.add_argument("--spool", type=Path, default=None,
+                       help="with --post: where unsent posts wait (default TRACE/spool/HOST, or $LAGGARD_SPOOL)")
+    run_p.add_argument("--spool-max-mb", type=float, default=64.0,
+                       help="with --post: spool bound; beyond it the oldest posts are dropped (default 64)")
+    run_p.add_argument("--wait", type=float, default=3600.0,
+                       help="--follow: seconds to wait for the job to appear (default 3600)")
+    run_p.add_argument("--linger", type=float, default=20.0,
+                       help="with --post: seconds to keep answering fetch requests after the job ended (default 20)")
     run_p.set_defaults(func=run)
     loc = verbs.add_parser("localize", help="central localization from summaries", formatter_class=Formatter)
     loc.add_argument("trace", type=Path)
@@ -49,9 +63,13 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from collector.commops.launcher import host_of
     from collector.meta import JobMeta
-    from laggard.sidecar import central_localize, follow_node, summarize_node
+    from laggard.sidecar import central_localize, follow_node, summarize_node, wait_for_meta
 
+    if args.action == "run" and args.post:
+        return _agent(args)
     if args.action == "run":
+        if args.follow:  # started beside the job: its logger may not have written anything yet
+            wait_for_meta(args.trace, args.wait, args.poll)
         meta = JobMeta.load(args.trace / "meta.json")
         hosts = meta.hosts() if args.all_hosts else [args.host or host_of(os.environ)[0]]
         for h in hosts:
@@ -82,4 +100,25 @@ def run(args: argparse.Namespace) -> int:
             print(f"       - {e}")
     print(f"  moved {d['moved_bytes']:,} B (summaries {d['summary_bytes']:,} + fetched {d['fetched_bytes']:,}) "
           f"of {d['full_bytes']:,} B of full logs: {d['reduction']:.1%} less")
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from collector.commops.launcher import host_of
+    from collector.errors import UserError
+    from laggard.agent import Agent, default_spool
+
+    if not args.post.startswith(("http://", "https://")):
+        raise UserError(f"--post '{args.post}' is not an http(s) URL", "give the service, e.g. http://laggard:8750")
+    if not args.follow or args.all_hosts:
+        raise UserError("--post runs the node agent of one host", "use it with --follow and without --all-hosts")
+    for flag, v in (("--poll", args.poll), ("--window", args.window), ("--spool-max-mb", args.spool_max_mb)):
+        if not v > 0:
+            raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")
+    host = args.host or host_of(os.environ)[0]  # the logger's rule: $LAGGARD_HOST, $SLURMD_NODENAME, ..., hostname
+    agent = Agent(args.trace, host, args.post, args.spool or default_spool(args.trace, host),
+                  int(args.spool_max_mb * (1 << 20)), args.window)
+    n = agent.run(args.poll, args.wait, args.idle_exit, args.linger)
+    print(f"{host}: {n} summary(ies) posted, {agent.answered} fetch request(s) answered, "
+          f"{agent.spool.dropped} dropped, {agent.refused} refused")
     return 0

@@ -1,14 +1,21 @@
-"""The HTTP service: sidecars post summaries, a loop localizes each job, people read metrics and reports.
+"""The HTTP service: node agents post summaries, a loop localizes each job, people read metrics and reports.
 
 Endpoints
-  POST /v1/summaries             one `schema.Summary` (JSON); 202 once committed to SQLite
+  POST /v1/summaries             one `schema.SummaryPost`; 202 once committed (the reply carries any
+                                 fetch request for the posting node)
+  GET  /v1/jobs/{job}/fetch      ?node=N: the records the localizer wants from that node (204: none)
+  POST /v1/records               a node's answer to a fetch request (`schema.RecordsPost`)
   GET  /v1/jobs                  every job's status, slowdown and root cause
   GET  /v1/jobs/{job}            the job's latest verdict (the verdict JSON of docs/verdict.md)
   GET  /v1/jobs/{job}/report     the latest report (?format=html|md|json)
   GET  /v1/jobs/{job}/stats      summaries stored, nodes, last window
   POST /v1/jobs/{job}/localize   localize now instead of waiting for the loop
-  GET  /metrics                  Prometheus text exposition
-  GET  /healthz
+  GET  /metrics                  Prometheus exposition (prometheus_client)
+  GET  /healthz                  ok, or degraded with the jobs whose localization failed
+
+Each job's round runs on its own in a worker process with a time limit: a job whose data makes
+localization fail or stall is marked failed (in /healthz and `laggard_job_localization_failed`)
+and the other jobs go on.
 """
 
 from __future__ import annotations
@@ -17,63 +24,79 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
+import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from explain.report.build import report_from_verdict
-from explain.report.html import render_html
-from explain.report.markdown import render_markdown
-from explain.report.model import Report, irregular_windows
-from laggard.service.localizer import Batch, batch_from_summaries, localize_batch
+from laggard.notify import notify_with_retry
+from laggard.service.localizing import Round, localize_round, render_job_html, service_report
 from laggard.service.metrics import Metrics
-from laggard.service.schema import Summary
+from laggard.service.schema import RecordsPost, SummaryPost
 from laggard.service.store import Store
-from localize.verdict import Verdict
+from laggard.service.worker import die_with_parent, warm
 
-MAX_BODY = 4 << 20  # bytes: a node's abnormal operators for 10 s fit easily; more is a bug upstream
-RECENT_WINDOWS = 30  # localize over the last 30 windows (5 minutes at 10 s)
+MAX_BODY = 4 << 20  # bytes: a node's summary of a few hundred steps fits easily; more is a bug upstream
+MAX_RECORDS_BODY = 64 << 20  # a fetch answer: a node's planned ranks for a few steps
+M = TypeVar("M", bound=BaseModel)
+JOB_TIMEOUT_S = 120.0  # one job's round; longer is a stall: the worker is replaced, the job marked failed
+QUARANTINE_S = 600.0  # a job whose round stalled is left out of the rounds this long, so it cannot stall them all
 
 
 class Service:
     """State shared by the endpoints and the localization loop."""
 
-    def __init__(self, db: Path | str, max_body: int = MAX_BODY, windows: int = RECENT_WINDOWS,
-                 isolate: bool = False) -> None:
+    def __init__(self, db: Path | str, max_body: int = MAX_BODY, isolate: bool = False,
+                 notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
+                 job_timeout_s: float = JOB_TIMEOUT_S) -> None:
         self.store = Store(db)
-        # one worker process for localization and rendering; None = in a thread of this process
-        self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) if isolate else None
-        self.metrics = Metrics()
+        self.isolate = isolate
+        self.pool = _pool() if isolate else None
+        self.metrics = Metrics(ttl_s)
         self.max_body = max_body
-        self.windows = windows
+        self.notify_url = notify_url
+        self.external_url = external_url.rstrip("/")
+        self.job_timeout_s = job_timeout_s
+        self.wake = asyncio.Event()
         self._dirty: set[str] = set(self.store.jobs_with_summaries())  # re-localize after a restart
-        self._dirty_lock = threading.Lock()
-        self._groups: dict[str, dict[str, list[int]]] = {}
+        self._lock = threading.Lock()
+        self._nodes: dict[tuple[str, str], str] = {}  # what each node last said about its ranks
+        self._groups: dict[str, dict[str, str]] = {}
+        self.fetches: dict[str, tuple[int, dict[str, dict[str, list[int]]]]] = {}
+        self.failed: dict[str, str] = self.store.failures()
+        self.quarantine: dict[str, float] = {}  # job -> monotonic time until which its rounds are skipped
         for job, n in self.store.counts().items():
-            self.metrics.received[job] = n
-        self.metrics.rejected.update(self.store.rejected())
+            self.metrics.received(job, n)
+        for reason, n in self.store.rejected().items():
+            self.metrics.rejected.labels(reason).inc(n)
         for state in self.store.jobs():
-            self.metrics.set_verdict(state.job, state.verdict, state.report)
+            self.metrics.set_verdict(state.job, state.verdict)
+        for job, reason in self.failed.items():
+            self.metrics.set_failed(job, reason)
+        for job in self._dirty:
+            f = self.store.fetch(job)
+            if f is not None:
+                self.fetches[job] = (f.request, f.plan)
 
     def reject(self, status: int, reason: str, detail: str) -> HTTPException:
-        self.metrics.rejected[reason] = self.metrics.rejected.get(reason, 0) + 1
+        self.metrics.rejected.labels(reason).inc()
         self.store.count_rejected(reason)
         return HTTPException(status, detail={"reason": reason, "detail": detail})
 
-    def ingest(self, body: bytes) -> tuple[bool, Summary]:
-        """Validate and commit one summary (about a millisecond: done inline, no thread hop)."""
+    def validate(self, model: type[M], body: bytes) -> M:
         try:
-            summary = Summary.model_validate_json(body)
+            return model.model_validate_json(body)
         except ValidationError as exc:
             errors = exc.errors()
             err = errors[0]
@@ -82,44 +105,119 @@ class Service:
             where = ".".join(str(p) for p in err.get("loc", ()))
             got = err.get("input")
             shown = f" (got {got!r})" if isinstance(got, str | int | float) and len(repr(got)) < 80 else ""
-            raise self.reject(422, "invalid", f"{where}: {err.get('msg')}{shown}" + (
+            raise self.reject(422, "invalid", f"{where or 'body'}: {err.get('msg')}{shown}" + (
                 f" ({len(errors)} problems)" if len(errors) > 1 else "")) from exc
-        if summary.groups:
+
+    def ingest(self, body: bytes) -> tuple[bool, SummaryPost]:
+        """Validate and commit one summary (about a millisecond: done inline, no thread hop)."""
+        s = self.validate(SummaryPost, body)
+        ranks = {r: v.model_dump() for r, v in sorted(s.ranks.items())}
+        said = json.dumps([s.world_size, ranks], sort_keys=True)
+        if self._nodes.get((s.job, s.node)) != said:
+            self.store.set_node(s.job, s.node, s.world_size, ranks)
+            self._nodes[(s.job, s.node)] = said
+        if s.groups:
             # every node of a DP group sends the same membership: store only what is new
-            groups = summary.members()
-            if summary.job not in self._groups:
-                self._groups[summary.job] = self.store.groups(summary.job)
-            known = self._groups[summary.job]
-            fresh = {g: m for g, m in groups.items() if known.get(g) != sorted(m)}
+            known = self._groups.setdefault(s.job, {})
+            if not known:
+                known.update(self.store.groups(s.job))
+            specs = {g: m if isinstance(m, str) else json.dumps(sorted(m)) for g, m in s.groups.items()}
+            fresh = {g: m for g, m in specs.items() if known.get(g) != m}
             if fresh:
-                self.store.add_groups(summary.job, fresh)
-                known.update({g: sorted(m) for g, m in fresh.items()})
-        stored = summary.model_dump_json(exclude={"groups"}) if summary.groups else body.decode()
-        new = self.store.add_summary(summary.job, summary.node, summary.window, stored)
+                self.store.add_groups(s.job, fresh)
+                known.update(fresh)
+        new = self.store.add_summary(s.job, s.node, s.window, body.decode())
         if new:
-            self.metrics.received[summary.job] = self.metrics.received.get(summary.job, 0) + 1
-            with self._dirty_lock:
-                self._dirty.add(summary.job)
-        return new, summary
+            self.metrics.received(s.job)
+            with self._lock:
+                self._dirty.add(s.job)
+        return new, s
 
-    def localize(self, job: str) -> dict[str, Any] | None:
-        """Localize one job here, in this process (tests, and the first round before a pool exists)."""
-        return self.save(localize_job(self.store.path, job, self.windows))
+    def ingest_records(self, body: bytes) -> RecordsPost:
+        """A node's answer to a fetch request: only what was asked, only for a request still open."""
+        p = self.validate(RecordsPost, body)
+        request, plan = self.fetches.get(p.job, (None, {}))
+        if request != p.request or p.node not in plan:
+            raise self.reject(409, "no_request", f"job {p.job} has no open fetch request {p.request} for node "
+                                                 f"{p.node} (it was answered, replaced or timed out)")
+        asked = plan[p.node]
+        extra_r = set(p.rows.rank) - set(asked["ranks"])
+        extra_s = set(p.rows.step) - set(asked["steps"])
+        if extra_r or extra_s:
+            raise self.reject(422, "invalid", f"records of ranks {sorted(extra_r)[:5]} / steps {sorted(extra_s)[:5]} "
+                                              "that were not asked for")
+        self.store.add_records(p.job, p.request, p.node, body.decode())
+        if set(plan) <= self.store.answered(p.job, p.request):
+            with self._lock:
+                self._dirty.add(p.job)
+            self.wake.set()
+        return p
 
-    async def localize_async(self, job: str) -> dict[str, Any] | None:
-        """Localize in the worker process, so rendering figures never stalls ingest (the GIL)."""
-        if self.pool is None:
-            return await run_in_threadpool(self.localize, job)
-        loop = asyncio.get_running_loop()
-        return self.save(await loop.run_in_executor(self.pool, localize_job, self.store.path, job, self.windows))
-
-    def save(self, result: Localized | None) -> dict[str, Any] | None:
-        if result is None:
+    def fetch_for(self, job: str, node: str) -> dict[str, Any] | None:
+        request, plan = self.fetches.get(job, (None, {}))
+        if request is None or node not in plan:
             return None
-        self.store.save_job(result.job, result.verdict, result.report, result.markdown)
-        self.metrics.set_verdict(result.job, result.verdict, result.report)
-        self.metrics.localize_s[result.job] = result.seconds
-        return result.verdict
+        return {"request": request, "ranks": plan[node]["ranks"], "steps": plan[node]["steps"]}
+
+    async def round(self, job: str) -> Round | None:
+        """One job's round, isolated: a failure or a stall marks this job failed, nothing else."""
+        t0 = time.perf_counter()
+        try:
+            if self.pool is None:
+                out = await asyncio.wait_for(run_in_threadpool(localize_round, self.store.url, job),
+                                             self.job_timeout_s)
+            else:
+                loop = asyncio.get_running_loop()
+                out = await asyncio.wait_for(loop.run_in_executor(self.pool, localize_round, self.store.url, job),
+                                             self.job_timeout_s)
+        except TimeoutError:
+            self._replace_pool()
+            self.quarantine[job] = time.monotonic() + QUARANTINE_S
+            self.mark_failed(job, f"localization took over {self.job_timeout_s:.0f} s; the worker was restarted "
+                                  f"and the job is left out for {QUARANTINE_S:.0f} s")
+            return None
+        except Exception as exc:  # the job's data broke its localization: keep serving the others
+            self.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
+            return None
+        if out.stale:
+            with self._lock:
+                self._dirty.add(job)
+        if out.fetch is not None:
+            self.fetches[job] = (out.request, out.fetch)
+        elif out.done_request is not None or out.localized is not None:
+            self.fetches.pop(job, None)
+        if out.localized is not None:
+            loc = out.localized
+            self.metrics.localize.observe(time.perf_counter() - t0)
+            before = self.store.job(job)
+            self.store.save_job(job, loc.verdict, loc.report, loc.markdown)
+            self.metrics.set_verdict(job, loc.verdict, loc.onset_unix_s, loc.lost_s, loc.world_size)
+            self.failed.pop(job, None)
+            was = before.verdict["status"] if before else "healthy"
+            if self.notify_url and loc.verdict["status"] != was:
+                asyncio.get_running_loop().run_in_executor(None, self._notify, loc.verdict, loc.report,
+                                                           loc.onset_unix_s)
+        return out
+
+    def mark_failed(self, job: str, reason: str) -> None:
+        self.failed[job] = reason
+        self.store.fail_job(job, reason)
+        self.metrics.set_failed(job, reason)
+        print(f"laggard serve: job {job}: localization failed: {reason}", file=sys.stderr)
+
+    def _notify(self, verdict: dict[str, Any], report: dict[str, Any], onset: float | None) -> None:
+        """Alertmanager/Slack alert: startsAt = the onset, generatorURL = this service's report page."""
+        assert self.notify_url is not None
+        rep = service_report(verdict, pd.DataFrame(report.get("steps", [])), int(report["world_size"]))
+        link = f"{self.external_url}/v1/jobs/{rep.job}/report" if self.external_url else None
+        start = datetime.fromtimestamp(onset, UTC) if onset else None
+        if not notify_with_retry(rep, self.notify_url, link=link, starts_at=start):
+            self.metrics.notify_failed.inc()
+
+    def _replace_pool(self) -> None:
+        if self.pool is not None:
+            _kill_pool(self.pool)
+            self.pool = _pool()
 
     async def html(self, job: str) -> str | None:
         """The job's HTML report: cached, or rendered now (in the worker when there is one)."""
@@ -138,108 +236,75 @@ class Service:
         return text
 
     def take_dirty(self) -> list[str]:
-        with self._dirty_lock:
-            jobs, self._dirty = sorted(self._dirty), set()
-        return jobs
+        now = time.monotonic()
+        with self._lock:
+            jobs = sorted(self._dirty | set(self.fetches))
+            held = {j for j in jobs if self.quarantine.get(j, 0.0) > now}
+            self._dirty = held  # a quarantined job keeps its place for when it is let out
+        return [j for j in jobs if j not in held]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            _kill_pool(self.pool)
+        self.store.close()
 
 
-@dataclass
-class Localized:
-    job: str
-    verdict: dict[str, Any]
-    report: dict[str, Any]
-    markdown: str
-    seconds: float
+def _pool() -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
+                               initargs=(os.getpid(),))
 
 
-@dataclass
-class _JobCache:
-    """What a worker already parsed of one job: the last row read, and columns per window."""
-
-    rowid: int = 0
-    world: int = 0
-    windows: dict[int, list[Batch]] = field(default_factory=dict)
-
-
-_CACHE: dict[tuple[str, str], _JobCache] = {}
-
-
-def localize_job(db: str, job: str, windows: int) -> Localized | None:
-    """Verdict and report of one job from its recent summaries (runs in the worker process).
-
-    Only summaries stored since the last round are parsed; older windows stay cached as
-    columns, so a round costs the new posts plus vectorized work, not a re-read of everything."""
-    cache = _CACHE.setdefault((db, job), _JobCache())
-    store = Store(db)
-    try:
-        rows = store.rows_since(job, cache.rowid)
-        groups = store.groups(job)
-    finally:
-        store.close()
-    if rows:
-        cache.rowid = rows[-1][0]
-        parsed = [json.loads(body) for _, body in rows]
-        cache.world = int(parsed[-1]["world_size"])
-        for w in sorted({int(p["window"]) for p in parsed}):
-            cache.windows.setdefault(w, []).append(batch_from_summaries([p for p in parsed if p["window"] == w]))
-    if not cache.windows:
-        return None
-    newest = max(cache.windows)
-    for w in [w for w in cache.windows if w <= newest - windows]:
-        del cache.windows[w]
-    t0 = time.perf_counter()
-    batch = Batch.concat([b for w in sorted(cache.windows) for b in cache.windows[w]])
-    verdict, steps = localize_batch(job, batch, groups)
-    report = service_report(verdict.to_dict(), steps, cache.world)
-    return Localized(job, verdict.to_dict(), report.to_dict(), render_markdown(report), time.perf_counter() - t0)
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop the worker now: a round in progress is abandoned (its job is localized again later)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.join(timeout=2)
 
 
-def service_report(verdict: dict[str, Any], steps: pd.DataFrame, world: int) -> Report:
-    """The report the service serves: the verdict, the step times, and where they came from."""
-    report = report_from_verdict(Verdict.from_dict(verdict), None, None, world_size=world)
-    if not steps.empty:
-        report.steps = steps
-        report.windows = irregular_windows(steps)
-        irr = steps[steps["irregular"].astype(bool)]
-        report.lost_s = float((irr["duration_s"] - irr["baseline_s"]).clip(lower=0).sum())
-    extra = verdict
-    report.notes.append(f"from {extra.get('summaries')} sidecar summaries of {extra.get('nodes')} nodes "
-                        f"(windows {extra['windows'][0]}..{extra['windows'][1]})")
-    return report
+async def _read(request: Request, svc: Service, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise svc.reject(413, "too_large", f"body of {declared} bytes is over the {limit}-byte limit; "
+                                           "post one node's steps at a time")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise svc.reject(413, "too_large", f"body is over the {limit}-byte limit")
+    return bytes(body)
 
 
-def render_job_html(verdict: dict[str, Any], report: dict[str, Any]) -> str:
-    """HTML of a stored report, rendered when someone asks for it (figures cost seconds)."""
-    return render_html(service_report(verdict, pd.DataFrame(report.get("steps", [])), int(report["world_size"])))
-
-
-def _warm() -> None:
-    """Run in the worker once at startup so its imports are done before the first localization."""
-
-
-def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BODY, isolate: bool = False) -> FastAPI:
+def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BODY, isolate: bool = False,
+               notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
+               job_timeout_s: float = JOB_TIMEOUT_S) -> FastAPI:
     """The app; `isolate` localizes in a worker process (what `laggard serve` does)."""
-    svc = Service(db, max_body=max_body, isolate=isolate)
+    svc = Service(db, max_body=max_body, isolate=isolate, notify_url=notify_url, external_url=external_url,
+                  ttl_s=ttl_s, job_timeout_s=job_timeout_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async def loop() -> None:
             while True:
-                await asyncio.sleep(interval_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(svc.wake.wait(), interval_s)
+                svc.wake.clear()
                 for job in svc.take_dirty():
-                    await svc.localize_async(job)
+                    await svc.round(job)
 
-        if svc.pool is not None:  # start the worker (imports take seconds) before taking load
-            await asyncio.get_running_loop().run_in_executor(svc.pool, _warm)
+        if svc.pool is not None:  # start the worker now: its imports take seconds, done while posts arrive
+            svc.pool.submit(warm)
         task = asyncio.create_task(loop()) if interval_s > 0 else None
         yield
         if task:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if svc.pool:
-            svc.pool.shutdown(cancel_futures=True)
-        svc.store.close()
+        svc.close()
 
     app = FastAPI(title="laggard", lifespan=lifespan)
     app.state.service = svc
@@ -247,31 +312,40 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
     @app.post("/v1/summaries", status_code=202)
     async def post_summary(request: Request) -> dict[str, Any]:
         t0 = time.perf_counter()
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > svc.max_body:
-            raise svc.reject(413, "too_large", f"body of {declared} bytes is over the {svc.max_body}-byte limit; "
-                                               "post one node's window at a time")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > svc.max_body:
-                raise svc.reject(413, "too_large", f"body is over the {svc.max_body}-byte limit")
-        new, summary = svc.ingest(bytes(body))
-        svc.metrics.observe_ingest(time.perf_counter() - t0)
-        return {"stored": new, "duplicate": not new, "job": summary.job, "node": summary.node,
-                "window": summary.window}
+        new, s = svc.ingest(await _read(request, svc, svc.max_body))
+        svc.metrics.ingest.labels("summary").observe(time.perf_counter() - t0)
+        out: dict[str, Any] = {"stored": new, "duplicate": not new, "job": s.job, "node": s.node, "window": s.window}
+        fetch = svc.fetch_for(s.job, s.node)
+        if fetch is not None:
+            out["fetch"] = fetch
+        return out
+
+    @app.post("/v1/records", status_code=202)
+    async def post_records(request: Request) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        p = svc.ingest_records(await _read(request, svc, MAX_RECORDS_BODY))
+        svc.metrics.ingest.labels("records").observe(time.perf_counter() - t0)
+        return {"stored": len(p.rows.rank), "job": p.job, "node": p.node, "request": p.request}
+
+    @app.get("/v1/jobs/{job}/fetch", response_model=None)
+    def fetch(job: str, node: str) -> dict[str, Any] | Response:
+        f = svc.fetch_for(job, node)
+        return Response(status_code=204) if f is None else f
 
     @app.get("/v1/jobs")
     def jobs() -> list[dict[str, Any]]:
         return [{"job": s.job, "status": s.verdict["status"], "slowdown": s.verdict["slowdown"],
-                 "root_cause": (s.report.get("root_cause") or {}).get("device"), "updated_ns": s.updated_ns}
+                 "root_cause": (s.report.get("root_cause") or {}).get("device"), "updated_ns": s.updated_ns,
+                 "failed": svc.failed.get(s.job)}
                 for s in svc.store.jobs()]
 
     @app.get("/v1/jobs/{job}")
     def job(job: str) -> dict[str, Any]:
         state = svc.store.job(job)
         if state is None:
-            raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no verdict for job {job} yet"})
+            why = svc.failed.get(job)
+            raise HTTPException(404, detail={"reason": "localization_failed" if why else "unknown_job",
+                                             "detail": why or f"no verdict for job {job} yet"})
         return state.verdict
 
     @app.get("/v1/jobs/{job}/report")
@@ -293,17 +367,30 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
 
     @app.post("/v1/jobs/{job}/localize")
     async def localize_now(job: str) -> dict[str, Any]:
-        verdict = await svc.localize_async(job)
-        if verdict is None:
-            raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no summaries for job {job}"})
-        return verdict
+        """Run rounds until a verdict (answering fetches needs the agents: 202 while they are asked)."""
+        out = await svc.round(job)
+        if job in svc.failed and (out is None or out.localized is None):
+            raise HTTPException(500, detail={"reason": "localization_failed", "detail": svc.failed[job]})
+        if out is not None and out.localized is None and job in svc.fetches:
+            request, plan = svc.fetches[job]
+            return JSONResponse({"status": "fetching", "fetch": plan, "request": request},
+                                status_code=202)  # type: ignore[return-value]
+        if out is None or out.localized is None:
+            state = svc.store.job(job)
+            if state is None:
+                raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no summaries for job {job}"})
+            return state.verdict
+        return out.localized.verdict
 
     @app.get("/metrics")
-    def metrics() -> PlainTextResponse:
-        return PlainTextResponse(svc.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    def metrics() -> Response:
+        return Response(svc.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    def healthz() -> dict[str, Any]:
+        if svc.failed:
+            return {"status": "degraded", "failed_jobs": dict(svc.failed)}
         return {"status": "ok"}
 
     return app
+

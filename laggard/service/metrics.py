@@ -1,85 +1,161 @@
-"""Prometheus metrics in the plain text exposition format (no client library needed).
+"""Prometheus metrics of the service, with prometheus_client and Prometheus' naming conventions.
 
-Per job: irregular (1/0), stuck (1/0), slowdown, GPU-hours lost, and each candidate's score;
-for the service: summaries received and rejected, ingest latency, localization time.
+Jobs are labelled `job_name` (Prometheus attaches its own `job` label to every scraped series);
+a candidate device is labelled by its parts (kind, host, gpu, rank), so a query can join it with
+DCGM's `Hostname`/`gpu` or node_exporter's `instance`. A job that has not posted for `ttl_s`
+leaves the exposition, so label values do not accumulate forever.
 """
 
 from __future__ import annotations
 
+import platform
 import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
-BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+disable_created_metrics()  # the *_created series double the exposition and no rule here needs them
+TOP = 3  # candidates exported per job
+LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+LOCALIZE = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+@dataclass
+class JobMetrics:
+    """What the exposition says about one job; updated by ingest and by each localization."""
+
+    last_post: float = field(default_factory=time.time)
+    received: int = 0
+    verdict: dict[str, Any] | None = None
+    onset: float | None = None
+    lost_gpu_s: float = 0.0
+    counted_upto: int = -1  # irregular steps up to here are already in lost_gpu_s
+    failed: str | None = None
+    localized_at: float | None = None
 
 
-def _labels(**kv: object) -> str:
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in kv.items()) + "}"
-
-
-class Metrics:
-    def __init__(self) -> None:
-        self.received: dict[str, int] = {}
-        self.rejected: dict[str, int] = {}
-        self.localize_s: dict[str, float] = {}
-        self._verdicts: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+class Metrics(Collector):
+    def __init__(self, ttl_s: float = 3600.0) -> None:
+        self.ttl_s = ttl_s
+        self.jobs: dict[str, JobMetrics] = {}
         self._lock = threading.Lock()
-        self._buckets = [0] * len(BUCKETS)
-        self._count = 0
-        self._sum = 0.0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(PROCESS_COLLECTOR)
+        self.registry.register(PLATFORM_COLLECTOR)
+        self.registry.register(self)
+        self.ingest = Histogram("laggard_ingest_duration_seconds", "time to validate and commit one post",
+                                ["kind"], buckets=LATENCY, registry=self.registry)
+        self.localize = Histogram("laggard_localization_duration_seconds", "time of one job's localization",
+                                  buckets=LOCALIZE, registry=self.registry)
+        self.rejected = Counter("laggard_posts_rejected", "posts refused, by reason", ["reason"],
+                                registry=self.registry)
+        self.notify_failed = Counter("laggard_notifications_failed", "alerts that could not be delivered",
+                                     registry=self.registry)
 
-    def set_verdict(self, job: str, verdict: dict[str, Any], report: dict[str, Any]) -> None:
+    def job(self, name: str) -> JobMetrics:
         with self._lock:
-            self._verdicts[job] = (verdict, report)
+            return self.jobs.setdefault(name, JobMetrics())
 
-    def observe_ingest(self, seconds: float) -> None:
+    def received(self, job: str, n: int = 1) -> None:
+        m = self.job(job)
+        m.received += n
+        m.last_post = time.time()
+
+    def set_verdict(self, job: str, verdict: dict[str, Any], onset: float | None = None,
+                    lost_s: dict[int, float] | None = None, world: int = 0) -> None:
+        m = self.job(job)
+        m.verdict, m.failed, m.localized_at = verdict, None, time.time()
+        m.onset = onset if verdict.get("status") != "healthy" else None
+        fresh = {s: v for s, v in (lost_s or {}).items() if s > m.counted_upto}
+        if fresh:
+            m.lost_gpu_s += sum(fresh.values()) * max(world, 1)
+            m.counted_upto = max(fresh)
+
+    def set_failed(self, job: str, reason: str) -> None:
+        self.job(job).failed = reason
+
+    def expire(self) -> list[str]:
+        """Forget jobs idle for longer than the ttl; returns their names."""
+        cut = time.time() - self.ttl_s
         with self._lock:
-            self._count += 1
-            self._sum += seconds
-            for i, b in enumerate(BUCKETS):
-                if seconds <= b:
-                    self._buckets[i] += 1
+            gone = [j for j, m in self.jobs.items() if m.last_post < cut]
+            for j in gone:
+                del self.jobs[j]
+        return gone
 
-    def exposition(self) -> str:
-        out: list[str] = []
-
-        def family(name: str, kind: str, help: str, samples: list[tuple[str, float]]) -> None:
-            out.append(f"# HELP {name} {help}")
-            out.append(f"# TYPE {name} {kind}")
-            out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
-
+    def collect(self) -> Iterator[Metric]:
+        self.expire()
         with self._lock:
-            verdicts = dict(self._verdicts)
-            buckets, count, total = list(self._buckets), self._count, self._sum
-        family("laggard_job_irregular", "gauge", "1 when the job's latest verdict is irregular or hang",
-               [(_labels(job=j), float(v["status"] in ("irregular", "hang"))) for j, (v, _) in verdicts.items()])
-        family("laggard_job_hang", "gauge", "1 when the job is stuck in a collective",
-               [(_labels(job=j), float(v["status"] == "hang")) for j, (v, _) in verdicts.items()])
-        family("laggard_job_slowdown", "gauge", "irregular iteration time over the baseline (1 = none)",
-               [(_labels(job=j), float(v["slowdown"])) for j, (v, _) in verdicts.items()])
-        family("laggard_job_gpu_hours_lost", "gauge", "extra wall time x GPUs over the localization window",
-               [(_labels(job=j), float(r.get("gpu_hours_lost", 0.0))) for j, (_, r) in verdicts.items()])
-        cand = []
-        for j, (v, r) in verdicts.items():
-            devices = [c.get("device", "") for c in r.get("candidates", [])]
-            for i, c in enumerate(v.get("candidates", [])):
-                device = devices[i] if i < len(devices) else c.get("kind", "")
-                cand.append((_labels(job=j, rank_order=i + 1, kind=c.get("kind", ""), device=device),
-                             float(c.get("score", 0.0))))
-        family("laggard_candidate_score", "gauge", "root-cause candidate score, 0..1 (rank_order 1 = best)", cand)
-        family("laggard_summaries_received_total", "counter", "sidecar summaries stored",
-               [(_labels(job=j), float(n)) for j, n in sorted(self.received.items())])
-        family("laggard_summaries_rejected_total", "counter", "posts refused, by reason",
-               [(_labels(reason=k), float(n)) for k, n in sorted(self.rejected.items())])
-        family("laggard_localize_seconds", "gauge", "time of the job's last localization",
-               [(_labels(job=j), s) for j, s in sorted(self.localize_s.items())])
-        out.append("# HELP laggard_ingest_seconds time to validate and commit one summary")
-        out.append("# TYPE laggard_ingest_seconds histogram")
-        out.extend(f'laggard_ingest_seconds_bucket{{le="{b:g}"}} {n}' for b, n in zip(BUCKETS, buckets, strict=True))
-        out.append(f'laggard_ingest_seconds_bucket{{le="+Inf"}} {count}')
-        out.append(f"laggard_ingest_seconds_sum {total:g}")
-        out.append(f"laggard_ingest_seconds_count {count}")
-        return "\n".join(out) + "\n"
+            jobs = sorted(self.jobs.items())
+        info = InfoMetricFamily("laggard_build", "version of the laggard service")
+        info.add_metric([], {"version": _version(), "python": platform.python_version()})
+        yield info
+        fams = {
+            "irregular": GaugeMetricFamily("laggard_job_irregular", "1 while the job's steps are irregularly slow",
+                                           labels=["job_name"]),
+            "hang": GaugeMetricFamily("laggard_job_hang", "1 while the job is stuck in a collective",
+                                      labels=["job_name"]),
+            "slowdown": GaugeMetricFamily("laggard_job_slowdown_ratio", "irregular step time over its baseline",
+                                          labels=["job_name"]),
+            "onset": GaugeMetricFamily("laggard_job_onset_timestamp_seconds",
+                                       "when the current irregularity began (Unix time, the hosts' clocks)",
+                                       labels=["job_name"]),
+            "failed": GaugeMetricFamily("laggard_job_localization_failed",
+                                        "1 when the job's last localization failed (see /healthz)", labels=["job_name"]),
+            "at": GaugeMetricFamily("laggard_job_last_localization_timestamp_seconds",
+                                    "when the job was last localized", labels=["job_name"]),
+            "post": GaugeMetricFamily("laggard_job_last_post_timestamp_seconds",
+                                      "when an agent of the job last posted", labels=["job_name"]),
+            "cand": GaugeMetricFamily("laggard_candidate_score", "root-cause candidate score, 0..1 (position 1 = best)",
+                                      labels=["job_name", "position", "kind", "host", "gpu", "rank"]),
+        }
+        lost = CounterMetricFamily("laggard_job_lost_gpu_seconds", "GPU-seconds lost to irregular steps",
+                                   labels=["job_name"])
+        received = CounterMetricFamily("laggard_summaries_received", "node summaries stored", labels=["job_name"])
+        for name, m in jobs:
+            received.add_metric([name], m.received)
+            fams["post"].add_metric([name], m.last_post)
+            fams["failed"].add_metric([name], 1.0 if m.failed else 0.0)
+            if m.verdict is None:
+                continue
+            v = m.verdict
+            lost.add_metric([name], m.lost_gpu_s)
+            fams["irregular"].add_metric([name], 1.0 if v.get("status") == "irregular" else 0.0)
+            fams["hang"].add_metric([name], 1.0 if v.get("status") == "hang" else 0.0)
+            fams["slowdown"].add_metric([name], float(v.get("slowdown", 1.0)))
+            if m.localized_at is not None:
+                fams["at"].add_metric([name], m.localized_at)
+            if m.onset is not None:
+                fams["onset"].add_metric([name], m.onset)
+            for i, c in enumerate(v.get("candidates", [])[:TOP], 1):
+                host = c.get("host") or "+".join(c.get("hosts") or []) or (c.get("switch") or "")
+                fams["cand"].add_metric([name, str(i), str(c.get("kind", "")), host,
+                                         "" if c.get("gpu") is None else str(c["gpu"]),
+                                         "" if c.get("rank") is None else str(c["rank"])], float(c.get("score", 0.0)))
+        yield from fams.values()
+        yield lost
+        yield received
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("laggard")
+    except metadata.PackageNotFoundError:
+        return "unknown"

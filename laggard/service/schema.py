@@ -1,91 +1,158 @@
-"""What a sidecar posts: one summary per node per window (about 10 s) of abnormal operators.
+"""What node agents post: summaries in localize/summary.py's format, and the records the localizer fetched.
 
-Only abnormal operators travel (docs/design.md "Scale"); a node with nothing abnormal still posts
-its per-step times, which is how the service knows the node is alive and how fast steps run.
-Limits keep one post bounded; anything larger is refused with a reason, never truncated.
+One summary format: a post carries the rows `localize.summary.summarize` produced for one node
+and a run of steps, as columns, with times in integer microseconds (`summary.to_wire`). A post
+also says which ranks the node runs (GPU, IP) and, once, which groups they are in, so the service
+can build the job's meta.json from its agents alone.
+
+Every number is bounded before anything is stored or allocated: integers to their column's
+type, group ranges by their length (computed, never expanded), lists by count. Anything outside
+is refused with a reason, never truncated or clamped.
 """
 
 from __future__ import annotations
+
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collector.schema import OPS
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
-OP_PATTERN = "^(" + "|".join(OPS) + ")$"  # checked in pydantic's core: no Python call per operator
+GROUP = r"^(\*|[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127})$"  # "*" marks a step row (localize/summary.py)
+OP_PATTERN = "^(" + "|".join(OPS) + ")$"
+I32 = 2**31 - 1
+I64 = 2**63 - 1
+MAX_WORLD = 1 << 18  # 262,144 ranks: larger than any job today; a bigger claim is a broken agent
 MAX_RANKS_PER_NODE = 64
-MAX_OPS = 20_000
-MAX_STEPS = 1_000
 MAX_GROUPS = 256
+MAX_ROWS = 100_000  # summary rows per post (a node's few hundred steps)
+MAX_RECORDS = 500_000  # full records per fetch answer (the planned ranks of a node, a few steps)
+MAX_STEP_SPAN = 100_000  # steps one post may span
+
+Rank = Annotated[int, Field(ge=0, lt=MAX_WORLD)]
+Step = Annotated[int, Field(ge=-1, le=I32)]
+Count = Annotated[int, Field(ge=0, le=I32)]
+Micros = Annotated[int, Field(ge=0, le=I64 // 1000)]
+Nanos = Annotated[int, Field(ge=0, le=I64)]
+Int64 = Annotated[int, Field(ge=-I64 - 1, le=I64)]
+GroupName = Annotated[str, Field(pattern=GROUP)]
 
 
-class AbnormalOp(BaseModel):
-    """One operator copy the node's detector flagged (it ran long, usually because it waited)."""
+class RankSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpu: int = Field(default=0, ge=0, le=1023)
+    ip: str = Field(default="", max_length=64, pattern=r"^[0-9A-Fa-f.:]*$")
+
+
+class SummaryRows(BaseModel):
+    """localize/summary.py's SUMMARY_SCHEMA without `host` (the posting node), on the wire."""
 
     model_config = ConfigDict(extra="forbid")
-    rank: int = Field(ge=0)
-    group: str = Field(pattern=NAME)
-    op: str = Field(pattern=OP_PATTERN)
-    seq: int = Field(ge=0)
-    elapsed: float = Field(ge=0, le=86_400, description="seconds on the rank's own clock")
-    step: int = Field(ge=-1)
-    score: float = Field(ge=0, le=1, description="detector's abnormal probability")
-    peer: int = Field(default=-1, ge=-1)
+    rank: list[Annotated[int, Field(ge=-1, lt=MAX_WORLD)]] = Field(max_length=MAX_ROWS)
+    step: list[Step] = Field(max_length=MAX_ROWS)
+    group: list[GroupName] = Field(max_length=MAX_ROWS)
+    abnormal: list[Count] = Field(max_length=MAX_ROWS)
+    abnormal_us: list[Micros] = Field(max_length=MAX_ROWS)
+    compute_us: list[Micros] = Field(max_length=MAX_ROWS)
+    step_end_us: list[Micros] = Field(max_length=MAX_ROWS)
+
+    def __len__(self) -> int:
+        return len(self.rank)
 
 
-class StepTime(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    step: int = Field(ge=0)
-    duration_s: float = Field(gt=0, le=86_400)
-
-
-class Summary(BaseModel):
-    """A per-node, per-window summary of abnormal operators."""
+class SummaryPost(BaseModel):
+    """One node's summary of the steps first_step..last_step; (job, node, window) is its key."""
 
     model_config = ConfigDict(extra="forbid")
     job: str = Field(pattern=NAME)
     node: str = Field(pattern=NAME)
-    window: int = Field(ge=0, description="the sidecar's window number; (job, node, window) is unique")
-    window_start_ns: int = Field(ge=0)
-    window_end_ns: int = Field(ge=0)
-    world_size: int = Field(ge=1, le=1_000_000)
-    ranks: list[int] = Field(min_length=1, max_length=MAX_RANKS_PER_NODE)
-    gpus: dict[int, int] = Field(default_factory=dict, description="rank -> local GPU index")
-    groups: dict[str, list[int] | str] = Field(
+    window: int = Field(ge=0, le=I64, description="the agent's post number; a retry repeats it")
+    first_step: int = Field(ge=0, le=I32)
+    last_step: int = Field(ge=0, le=I32)
+    world_size: int = Field(ge=1, le=MAX_WORLD)
+    ranks: dict[Rank, RankSpec] = Field(min_length=1, max_length=MAX_RANKS_PER_NODE)
+    groups: dict[GroupName, list[Rank] | str] = Field(
         default_factory=dict, max_length=MAX_GROUPS,
-        description="members of the groups the node's ranks are in: a list, or 'start:stop:step' "
-                    "(a Python range; Megatron groups are arithmetic, so a DP group of 512 is one string)")
-    steps: list[StepTime] = Field(default_factory=list, max_length=MAX_STEPS)
-    ops: list[AbnormalOp] = Field(default_factory=list, max_length=MAX_OPS)
-
-    def members(self) -> dict[str, list[int]]:
-        """Group membership with ranges expanded (the validator already expanded them)."""
-        return {g: m for g, m in self.groups.items() if isinstance(m, list)}
+        description="members of the node's groups: a list, or 'start:stop:step' (a Python range)")
+    rows: SummaryRows
+    dropped: int = Field(default=0, ge=0, le=I64, description="summaries the agent's spool had to drop")
 
     @model_validator(mode="after")
-    def _consistent(self) -> Summary:
-        if self.window_end_ns < self.window_start_ns:
-            raise ValueError("window_end_ns is before window_start_ns")
-        ranks = set(self.ranks)
-        if any(r >= self.world_size for r in ranks):
-            raise ValueError(f"a rank is >= world_size {self.world_size}")
-        stray = sorted({o.rank for o in self.ops} - ranks)
+    def _consistent(self) -> SummaryPost:
+        if self.last_step < self.first_step or self.last_step - self.first_step > MAX_STEP_SPAN:
+            raise ValueError(f"steps {self.first_step}..{self.last_step} are not a run of at most {MAX_STEP_SPAN}")
+        n = len(self.rows.rank)
+        lengths = {len(getattr(self.rows, c)) for c in SummaryRows.model_fields}
+        if lengths != {n}:
+            raise ValueError(f"rows: columns have different lengths {sorted(lengths)}")
+        if max(self.ranks) >= self.world_size:
+            raise ValueError(f"rank {max(self.ranks)} is >= world_size {self.world_size}")
+        stray = sorted({r for r in self.rows.rank if r >= 0} - set(self.ranks))
         if stray:
-            raise ValueError(f"ops of rank(s) {stray[:5]} that are not on node {self.node} (ranks {sorted(ranks)[:8]})")
-        for g, spec in list(self.groups.items()):
-            members = spec if isinstance(spec, list) else _range(g, spec)
-            self.groups[g] = members
-            if members and (len(members) > self.world_size or min(members) < 0 or max(members) >= self.world_size):
-                raise ValueError(f"group {g} has members outside 0..world_size-1")
+            raise ValueError(f"rows of rank(s) {stray[:5]} that are not on node {self.node}")
+        if any(s < self.first_step or s > self.last_step for s in (min(self.rows.step, default=self.first_step),
+                                                                    max(self.rows.step, default=self.last_step))):
+            raise ValueError(f"rows outside steps {self.first_step}..{self.last_step}")
+        for g, spec in self.groups.items():
+            size, lo, hi = range_extent(g, spec) if isinstance(spec, str) else (len(spec), min(spec, default=0),
+                                                                                 max(spec, default=0))
+            if size == 0 or size > self.world_size or lo < 0 or hi >= self.world_size:
+                raise ValueError(f"group {g}: {size} members in {lo}..{hi}, outside 0..world_size-1 "
+                                 f"({self.world_size})")
         return self
 
 
-def _range(group: str, spec: str) -> list[int]:
+def range_extent(group: str, spec: str) -> tuple[int, int, int]:
+    """(size, first, last) of a 'start:stop:step' group without building it."""
     try:
         start, stop, step = (int(x) for x in spec.split(":"))
-        members = list(range(start, stop, step))
+        r = range(start, stop, step)
     except ValueError as exc:
-        raise ValueError(f"group {group}: '{spec}' is neither a list of ranks nor 'start:stop:step'") from exc
-    if not members:
+        raise ValueError(f"group {group}: '{spec[:40]}' is neither a list of ranks nor 'start:stop:step'") from exc
+    if len(r) == 0:
         raise ValueError(f"group {group}: range '{spec}' is empty")
-    return members
+    return len(r), min(r[0], r[-1]), max(r[0], r[-1])
+
+
+def members(spec: list[int] | str) -> list[int]:
+    """A group's members; a range is expanded only after `range_extent` bounded it."""
+    if isinstance(spec, str):
+        start, stop, step = (int(x) for x in spec.split(":"))
+        return sorted(range(start, stop, step))
+    return sorted(spec)
+
+
+class RecordRows(BaseModel):
+    """Full CommOps records (the contract's commops columns) of the ranks and steps asked for."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: list[Rank] = Field(max_length=MAX_RECORDS)
+    group: list[Annotated[str, Field(pattern=NAME)]] = Field(max_length=MAX_RECORDS)
+    op: list[Annotated[str, Field(pattern=OP_PATTERN)]] = Field(max_length=MAX_RECORDS)
+    seq: list[Annotated[int, Field(ge=0, le=I64)]] = Field(max_length=MAX_RECORDS)
+    peer: list[Annotated[int, Field(ge=-1, lt=MAX_WORLD)]] = Field(max_length=MAX_RECORDS)
+    nbytes: list[Annotated[int, Field(ge=0, le=I64)]] = Field(max_length=MAX_RECORDS)
+    start_ns: list[Nanos] = Field(max_length=MAX_RECORDS)
+    end_ns: list[Nanos] = Field(max_length=MAX_RECORDS)
+    step: list[Step] = Field(max_length=MAX_RECORDS)
+
+
+class RecordsPost(BaseModel):
+    """A node's answer to a fetch request."""
+
+    model_config = ConfigDict(extra="forbid")
+    job: str = Field(pattern=NAME)
+    node: str = Field(pattern=NAME)
+    request: int = Field(ge=0, le=I64)
+    rows: RecordRows
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RecordsPost:
+        n = len(self.rows.rank)
+        lengths = {len(getattr(self.rows, c)) for c in RecordRows.model_fields}
+        if lengths != {n}:
+            raise ValueError(f"rows: columns have different lengths {sorted(lengths)}")
+        if any(e < s for s, e in zip(self.rows.start_ns, self.rows.end_ns, strict=True)):
+            raise ValueError("a record ends before it starts (end_ns < start_ns)")
+        return self

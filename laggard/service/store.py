@@ -1,8 +1,9 @@
-"""The service's state in SQLite: every accepted summary, and the latest verdict and report per job.
+"""The service's state: accepted summaries, fetched records, fetch requests, the latest verdict per job.
 
 A summary is committed before its post is acknowledged, so an acknowledged summary survives a
-crash or restart; (job, node, window) is the key, so a sidecar that retries a post does not
-count twice. WAL mode lets the localizer read while posts keep being written.
+crash or restart; (job, node, window) is the key, so an agent that retries a post does not
+count twice. SQLite (WAL, the embedded default) or PostgreSQL (`postgresql://...`, when several
+replicas share state): the same SQL, only the placeholders and the key column differ.
 """
 
 from __future__ import annotations
@@ -11,24 +12,36 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA = """
+TABLES = """
 CREATE TABLE IF NOT EXISTS summaries (
-    job TEXT NOT NULL, node TEXT NOT NULL, window INTEGER NOT NULL,
-    received_ns INTEGER NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY (job, node, window)
+    id {serial}, job TEXT NOT NULL, node TEXT NOT NULL, win BIGINT NOT NULL,
+    received_ns BIGINT NOT NULL, body TEXT NOT NULL, UNIQUE (job, node, win)
+);
+CREATE INDEX IF NOT EXISTS summaries_job ON summaries (job, id);
+CREATE TABLE IF NOT EXISTS nodes (
+    job TEXT NOT NULL, node TEXT NOT NULL, world_size BIGINT NOT NULL, ranks TEXT NOT NULL,
+    seen_ns BIGINT NOT NULL, PRIMARY KEY (job, node)
+);
+CREATE TABLE IF NOT EXISTS groups (job TEXT NOT NULL, grp TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY (job, grp));
+CREATE TABLE IF NOT EXISTS fetches (
+    job TEXT PRIMARY KEY, request BIGINT NOT NULL, plan TEXT NOT NULL, upto BIGINT NOT NULL, created_ns BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    job TEXT NOT NULL, request BIGINT NOT NULL, node TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (job, request, node)
 );
 CREATE TABLE IF NOT EXISTS jobs (
-    job TEXT PRIMARY KEY, updated_ns INTEGER NOT NULL, verdict TEXT NOT NULL,
+    job TEXT PRIMARY KEY, updated_ns BIGINT NOT NULL, verdict TEXT NOT NULL,
     report TEXT NOT NULL, markdown TEXT NOT NULL, html TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS groups (
-    job TEXT NOT NULL, grp TEXT NOT NULL, members TEXT NOT NULL, PRIMARY KEY (job, grp)
-);
-CREATE TABLE IF NOT EXISTS rejected (reason TEXT PRIMARY KEY, n INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS failures (job TEXT PRIMARY KEY, reason TEXT NOT NULL, at_ns BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS rejected (reason TEXT PRIMARY KEY, n BIGINT NOT NULL);
 """
 
 
@@ -40,89 +53,196 @@ class JobState:
     report: dict[str, Any]
 
 
+@dataclass
+class Fetch:
+    """Full records the localizer asked for: per node, ranks and steps; summaries up to `upto`."""
+
+    request: int
+    plan: dict[str, dict[str, list[int]]]
+    upto: int
+    created_ns: int
+
+
 class Store:
-    def __init__(self, path: Path | str) -> None:
-        self.path = str(path)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+    def __init__(self, url: Path | str) -> None:
+        self.url = str(url)
+        self.postgres = self.url.startswith(("postgresql://", "postgres://"))
         self._lock = threading.Lock()
+        if self.postgres:
+            import psycopg
+
+            self._db: Any = psycopg.connect(self.url, autocommit=True)
+            serial = "BIGSERIAL PRIMARY KEY"
+        else:
+            self._db = sqlite3.connect(self.url, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=10000")
+            serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
+        with self._lock:
+            for stmt in TABLES.format(serial=serial).split(";"):
+                if stmt.strip():
+                    self._db.execute(stmt)
+
+    @property
+    def path(self) -> str:
+        return self.url
+
+    def _q(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.postgres else sql
+
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._db.execute(self._q(sql), args).fetchall())
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        with self._lock:
+            row = self._db.execute(self._q(sql), args).fetchone()
+        return tuple(row) if row is not None else None
+
+    def _run(self, sql: str, args: Sequence[Any] = ()) -> int:
+        with self._lock:
+            return int(self._db.execute(self._q(sql), args).rowcount)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        with self._lock:
+            if self.postgres:
+                with self._db.transaction():
+                    yield self._db
+            else:
+                self._db.execute("BEGIN")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+
+    # -- ingest -----------------------------------------------------------------------------
 
     def add_summary(self, job: str, node: str, window: int, body: str) -> bool:
         """Store one summary; False when (job, node, window) was already stored (a retry)."""
-        with self._lock:
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO summaries VALUES (?, ?, ?, ?, ?)", (job, node, window, time.time_ns(), body))
-            return cur.rowcount == 1
+        return self._run("INSERT INTO summaries (job, node, win, received_ns, body) VALUES (?, ?, ?, ?, ?) "
+                         "ON CONFLICT DO NOTHING", (job, node, window, time.time_ns(), body)) == 1
 
-    def add_groups(self, job: str, groups: dict[str, list[int]]) -> None:
-        """Group membership, sent by a sidecar once (or when it changes), kept per job."""
-        with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?, ?)",
-                                 [(job, g, json.dumps(sorted(m))) for g, m in groups.items()])
+    def set_node(self, job: str, node: str, world_size: int, ranks: dict[int, dict[str, Any]]) -> None:
+        self._run("INSERT INTO nodes VALUES (?, ?, ?, ?, ?) ON CONFLICT (job, node) DO UPDATE SET "
+                  "world_size = excluded.world_size, ranks = excluded.ranks, seen_ns = excluded.seen_ns",
+                  (job, node, world_size, json.dumps({str(r): v for r, v in ranks.items()}), time.time_ns()))
 
-    def groups(self, job: str) -> dict[str, list[int]]:
-        with self._lock:
-            rows = self._db.execute("SELECT grp, members FROM groups WHERE job = ?", (job,)).fetchall()
-        return {g: json.loads(m) for g, m in rows}
+    def nodes(self, job: str) -> dict[str, tuple[int, dict[int, dict[str, Any]]]]:
+        rows = self._all("SELECT node, world_size, ranks FROM nodes WHERE job = ?", (job,))
+        return {n: (int(w), {int(r): v for r, v in json.loads(ranks).items()}) for n, w, ranks in rows}
+
+    def add_groups(self, job: str, groups: dict[str, str]) -> None:
+        """Group membership as posted (a JSON list or a 'start:stop:step' range), kept per job."""
+        with self._tx() as db:
+            for g, spec in groups.items():
+                db.execute(self._q("INSERT INTO groups VALUES (?, ?, ?) ON CONFLICT (job, grp) DO UPDATE "
+                                   "SET spec = excluded.spec"), (job, g, spec))
+
+    def groups(self, job: str) -> dict[str, str]:
+        return dict(self._all("SELECT grp, spec FROM groups WHERE job = ?", (job,)))  # type: ignore[arg-type]
 
     def count_rejected(self, reason: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT INTO rejected VALUES (?, 1) ON CONFLICT(reason) DO UPDATE SET n = n + 1",
-                             (reason,))
+        self._run("INSERT INTO rejected VALUES (?, 1) ON CONFLICT (reason) DO UPDATE SET n = rejected.n + 1",
+                  (reason,))
 
     def rejected(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._db.execute("SELECT reason, n FROM rejected").fetchall())
+        return {str(k): int(v) for k, v in self._all("SELECT reason, n FROM rejected")}
 
     def counts(self) -> dict[str, int]:
         """Summaries stored per job."""
-        with self._lock:
-            return dict(self._db.execute("SELECT job, COUNT(*) FROM summaries GROUP BY job").fetchall())
+        return {str(k): int(v) for k, v in self._all("SELECT job, COUNT(*) FROM summaries GROUP BY job")}
 
     def stats(self, job: str) -> dict[str, int]:
-        with self._lock:
-            n, nodes, last = self._db.execute(
-                "SELECT COUNT(*), COUNT(DISTINCT node), MAX(window) FROM summaries WHERE job = ?", (job,)).fetchone()
+        row = self._one("SELECT COUNT(*), COUNT(DISTINCT node), MAX(win) FROM summaries WHERE job = ?", (job,))
+        n, nodes, last = row or (0, 0, None)
         return {"summaries": int(n), "nodes": int(nodes), "last_window": int(last) if last is not None else -1}
 
-    def rows_since(self, job: str, rowid: int) -> list[tuple[int, str]]:
-        """(rowid, body) of the job's summaries stored after `rowid`, oldest first."""
-        with self._lock:
-            return self._db.execute("SELECT rowid, body FROM summaries WHERE job = ? AND rowid > ? ORDER BY rowid",
-                                    (job, rowid)).fetchall()
+    def rows_since(self, job: str, after: int, upto: int | None = None) -> list[tuple[int, str, str]]:
+        """(id, node, body) of the job's summaries stored after `after` (and up to `upto`), oldest first."""
+        if upto is None:
+            return self._all("SELECT id, node, body FROM summaries WHERE job = ? AND id > ? ORDER BY id",
+                             (job, after))  # type: ignore[return-value]
+        return self._all("SELECT id, node, body FROM summaries WHERE job = ? AND id > ? AND id <= ? ORDER BY id",
+                         (job, after, upto))  # type: ignore[return-value]
+
+    def last_id(self, job: str) -> int:
+        row = self._one("SELECT MAX(id) FROM summaries WHERE job = ?", (job,))
+        return int(row[0]) if row and row[0] is not None else 0
 
     def jobs_with_summaries(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT DISTINCT job FROM summaries").fetchall()]
+        return [str(r[0]) for r in self._all("SELECT DISTINCT job FROM summaries")]
+
+    # -- progressive fetching ---------------------------------------------------------------
+
+    def set_fetch(self, job: str, plan: dict[str, dict[str, list[int]]], upto: int) -> int:
+        """Ask the nodes in `plan` for their records; returns the request number."""
+        with self._tx() as db:
+            row = db.execute(self._q("SELECT request FROM fetches WHERE job = ?"), (job,)).fetchone()
+            request = int(row[0]) + 1 if row else 1
+            db.execute(self._q("DELETE FROM records WHERE job = ?"), (job,))
+            db.execute(self._q("INSERT INTO fetches VALUES (?, ?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET "
+                               "request = excluded.request, plan = excluded.plan, upto = excluded.upto, "
+                               "created_ns = excluded.created_ns"),
+                       (job, request, json.dumps(plan), upto, time.time_ns()))
+        return request
+
+    def fetch(self, job: str) -> Fetch | None:
+        row = self._one("SELECT request, plan, upto, created_ns FROM fetches WHERE job = ? AND plan <> '{}'", (job,))
+        return Fetch(int(row[0]), json.loads(row[1]), int(row[2]), int(row[3])) if row else None
+
+    def clear_fetch(self, job: str) -> None:
+        with self._tx() as db:
+            db.execute(self._q("UPDATE fetches SET plan = '{}' WHERE job = ?"), (job,))
+            db.execute(self._q("DELETE FROM records WHERE job = ?"), (job,))
+
+    def add_records(self, job: str, request: int, node: str, body: str) -> bool:
+        return self._run("INSERT INTO records VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                         (job, request, node, body)) == 1
+
+    def records(self, job: str, request: int) -> dict[str, str]:
+        rows = self._all("SELECT node, body FROM records WHERE job = ? AND request = ?", (job, request))
+        return {str(n): str(b) for n, b in rows}
+
+    def answered(self, job: str, request: int) -> set[str]:
+        return {str(r[0]) for r in self._all("SELECT node FROM records WHERE job = ? AND request = ?", (job, request))}
+
+    # -- verdicts ---------------------------------------------------------------------------
 
     def save_job(self, job: str, verdict: dict[str, Any], report: dict[str, Any], markdown: str) -> None:
         """The latest verdict and report; the HTML is rendered later, when first asked for."""
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, '')",
-                (job, time.time_ns(), json.dumps(verdict), json.dumps(report, default=str), markdown))
+        with self._tx() as db:
+            db.execute(self._q("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, '') ON CONFLICT (job) DO UPDATE SET "
+                               "updated_ns = excluded.updated_ns, verdict = excluded.verdict, "
+                               "report = excluded.report, markdown = excluded.markdown, html = ''"),
+                       (job, time.time_ns(), json.dumps(verdict), json.dumps(report, default=str), markdown))
+            db.execute(self._q("DELETE FROM failures WHERE job = ?"), (job,))
+
+    def fail_job(self, job: str, reason: str) -> None:
+        self._run("INSERT INTO failures VALUES (?, ?, ?) ON CONFLICT (job) DO UPDATE SET reason = excluded.reason, "
+                  "at_ns = excluded.at_ns", (job, reason[:500], time.time_ns()))
+
+    def failures(self) -> dict[str, str]:
+        return {str(j): str(r) for j, r in self._all("SELECT job, reason FROM failures")}
 
     def save_html(self, job: str, updated_ns: int, html: str) -> None:
         """Cache the rendered page, unless a newer verdict arrived meanwhile."""
-        with self._lock:
-            self._db.execute("UPDATE jobs SET html = ? WHERE job = ? AND updated_ns = ?", (html, job, updated_ns))
+        self._run("UPDATE jobs SET html = ? WHERE job = ? AND updated_ns = ?", (html, job, updated_ns))
 
     def job(self, job: str) -> JobState | None:
-        with self._lock:
-            row = self._db.execute("SELECT job, updated_ns, verdict, report FROM jobs WHERE job = ?", (job,)).fetchone()
-        return JobState(row[0], row[1], json.loads(row[2]), json.loads(row[3])) if row else None
+        row = self._one("SELECT job, updated_ns, verdict, report FROM jobs WHERE job = ?", (job,))
+        return JobState(row[0], int(row[1]), json.loads(row[2]), json.loads(row[3])) if row else None
 
     def jobs(self) -> list[JobState]:
-        with self._lock:
-            rows = self._db.execute("SELECT job, updated_ns, verdict, report FROM jobs ORDER BY job").fetchall()
-        return [JobState(r[0], r[1], json.loads(r[2]), json.loads(r[3])) for r in rows]
+        rows = self._all("SELECT job, updated_ns, verdict, report FROM jobs ORDER BY job")
+        return [JobState(r[0], int(r[1]), json.loads(r[2]), json.loads(r[3])) for r in rows]
 
     def rendered(self, job: str, fmt: str) -> str | None:
         col = {"md": "markdown", "html": "html", "json": "report"}[fmt]
-        with self._lock:
-            row = self._db.execute(f"SELECT {col} FROM jobs WHERE job = ?", (job,)).fetchone()
+        row = self._one(f"SELECT {col} FROM jobs WHERE job = ?", (job,))
         return str(row[0]) if row else None
 
     def close(self) -> None:

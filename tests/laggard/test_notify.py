@@ -67,14 +67,43 @@ def test_healthy_job_resolves_the_alert() -> None:
     assert rx.posts[0][1][0]["endsAt"] == rx.posts[0][1][0]["startsAt"]
 
 
+def test_transient_failures_are_retried_with_backoff_and_refusals_are_not(report: Report) -> None:
+    waits: list[float] = []
+    with Receiver(status=503) as rx:
+        def recover(s: float) -> None:
+            waits.append(s)
+            if len(waits) == 2:
+                rx.status = 200
+
+        assert notify(report, rx.url + "/api/v2/alerts", sleep=recover) == 200
+    assert len(rx.posts) == 3 and waits[1] > waits[0] * 1.2  # two failures, then delivered; waits grow
+    with Receiver(status=400) as rx, pytest.raises(UserError, match="HTTP 400"):
+        notify(report, rx.url + "/hook", sleep=waits.append)
+    assert len(rx.posts) == 1  # a refusal is final
+
+
+def test_alertmanager_starts_at_the_onset_and_links_the_service() -> None:
+    from datetime import UTC, datetime
+
+    v = Verdict("run8", "irregular", [40], 1.5, [Candidate("gpu", 0.9, [], rank=3, host="n", gpu=3)])
+    onset = datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC)
+    with Receiver() as rx:
+        notify(report_from_verdict(v, None, None, world_size=8), rx.url + "/api/v2/alerts",
+               link="http://laggard:8750/v1/jobs/run8/report", starts_at=onset)
+    alert = rx.posts[0][1][0]
+    assert alert["startsAt"] == "2026-11-25T12:00:05Z"
+    assert alert["generatorURL"] == "http://laggard:8750/v1/jobs/run8/report"
+
+
 def test_refused_or_unreachable_receiver_is_a_user_error(report: Report) -> None:
     with Receiver(status=500) as rx, pytest.raises(UserError, match="HTTP 500"):
-        notify(report, rx.url + "/hook")
+        notify(report, rx.url + "/hook", sleep=lambda s: None)
+    assert len(rx.posts) == 4
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(UserError, match="could not post"):
-        notify(report, f"http://127.0.0.1:{port}/hook")
+        notify(report, f"http://127.0.0.1:{port}/hook", sleep=lambda s: None)
     with pytest.raises(UserError, match="not an http"):
         notify(report, "ftp://x/y")
 

@@ -1,119 +1,216 @@
-"""The service in-process: ingest, refusals, continuous localization, metrics, reports, restarts."""
+"""The service in-process: agents' posts, progressive fetching, refusals, isolation, metrics, restarts."""
 
 from __future__ import annotations
 
 import copy
 import json
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.traceio import Trace
+from laggard.service import app as service_app
 from laggard.service.app import create_app
-from simulator.config import FaultSpec, SimConfig
-from simulator.writer import simulate_trace
-from tests.laggard.sidecar_summaries import trace_summaries
+from tests.laggard.agents import agents, localize, sharded_job
 
-ROOT = 21
+ROOT = 21  # node-2 gpu 5
 
 
 @pytest.fixture(scope="module")
-def summaries(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out = tmp_path_factory.mktemp("sim") / "t"
-    cfg = SimConfig(gpus=32, tp=8, pp=2, steps=24, seed=5, job="svc-job",
-                    faults=[FaultSpec("gpu", 2.0, rank=ROOT, steps=(10, 23))])
-    simulate_trace(cfg, out)
-    return trace_summaries(Trace.open(out))
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sharded_job(tmp_path_factory.mktemp("svc"))
 
 
 def _client(db: Path, **kw: Any) -> TestClient:
     return TestClient(create_app(db, interval_s=0, **kw))
 
 
-def _post_all(client: TestClient, summaries: list[dict[str, Any]]) -> None:
-    for s in summaries:
-        r = client.post("/v1/summaries", json=s)
-        assert r.status_code == 202, r.text
-        assert r.json()["stored"] is True
+def _posts(trace: Path, tmp: Path) -> list[dict[str, Any]]:
+    """What the agents would post (built, not sent)."""
+    out = []
+    for a in agents(trace, TestClient(create_app(tmp / "unused.db", interval_s=0)), tmp / "spool-built"):
+        out += [json.loads(b) for _, b in a.summarize_new(final=True)]
+    return out
 
 
-def test_ingest_localize_metrics_and_report(tmp_path: Path, summaries: list[dict[str, Any]]) -> None:
+def _metric(text: str, name: str, **labels: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_agents_post_the_service_fetches_and_names_the_slow_gpu(tmp_path: Path, trace: Path) -> None:
     with _client(tmp_path / "s.db") as c:
-        _post_all(c, summaries)
-        assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == len(summaries)
-        verdict = c.post("/v1/jobs/svc-job/localize").json()
+        nodes = agents(trace, c, tmp_path / "spool")
+        for a in nodes:
+            a.step(final=True)
+            assert a.posted == 3 and a.refused == 0 and not a.spool.items()
+        first = c.post("/v1/jobs/svc-job/localize")
+        assert first.status_code == 202 and first.json()["status"] == "fetching"
+        asked = first.json()["fetch"]
+        assert str(ROOT) not in asked and ROOT in asked["node-2"]["ranks"]  # only some ranks, only some steps
+        assert sum(len(v["ranks"]) for v in asked.values()) < 32 and len(asked["node-2"]["steps"]) <= 8
+        verdict = localize(c, "svc-job", nodes)
         assert verdict["status"] == "irregular" and verdict["candidates"][0]["rank"] == ROOT
-        assert min(verdict["irregular_steps"]) >= 10 and verdict["slowdown"] > 1.1
-        metrics = c.get("/metrics").text
-        assert 'laggard_job_irregular{job="svc-job"} 1' in metrics
-        assert f'laggard_summaries_received_total{{job="svc-job"}} {len(summaries)}' in metrics
-        line = next(ln for ln in metrics.splitlines() if ln.startswith("laggard_candidate_score") and 'rank_order="1"' in ln)
-        assert f"gpu rank {ROOT} " in line and float(line.rsplit(" ", 1)[1]) > 0.3
-        assert "# TYPE laggard_ingest_seconds histogram" in metrics
+        assert min(verdict["irregular_steps"]) >= 12 and verdict["slowdown"] > 1.1
+        assert sum(a.answered for a in nodes) == len(asked)
+        m = c.get("/metrics").text
+        assert _metric(m, "laggard_job_irregular", job_name="svc-job") == 1
+        assert _metric(m, "laggard_summaries_received_total", job_name="svc-job") == 12
+        score = _metric(m, "laggard_candidate_score", job_name="svc-job", position="1", kind="gpu", host="node-2",
+                        gpu="5", rank=str(ROOT))
+        assert score is not None and score > 0.3
+        assert (_metric(m, "laggard_job_lost_gpu_seconds_total", job_name="svc-job") or 0) > 0
+        assert (_metric(m, "laggard_job_onset_timestamp_seconds", job_name="svc-job") or 0) > 1e9
+        assert _metric(m, "laggard_build_info") == 1 and "process_resident_memory_bytes" in m
+        assert 'job="' not in m  # Prometheus' own label is left to Prometheus
         html = c.get("/v1/jobs/svc-job/report")
-        assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
-        assert f"gpu rank {ROOT}" in html.text and "data:image/svg+xml;base64," in html.text
-        md = c.get("/v1/jobs/svc-job/report", params={"format": "md"}).text
-        assert md.startswith("# laggard report: svc-job")
+        assert html.status_code == 200 and f"gpu rank {ROOT}" in html.text
+        assert c.get("/v1/jobs/svc-job/report", params={"format": "md"}).text.startswith("# laggard report: svc-job")
         assert c.get("/v1/jobs/svc-job/report", params={"format": "json"}).json()["root_cause"]["rank"] == ROOT
         assert c.get("/v1/jobs").json()[0]["status"] == "irregular"
+        assert c.get("/healthz").json() == {"status": "ok"}
 
 
-def test_retried_post_is_not_counted_twice(tmp_path: Path, summaries: list[dict[str, Any]]) -> None:
+def test_retried_post_is_not_counted_twice(tmp_path: Path, trace: Path) -> None:
+    posts = _posts(trace, tmp_path)
     with _client(tmp_path / "s.db") as c:
-        _post_all(c, summaries[:3])
-        again = c.post("/v1/summaries", json=summaries[0])
+        for p in posts[:3]:
+            assert c.post("/v1/summaries", json=p).json()["stored"] is True
+        again = c.post("/v1/summaries", json=posts[0])
         assert again.status_code == 202 and again.json()["duplicate"] is True
         assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 3
 
 
-def test_bad_posts_get_4xx_with_a_reason_and_lose_nothing(tmp_path: Path, summaries: list[dict[str, Any]]) -> None:
+def _bad_posts(p: dict[str, Any]) -> list[tuple[str, dict[str, Any] | bytes, int, str, str]]:
+    """(what, body, status, reason, words in the detail) for posts that must be refused."""
+    def w(**kv: Any) -> dict[str, Any]:
+        q = copy.deepcopy(p)
+        q.update(kv)
+        return q
+
+    rows = p["rows"]
+    def r(**kv: Any) -> dict[str, Any]:
+        return w(rows={**rows, **kv})
+
+    n = len(rows["rank"])
+    return [
+        ("not json", b"{not json", 400, "not_json", "not JSON"),
+        ("window 2**64", w(window=2**64), 422, "invalid", "window"),
+        ("window 2**63", w(window=2**63), 422, "invalid", "window"),
+        ("a huge step end", r(step_end_us=[2**63] * n), 422, "invalid", "step_end_us"),
+        ("negative time", r(compute_us=[-1] * n), 422, "invalid", "compute_us"),
+        ("a group of a million", w(groups={"dp-x": "0:1000000:1"}), 422, "invalid", "dp-x"),
+        ("a group that is not a range", w(groups={"dp-y": "0:abc"}), 422, "invalid", "start:stop:step"),
+        ("an empty range", w(groups={"dp-z": "5:5:1"}), 422, "invalid", "empty"),
+        ("columns of different lengths", r(step=rows["step"][:-1]), 422, "invalid", "different lengths"),
+        ("rows of another node's rank", r(rank=[31] * n), 422, "invalid", "not on node"),
+        ("world_size 2**40", w(world_size=2**40), 422, "invalid", "world_size"),
+        ("rank beyond world", w(world_size=2), 422, "invalid", "world_size"),
+        ("an unknown field", w(extra=1), 422, "invalid", "extra"),
+        ("a missing field", {k: v for k, v in p.items() if k != "node"}, 422, "invalid", "node"),
+        ("a name with a newline", w(job="a\nb"), 422, "invalid", "job"),
+        ("rows outside the steps", r(step=[10**6] * n), 422, "invalid", "outside steps"),
+        ("too large", w(pad="x" * 300_000), 413, "too_large", "limit"),
+    ]
+
+
+def test_every_bad_post_gets_a_4xx_with_one_reason_and_stores_nothing(tmp_path: Path, trace: Path) -> None:
+    p = _posts(trace, tmp_path)[4]  # node-1's first post
     with _client(tmp_path / "s.db", max_body=200_000) as c:
-        _post_all(c, summaries[:4])
-        bad_op = copy.deepcopy(summaries[1])
-        bad_op["window"] = 999
-        bad_op["ops"] = [{**summaries[1]["ops"][0], "op": "teleport"}] if summaries[1]["ops"] else [
-            {"rank": bad_op["ranks"][0], "group": "tp-0", "op": "teleport", "seq": 1, "elapsed": 1, "step": 1, "score": 1}]
-        stray = copy.deepcopy(summaries[1])
-        stray["window"] = 998
-        elsewhere = next(r for r in range(stray["world_size"]) if r not in stray["ranks"])
-        stray["ops"] = [{"rank": elsewhere, "group": "tp-0", "op": "all_reduce", "seq": 1, "elapsed": 1.0, "step": 1, "score": 0.9}]
-        missing = {k: v for k, v in summaries[1].items() if k != "node"}
-        cases = [
-            (b"{not json", 400, "not_json"),
-            (json.dumps(bad_op).encode(), 422, "invalid"),
-            (json.dumps(stray).encode(), 422, "invalid"),
-            (json.dumps(missing).encode(), 422, "invalid"),
-            (json.dumps({**summaries[1], "window": 997, "pad": "x" * 300_000}).encode(), 413, "too_large"),
-        ]
-        for body, status, reason in cases:
-            r = c.post("/v1/summaries", content=body, headers={"content-type": "application/json"})
-            assert r.status_code == status, r.text
-            assert r.json()["detail"]["reason"] == reason and r.json()["detail"]["detail"]
-        assert "teleport" in c.post("/v1/summaries", json=bad_op).json()["detail"]["detail"]
-        assert "not on node" in c.post("/v1/summaries", json=stray).json()["detail"]["detail"]
-        assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 4
-        metrics = c.get("/metrics").text
-        assert 'laggard_summaries_rejected_total{reason="invalid"} 5' in metrics
-        assert 'laggard_summaries_rejected_total{reason="too_large"} 1' in metrics
+        for what, body, status, reason, words in _bad_posts(p):
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            t0 = time.perf_counter()
+            r = c.post("/v1/summaries", content=data, headers={"content-type": "application/json"})
+            assert r.status_code == status, (what, r.text)
+            detail = r.json()["detail"]
+            assert detail["reason"] == reason and words in detail["detail"], (what, detail)
+            assert time.perf_counter() - t0 < 1.0, what
+        assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 0
+        assert c.post("/v1/summaries", json=p).status_code == 202  # the good one still goes in
+        m = c.get("/metrics").text
+        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 15
+        assert _metric(m, "laggard_posts_rejected_total", reason="too_large") == 1
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM groups WHERE grp IN ('dp-x', 'dp-y', 'dp-z')").fetchone()[0] == 0
 
 
-def test_state_survives_a_restart(tmp_path: Path, summaries: list[dict[str, Any]]) -> None:
+def test_records_only_for_an_open_request_and_only_what_was_asked(tmp_path: Path, trace: Path) -> None:
+    with _client(tmp_path / "s.db") as c:
+        nodes = agents(trace, c, tmp_path / "spool")
+        for a in nodes:
+            a.step(final=True)
+        asked = c.post("/v1/jobs/svc-job/localize").json()
+        node, req = "node-2", asked["request"]
+        ok = nodes[2].records(asked["fetch"][node]["ranks"], asked["fetch"][node]["steps"])
+        body = {"job": "svc-job", "node": node, "request": req, "rows": ok}
+        assert c.post("/v1/records", json={**body, "request": req + 7}).json()["detail"]["reason"] == "no_request"
+        more = nodes[2].records(list(range(16, 24)), list(range(0, 30)))
+        r = c.post("/v1/records", json={**body, "rows": more})
+        assert r.status_code == 422 and "not asked for" in r.json()["detail"]["detail"]
+        huge = {**ok, "seq": [2**64] * len(ok["seq"])}
+        r = c.post("/v1/records", json={**body, "rows": huge})
+        assert r.status_code == 422 and "seq" in r.json()["detail"]["detail"]
+        backwards = {**ok, "end_ns": [0] * len(ok["end_ns"])}
+        assert "ends before it starts" in c.post("/v1/records", json={**body, "rows": backwards}).text
+        assert c.post("/v1/records", json=body).status_code == 202
+
+
+def test_a_poisoned_job_is_marked_failed_and_the_others_go_on(tmp_path: Path, trace: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    real = service_app.localize_round
+
+    def poisoned(db: str, job: str) -> Any:
+        if job == "poison":
+            raise OverflowError("Python int too large to convert to C long")
+        return real(db, job)
+
+    monkeypatch.setattr(service_app, "localize_round", poisoned)
+    p = _posts(trace, tmp_path)[0]
+    with _client(tmp_path / "s.db") as c:
+        assert c.post("/v1/summaries", json={**p, "job": "poison"}).status_code == 202
+        nodes = agents(trace, c, tmp_path / "spool")
+        for a in nodes:
+            a.step(final=True)
+        r = c.post("/v1/jobs/poison/localize")
+        assert r.status_code == 500 and "OverflowError" in r.json()["detail"]["detail"]
+        assert localize(c, "svc-job", nodes)["candidates"][0]["rank"] == ROOT
+        health = c.get("/healthz").json()
+        assert health["status"] == "degraded" and "OverflowError" in health["failed_jobs"]["poison"]
+        m = c.get("/metrics").text
+        assert _metric(m, "laggard_job_localization_failed", job_name="poison") == 1
+        assert _metric(m, "laggard_job_localization_failed", job_name="svc-job") == 0
+
+
+def test_state_survives_a_restart(tmp_path: Path, trace: Path) -> None:
     db = tmp_path / "s.db"
     with _client(db) as c:
-        _post_all(c, summaries)
-        before = c.post("/v1/jobs/svc-job/localize").json()
+        nodes = agents(trace, c, tmp_path / "spool")
+        for a in nodes:
+            a.step(final=True)
+        before = localize(c, "svc-job", nodes)
         c.post("/v1/summaries", content=b"[", headers={"content-type": "application/json"})
     with _client(db) as c:
         assert c.get("/v1/jobs/svc-job").json() == before
-        assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == len(summaries)
-        metrics = c.get("/metrics").text
-        assert f'laggard_summaries_received_total{{job="svc-job"}} {len(summaries)}' in metrics
-        assert 'laggard_summaries_rejected_total{reason="not_json"} 1' in metrics
-        assert 'laggard_job_irregular{job="svc-job"} 1' in metrics
+        assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 12
+        m = c.get("/metrics").text
+        assert _metric(m, "laggard_summaries_received_total", job_name="svc-job") == 12
+        assert _metric(m, "laggard_posts_rejected_total", reason="not_json") == 1
+        assert _metric(m, "laggard_job_irregular", job_name="svc-job") == 1
         assert f"gpu rank {ROOT}" in c.get("/v1/jobs/svc-job/report").text
+
+
+def test_idle_jobs_leave_the_metrics(tmp_path: Path, trace: Path) -> None:
+    p = _posts(trace, tmp_path)[0]
+    with _client(tmp_path / "s.db", ttl_s=0.2) as c:
+        c.post("/v1/summaries", json=p)
+        assert _metric(c.get("/metrics").text, "laggard_summaries_received_total", job_name="svc-job") == 1
+        time.sleep(0.3)
+        assert "svc-job" not in c.get("/metrics").text
 
 
 def test_unknown_job_and_format(tmp_path: Path) -> None:
@@ -122,55 +219,48 @@ def test_unknown_job_and_format(tmp_path: Path) -> None:
         assert c.get("/v1/jobs/nope/report").json()["detail"]["reason"] == "unknown_job"
         assert c.get("/v1/jobs/nope/report", params={"format": "pdf"}).status_code == 400
         assert c.post("/v1/jobs/nope/localize").status_code == 404
+        assert c.get("/v1/jobs/nope/fetch", params={"node": "n"}).status_code == 204
 
 
-@pytest.mark.slow
-def test_laggard_serve_runs_uvicorn_on_loopback(tmp_path: Path, summaries: list[dict[str, Any]]) -> None:
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
+def test_a_stalled_job_times_out_and_is_left_out_of_the_rounds(tmp_path: Path, trace: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    real = service_app.localize_round
 
-    import httpx
+    def stalls(db: str, job: str) -> Any:
+        if job == "stall":
+            time.sleep(3)
+        return real(db, job)
 
-    from tests.conftest import REPO
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "laggard", "serve", "--port", str(port), "--db", str(tmp_path / "s.db"),
-                             "--interval", "0.5"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        for s in summaries:
-            assert httpx.post(base + "/v1/summaries", json=s, timeout=10).status_code == 202
-        for _ in range(100):  # the background loop localizes on its own, once everything is in
-            r = httpx.get(base + "/v1/jobs/svc-job", timeout=5)
-            if r.status_code == 200 and r.json()["summaries"] == len(summaries):
-                break
-            time.sleep(0.2)
-        assert r.json()["candidates"][0]["rank"] == ROOT
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def test_groups_may_be_ranges(tmp_path: Path, summaries: list[dict[str, Any]]) -> None:
-    s = copy.deepcopy(summaries[0])
-    s["groups"] = {"dp-x": "0:32:8", "tp-x": list(range(8))}
-    with _client(tmp_path / "s.db") as c:
-        assert c.post("/v1/summaries", json=s).status_code == 202
+    monkeypatch.setattr(service_app, "localize_round", stalls)
+    p = _posts(trace, tmp_path)[0]
+    with _client(tmp_path / "s.db", job_timeout_s=0.5) as c:
+        assert c.post("/v1/summaries", json={**p, "job": "stall"}).status_code == 202
+        assert c.post("/v1/summaries", json=p).status_code == 202
+        r = c.post("/v1/jobs/stall/localize")
+        assert r.status_code == 500 and "took over 0 s" in r.json()["detail"]["detail"]
         svc = c.app.state.service  # type: ignore[attr-defined]
-        assert svc.store.groups(s["job"])["dp-x"] == [0, 8, 16, 24]
-        bad = {**s, "window": 77, "groups": {"dp-y": "0:abc"}}
-        r = c.post("/v1/summaries", json=bad)
-        assert r.status_code == 422 and "start:stop:step" in r.json()["detail"]["detail"]
-        assert c.post("/v1/summaries", json={**s, "window": 78, "groups": {"dp-z": "0:99999:8"}}).status_code == 422
+        assert svc.take_dirty() == ["svc-job"]  # the stalled job waits out its quarantine
+        assert "stall" in c.get("/healthz").json()["failed_jobs"]
+
+
+def test_posts_that_arrive_during_a_fetch_are_localized_next(tmp_path: Path, trace: Path) -> None:
+    """A verdict planned on some nodes' posts is redone once the later posts are in, even when
+    no post arrives after it (the loop took those posts while the fetch was open)."""
+    with _client(tmp_path / "s.db") as c:
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        nodes = agents(trace, c, tmp_path / "spool")
+        for a in nodes[:2]:
+            a.step(final=True)
+        asked = c.post("/v1/jobs/svc-job/localize")
+        assert asked.status_code == 202, asked.text
+        for a in nodes[2:]:
+            a.step(final=True)
+        svc.take_dirty()  # the loop's round for those posts: it waits for the open fetch
+        for a in nodes:
+            a.poll_fetch()
+        svc.take_dirty()  # the loop's round for the answers, which this request runs
+        first = c.post("/v1/jobs/svc-job/localize").json()
+        assert first["nodes"] == 2  # planned on the first two nodes' posts
+        assert svc.take_dirty() == ["svc-job"]  # ...so the job goes round again
+        final = localize(c, "svc-job", nodes)
+        assert final["nodes"] == 4 and final["candidates"][0]["rank"] == ROOT

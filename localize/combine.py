@@ -145,7 +145,7 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
                 merged[key] = Candidate(**{**c.__dict__, "evidence": list(c.evidence)})
     for key, c in merged.items():
         c.score = 1 - miss[key]
-    _mark_ties(list(merged.values()))
+    _mark_ties(merged, support)
     # at equal scores (one source already certain), the device more sources name comes first:
     # a tie CommOps could not break is broken by the flows that name one of its devices
     ranked = sorted(merged, key=lambda k: (-merged[k].score, -support[k]))
@@ -158,10 +158,12 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
     return Verdict(job, status, steps, max(v.slowdown for v in verdicts), cands, extra, onset_step=onset)  # type: ignore[arg-type]
 
 
-def _mark_ties(cands: list[Candidate]) -> None:
-    """A source's tie stays a tie only while the merged scores still cannot tell its devices
-    apart: another source that names one of them lifts it out."""
-    tied = [c for c in cands if c.tie]
-    for c in tied:
-        n = sum(1 for o in tied if abs(o.score - c.score) <= 1e-6)
+def _mark_ties(merged: dict[tuple[Any, ...], Candidate], support: dict[tuple[Any, ...], float]) -> None:
+    """A source's tie stays a tie only while the merged evidence still cannot tell its devices
+    apart: another source that names one of them lifts it out (its score may already be 1, but
+    its support grows)."""
+    tied = [k for k, c in merged.items() if c.tie]
+    for k in tied:
+        c = merged[k]
+        n = sum(1 for o in tied if abs(merged[o].score - c.score) <= 1e-6 and abs(support[o] - support[k]) <= 1e-6)
         c.tie = n if n > 1 else None

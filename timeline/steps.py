@@ -41,6 +41,8 @@ MIN_LOST_SHARE = 0.02
 SPIKE_RATIO = 1.5
 #: The onset is the first step of the first episode that lost at least this share of the time lost.
 ONSET_SHARE = 0.2
+#: ... and it starts at the episode's first step that lost this share of its median step's loss.
+ONSET_LEVEL = 0.5
 #: A lasting move of the step time to a higher level (a change point) is believed when the later
 #: segment's mean log step time sits SHIFT_SIGMAS standard errors above the earlier one's, each
 #: segment holds SHIFT_MIN_STEPS steps, and -- unless the later level is DRIFT_MAX times the
@@ -350,8 +352,16 @@ def _onset(steps: np.ndarray, irr: np.ndarray, lost: np.ndarray) -> int | None:
     total = float(lost[idx].sum())
     for ep in np.split(idx, np.flatnonzero(np.diff(steps[idx]) > EPISODE_GAP) + 1):
         if total <= 0 or float(lost[ep].sum()) >= ONSET_SHARE * total:
-            return int(steps[ep[0]])
+            return int(steps[_episode_start(ep, lost)])
     return int(steps[idx[0]])
+
+
+def _episode_start(ep: np.ndarray, lost: np.ndarray) -> int:
+    """The episode's first step that lost at least ONSET_LEVEL of its typical step's loss: a few
+    steps of noise just above δ, a gap or two before a lasting slowdown, are not its start."""
+    typical = float(np.median(lost[ep]))
+    first = np.flatnonzero(lost[ep] >= ONSET_LEVEL * typical)
+    return int(ep[first[0]]) if first.size else int(ep[0])
 
 
 def level_shift(d: np.ndarray, delta: float) -> int | None:

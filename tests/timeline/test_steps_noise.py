@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from timeline.steps import consistent_samples, judge_steps, step_noise
+from timeline.steps import consistent_samples, judge_steps, settle, step_noise
 
 
 def _durations(sigma: float, fault: slice, factor: float, n: int = 60, seed: int = 3) -> pd.Series:
@@ -24,6 +24,16 @@ def test_quiet_jobs_keep_holmes_delta() -> None:
     """At 1% noise, δ = 1.1 still decides: a 1.2x slowdown is irregular."""
     table = judge_steps(_durations(0.01, slice(20, 30), 1.2))
     assert table.loc[table["irregular"], "step"].tolist() == list(range(20, 30))
+
+
+def test_onset_is_where_the_lasting_slowdown_starts_not_a_noisy_step_just_before_it() -> None:
+    """The real gloo job from CI: steps 16-17 ran 1.13x (the host was busy), rank 5 computed 2x
+    from step 20. Both are one episode (two normal steps apart); its onset is step 20."""
+    d = np.array([0.55, 0.34, 0.32, 0.36, 0.32, 0.33, 0.35, 0.32, 0.34, 0.33, 0.32, 0.33, 0.36, 0.35, 0.34,
+                  0.33, 0.38, 0.38, 0.34, 0.34] + [0.51, 0.52, 0.52, 0.52, 0.53, 0.52, 0.55, 0.53] * 2 + [0.53] * 4)
+    table, _, onset = settle(judge_steps(pd.Series(d, index=pd.RangeIndex(len(d), name="step"))))
+    assert table.loc[table["irregular"], "step"].min() <= 20
+    assert onset == 20
 
 
 def test_step_noise_ignores_a_level_shift() -> None:

@@ -72,7 +72,7 @@ SUMMARY_SCHEMA = pa.schema(
 OUTLIER = 1.05  # a rank computing this much over its host's typical rank is summarized on its own
 LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one slow GPU cannot move it)
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
-MAX_NORMAL = 2  # normal steps fetched in full as the operators' history
+MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
 
@@ -231,7 +231,7 @@ def rank_compute(summary: pd.DataFrame, meta: JobMeta, steps: list[int]) -> pd.S
 
 
 def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
-    """Steps: the most irregular one with the step before it, and the last normal one before.
+    """Steps: the most typical irregular ones, each with the step before it, and the last normal ones before.
     Ranks: the groups of the ranks that computed longest in that step, smallest groups first,
     within a small budget of ranks; when no rank did (a network fault), the groups with the most
     abnormal time within a wide one. A group not fetched whole is never judged."""
@@ -239,7 +239,10 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     irregular = [int(s) for s in irr_tab["step"]]
     if not irregular:
         return FetchPlan([], [], [])
-    worst = sorted(irr_tab.nlargest(MAX_STEPS, "ratio")["step"].astype(int).tolist())
+    # the most typical irregular steps, not the slowest: the slowest hold the fault plus whatever
+    # else disturbed the job then (a busy host), which makes every transfer look slow
+    typical = np.abs(np.log(irr_tab["ratio"].astype(float)) - np.log(float(irr_tab["ratio"].median())))
+    worst = sorted(irr_tab.assign(off=typical.to_numpy()).nsmallest(MAX_STEPS, "off")["step"].astype(int).tolist())
     usable = ~table["irregular"].astype(bool) & ~table["pattern"].isin(["warm-up"])
     normal = table.loc[usable & (table["step"] < worst[0]), "step"].astype(int).tolist()
     if len(normal) < MAX_NORMAL:

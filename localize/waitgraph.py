@@ -122,7 +122,7 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
 
 def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
                     comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None,
-                    short_comm: np.ndarray | None = None) -> WaitGraph:
+                    short_comm: np.ndarray | None = None, recurrent: np.ndarray | None = None) -> WaitGraph:
     """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
 
     `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
@@ -130,6 +130,8 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     instance, how much longer its smallest copy took than its normal transfer time (s).
     `short_comm`: per instance, a collective short of copies (lost rows) whose transfer is known
     slow from its group's whole instances: a slow transfer, not a missing rank that was late.
+    `recurrent`: per instance, its last arriver kept its peers waiting in step after step
+    (`localize.latecomers`): a suspect even where the detector flagged no waiting copy.
     """
     n = ops.n_inst
     inst = ops.inst
@@ -151,7 +153,10 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     multi = size >= 2
     whole = complete if short_comm is None else complete | short_comm
     comm = in_steps & whole & multi & (comm_excess > 0)
-    suspect = in_steps & complete & multi & ~comm & ~late_abn & (frac_others >= 0.5)
+    waited = frac_others >= 0.5
+    if recurrent is not None:
+        waited |= recurrent
+    suspect = in_steps & complete & multi & ~comm & ~late_abn & waited
     orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
     rank = ops.rank
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)

@@ -413,8 +413,11 @@ def verdict_of(trace: Trace, a: LogAnalysis, top: int = 5) -> Verdict:
         evidence = [_cite(logs, i) for i in _first_per_event(logs, idx.tolist())[:EVIDENCE_LINES]]
         candidates.append(Candidate(kind=a.kind, score=0.9, evidence=evidence, host=host, source="logs"))
     extra = {"logs": summary(a), "source": "logs"}
+    # the failure's iteration: the first one whose lines departed from those before it
+    onset = a.iteration if a.iteration is not None else min(a.anomalous_iterations, default=None)
     return Verdict(job=trace.meta.job, status="irregular" if a.kind else "healthy",
-                   irregular_steps=a.anomalous_iterations, candidates=candidates, extra=extra)
+                   irregular_steps=a.anomalous_iterations, candidates=candidates, extra=extra,
+                   onset_step=onset if a.kind else None)
 
 
 def _first_per_event(logs: ParsedLogs, lines: list[int]) -> list[int]:

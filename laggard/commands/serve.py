@@ -39,6 +39,12 @@ def register(sub: Any) -> None:
                    "URL/v1/jobs/JOB/report")
     p.add_argument("--job-ttl", type=float, default=3600.0,
                    help="seconds without posts before a job leaves /metrics (default 3600)")
+    p.add_argument("--confirm-rounds", type=int, default=2,
+                   help="consecutive localization rounds on new summaries that must name the same device before "
+                        "it is published (default 2; until then the job shows as localizing; 1 = every round)")
+    p.add_argument("--settle", type=float, default=30.0,
+                   help="seconds the job's agents must be quiet before a still-unconfirmed device is published "
+                        "anyway (the job ended: no more evidence comes; default 30)")
     p.set_defaults(func=run)
 
 
@@ -48,9 +54,12 @@ def run(args: argparse.Namespace) -> int:
     postgres = args.db.startswith(("postgresql://", "postgres://"))
     if not postgres and not Path(args.db).parent.exists():
         raise UserError(f"--db {args.db}: directory {Path(args.db).parent} does not exist", "create it first")
-    for flag, v in (("--interval", args.interval), ("--job-ttl", args.job_ttl), ("--max-body", args.max_body)):
+    for flag, v in (("--interval", args.interval), ("--job-ttl", args.job_ttl), ("--max-body", args.max_body),
+                    ("--settle", args.settle)):
         if not v > 0:
             raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")
+    if not 1 <= args.confirm_rounds <= 10:
+        raise UserError(f"--confirm-rounds {args.confirm_rounds} is out of range", "give 1..10 (default 2)")
     if args.notify and not args.notify.startswith(("http://", "https://")):
         raise UserError(f"--notify '{args.notify}' is not an http(s) URL", "give the Alertmanager or webhook URL")
     import uvicorn
@@ -58,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     from laggard.service.app import create_app
 
     app = create_app(args.db, interval_s=args.interval, max_body=args.max_body, isolate=True,
-                     notify_url=args.notify, external_url=args.external_url, ttl_s=args.job_ttl)
+                     notify_url=args.notify, external_url=args.external_url, ttl_s=args.job_ttl,
+                     confirm_rounds=args.confirm_rounds, settle_s=args.settle)
     where = args.db.split("@")[-1] if postgres else args.db  # never print a password
     print(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,

@@ -41,8 +41,16 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from laggard.notify import notify_with_retry
-from laggard.service.localizing import Round, localize_round, render_job_html, service_report
+from laggard.service.localizing import (
+    Localized,
+    Round,
+    localize_round,
+    render_job_html,
+    rerender,
+    service_report,
+)
 from laggard.service.metrics import Metrics
+from laggard.service.publish import NEEDED, Agreement, device_key, publish
 from laggard.service.schema import RecordsPost, SummaryPost
 from laggard.service.store import Store
 from laggard.service.worker import die_with_parent, warm
@@ -51,6 +59,7 @@ MAX_BODY = 4 << 20  # bytes: a node's summary of a few hundred steps fits easily
 MAX_RECORDS_BODY = 64 << 20  # a fetch answer: a node's planned ranks for a few steps
 M = TypeVar("M", bound=BaseModel)
 JOB_TIMEOUT_S = 120.0  # one job's round; longer is a stall: the worker is replaced, the job marked failed
+SETTLE_S = 30.0  # agents quiet this long after a withheld round: its device is published (no more evidence comes)
 QUARANTINE_S = 600.0  # a job whose round stalled is left out of the rounds this long, so it cannot stall them all
 
 
@@ -59,8 +68,13 @@ class Service:
 
     def __init__(self, db: Path | str, max_body: int = MAX_BODY, isolate: bool = False,
                  notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
-                 job_timeout_s: float = JOB_TIMEOUT_S) -> None:
+                 job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
+                 settle_s: float = SETTLE_S) -> None:
         self.store = Store(db)
+        self.confirm_rounds = confirm_rounds
+        self.agreement: dict[str, Agreement] = {}  # per job: the rounds that named the same device
+        self.unconfirmed: dict[str, Localized] = {}  # per job: the last round, while its device is withheld
+        self.settle_s = settle_s
         self.isolate = isolate
         self.pool = _pool() if isolate else None
         self.metrics = Metrics(ttl_s)
@@ -187,17 +201,38 @@ class Service:
         elif out.done_request is not None or out.localized is not None:
             self.fetches.pop(job, None)
         if out.localized is not None:
-            loc = out.localized
+            await self.publish(out.localized)
             self.metrics.localize.observe(time.perf_counter() - t0)
-            before = self.store.job(job)
-            self.store.save_job(job, loc.verdict, loc.report, loc.markdown)
-            self.metrics.set_verdict(job, loc.verdict, loc.onset_unix_s, loc.lost_s, loc.world_size)
-            self.failed.pop(job, None)
-            was = before.verdict["status"] if before else "healthy"
-            if self.notify_url and loc.verdict["status"] != was:
-                asyncio.get_running_loop().run_in_executor(None, self._notify, loc.verdict, loc.report,
-                                                           loc.onset_unix_s)
         return out
+
+    async def publish(self, loc: Localized, needed: int | None = None) -> None:
+        """Store and export a round's verdict; its device only once consecutive rounds agree on it."""
+        job = loc.job
+        prev = self.agreement.get(job, Agreement())
+        self.agreement[job], shown = publish(prev, loc.verdict, loc.upto, needed or self.confirm_rounds)
+        if shown is loc.verdict:
+            self.unconfirmed.pop(job, None)
+        else:
+            self.unconfirmed[job] = loc
+        report, markdown = loc.report, loc.markdown
+        if shown is not loc.verdict:
+            report, markdown = await run_in_threadpool(rerender, shown, loc.report)
+        before = self.store.job(job)
+        self.store.save_job(job, shown, report, markdown)
+        self.metrics.set_verdict(job, shown, loc.onset_unix_s, loc.lost_s, loc.world_size)
+        self.failed.pop(job, None)
+        # people are told when the status or the named device changes, never about a device still unconfirmed
+        was = (before.verdict["status"], device_key(before.verdict)) if before else ("healthy", None)
+        if self.notify_url and not shown.get("localizing") and (shown["status"], device_key(shown)) != was:
+            asyncio.get_running_loop().run_in_executor(None, self._notify, shown, report, loc.onset_unix_s)
+
+    async def settle(self) -> None:
+        """A withheld device is published once the job's agents have been quiet for `settle_s`: no
+        more evidence is coming (the job ended or stopped posting), so the last round is the best answer."""
+        cut = time.time() - self.settle_s
+        for job, loc in list(self.unconfirmed.items()):
+            if self.metrics.job(job).last_post < cut and job not in self.fetches:
+                await self.publish(loc, needed=1)
 
     def mark_failed(self, job: str, reason: str) -> None:
         self.failed[job] = reason
@@ -281,10 +316,12 @@ async def _read(request: Request, svc: Service, limit: int) -> bytes:
 
 def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BODY, isolate: bool = False,
                notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
-               job_timeout_s: float = JOB_TIMEOUT_S) -> FastAPI:
+               job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
+               settle_s: float = SETTLE_S) -> FastAPI:
     """The app; `isolate` localizes in a worker process (what `laggard serve` does)."""
     svc = Service(db, max_body=max_body, isolate=isolate, notify_url=notify_url, external_url=external_url,
-                  ttl_s=ttl_s, job_timeout_s=job_timeout_s)
+                  ttl_s=ttl_s, job_timeout_s=job_timeout_s, confirm_rounds=confirm_rounds,
+                  settle_s=settle_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -295,6 +332,7 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                 svc.wake.clear()
                 for job in svc.take_dirty():
                     await svc.round(job)
+                await svc.settle()
 
         if svc.pool is not None:  # start the worker now: its imports take seconds, done while posts arrive
             svc.pool.submit(warm)
@@ -335,7 +373,8 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
     @app.get("/v1/jobs")
     def jobs() -> list[dict[str, Any]]:
         return [{"job": s.job, "status": s.verdict["status"], "slowdown": s.verdict["slowdown"],
-                 "root_cause": (s.report.get("root_cause") or {}).get("device"), "updated_ns": s.updated_ns,
+                 "root_cause": (s.report.get("root_cause") or {}).get("device"),
+                 "localizing": bool(s.verdict.get("localizing")), "updated_ns": s.updated_ns,
                  "failed": svc.failed.get(s.job)}
                 for s in svc.store.jobs()]
 
@@ -375,12 +414,10 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
             request, plan = svc.fetches[job]
             return JSONResponse({"status": "fetching", "fetch": plan, "request": request},
                                 status_code=202)  # type: ignore[return-value]
-        if out is None or out.localized is None:
-            state = svc.store.job(job)
-            if state is None:
-                raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no summaries for job {job}"})
-            return state.verdict
-        return out.localized.verdict
+        state = svc.store.job(job)  # what is published (a device only once rounds agree), not the raw round
+        if state is None:
+            raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no summaries for job {job}"})
+        return state.verdict
 
     @app.get("/metrics")
     def metrics() -> Response:

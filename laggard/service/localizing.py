@@ -44,6 +44,7 @@ class Localized:
     onset_unix_s: float | None = None
     lost_s: dict[int, float] = field(default_factory=dict)  # per irregular step: seconds lost (wall)
     world_size: int = 0
+    upto: int = 0  # the newest summary (store id) this verdict was planned on
 
 
 @dataclass
@@ -141,7 +142,7 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
                 records = store.records(job, pending.request)
                 store.clear_fetch(job)
                 cache.metas.clear()
-                return Round(job, _localize(job, meta, _summary(cache, pending.upto), records, top),
+                return Round(job, _localize(job, meta, _summary(cache, pending.upto), records, top, pending.upto),
                              done_request=pending.request, stale=cache.last_id > pending.upto)
             if meta is not None and time.time_ns() - pending.created_ns < FETCH_TIMEOUT_S * 1e9:
                 return Round(job)  # still waiting for some nodes
@@ -157,7 +158,7 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
         if not ask:
             if pending is not None:
                 store.clear_fetch(job)
-            return Round(job, _localize(job, meta, summary, {}, top))
+            return Round(job, _localize(job, meta, summary, {}, top, cache.last_id))
         request = store.set_fetch(job, ask, cache.last_id)
         cache.metas = {request: meta}
         return Round(job, fetch=ask, request=request)
@@ -173,7 +174,8 @@ def _records(bodies: dict[str, str]) -> pa.Table:
     return pa.concat_tables(tables) if tables else COMMOPS_SCHEMA.empty_table()
 
 
-def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str, str], top: int) -> Localized:
+def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str, str], top: int,
+              upto: int) -> Localized:
     t0 = time.perf_counter()
     rows = _records(records).to_pandas()
 
@@ -192,7 +194,7 @@ def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str,
     lost = dict(zip(irr["step"].astype(int), (irr["duration_s"] - irr["baseline_s"]).clip(lower=0).astype(float),
                     strict=True))
     return Localized(job, v, report.to_dict(), render_markdown(report), time.perf_counter() - t0,
-                     onset_time(summary, v), lost, meta.world_size)
+                     onset_time(summary, v), lost, meta.world_size, upto)
 
 
 def onset_time(summary: pd.DataFrame, verdict: dict[str, Any]) -> float | None:
@@ -220,6 +222,14 @@ def service_report(verdict: dict[str, Any], steps: pd.DataFrame, world: int) -> 
     report.notes.append(f"from the summaries of {verdict.get('nodes')} node agents "
                         f"({verdict.get('summaries_rows')} rows), steps {verdict.get('steps_seen')}")
     return report
+
+
+def rerender(verdict: dict[str, Any], report: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The report and markdown of another verdict over the same steps (a withheld device)."""
+    rep = service_report(verdict, pd.DataFrame(report.get("steps", [])), int(report["world_size"]))
+    if verdict.get("localizing"):
+        rep.notes.append(str(verdict["localizing"]["detail"]))
+    return rep.to_dict(), render_markdown(rep)
 
 
 def render_job_html(verdict: dict[str, Any], report: dict[str, Any]) -> str:

@@ -25,6 +25,9 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _client(db: Path, **kw: Any) -> TestClient:
+    """The service with every round's device published (these tests post a finished job at once;
+    test_service_publish.py covers the rule that waits for agreeing rounds)."""
+    kw.setdefault("confirm_rounds", 1)
     return TestClient(create_app(db, interval_s=0, **kw))
 
 

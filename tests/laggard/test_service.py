@@ -89,6 +89,11 @@ def test_retried_post_is_not_counted_twice(tmp_path: Path, trace: Path) -> None:
         assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 3
 
 
+def _stuck(rank: int) -> dict[str, list[Any]]:
+    return {"rank": [rank], "group": ["dp-0"], "op": ["all_reduce"], "seq": [3], "peer": [-1], "nbytes": [8],
+            "start_ns": [10**18], "step": [4], "seen_ns": [10**18 + 5 * 10**9], "failed": [False]}
+
+
 def _bad_posts(p: dict[str, Any]) -> list[tuple[str, dict[str, Any] | bytes, int, str, str]]:
     """(what, body, status, reason, words in the detail) for posts that must be refused."""
     def w(**kv: Any) -> dict[str, Any]:
@@ -118,6 +123,9 @@ def _bad_posts(p: dict[str, Any]) -> list[tuple[str, dict[str, Any] | bytes, int
         ("a missing field", {k: v for k, v in p.items() if k != "node"}, 422, "invalid", "node"),
         ("a name with a newline", w(job="a\nb"), 422, "invalid", "job"),
         ("rows outside the steps", r(step=[10**6] * n), 422, "invalid", "outside steps"),
+        ("stuck operators of another node's rank", w(pending=_stuck(31)), 422, "invalid", "not on node"),
+        ("a stuck operator seen before it began", w(pending={**_stuck(int(min(p["ranks"]))),
+                                                             "seen_ns": [1]}), 422, "invalid", "seen_ns < start_ns"),
         ("too large", w(pad="x" * 300_000), 413, "too_large", "limit"),
     ]
 
@@ -136,7 +144,7 @@ def test_every_bad_post_gets_a_4xx_with_one_reason_and_stores_nothing(tmp_path: 
         assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 0
         assert c.post("/v1/summaries", json=p).status_code == 202  # the good one still goes in
         m = c.get("/metrics").text
-        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 15
+        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 17
         assert _metric(m, "laggard_posts_rejected_total", reason="too_large") == 1
     with sqlite3.connect(tmp_path / "s.db") as db:
         assert db.execute("SELECT COUNT(*) FROM groups WHERE grp IN ('dp-x', 'dp-y', 'dp-z')").fetchone()[0] == 0

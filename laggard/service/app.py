@@ -59,6 +59,8 @@ MAX_BODY = 4 << 20  # bytes: a node's summary of a few hundred steps fits easily
 MAX_RECORDS_BODY = 64 << 20  # a fetch answer: a node's planned ranks for a few steps
 M = TypeVar("M", bound=BaseModel)
 JOB_TIMEOUT_S = 120.0  # one job's round; longer is a stall: the worker is replaced, the job marked failed
+RETENTION_S = 7 * 86400.0  # summaries older than this are deleted (and jobs with nothing newer forgotten)
+PRUNE_EVERY_S = 300.0
 SETTLE_S = 30.0  # agents quiet this long after a withheld round: its device is published (no more evidence comes)
 QUARANTINE_S = 600.0  # a job whose round stalled is left out of the rounds this long, so it cannot stall them all
 
@@ -69,12 +71,15 @@ class Service:
     def __init__(self, db: Path | str, max_body: int = MAX_BODY, isolate: bool = False,
                  notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
                  job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
-                 settle_s: float = SETTLE_S) -> None:
+                 settle_s: float = SETTLE_S, retention_s: float = RETENTION_S, max_rows_per_job: int = 0) -> None:
         self.store = Store(db)
         self.confirm_rounds = confirm_rounds
         self.agreement: dict[str, Agreement] = {}  # per job: the rounds that named the same device
         self.unconfirmed: dict[str, Localized] = {}  # per job: the last round, while its device is withheld
         self.settle_s = settle_s
+        self.retention_s = retention_s
+        self.max_rows_per_job = max_rows_per_job
+        self.next_prune = 0.0  # monotonic time of the next pruning pass
         self.isolate = isolate
         self.pool = _pool() if isolate else None
         self.metrics = Metrics(ttl_s)
@@ -234,6 +239,27 @@ class Service:
             if self.metrics.job(job).last_post < cut and job not in self.fetches:
                 await self.publish(loc, needed=1)
 
+    def prune(self) -> int:
+        """Apply the retention and the per-job cap; forget jobs the store forgot. Summaries deleted."""
+        gone, jobs = self.store.prune(time.time_ns() - int(self.retention_s * 1e9), self.max_rows_per_job)
+        self.metrics.pruned.inc(gone)
+        with self._lock:
+            for job in jobs:
+                self.agreement.pop(job, None)
+                self.unconfirmed.pop(job, None)
+                self.failed.pop(job, None)
+                self._groups.pop(job, None)
+                self.fetches.pop(job, None)
+                self._nodes = {k: v for k, v in self._nodes.items() if k[0] != job}
+        return gone
+
+    async def maintain(self) -> None:
+        """The loop's housekeeping: publish settled devices; prune every PRUNE_EVERY_S (or sooner for a short retention)."""
+        await self.settle()
+        if time.monotonic() >= self.next_prune:
+            self.next_prune = time.monotonic() + min(PRUNE_EVERY_S, self.retention_s / 10)
+            await run_in_threadpool(self.prune)
+
     def mark_failed(self, job: str, reason: str) -> None:
         self.failed[job] = reason
         self.store.fail_job(job, reason)
@@ -317,11 +343,12 @@ async def _read(request: Request, svc: Service, limit: int) -> bytes:
 def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BODY, isolate: bool = False,
                notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
                job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
-               settle_s: float = SETTLE_S) -> FastAPI:
+               settle_s: float = SETTLE_S, retention_s: float = RETENTION_S,
+               max_rows_per_job: int = 0) -> FastAPI:
     """The app; `isolate` localizes in a worker process (what `laggard serve` does)."""
     svc = Service(db, max_body=max_body, isolate=isolate, notify_url=notify_url, external_url=external_url,
                   ttl_s=ttl_s, job_timeout_s=job_timeout_s, confirm_rounds=confirm_rounds,
-                  settle_s=settle_s)
+                  settle_s=settle_s, retention_s=retention_s, max_rows_per_job=max_rows_per_job)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -331,8 +358,15 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                     await asyncio.wait_for(svc.wake.wait(), interval_s)
                 svc.wake.clear()
                 for job in svc.take_dirty():
-                    await svc.round(job)
-                await svc.settle()
+                    try:
+                        await svc.round(job)
+                    except Exception as exc:  # a bug in publishing one job must not end every job's rounds
+                        svc.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
+                try:
+                    await svc.maintain()
+                except Exception as exc:  # the store refused (disk full, database gone): say so, go on
+                    print(f"laggard serve: housekeeping failed: {type(exc).__name__}: {str(exc)[:300]}",
+                          file=sys.stderr)
 
         if svc.pool is not None:  # start the worker now: its imports take seconds, done while posts arrive
             svc.pool.submit(warm)

@@ -63,6 +63,8 @@ class Metrics(Collector):
                                   buckets=LOCALIZE, registry=self.registry)
         self.rejected = Counter("laggard_posts_rejected", "posts refused, by reason", ["reason"],
                                 registry=self.registry)
+        self.pruned = Counter("laggard_summaries_pruned", "summaries deleted by the retention (--retention, "
+                              "--max-rows-per-job)", registry=self.registry)
         self.notify_failed = Counter("laggard_notifications_failed", "alerts that could not be delivered",
                                      registry=self.registry)
 

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from laggard.service.app import create_app
 from tests.laggard.agents import agents, localize, sharded_job
+from tests.laggard.test_service_retention import check_prune
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("psycopg", reason="psycopg not installed (pip install -e .[postgres])")
@@ -104,3 +105,7 @@ def test_two_replicas_share_one_database(postgres: str, trace: Path, tmp_path: P
         verdict = localize(b, "svc-job", agents(trace, b, tmp_path / "spool-c"))  # b sees a's posts too
         assert verdict["candidates"][0]["rank"] == ROOT and time.monotonic() - t0 < 60
         assert a.get("/v1/jobs/svc-job").json()["candidates"][0]["rank"] == ROOT
+
+
+def test_retention_on_postgres(postgres: str) -> None:
+    check_prune(_fresh(postgres, "svc3"))

@@ -45,6 +45,9 @@ def register(sub: Any) -> None:
     p.add_argument("--settle", type=float, default=30.0,
                    help="seconds the job's agents must be quiet before a still-unconfirmed device is published "
                         "anyway (the job ended: no more evidence comes; default 30)")
+    p.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="jobs localized at once, each in a worker process of its own (default 2); a job whose "
+                        "round stalls holds up only the jobs that share its worker")
     p.add_argument("--retention", default="7d", metavar="DURATION",
                    help="keep summaries this long (e.g. 36h, 7d, 90m, 600s; default 7d); a job with nothing newer "
                         "is forgotten, verdict included")
@@ -83,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     retention = duration(args.retention, "--retention")
     if args.max_rows_per_job < 0:
         raise UserError(f"--max-rows-per-job {args.max_rows_per_job} is negative", "give 0 (no cap) or more")
+    if not 1 <= args.workers <= 64:
+        raise UserError(f"--workers {args.workers} is out of range", "give 1..64 (each worker is a process)")
     if not 1 <= args.confirm_rounds <= 10:
         raise UserError(f"--confirm-rounds {args.confirm_rounds} is out of range", "give 1..10 (default 2)")
     if args.notify and not args.notify.startswith(("http://", "https://")):
@@ -94,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(args.db, interval_s=args.interval, max_body=args.max_body, isolate=True,
                      notify_url=args.notify, external_url=args.external_url, ttl_s=args.job_ttl,
                      confirm_rounds=args.confirm_rounds, settle_s=args.settle, retention_s=retention,
-                     max_rows_per_job=args.max_rows_per_job)
+                     max_rows_per_job=args.max_rows_per_job, workers=args.workers)
     where = args.db.split("@")[-1] if postgres else args.db  # never print a password
     print(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-import multiprocessing
-import os
 import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,7 +51,7 @@ from laggard.service.metrics import Metrics
 from laggard.service.publish import NEEDED, Agreement, device_key, publish
 from laggard.service.schema import RecordsPost, SummaryPost
 from laggard.service.store import Store
-from laggard.service.worker import die_with_parent, warm
+from laggard.service.workers import Workers
 
 MAX_BODY = 4 << 20  # bytes: a node's summary of a few hundred steps fits easily; more is a bug upstream
 MAX_RECORDS_BODY = 64 << 20  # a fetch answer: a node's planned ranks for a few steps
@@ -61,6 +59,7 @@ M = TypeVar("M", bound=BaseModel)
 JOB_TIMEOUT_S = 120.0  # one job's round; longer is a stall: the worker is replaced, the job marked failed
 RETENTION_S = 7 * 86400.0  # summaries older than this are deleted (and jobs with nothing newer forgotten)
 PRUNE_EVERY_S = 300.0
+WORKERS = 2  # jobs localized at once, each worker a process of its own
 SETTLE_S = 30.0  # agents quiet this long after a withheld round: its device is published (no more evidence comes)
 QUARANTINE_S = 600.0  # a job whose round stalled is left out of the rounds this long, so it cannot stall them all
 
@@ -71,7 +70,8 @@ class Service:
     def __init__(self, db: Path | str, max_body: int = MAX_BODY, isolate: bool = False,
                  notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
                  job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
-                 settle_s: float = SETTLE_S, retention_s: float = RETENTION_S, max_rows_per_job: int = 0) -> None:
+                 settle_s: float = SETTLE_S, retention_s: float = RETENTION_S, max_rows_per_job: int = 0,
+                 workers: int = WORKERS) -> None:
         self.store = Store(db)
         self.confirm_rounds = confirm_rounds
         self.agreement: dict[str, Agreement] = {}  # per job: the rounds that named the same device
@@ -81,7 +81,8 @@ class Service:
         self.max_rows_per_job = max_rows_per_job
         self.next_prune = 0.0  # monotonic time of the next pruning pass
         self.isolate = isolate
-        self.pool = _pool() if isolate else None
+        self.workers = Workers(max(1, workers), processes=isolate)
+        self.running: dict[str, asyncio.Task[Any]] = {}  # jobs whose round the loop started and that have not ended
         self.metrics = Metrics(ttl_s)
         self.max_body = max_body
         self.notify_url = notify_url
@@ -182,15 +183,8 @@ class Service:
         """One job's round, isolated: a failure or a stall marks this job failed, nothing else."""
         t0 = time.perf_counter()
         try:
-            if self.pool is None:
-                out = await asyncio.wait_for(run_in_threadpool(localize_round, self.store.url, job),
-                                             self.job_timeout_s)
-            else:
-                loop = asyncio.get_running_loop()
-                out = await asyncio.wait_for(loop.run_in_executor(self.pool, localize_round, self.store.url, job),
-                                             self.job_timeout_s)
+            out = await self.workers.run(job, self.job_timeout_s, localize_round, self.store.url, job)
         except TimeoutError:
-            self._replace_pool()
             self.quarantine[job] = time.monotonic() + QUARANTINE_S
             self.mark_failed(job, f"localization took over {self.job_timeout_s:.0f} s; the worker was restarted "
                                   f"and the job is left out for {QUARANTINE_S:.0f} s")
@@ -236,7 +230,7 @@ class Service:
         more evidence is coming (the job ended or stopped posting), so the last round is the best answer."""
         cut = time.time() - self.settle_s
         for job, loc in list(self.unconfirmed.items()):
-            if self.metrics.job(job).last_post < cut and job not in self.fetches:
+            if self.metrics.job(job).last_post < cut and job not in self.fetches and job not in self.running:
                 await self.publish(loc, needed=1)
 
     def prune(self) -> int:
@@ -250,6 +244,7 @@ class Service:
                 self.failed.pop(job, None)
                 self._groups.pop(job, None)
                 self.fetches.pop(job, None)
+                self.workers.forget(job)
                 self._nodes = {k: v for k, v in self._nodes.items() if k[0] != job}
         return gone
 
@@ -275,11 +270,6 @@ class Service:
         if not notify_with_retry(rep, self.notify_url, link=link, starts_at=start):
             self.metrics.notify_failed.inc()
 
-    def _replace_pool(self) -> None:
-        if self.pool is not None:
-            _kill_pool(self.pool)
-            self.pool = _pool()
-
     async def html(self, job: str) -> str | None:
         """The job's HTML report: cached, or rendered now (in the worker when there is one)."""
         cached = self.store.rendered(job, "html")
@@ -288,43 +278,41 @@ class Service:
         state = self.store.job(job)
         if state is None:
             return None
-        if self.pool is None:
-            text = await run_in_threadpool(render_job_html, state.verdict, state.report)
-        else:
-            loop = asyncio.get_running_loop()
-            text = await loop.run_in_executor(self.pool, render_job_html, state.verdict, state.report)
+        text = await self.workers.run(job, self.job_timeout_s, render_job_html, state.verdict, state.report)
         self.store.save_html(job, state.updated_ns, text)
         return text
 
     def take_dirty(self) -> list[str]:
+        """Jobs due a round; quarantined jobs and jobs whose round is still running keep their place."""
         now = time.monotonic()
         with self._lock:
             jobs = sorted(self._dirty | set(self.fetches))
-            held = {j for j in jobs if self.quarantine.get(j, 0.0) > now}
-            self._dirty = held  # a quarantined job keeps its place for when it is let out
+            held = {j for j in jobs if self.quarantine.get(j, 0.0) > now or j in self.running}
+            self._dirty = held
         return [j for j in jobs if j not in held]
 
+    def start_rounds(self) -> None:
+        """Start a round for every job due one, each on its own: a slow job does not hold up the others."""
+        for job in self.take_dirty():
+            task = asyncio.create_task(self._round_guarded(job))
+            self.running[job] = task
+            task.add_done_callback(functools.partial(self._ended, job))
+
+    def _ended(self, job: str, _task: asyncio.Task[Any]) -> None:
+        self.running.pop(job, None)
+        self.wake.set()  # posts that came meanwhile left the job dirty: go round again now
+
+    async def _round_guarded(self, job: str) -> None:
+        try:
+            await self.round(job)
+        except Exception as exc:  # a bug in publishing one job must not end the other jobs' rounds
+            self.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
+
     def close(self) -> None:
-        if self.pool is not None:
-            _kill_pool(self.pool)
+        for task in self.running.values():
+            task.cancel()
+        self.workers.close()
         self.store.close()
-
-
-def _pool() -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
-                               initargs=(os.getpid(),))
-
-
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Stop the worker now: a round in progress is abandoned (its job is localized again later)."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    for p in procs:
-        with contextlib.suppress(Exception):
-            p.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-    for p in procs:
-        with contextlib.suppress(Exception):
-            p.join(timeout=2)
 
 
 async def _read(request: Request, svc: Service, limit: int) -> bytes:
@@ -344,11 +332,12 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
                job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
                settle_s: float = SETTLE_S, retention_s: float = RETENTION_S,
-               max_rows_per_job: int = 0) -> FastAPI:
+               max_rows_per_job: int = 0, workers: int = WORKERS) -> FastAPI:
     """The app; `isolate` localizes in a worker process (what `laggard serve` does)."""
     svc = Service(db, max_body=max_body, isolate=isolate, notify_url=notify_url, external_url=external_url,
                   ttl_s=ttl_s, job_timeout_s=job_timeout_s, confirm_rounds=confirm_rounds,
-                  settle_s=settle_s, retention_s=retention_s, max_rows_per_job=max_rows_per_job)
+                  settle_s=settle_s, retention_s=retention_s, max_rows_per_job=max_rows_per_job,
+                  workers=workers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -357,19 +346,14 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(svc.wake.wait(), interval_s)
                 svc.wake.clear()
-                for job in svc.take_dirty():
-                    try:
-                        await svc.round(job)
-                    except Exception as exc:  # a bug in publishing one job must not end every job's rounds
-                        svc.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
+                svc.start_rounds()
                 try:
                     await svc.maintain()
                 except Exception as exc:  # the store refused (disk full, database gone): say so, go on
                     print(f"laggard serve: housekeeping failed: {type(exc).__name__}: {str(exc)[:300]}",
                           file=sys.stderr)
 
-        if svc.pool is not None:  # start the worker now: its imports take seconds, done while posts arrive
-            svc.pool.submit(warm)
+        svc.workers.warm()
         task = asyncio.create_task(loop()) if interval_s > 0 else None
         yield
         if task:

@@ -275,3 +275,27 @@ def test_posts_that_arrive_during_a_fetch_are_localized_next(tmp_path: Path, tra
         assert svc.take_dirty() == ["svc-job"]  # ...so the job goes round again
         final = localize(c, "svc-job", nodes)
         assert final["nodes"] == 4 and final["candidates"][0]["rank"] == ROOT
+
+
+def test_a_slow_job_does_not_hold_up_the_others(tmp_path: Path, trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds run side by side, one job per worker: another job's verdict comes while one job's
+    round is still running (one after another, it would wait the whole 4 s)."""
+    real = service_app.localize_round
+
+    def slow(db: str, job: str) -> Any:
+        if job == "slow":
+            time.sleep(4)
+        return real(db, job)
+
+    monkeypatch.setattr(service_app, "localize_round", slow)
+    p = _posts(trace, tmp_path)[0]
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0.1, workers=2)) as c:
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        assert c.post("/v1/summaries", json={**p, "job": "slow"}).status_code == 202  # "slow" sorts first
+        assert c.post("/v1/summaries", json=p).status_code == 202
+        t0 = time.monotonic()
+        while c.get("/v1/jobs/svc-job").status_code != 200 and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        assert c.get("/v1/jobs/svc-job").status_code == 200
+        assert "slow" in svc.running and c.get("/v1/jobs/slow").status_code == 404, time.monotonic() - t0
+        assert svc.workers.slot("slow") != svc.workers.slot("svc-job")

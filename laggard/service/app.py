@@ -102,6 +102,9 @@ class Service:
             self.metrics.rejected.labels(reason).inc(n)
         for state in self.store.jobs():
             self.metrics.set_verdict(state.job, state.verdict)
+            key = device_key(state.verdict)
+            if key is not None:  # a device published before a restart stays published while rounds agree
+                self.agreement[state.job] = Agreement(key, -1, confirm_rounds)
         for job, reason in self.failed.items():
             self.metrics.set_failed(job, reason)
         for job in self._dirty:

@@ -178,10 +178,9 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
         meta = build_meta(job, store.nodes(job), store.groups(job))
         stuck = stuck_now(cache.posts)
         hang = hang_verdict(meta, stuck) if stuck is not None else None
-        if hang is not None:  # stuck, not slow: no steps finish, nothing to fetch
+        if stuck is not None and hang is not None:  # stuck, not slow: no steps finish, nothing to fetch
             if pending is not None:
                 store.clear_fetch(job)
-            assert stuck is not None
             return Round(job, _localized(job, meta, hang, _summary(cache), cache.last_id, time.perf_counter(),
                                          float(stuck["start_ns"].min()) / 1e9))
         summary = _summary(cache)

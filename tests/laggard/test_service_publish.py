@@ -51,17 +51,26 @@ def _metric(text: str, name: str, job: str) -> float | None:
     return None
 
 
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sharded_job(tmp_path_factory.mktemp("publish"))
+
+
+def _first_round(c: TestClient, trace: Path, spool: Path) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Steps 0..19 of every node posted (the fault began at step 12) and localized."""
+    nodes = agents(trace, c, spool)
+    posts = {a.host: a.summarize_new(final=True) for a in nodes}
+    for batch in posts.values():
+        for _, body in batch[:2]:
+            assert c.post("/v1/summaries", content=body).status_code == 202
+    return nodes, posts, localize(c, "svc-job", nodes)
+
+
 @pytest.mark.slow
 def test_service_withholds_the_first_rounds_device_and_publishes_it_when_the_next_round_agrees(
-        tmp_path: Path) -> None:
-    trace = sharded_job(tmp_path / "job")
+        tmp_path: Path, trace: Path) -> None:
     with TestClient(create_app(tmp_path / "s.db", interval_s=0)) as c:
-        nodes = agents(trace, c, tmp_path / "spool")
-        posts = {a.host: a.summarize_new(final=True) for a in nodes}
-        for batch in posts.values():  # steps 0..19 of every node: the fault began at step 12
-            for _, body in batch[:2]:
-                assert c.post("/v1/summaries", content=body).status_code == 202
-        first = localize(c, "svc-job", nodes)
+        nodes, posts, first = _first_round(c, trace, tmp_path / "spool")
         assert first["status"] == "irregular" and first["candidates"] == [], first
         assert first["localizing"]["rounds_agreeing"] == 1
         m = c.get("/metrics").text
@@ -81,3 +90,22 @@ def test_service_withholds_the_first_rounds_device_and_publishes_it_when_the_nex
         assert (_metric(m, "laggard_candidate_score", "svc-job") or 0) > 0.3
         assert json.loads(c.get("/v1/jobs/svc-job/report", params={"format": "json"}).text)["root_cause"][
             "rank"] == ROOT
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0)) as c:  # a restart does not withdraw it
+        again = localize(c, "svc-job", agents(trace, c, tmp_path / "spool2"))
+        assert again["candidates"][0]["rank"] == ROOT and "localizing" not in again, again
+
+
+@pytest.mark.slow
+def test_a_withheld_device_is_published_once_the_agents_go_quiet(tmp_path: Path, trace: Path) -> None:
+    """The job ended after one round: no round will agree, so the last one's device is published."""
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0, settle_s=3600)) as c:
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        _, _, first = _first_round(c, trace, tmp_path / "spool")
+        assert first["candidates"] == []
+        assert c.portal is not None
+        c.portal.call(svc.settle)  # quiet for less than --settle: still withheld
+        assert c.get("/v1/jobs/svc-job").json()["candidates"] == []
+        svc.settle_s = 0.0
+        c.portal.call(svc.settle)
+        settled = c.get("/v1/jobs/svc-job").json()
+        assert settled["candidates"][0]["rank"] == ROOT and "localizing" not in settled, settled

@@ -49,9 +49,9 @@ def env() -> dict[str, str]:
 def serve(db: Path, interval: float = 1.0, extra: tuple[str, ...] = ()) -> Iterator[str]:
     """A `laggard serve` on loopback for the duration of the block; yields its URL."""
     port = free_port()
+    log = db.with_suffix(".log").open("w")  # the service's own messages, shown when a trial goes wrong
     proc = subprocess.Popen([sys.executable, "-m", "laggard", "serve", "--port", str(port), "--db", str(db),
-                             "--interval", str(interval), *extra], env=env(), cwd=REPO,
-                            stderr=subprocess.DEVNULL)
+                             "--interval", str(interval), *extra], env=env(), cwd=REPO, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -65,6 +65,7 @@ def serve(db: Path, interval: float = 1.0, extra: tuple[str, ...] = ()) -> Itera
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+        log.close()
 
 
 @dataclass
@@ -138,22 +139,25 @@ def main() -> int:
     times: list[float] = []
     wrong = 0
     first_wrong = 0  # trials where a device was named before the right one (a page with the wrong device)
-    with tempfile.TemporaryDirectory(prefix="laggard-bench-verdict-") as tmp, \
-            serve(Path(tmp) / "state.db", args.interval) as base:
-        for i in range(n):
-            slow_rank = (1, 2, 3, 0)[i % 4]
-            t = trial(base, Path(tmp) / f"run{i}", f"verdict-{i}", slow_rank=slow_rank)
-            ok = t.seconds is not None
-            wrong += not ok
-            before = t.named[:t.named.index(slow_rank)] if slow_rank in t.named else t.named
-            first_wrong += any(r is not None for r in before)
-            if ok:
-                times.append(float(t.seconds or 0.0))
-            print(f"trial {i + 1}: slowed rank {slow_rank}: "
-                  + (f"named after {t.seconds:.1f} s" if ok else "NOT named within the deadline")
-                  + " (top candidate over time: " + ", ".join(f"{r} at {a:+.1f} s" for r, a in zip(t.named, t.named_at,
-                                                                                            strict=True))
-                  + f"; job rc {t.job_rc}, agent rc {t.agent_rc})", flush=True)
+    with tempfile.TemporaryDirectory(prefix="laggard-bench-verdict-") as tmp:
+        with serve(Path(tmp) / "state.db", args.interval) as base:
+            for i in range(n):
+                slow_rank = (1, 2, 3, 0)[i % 4]
+                t = trial(base, Path(tmp) / f"run{i}", f"verdict-{i}", slow_rank=slow_rank)
+                ok = t.seconds is not None
+                wrong += not ok
+                before = t.named[:t.named.index(slow_rank)] if slow_rank in t.named else t.named
+                first_wrong += any(r is not None for r in before)
+                if ok:
+                    times.append(float(t.seconds or 0.0))
+                print(f"trial {i + 1}: slowed rank {slow_rank}: "
+                      + (f"named after {t.seconds:.1f} s" if ok else "NOT named within the deadline")
+                      + " (top candidate over time: " + ", ".join(f"{r} at {a:+.1f} s" for r, a in zip(t.named, t.named_at,
+                                                                                                strict=True))
+                      + f"; job rc {t.job_rc}, agent rc {t.agent_rc})", flush=True)
+        service_log = (Path(tmp) / "state.log").read_text()
+    if wrong and service_log.strip():
+        print("the service said:\n" + service_log[-3000:])
     print(f"time to verdict:      {len(times)}/{n} right; median {np.median(times):.1f} s, "
           f"p90 {np.percentile(times, 90):.1f} s, max {max(times):.1f} s (target: median <= 10 s, p90 <= 20 s, "
           f"right every time)" if times else f"time to verdict: 0/{n} right")

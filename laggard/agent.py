@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from collector.commops.layout import atomic_write_bytes, read_rank_infos
+from collector.commops.layout import PENDING_SCHEMA, atomic_write_bytes, read_rank_infos
 from collector.errors import UserError
 from collector.meta import JobMeta
 from localize.commops import COLUMNS
@@ -39,6 +39,8 @@ HISTORY = 20  # earlier steps the detector judges each operator against
 TIMEOUT_S = 10.0
 MAX_BACKOFF_S = 30.0
 WIRE_COLUMNS = ("rank", "step", "group", "abnormal", "abnormal_us", "compute_us", "step_end_us")
+PENDING_COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "step", "seen_ns", "failed")
+MAX_PENDING = 64  # stuck operators per post, longest waits first: a hang needs a few, never thousands
 
 
 @dataclass
@@ -121,10 +123,12 @@ class AgentState:
 
 class Agent:
     def __init__(self, root: Path, host: str, url: str, spool: Path, spool_max: int, window: int,
-                 client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep,
+                 hang_after_s: float = 30.0) -> None:
         self.root, self.host, self.url = root, host, url.rstrip("/")
         self.spool = Spool(spool, spool_max)
         self.window = window
+        self.hang_after_s = hang_after_s
         self.client = client or httpx.Client(timeout=TIMEOUT_S)
         self.sleep = sleep
         self.view: NodeView | None = None
@@ -137,6 +141,7 @@ class Agent:
         self.answered = 0
         self.refused = 0
         self._max_step: dict[Path, int] = {}
+        self.was_stuck = False
 
     # -- reading the node's shards ----------------------------------------------------------
 
@@ -189,6 +194,38 @@ class Agent:
             posts.append((self.state.window, json.dumps(body, separators=(",", ":")).encode()))
             self.state = AgentState(end + 1, self.state.window + 1)
         return posts
+
+    def stuck(self) -> dict[str, list[Any]]:
+        """This node's operators entered and not completed for `hang_after_s` (or failed), from the
+        logger's pending/ files: the longest waits first, at most MAX_PENDING."""
+        view = self.view
+        assert view is not None
+        parts = []
+        for r in sorted(view.ranks):
+            p = self.root / "pending" / f"rank-{r:05d}.parquet"
+            try:
+                parts.append(pq.read_table(p, schema=PENDING_SCHEMA).to_pandas())
+            except (OSError, ValueError):  # none, or replaced while read: the next poll sees it
+                continue
+        if not parts:
+            return {c: [] for c in PENDING_COLUMNS}
+        df = pd.concat(parts, ignore_index=True)
+        wait = df["seen_ns"] - df["start_ns"]
+        df = df[(df["failed"] | (wait >= self.hang_after_s * 1e9)) & df["rank"].isin(list(view.ranks))]
+        df = df.loc[(df["seen_ns"] - df["start_ns"]).sort_values(ascending=False).index[:MAX_PENDING]]
+        return {c: df[c].tolist() for c in PENDING_COLUMNS}
+
+    def pending_post(self, stuck: dict[str, list[Any]]) -> tuple[int, bytes]:
+        """A post of no new steps carrying the stuck operators (a hung job finishes no steps)."""
+        view = self.view
+        assert view is not None
+        last, window = max(self.state.next_step - 1, 0), self.state.window
+        body = {"job": view.job, "node": self.host, "window": window, "first_step": last,
+                "last_step": last, "world_size": view.world_size,
+                "ranks": {str(r): v for r, v in sorted(view.ranks.items())},
+                "rows": {c: [] for c in WIRE_COLUMNS}, "pending": stuck, "dropped": self.spool.dropped}
+        self.state = AgentState(self.state.next_step, self.state.window + 1)
+        return window, json.dumps(body, separators=(",", ":")).encode()
 
     def records(self, ranks: list[int], steps: list[int]) -> dict[str, list[Any]]:
         mine = sorted(set(ranks) & set(self.view.ranks if self.view else {}))
@@ -261,8 +298,19 @@ class Agent:
     # -- the loop -----------------------------------------------------------------------------
 
     def step(self, final: bool = False) -> None:
-        """Summarize what is new, spool it, send the spool, look for fetch requests."""
-        for window, body in self.summarize_new(final):
+        """Summarize what is new, spool it, send the spool, look for fetch requests. Stuck operators
+        ride on the newest post, or on a post of their own when no step finished (a hang)."""
+        posts = self.summarize_new(final)
+        stuck = self.stuck()
+        if posts:
+            window, raw = posts[-1]
+            body = json.loads(raw)
+            body["pending"] = stuck
+            posts[-1] = (window, json.dumps(body, separators=(",", ":")).encode())
+        elif stuck["rank"] or self.was_stuck:  # and once more when it clears, so the service sees it did
+            posts = [self.pending_post(stuck)]
+        self.was_stuck = bool(stuck["rank"])
+        for window, body in posts:
             self.spool.put(window, body)
         atomic_write_bytes(self.state_path, json.dumps(self.state.__dict__).encode())
         pending = bool(self.spool.items())

@@ -39,7 +39,38 @@ def register(sub: Any) -> None:
                    "URL/v1/jobs/JOB/report")
     p.add_argument("--job-ttl", type=float, default=3600.0,
                    help="seconds without posts before a job leaves /metrics (default 3600)")
+    p.add_argument("--confirm-rounds", type=int, default=2,
+                   help="consecutive localization rounds on new summaries that must name the same device before "
+                        "it is published (default 2; until then the job shows as localizing; 1 = every round)")
+    p.add_argument("--settle", type=float, default=30.0,
+                   help="seconds the job's agents must be quiet before a still-unconfirmed device is published "
+                        "anyway (the job ended: no more evidence comes; default 30)")
+    p.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="jobs localized at once, each in a worker process of its own (default 2); a job whose "
+                        "round stalls holds up only the jobs that share its worker")
+    p.add_argument("--retention", default="7d", metavar="DURATION",
+                   help="keep summaries this long (e.g. 36h, 7d, 90m, 600s; default 7d); a job with nothing newer "
+                        "is forgotten, verdict included")
+    p.add_argument("--max-rows-per-job", type=int, default=0, metavar="N",
+                   help="also keep at most N summaries per job, the newest (default 0: no cap; the localizer "
+                        "reads only the last few hundred steps of each node)")
     p.set_defaults(func=run)
+
+
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def duration(text: str, flag: str) -> float:
+    """Seconds of '7d', '36h', '90m', '600s' or a bare number of seconds."""
+    t = text.strip().lower()
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in UNITS else (t, "s")
+    try:
+        v = float(num) * UNITS[unit]
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise UserError(f"{flag} '{text}' is not a duration", "give a positive number with s, m, h, d or w, e.g. 7d")
+    return v
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,9 +79,17 @@ def run(args: argparse.Namespace) -> int:
     postgres = args.db.startswith(("postgresql://", "postgres://"))
     if not postgres and not Path(args.db).parent.exists():
         raise UserError(f"--db {args.db}: directory {Path(args.db).parent} does not exist", "create it first")
-    for flag, v in (("--interval", args.interval), ("--job-ttl", args.job_ttl), ("--max-body", args.max_body)):
+    for flag, v in (("--interval", args.interval), ("--job-ttl", args.job_ttl), ("--max-body", args.max_body),
+                    ("--settle", args.settle)):
         if not v > 0:
             raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")
+    retention = duration(args.retention, "--retention")
+    if args.max_rows_per_job < 0:
+        raise UserError(f"--max-rows-per-job {args.max_rows_per_job} is negative", "give 0 (no cap) or more")
+    if not 1 <= args.workers <= 64:
+        raise UserError(f"--workers {args.workers} is out of range", "give 1..64 (each worker is a process)")
+    if not 1 <= args.confirm_rounds <= 10:
+        raise UserError(f"--confirm-rounds {args.confirm_rounds} is out of range", "give 1..10 (default 2)")
     if args.notify and not args.notify.startswith(("http://", "https://")):
         raise UserError(f"--notify '{args.notify}' is not an http(s) URL", "give the Alertmanager or webhook URL")
     import uvicorn
@@ -58,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
     from laggard.service.app import create_app
 
     app = create_app(args.db, interval_s=args.interval, max_body=args.max_body, isolate=True,
-                     notify_url=args.notify, external_url=args.external_url, ttl_s=args.job_ttl)
+                     notify_url=args.notify, external_url=args.external_url, ttl_s=args.job_ttl,
+                     confirm_rounds=args.confirm_rounds, settle_s=args.settle, retention_s=retention,
+                     max_rows_per_job=args.max_rows_per_job, workers=args.workers)
     where = args.db.split("@")[-1] if postgres else args.db  # never print a password
     print(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,

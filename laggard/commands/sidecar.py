@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
                        help="--follow: seconds to wait for the job to appear (default 3600)")
     run_p.add_argument("--linger", type=float, default=20.0,
                        help="with --post: seconds to keep answering fetch requests after the job ended (default 20)")
+    run_p.add_argument("--hang-after", type=float, default=30.0,
+                       help="with --post: an operator in flight this many seconds (or failed) is reported as stuck, "
+                            "so the service can say which rank and operator hang (default 30)")
     run_p.set_defaults(func=run)
     loc = verbs.add_parser("localize", help="central localization from summaries", formatter_class=Formatter)
     loc.add_argument("trace", type=Path)
@@ -112,12 +115,13 @@ def _agent(args: argparse.Namespace) -> int:
         raise UserError(f"--post '{args.post}' is not an http(s) URL", "give the service, e.g. http://laggard:8750")
     if not args.follow or args.all_hosts:
         raise UserError("--post runs the node agent of one host", "use it with --follow and without --all-hosts")
-    for flag, v in (("--poll", args.poll), ("--window", args.window), ("--spool-max-mb", args.spool_max_mb)):
+    for flag, v in (("--poll", args.poll), ("--window", args.window), ("--spool-max-mb", args.spool_max_mb),
+                    ("--hang-after", args.hang_after)):
         if not v > 0:
             raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")
     host = args.host or host_of(os.environ)[0]  # the logger's rule: $LAGGARD_HOST, $SLURMD_NODENAME, ..., hostname
     agent = Agent(args.trace, host, args.post, args.spool or default_spool(args.trace, host),
-                  int(args.spool_max_mb * (1 << 20)), args.window)
+                  int(args.spool_max_mb * (1 << 20)), args.window, hang_after_s=args.hang_after)
     n = agent.run(args.poll, args.wait, args.idle_exit, args.linger)
     print(f"{host}: {n} summary(ies) posted, {agent.answered} fetch request(s) answered, "
           f"{agent.spool.dropped} dropped, {agent.refused} refused")

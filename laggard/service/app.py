@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-import multiprocessing
-import os
 import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,16 +39,28 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from laggard.notify import notify_with_retry
-from laggard.service.localizing import Round, localize_round, render_job_html, service_report
+from laggard.service.localizing import (
+    Localized,
+    Round,
+    localize_round,
+    render_job_html,
+    rerender,
+    service_report,
+)
 from laggard.service.metrics import Metrics
+from laggard.service.publish import NEEDED, Agreement, device_key, publish
 from laggard.service.schema import RecordsPost, SummaryPost
 from laggard.service.store import Store
-from laggard.service.worker import die_with_parent, warm
+from laggard.service.workers import Workers
 
 MAX_BODY = 4 << 20  # bytes: a node's summary of a few hundred steps fits easily; more is a bug upstream
 MAX_RECORDS_BODY = 64 << 20  # a fetch answer: a node's planned ranks for a few steps
 M = TypeVar("M", bound=BaseModel)
 JOB_TIMEOUT_S = 120.0  # one job's round; longer is a stall: the worker is replaced, the job marked failed
+RETENTION_S = 7 * 86400.0  # summaries older than this are deleted (and jobs with nothing newer forgotten)
+PRUNE_EVERY_S = 300.0
+WORKERS = 2  # jobs localized at once, each worker a process of its own
+SETTLE_S = 30.0  # agents quiet this long after a withheld round: its device is published (no more evidence comes)
 QUARANTINE_S = 600.0  # a job whose round stalled is left out of the rounds this long, so it cannot stall them all
 
 
@@ -59,10 +69,20 @@ class Service:
 
     def __init__(self, db: Path | str, max_body: int = MAX_BODY, isolate: bool = False,
                  notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
-                 job_timeout_s: float = JOB_TIMEOUT_S) -> None:
+                 job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
+                 settle_s: float = SETTLE_S, retention_s: float = RETENTION_S, max_rows_per_job: int = 0,
+                 workers: int = WORKERS) -> None:
         self.store = Store(db)
+        self.confirm_rounds = confirm_rounds
+        self.agreement: dict[str, Agreement] = {}  # per job: the rounds that named the same device
+        self.unconfirmed: dict[str, Localized] = {}  # per job: the last round, while its device is withheld
+        self.settle_s = settle_s
+        self.retention_s = retention_s
+        self.max_rows_per_job = max_rows_per_job
+        self.next_prune = 0.0  # monotonic time of the next pruning pass
         self.isolate = isolate
-        self.pool = _pool() if isolate else None
+        self.workers = Workers(max(1, workers), processes=isolate)
+        self.running: dict[str, asyncio.Task[Any]] = {}  # jobs whose round the loop started and that have not ended
         self.metrics = Metrics(ttl_s)
         self.max_body = max_body
         self.notify_url = notify_url
@@ -82,6 +102,9 @@ class Service:
             self.metrics.rejected.labels(reason).inc(n)
         for state in self.store.jobs():
             self.metrics.set_verdict(state.job, state.verdict)
+            key = device_key(state.verdict)
+            if key is not None:  # a device published before a restart stays published while rounds agree
+                self.agreement[state.job] = Agreement(key, -1, confirm_rounds)
         for job, reason in self.failed.items():
             self.metrics.set_failed(job, reason)
         for job in self._dirty:
@@ -163,15 +186,8 @@ class Service:
         """One job's round, isolated: a failure or a stall marks this job failed, nothing else."""
         t0 = time.perf_counter()
         try:
-            if self.pool is None:
-                out = await asyncio.wait_for(run_in_threadpool(localize_round, self.store.url, job),
-                                             self.job_timeout_s)
-            else:
-                loop = asyncio.get_running_loop()
-                out = await asyncio.wait_for(loop.run_in_executor(self.pool, localize_round, self.store.url, job),
-                                             self.job_timeout_s)
+            out = await self.workers.run(job, self.job_timeout_s, localize_round, self.store.url, job)
         except TimeoutError:
-            self._replace_pool()
             self.quarantine[job] = time.monotonic() + QUARANTINE_S
             self.mark_failed(job, f"localization took over {self.job_timeout_s:.0f} s; the worker was restarted "
                                   f"and the job is left out for {QUARANTINE_S:.0f} s")
@@ -187,17 +203,60 @@ class Service:
         elif out.done_request is not None or out.localized is not None:
             self.fetches.pop(job, None)
         if out.localized is not None:
-            loc = out.localized
+            await self.publish(out.localized)
             self.metrics.localize.observe(time.perf_counter() - t0)
-            before = self.store.job(job)
-            self.store.save_job(job, loc.verdict, loc.report, loc.markdown)
-            self.metrics.set_verdict(job, loc.verdict, loc.onset_unix_s, loc.lost_s, loc.world_size)
-            self.failed.pop(job, None)
-            was = before.verdict["status"] if before else "healthy"
-            if self.notify_url and loc.verdict["status"] != was:
-                asyncio.get_running_loop().run_in_executor(None, self._notify, loc.verdict, loc.report,
-                                                           loc.onset_unix_s)
         return out
+
+    async def publish(self, loc: Localized, needed: int | None = None) -> None:
+        """Store and export a round's verdict; its device only once consecutive rounds agree on it."""
+        job = loc.job
+        prev = self.agreement.get(job, Agreement())
+        self.agreement[job], shown = publish(prev, loc.verdict, loc.upto, needed or self.confirm_rounds)
+        if shown is loc.verdict:
+            self.unconfirmed.pop(job, None)
+        else:
+            self.unconfirmed[job] = loc
+        report, markdown = loc.report, loc.markdown
+        if shown is not loc.verdict:
+            report, markdown = await run_in_threadpool(rerender, shown, loc.report)
+        before = self.store.job(job)
+        self.store.save_job(job, shown, report, markdown)
+        self.metrics.set_verdict(job, shown, loc.onset_unix_s, loc.lost_s, loc.world_size)
+        self.failed.pop(job, None)
+        # people are told when the status or the named device changes, never about a device still unconfirmed
+        was = (before.verdict["status"], device_key(before.verdict)) if before else ("healthy", None)
+        if self.notify_url and not shown.get("localizing") and (shown["status"], device_key(shown)) != was:
+            asyncio.get_running_loop().run_in_executor(None, self._notify, shown, report, loc.onset_unix_s)
+
+    async def settle(self) -> None:
+        """A withheld device is published once the job's agents have been quiet for `settle_s`: no
+        more evidence is coming (the job ended or stopped posting), so the last round is the best answer."""
+        cut = time.time() - self.settle_s
+        for job, loc in list(self.unconfirmed.items()):
+            if self.metrics.job(job).last_post < cut and job not in self.fetches and job not in self.running:
+                await self.publish(loc, needed=1)
+
+    def prune(self) -> int:
+        """Apply the retention and the per-job cap; forget jobs the store forgot. Summaries deleted."""
+        gone, jobs = self.store.prune(time.time_ns() - int(self.retention_s * 1e9), self.max_rows_per_job)
+        self.metrics.pruned.inc(gone)
+        with self._lock:
+            for job in jobs:
+                self.agreement.pop(job, None)
+                self.unconfirmed.pop(job, None)
+                self.failed.pop(job, None)
+                self._groups.pop(job, None)
+                self.fetches.pop(job, None)
+                self.workers.forget(job)
+                self._nodes = {k: v for k, v in self._nodes.items() if k[0] != job}
+        return gone
+
+    async def maintain(self) -> None:
+        """The loop's housekeeping: publish settled devices; prune every PRUNE_EVERY_S (or sooner for a short retention)."""
+        await self.settle()
+        if time.monotonic() >= self.next_prune:
+            self.next_prune = time.monotonic() + min(PRUNE_EVERY_S, self.retention_s / 10)
+            await run_in_threadpool(self.prune)
 
     def mark_failed(self, job: str, reason: str) -> None:
         self.failed[job] = reason
@@ -214,11 +273,6 @@ class Service:
         if not notify_with_retry(rep, self.notify_url, link=link, starts_at=start):
             self.metrics.notify_failed.inc()
 
-    def _replace_pool(self) -> None:
-        if self.pool is not None:
-            _kill_pool(self.pool)
-            self.pool = _pool()
-
     async def html(self, job: str) -> str | None:
         """The job's HTML report: cached, or rendered now (in the worker when there is one)."""
         cached = self.store.rendered(job, "html")
@@ -227,43 +281,41 @@ class Service:
         state = self.store.job(job)
         if state is None:
             return None
-        if self.pool is None:
-            text = await run_in_threadpool(render_job_html, state.verdict, state.report)
-        else:
-            loop = asyncio.get_running_loop()
-            text = await loop.run_in_executor(self.pool, render_job_html, state.verdict, state.report)
+        text = await self.workers.run(job, self.job_timeout_s, render_job_html, state.verdict, state.report)
         self.store.save_html(job, state.updated_ns, text)
         return text
 
     def take_dirty(self) -> list[str]:
+        """Jobs due a round; quarantined jobs and jobs whose round is still running keep their place."""
         now = time.monotonic()
         with self._lock:
             jobs = sorted(self._dirty | set(self.fetches))
-            held = {j for j in jobs if self.quarantine.get(j, 0.0) > now}
-            self._dirty = held  # a quarantined job keeps its place for when it is let out
+            held = {j for j in jobs if self.quarantine.get(j, 0.0) > now or j in self.running}
+            self._dirty = held
         return [j for j in jobs if j not in held]
 
+    def start_rounds(self) -> None:
+        """Start a round for every job due one, each on its own: a slow job does not hold up the others."""
+        for job in self.take_dirty():
+            task = asyncio.create_task(self._round_guarded(job))
+            self.running[job] = task
+            task.add_done_callback(functools.partial(self._ended, job))
+
+    def _ended(self, job: str, _task: asyncio.Task[Any]) -> None:
+        self.running.pop(job, None)
+        self.wake.set()  # posts that came meanwhile left the job dirty: go round again now
+
+    async def _round_guarded(self, job: str) -> None:
+        try:
+            await self.round(job)
+        except Exception as exc:  # a bug in publishing one job must not end the other jobs' rounds
+            self.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
+
     def close(self) -> None:
-        if self.pool is not None:
-            _kill_pool(self.pool)
+        for task in self.running.values():
+            task.cancel()
+        self.workers.close()
         self.store.close()
-
-
-def _pool() -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
-                               initargs=(os.getpid(),))
-
-
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Stop the worker now: a round in progress is abandoned (its job is localized again later)."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    for p in procs:
-        with contextlib.suppress(Exception):
-            p.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-    for p in procs:
-        with contextlib.suppress(Exception):
-            p.join(timeout=2)
 
 
 async def _read(request: Request, svc: Service, limit: int) -> bytes:
@@ -281,10 +333,14 @@ async def _read(request: Request, svc: Service, limit: int) -> bytes:
 
 def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BODY, isolate: bool = False,
                notify_url: str | None = None, external_url: str = "", ttl_s: float = 3600.0,
-               job_timeout_s: float = JOB_TIMEOUT_S) -> FastAPI:
+               job_timeout_s: float = JOB_TIMEOUT_S, confirm_rounds: int = NEEDED,
+               settle_s: float = SETTLE_S, retention_s: float = RETENTION_S,
+               max_rows_per_job: int = 0, workers: int = WORKERS) -> FastAPI:
     """The app; `isolate` localizes in a worker process (what `laggard serve` does)."""
     svc = Service(db, max_body=max_body, isolate=isolate, notify_url=notify_url, external_url=external_url,
-                  ttl_s=ttl_s, job_timeout_s=job_timeout_s)
+                  ttl_s=ttl_s, job_timeout_s=job_timeout_s, confirm_rounds=confirm_rounds,
+                  settle_s=settle_s, retention_s=retention_s, max_rows_per_job=max_rows_per_job,
+                  workers=workers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -293,11 +349,14 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(svc.wake.wait(), interval_s)
                 svc.wake.clear()
-                for job in svc.take_dirty():
-                    await svc.round(job)
+                svc.start_rounds()
+                try:
+                    await svc.maintain()
+                except Exception as exc:  # the store refused (disk full, database gone): say so, go on
+                    print(f"laggard serve: housekeeping failed: {type(exc).__name__}: {str(exc)[:300]}",
+                          file=sys.stderr)
 
-        if svc.pool is not None:  # start the worker now: its imports take seconds, done while posts arrive
-            svc.pool.submit(warm)
+        svc.workers.warm()
         task = asyncio.create_task(loop()) if interval_s > 0 else None
         yield
         if task:
@@ -335,7 +394,8 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
     @app.get("/v1/jobs")
     def jobs() -> list[dict[str, Any]]:
         return [{"job": s.job, "status": s.verdict["status"], "slowdown": s.verdict["slowdown"],
-                 "root_cause": (s.report.get("root_cause") or {}).get("device"), "updated_ns": s.updated_ns,
+                 "root_cause": (s.report.get("root_cause") or {}).get("device"),
+                 "localizing": bool(s.verdict.get("localizing")), "updated_ns": s.updated_ns,
                  "failed": svc.failed.get(s.job)}
                 for s in svc.store.jobs()]
 
@@ -375,12 +435,10 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
             request, plan = svc.fetches[job]
             return JSONResponse({"status": "fetching", "fetch": plan, "request": request},
                                 status_code=202)  # type: ignore[return-value]
-        if out is None or out.localized is None:
-            state = svc.store.job(job)
-            if state is None:
-                raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no summaries for job {job}"})
-            return state.verdict
-        return out.localized.verdict
+        state = svc.store.job(job)  # what is published (a device only once rounds agree), not the raw round
+        if state is None:
+            raise HTTPException(404, detail={"reason": "unknown_job", "detail": f"no summaries for job {job}"})
+        return state.verdict
 
     @app.get("/metrics")
     def metrics() -> Response:

@@ -10,17 +10,22 @@ request the agents answer) and localizes once they arrive, from the same summari
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from collector.commops.layout import PENDING_SCHEMA, write_meta
 from collector.meta import JobMeta, RankInfo
 from collector.schema import COMMOPS_SCHEMA
+from collector.traceio import Trace
 from explain.report.build import report_from_verdict
 from explain.report.html import render_html
 from explain.report.markdown import render_markdown
@@ -28,6 +33,7 @@ from explain.report.model import Report, irregular_windows
 from laggard.service.schema import members
 from laggard.service.store import Store
 from localize.commops import COLUMNS
+from localize.hang import find_hang
 from localize.summary import SUMMARY_SCHEMA, WIRE_US, localize_summary, plan_fetch, step_table
 from localize.verdict import Verdict
 
@@ -44,6 +50,7 @@ class Localized:
     onset_unix_s: float | None = None
     lost_s: dict[int, float] = field(default_factory=dict)  # per irregular step: seconds lost (wall)
     world_size: int = 0
+    upto: int = 0  # the newest summary (store id) this verdict was planned on
 
 
 @dataclass
@@ -66,6 +73,7 @@ class _Post:
     node: str
     last_step: int
     cols: dict[str, np.ndarray]
+    pending: pd.DataFrame | None = None  # the node's stuck operators when it posted (None: nothing stuck)
 
 
 @dataclass
@@ -85,7 +93,29 @@ _TYPES = {"rank": np.int32, "step": np.int32, "group": object, "abnormal": np.in
 
 def parse_post(pid: int, node: str, body: str) -> _Post:
     raw = json.loads(body)
-    return _Post(pid, node, int(raw["last_step"]), {c: np.asarray(raw["rows"][c], t) for c, t in _TYPES.items()})
+    stuck = raw.get("pending") or {}
+    pending = pd.DataFrame({f.name: stuck[f.name] for f in PENDING_SCHEMA}) if stuck.get("rank") else None
+    return _Post(pid, node, int(raw["last_step"]), {c: np.asarray(raw["rows"][c], t) for c, t in _TYPES.items()},
+                 pending)
+
+
+def stuck_now(posts: list[_Post]) -> pd.DataFrame | None:
+    """The stuck operators each node reported in its latest post (a node that posted none is not stuck)."""
+    latest = {p.node: p for p in posts}  # posts are in store order: the last one per node wins
+    frames = [p.pending for p in latest.values() if p.pending is not None]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def hang_verdict(meta: JobMeta, stuck: pd.DataFrame) -> Verdict | None:
+    """localize/hang's attribution of the nodes' stuck operators (a trace of meta.json and the
+    pending operators alone; the agents already kept only the ones stuck long enough)."""
+    with tempfile.TemporaryDirectory(prefix="laggard-hang-") as tmp:
+        root = Path(tmp)
+        write_meta(root, meta)
+        pq.write_table(COMMOPS_SCHEMA.empty_table(), root / "commops.parquet")
+        pq.write_table(pa.Table.from_pandas(stuck, schema=PENDING_SCHEMA, preserve_index=False),
+                       root / "pending.parquet")
+        return find_hang(Trace.open(root), min_wait_s=0.0)
 
 
 def summary_frame(posts: list[_Post]) -> pd.DataFrame:
@@ -141,11 +171,18 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
                 records = store.records(job, pending.request)
                 store.clear_fetch(job)
                 cache.metas.clear()
-                return Round(job, _localize(job, meta, _summary(cache, pending.upto), records, top),
+                return Round(job, _localize(job, meta, _summary(cache, pending.upto), records, top, pending.upto),
                              done_request=pending.request, stale=cache.last_id > pending.upto)
             if meta is not None and time.time_ns() - pending.created_ns < FETCH_TIMEOUT_S * 1e9:
                 return Round(job)  # still waiting for some nodes
         meta = build_meta(job, store.nodes(job), store.groups(job))
+        stuck = stuck_now(cache.posts)
+        hang = hang_verdict(meta, stuck) if stuck is not None else None
+        if stuck is not None and hang is not None:  # stuck, not slow: no steps finish, nothing to fetch
+            if pending is not None:
+                store.clear_fetch(job)
+            return Round(job, _localized(job, meta, hang, _summary(cache), cache.last_id, time.perf_counter(),
+                                         float(stuck["start_ns"].min()) / 1e9))
         summary = _summary(cache)
         if summary.empty:
             return Round(job)
@@ -157,7 +194,7 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
         if not ask:
             if pending is not None:
                 store.clear_fetch(job)
-            return Round(job, _localize(job, meta, summary, {}, top))
+            return Round(job, _localize(job, meta, summary, {}, top, cache.last_id))
         request = store.set_fetch(job, ask, cache.last_id)
         cache.metas = {request: meta}
         return Round(job, fetch=ask, request=request)
@@ -173,7 +210,8 @@ def _records(bodies: dict[str, str]) -> pa.Table:
     return pa.concat_tables(tables) if tables else COMMOPS_SCHEMA.empty_table()
 
 
-def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str, str], top: int) -> Localized:
+def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str, str], top: int,
+              upto: int) -> Localized:
     t0 = time.perf_counter()
     rows = _records(records).to_pandas()
 
@@ -183,16 +221,22 @@ def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str,
         return rows.loc[keep, list(COLUMNS)].sort_values(["rank", "start_ns"]).reset_index(drop=True)
 
     verdict, _ = localize_summary(summary, meta, fetch, top)
-    steps = step_table(summary)[0]
+    return _localized(job, meta, verdict, summary, upto, t0)
+
+
+def _localized(job: str, meta: JobMeta, verdict: Verdict, summary: pd.DataFrame, upto: int, t0: float,
+               onset: float | None = None) -> Localized:
+    """A verdict with its report, onset and lost time, as the service stores and exports it."""
+    steps = step_table(summary)[0] if not summary.empty else pd.DataFrame()
     v = verdict.to_dict()
-    v.update(summaries_rows=len(summary), nodes=int(summary["host"].nunique()),
+    v.update(summaries_rows=len(summary), nodes=int(summary["host"].nunique()) if len(summary) else 0,
              steps_seen=[int(steps["step"].min()), int(steps["step"].max())] if len(steps) else [])
     report = service_report(v, steps, meta.world_size)
-    irr = steps[steps["irregular"].astype(bool)]
-    lost = dict(zip(irr["step"].astype(int), (irr["duration_s"] - irr["baseline_s"]).clip(lower=0).astype(float),
-                    strict=True))
+    irr = steps[steps["irregular"].astype(bool)] if len(steps) else steps
+    lost = {} if irr.empty else dict(zip(irr["step"].astype(int), (irr["duration_s"] - irr["baseline_s"]).clip(
+        lower=0).astype(float), strict=True))
     return Localized(job, v, report.to_dict(), render_markdown(report), time.perf_counter() - t0,
-                     onset_time(summary, v), lost, meta.world_size)
+                     onset if onset is not None else onset_time(summary, v), lost, meta.world_size, upto)
 
 
 def onset_time(summary: pd.DataFrame, verdict: dict[str, Any]) -> float | None:
@@ -220,6 +264,14 @@ def service_report(verdict: dict[str, Any], steps: pd.DataFrame, world: int) -> 
     report.notes.append(f"from the summaries of {verdict.get('nodes')} node agents "
                         f"({verdict.get('summaries_rows')} rows), steps {verdict.get('steps_seen')}")
     return report
+
+
+def rerender(verdict: dict[str, Any], report: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The report and markdown of another verdict over the same steps (a withheld device)."""
+    rep = service_report(verdict, pd.DataFrame(report.get("steps", [])), int(report["world_size"]))
+    if verdict.get("localizing"):
+        rep.notes.append(str(verdict["localizing"]["detail"]))
+    return rep.to_dict(), render_markdown(rep)
 
 
 def render_job_html(verdict: dict[str, Any], report: dict[str, Any]) -> str:

@@ -63,6 +63,8 @@ class Metrics(Collector):
                                   buckets=LOCALIZE, registry=self.registry)
         self.rejected = Counter("laggard_posts_rejected", "posts refused, by reason", ["reason"],
                                 registry=self.registry)
+        self.pruned = Counter("laggard_summaries_pruned", "summaries deleted by the retention (--retention, "
+                              "--max-rows-per-job)", registry=self.registry)
         self.notify_failed = Counter("laggard_notifications_failed", "alerts that could not be delivered",
                                      registry=self.registry)
 
@@ -109,6 +111,9 @@ class Metrics(Collector):
                                            labels=["job_name"]),
             "hang": GaugeMetricFamily("laggard_job_hang", "1 while the job is stuck in a collective",
                                       labels=["job_name"]),
+            "localizing": GaugeMetricFamily("laggard_job_localizing",
+                                            "1 while the job is irregular or hung and its root cause awaits "
+                                            "confirmation by consecutive rounds", labels=["job_name"]),
             "slowdown": GaugeMetricFamily("laggard_job_slowdown_ratio", "irregular step time over its baseline",
                                           labels=["job_name"]),
             "onset": GaugeMetricFamily("laggard_job_onset_timestamp_seconds",
@@ -136,6 +141,7 @@ class Metrics(Collector):
             lost.add_metric([name], m.lost_gpu_s)
             fams["irregular"].add_metric([name], 1.0 if v.get("status") == "irregular" else 0.0)
             fams["hang"].add_metric([name], 1.0 if v.get("status") == "hang" else 0.0)
+            fams["localizing"].add_metric([name], 1.0 if v.get("localizing") else 0.0)
             fams["slowdown"].add_metric([name], float(v.get("slowdown", 1.0)))
             if m.localized_at is not None:
                 fams["at"].add_metric([name], m.localized_at)

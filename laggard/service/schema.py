@@ -29,6 +29,7 @@ MAX_GROUPS = 256
 MAX_ROWS = 100_000  # summary rows per post (a node's few hundred steps)
 MAX_RECORDS = 500_000  # full records per fetch answer (the planned ranks of a node, a few steps)
 MAX_STEP_SPAN = 100_000  # steps one post may span
+MAX_PENDING = 256  # stuck operators per post (agents send at most 64, the longest waits)
 
 Rank = Annotated[int, Field(ge=0, lt=MAX_WORLD)]
 Step = Annotated[int, Field(ge=-1, le=I32)]
@@ -61,6 +62,23 @@ class SummaryRows(BaseModel):
         return len(self.rank)
 
 
+class PendingRows(BaseModel):
+    """Operators a node's ranks entered and have not completed for a while (the logger's pending/
+    files, `collector.commops.layout.PENDING_SCHEMA`): the evidence of a hang."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: list[Rank] = Field(default_factory=list, max_length=MAX_PENDING)
+    group: list[Annotated[str, Field(pattern=NAME)]] = Field(default_factory=list, max_length=MAX_PENDING)
+    op: list[Annotated[str, Field(pattern=OP_PATTERN)]] = Field(default_factory=list, max_length=MAX_PENDING)
+    seq: list[Annotated[int, Field(ge=0, le=I64)]] = Field(default_factory=list, max_length=MAX_PENDING)
+    peer: list[Annotated[int, Field(ge=-1, lt=MAX_WORLD)]] = Field(default_factory=list, max_length=MAX_PENDING)
+    nbytes: list[Annotated[int, Field(ge=0, le=I64)]] = Field(default_factory=list, max_length=MAX_PENDING)
+    start_ns: list[Nanos] = Field(default_factory=list, max_length=MAX_PENDING)
+    step: list[Step] = Field(default_factory=list, max_length=MAX_PENDING)
+    seen_ns: list[Nanos] = Field(default_factory=list, max_length=MAX_PENDING)
+    failed: list[bool] = Field(default_factory=list, max_length=MAX_PENDING)
+
+
 class SummaryPost(BaseModel):
     """One node's summary of the steps first_step..last_step; (job, node, window) is its key."""
 
@@ -77,6 +95,8 @@ class SummaryPost(BaseModel):
         description="members of the node's groups: a list, or 'start:stop:step' (a Python range)")
     rows: SummaryRows
     dropped: int = Field(default=0, ge=0, le=I64, description="summaries the agent's spool had to drop")
+    pending: PendingRows = Field(default_factory=PendingRows,
+                                 description="the node's operators stuck now (none: nothing is stuck)")
 
     @model_validator(mode="after")
     def _consistent(self) -> SummaryPost:
@@ -91,6 +111,14 @@ class SummaryPost(BaseModel):
         stray = sorted({r for r in self.rows.rank if r >= 0} - set(self.ranks))
         if stray:
             raise ValueError(f"rows of rank(s) {stray[:5]} that are not on node {self.node}")
+        p = self.pending
+        if {len(getattr(p, c)) for c in PendingRows.model_fields} != {len(p.rank)}:
+            raise ValueError("pending: columns have different lengths")
+        stray = sorted(set(p.rank) - set(self.ranks))
+        if stray:
+            raise ValueError(f"pending operators of rank(s) {stray[:5]} that are not on node {self.node}")
+        if any(seen < start for start, seen in zip(p.start_ns, p.seen_ns, strict=True)):
+            raise ValueError("pending: an operator seen before it started (seen_ns < start_ns)")
         if any(s < self.first_step or s > self.last_step for s in (min(self.rows.step, default=self.first_step),
                                                                     max(self.rows.step, default=self.last_step))):
             raise ValueError(f"rows outside steps {self.first_step}..{self.last_step}")

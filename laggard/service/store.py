@@ -2,7 +2,8 @@
 
 A summary is committed before its post is acknowledged, so an acknowledged summary survives a
 crash or restart; (job, node, window) is the key, so an agent that retries a post does not
-count twice. SQLite (WAL, the embedded default) or PostgreSQL (`postgresql://...`, when several
+count twice. `prune` bounds what is kept: summaries older than the retention, rows of a job
+beyond its cap, and everything of a job that has neither summaries nor a recent verdict. SQLite (WAL, the embedded default) or PostgreSQL (`postgresql://...`, when several
 replicas share state): the same SQL, only the placeholders and the key column differ.
 """
 
@@ -24,6 +25,7 @@ CREATE TABLE IF NOT EXISTS summaries (
     received_ns BIGINT NOT NULL, body TEXT NOT NULL, UNIQUE (job, node, win)
 );
 CREATE INDEX IF NOT EXISTS summaries_job ON summaries (job, id);
+CREATE INDEX IF NOT EXISTS summaries_received ON summaries (received_ns);
 CREATE TABLE IF NOT EXISTS nodes (
     job TEXT NOT NULL, node TEXT NOT NULL, world_size BIGINT NOT NULL, ranks TEXT NOT NULL,
     seen_ns BIGINT NOT NULL, PRIMARY KEY (job, node)
@@ -175,6 +177,36 @@ class Store:
 
     def jobs_with_summaries(self) -> list[str]:
         return [str(r[0]) for r in self._all("SELECT DISTINCT job FROM summaries")]
+
+    # -- retention --------------------------------------------------------------------------
+
+    def prune(self, older_than_ns: int, max_rows_per_job: int = 0, batch: int = 10_000) -> tuple[int, list[str]]:
+        """Delete summaries received before `older_than_ns` and, with a cap, each job's oldest rows
+        beyond `max_rows_per_job`; then the state of jobs left with no summaries and no verdict
+        newer than the cut. In batches, so posts are never held up for long. Returns the number of
+        summaries deleted and the jobs forgotten."""
+        gone = 0
+        while True:
+            n = self._run("DELETE FROM summaries WHERE id IN (SELECT id FROM summaries WHERE received_ns < ? "
+                          "ORDER BY id LIMIT ?)", (older_than_ns, batch))
+            gone += max(n, 0)
+            if n < batch:
+                break
+        if max_rows_per_job > 0:
+            for (job,) in self._all("SELECT job FROM summaries GROUP BY job HAVING COUNT(*) > ?", (max_rows_per_job,)):
+                row = self._one("SELECT id FROM summaries WHERE job = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+                                (job, max_rows_per_job - 1))
+                if row is not None:  # the oldest id kept; older rows of this job go
+                    gone += max(self._run("DELETE FROM summaries WHERE job = ? AND id < ?", (job, int(row[0]))), 0)
+        stale = [str(r[0]) for r in self._all(
+            "SELECT job FROM jobs WHERE updated_ns < ? AND job NOT IN (SELECT DISTINCT job FROM summaries) "
+            "UNION SELECT job FROM nodes WHERE seen_ns < ? AND job NOT IN (SELECT DISTINCT job FROM summaries) "
+            "AND job NOT IN (SELECT job FROM jobs WHERE updated_ns >= ?)", (older_than_ns, older_than_ns, older_than_ns))]
+        for job in stale:
+            with self._tx() as db:
+                for table in ("jobs", "nodes", "groups", "fetches", "records", "failures"):
+                    db.execute(self._q(f"DELETE FROM {table} WHERE job = ?"), (job,))
+        return gone, stale
 
     # -- progressive fetching ---------------------------------------------------------------
 

@@ -99,3 +99,39 @@ def test_the_loggers_shard_age_can_be_lowered_for_live_agents(monkeypatch: pytes
     for bad in ("soon", "-1", "nan", "0"):
         monkeypatch.setenv("LAGGARD_COMMOPS_SHARD_AGE_S", bad)
         assert shard_age_s() == SHARD_AGE_S
+
+
+def _pending(root: Path, rank: int, waits_s: list[float], failed: list[bool]) -> None:
+    """A pending/ file as the logger writes it: operators entered `waits_s` before it last looked."""
+    import pyarrow as pa
+
+    from collector.commops.layout import PENDING_SCHEMA, atomic_write_table
+
+    now, n = time.time_ns(), len(waits_s)
+    atomic_write_table(root / "pending" / f"rank-{rank:05d}.parquet", pa.table({
+        "rank": pa.array([rank] * n, pa.int32()), "group": ["dp-0"] * n, "op": ["all_reduce"] * n,
+        "seq": pa.array(range(n), pa.int64()), "peer": pa.array([-1] * n, pa.int32()),
+        "nbytes": pa.array([1024] * n, pa.int64()), "start_ns": [now - int(w * 1e9) for w in waits_s],
+        "step": pa.array([29] * n, pa.int32()), "seen_ns": [now] * n, "failed": failed}, schema=PENDING_SCHEMA))
+
+
+def test_stuck_operators_are_posted_bounded_and_once_more_when_they_clear(trace: Path, tmp_path: Path) -> None:
+    root = tmp_path / "trace"
+    shutil.copytree(trace, root)
+    _pending(root, 16, [10.0, 0.5, 1.0], [False, False, True])  # stuck, in flight a moment, failed
+    _pending(root, 17, [5.0 + i for i in range(100)], [False] * 100)  # a flood: the longest 64 travel
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0)) as c:
+        a = Agent(root, "node-2", "", tmp_path / "spool", 1 << 26, 10, client=c, hang_after_s=3.0)
+        a.view = node_view(root, "node-2")
+        a.step(final=True)  # the steps' posts: the stuck operators ride on the newest one
+        stuck = a.stuck()
+        assert len(stuck["rank"]) == 64 and stuck["rank"].count(16) == 0  # 100 of rank 17 wait longer
+        (root / "pending" / "rank-00017.parquet").unlink()
+        stuck = a.stuck()
+        assert sorted(zip(stuck["rank"], stuck["failed"], strict=True)) == [(16, False), (16, True)]
+        a.step()  # no new step: a post of its own carries them
+        assert a.posted == 4 and c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 4
+        (root / "pending" / "rank-00016.parquet").unlink()
+        a.step()  # cleared: one more post says so, then nothing
+        a.step()
+        assert a.posted == 5 and a.refused == 0

@@ -45,7 +45,7 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "laggard", "serve", "--port", str(port), "--db",
-                             str(tmp_path / "s.db"), "--interval", "0.5"], env=env, cwd=REPO,
+                             str(tmp_path / "s.db"), "--interval", "0.5", "--settle", "2"], env=env, cwd=REPO,
                             stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:

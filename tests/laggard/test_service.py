@@ -25,6 +25,9 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _client(db: Path, **kw: Any) -> TestClient:
+    """The service with every round's device published (these tests post a finished job at once;
+    test_service_publish.py covers the rule that waits for agreeing rounds)."""
+    kw.setdefault("confirm_rounds", 1)
     return TestClient(create_app(db, interval_s=0, **kw))
 
 
@@ -86,6 +89,11 @@ def test_retried_post_is_not_counted_twice(tmp_path: Path, trace: Path) -> None:
         assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 3
 
 
+def _stuck(rank: int) -> dict[str, list[Any]]:
+    return {"rank": [rank], "group": ["dp-0"], "op": ["all_reduce"], "seq": [3], "peer": [-1], "nbytes": [8],
+            "start_ns": [10**18], "step": [4], "seen_ns": [10**18 + 5 * 10**9], "failed": [False]}
+
+
 def _bad_posts(p: dict[str, Any]) -> list[tuple[str, dict[str, Any] | bytes, int, str, str]]:
     """(what, body, status, reason, words in the detail) for posts that must be refused."""
     def w(**kv: Any) -> dict[str, Any]:
@@ -115,6 +123,9 @@ def _bad_posts(p: dict[str, Any]) -> list[tuple[str, dict[str, Any] | bytes, int
         ("a missing field", {k: v for k, v in p.items() if k != "node"}, 422, "invalid", "node"),
         ("a name with a newline", w(job="a\nb"), 422, "invalid", "job"),
         ("rows outside the steps", r(step=[10**6] * n), 422, "invalid", "outside steps"),
+        ("stuck operators of another node's rank", w(pending=_stuck(31)), 422, "invalid", "not on node"),
+        ("a stuck operator seen before it began", w(pending={**_stuck(int(min(p["ranks"]))),
+                                                             "seen_ns": [1]}), 422, "invalid", "seen_ns < start_ns"),
         ("too large", w(pad="x" * 300_000), 413, "too_large", "limit"),
     ]
 
@@ -133,7 +144,7 @@ def test_every_bad_post_gets_a_4xx_with_one_reason_and_stores_nothing(tmp_path: 
         assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 0
         assert c.post("/v1/summaries", json=p).status_code == 202  # the good one still goes in
         m = c.get("/metrics").text
-        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 15
+        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 17
         assert _metric(m, "laggard_posts_rejected_total", reason="too_large") == 1
     with sqlite3.connect(tmp_path / "s.db") as db:
         assert db.execute("SELECT COUNT(*) FROM groups WHERE grp IN ('dp-x', 'dp-y', 'dp-z')").fetchone()[0] == 0
@@ -264,3 +275,27 @@ def test_posts_that_arrive_during_a_fetch_are_localized_next(tmp_path: Path, tra
         assert svc.take_dirty() == ["svc-job"]  # ...so the job goes round again
         final = localize(c, "svc-job", nodes)
         assert final["nodes"] == 4 and final["candidates"][0]["rank"] == ROOT
+
+
+def test_a_slow_job_does_not_hold_up_the_others(tmp_path: Path, trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds run side by side, one job per worker: another job's verdict comes while one job's
+    round is still running (one after another, it would wait the whole 4 s)."""
+    real = service_app.localize_round
+
+    def slow(db: str, job: str) -> Any:
+        if job == "slow":
+            time.sleep(4)
+        return real(db, job)
+
+    monkeypatch.setattr(service_app, "localize_round", slow)
+    p = _posts(trace, tmp_path)[0]
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0.1, workers=2)) as c:
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        assert c.post("/v1/summaries", json={**p, "job": "slow"}).status_code == 202  # "slow" sorts first
+        assert c.post("/v1/summaries", json=p).status_code == 202
+        t0 = time.monotonic()
+        while c.get("/v1/jobs/svc-job").status_code != 200 and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        assert c.get("/v1/jobs/svc-job").status_code == 200
+        assert "slow" in svc.running and c.get("/v1/jobs/slow").status_code == 404, time.monotonic() - t0
+        assert svc.workers.slot("slow") != svc.workers.slot("svc-job")

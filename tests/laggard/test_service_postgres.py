@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from laggard.service.app import create_app
 from tests.laggard.agents import agents, localize, sharded_job
+from tests.laggard.test_service_retention import check_prune
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("psycopg", reason="psycopg not installed (pip install -e .[postgres])")
@@ -74,7 +75,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_ingest_fetch_localize_and_restart_on_postgres(postgres: str, trace: Path, tmp_path: Path) -> None:
     url = _fresh(postgres, "svc1")
-    with TestClient(create_app(url, interval_s=0)) as c:
+    with TestClient(create_app(url, interval_s=0, confirm_rounds=1)) as c:
         nodes = agents(trace, c, tmp_path / "spool")
         for a in nodes:
             a.step(final=True)
@@ -82,7 +83,7 @@ def test_ingest_fetch_localize_and_restart_on_postgres(postgres: str, trace: Pat
         verdict = localize(c, "svc-job", nodes)
         assert verdict["candidates"][0]["rank"] == ROOT
         assert c.get("/v1/jobs/svc-job/stats").json() == {"summaries": 12, "nodes": 4, "last_window": 2}
-    with TestClient(create_app(url, interval_s=0)) as c:  # a restart: everything is still there
+    with TestClient(create_app(url, interval_s=0, confirm_rounds=1)) as c:  # a restart: everything is still there
         assert c.get("/v1/jobs/svc-job").json() == verdict
         m = c.get("/metrics").text
         assert 'laggard_posts_rejected_total{reason="not_json"} 1.0' in m
@@ -91,7 +92,8 @@ def test_ingest_fetch_localize_and_restart_on_postgres(postgres: str, trace: Pat
 
 def test_two_replicas_share_one_database(postgres: str, trace: Path, tmp_path: Path) -> None:
     url = _fresh(postgres, "svc2")
-    with TestClient(create_app(url, interval_s=0)) as a, TestClient(create_app(url, interval_s=0)) as b:
+    with TestClient(create_app(url, interval_s=0, confirm_rounds=1)) as a, \
+            TestClient(create_app(url, interval_s=0, confirm_rounds=1)) as b:
         half = agents(trace, a, tmp_path / "spool-a")[:2]
         other = agents(trace, b, tmp_path / "spool-b")[2:]
         for n in half + other:
@@ -103,3 +105,7 @@ def test_two_replicas_share_one_database(postgres: str, trace: Path, tmp_path: P
         verdict = localize(b, "svc-job", agents(trace, b, tmp_path / "spool-c"))  # b sees a's posts too
         assert verdict["candidates"][0]["rank"] == ROOT and time.monotonic() - t0 < 60
         assert a.get("/v1/jobs/svc-job").json()["candidates"][0]["rank"] == ROOT
+
+
+def test_retention_on_postgres(postgres: str) -> None:
+    check_prune(_fresh(postgres, "svc3"))

@@ -56,26 +56,36 @@ def slack_payload(report: Report, link: str | None = None) -> dict[str, Any]:
     return {"text": f"{icon} {s['headline']}", "blocks": blocks}
 
 
+#: alertname -> severity. An alert's labels are its identity in Alertmanager: they stay fixed for
+#: the life of the problem, so the resolving post matches the firing one (status, root cause and
+#: figures change as the diagnosis goes on and travel as annotations)
+ALERTS = {"LaggardIrregularity": "warning", "LaggardHang": "critical"}
+
+
 def alertmanager_payload(report: Report, link: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Alertmanager `/api/v2/alerts` body: a list with one alert (resolved when healthy)."""
+    """Alertmanager `/api/v2/alerts` body: the job's firing alert, or (healthy) both of its
+    alerts resolved."""
     s = summary(report, link)
     now = now or datetime.now(UTC)
-    labels = {"alertname": "LaggardIrregularity", "job": report.job, "status": report.status,
-              "severity": "critical" if report.status == "hang" else "warning"}
-    if s["root_cause"]:
-        labels["root_kind"] = str(s["root_kind"])
-        labels["root_cause"] = str(s["root_cause"])
-    annotations = {"summary": s["headline"], "slowdown": f"{s['slowdown']:.3f}",
+    stamp = now.isoformat().replace("+00:00", "Z")
+    annotations = {"summary": s["headline"], "status": report.status, "slowdown": f"{s['slowdown']:.3f}",
                    "gpu_hours_lost": f"{s['gpu_hours_lost']:.3f}", "confidence": s["confidence"]}
+    if s["root_cause"]:
+        annotations["root_kind"] = str(s["root_kind"])
+        annotations["root_cause"] = str(s["root_cause"])
     if s["first_check"]:
         annotations["first_check"] = s["first_check"]
-    alert: dict[str, Any] = {"labels": labels, "annotations": annotations,
-                             "startsAt": now.isoformat().replace("+00:00", "Z")}
-    if report.status == "healthy":
-        alert["endsAt"] = alert["startsAt"]
-    if link:
-        alert["generatorURL"] = link
-    return [alert]
+    names = list(ALERTS) if report.status == "healthy" else ["LaggardHang" if report.status == "hang" else "LaggardIrregularity"]
+    alerts = []
+    for name in names:
+        alert: dict[str, Any] = {"labels": {"alertname": name, "job": report.job, "severity": ALERTS[name]},
+                                 "annotations": dict(annotations), "startsAt": stamp}
+        if report.status == "healthy":
+            alert["endsAt"] = stamp
+        if link:
+            alert["generatorURL"] = link
+        alerts.append(alert)
+    return alerts
 
 
 def detect_format(url: str) -> str:

@@ -48,7 +48,7 @@ def test_alertmanager_detected_by_path(report: Report) -> None:
     assert path == "/api/v2/alerts" and isinstance(body, list) and len(body) == 1
     alert = body[0]
     assert alert["labels"]["alertname"] == "LaggardIrregularity" and alert["labels"]["job"] == "run7"
-    assert alert["labels"]["root_kind"] == "gpu" and "endsAt" not in alert
+    assert alert["annotations"]["root_kind"] == "gpu" and "endsAt" not in alert
     assert alert["startsAt"].endswith("Z") and alert["annotations"]["slowdown"] == "1.800"
 
 
@@ -64,7 +64,19 @@ def test_healthy_job_resolves_the_alert() -> None:
     r = report_from_verdict(Verdict("ok", "healthy"), None, None, world_size=8)
     with Receiver() as rx:
         notify(r, rx.url + "/api/v2/alerts")
-    assert rx.posts[0][1][0]["endsAt"] == rx.posts[0][1][0]["startsAt"]
+    resolved = rx.posts[0][1]
+    assert all(a["endsAt"] == a["startsAt"] for a in resolved)
+    assert {a["labels"]["alertname"] for a in resolved} == {"LaggardIrregularity", "LaggardHang"}
+
+
+def test_the_resolving_alert_has_the_firing_alerts_labels(report: Report) -> None:
+    """Alertmanager matches a resolution to its alert by labels: whatever the diagnosis said."""
+    healthy = report_from_verdict(Verdict("run7", "healthy"), None, None, world_size=8)
+    with Receiver() as rx:
+        notify(report, rx.url + "/api/v2/alerts")
+        notify(healthy, rx.url + "/api/v2/alerts")
+    firing, resolving = rx.posts[0][1], rx.posts[1][1]
+    assert firing[0]["labels"] in [a["labels"] for a in resolving]
 
 
 def test_transient_failures_are_retried_with_backoff_and_refusals_are_not(report: Report) -> None:

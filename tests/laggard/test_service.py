@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from laggard.service import app as service_app
 from laggard.service.app import create_app
+from localize.summary import MAX_NORMAL, MAX_STEPS
 from tests.laggard.agents import agents, localize, sharded_job
 
 ROOT = 21  # node-2 gpu 5
@@ -56,7 +57,7 @@ def test_agents_post_the_service_fetches_and_names_the_slow_gpu(tmp_path: Path, 
         assert first.status_code == 202 and first.json()["status"] == "fetching"
         asked = first.json()["fetch"]
         assert str(ROOT) not in asked and ROOT in asked["node-2"]["ranks"]  # only some ranks, only some steps
-        assert sum(len(v["ranks"]) for v in asked.values()) < 32 and len(asked["node-2"]["steps"]) <= 8
+        assert sum(len(v["ranks"]) for v in asked.values()) < 32 and len(asked["node-2"]["steps"]) <= 2 * MAX_STEPS + MAX_NORMAL
         verdict = localize(c, "svc-job", nodes)
         assert verdict["status"] == "irregular" and verdict["candidates"][0]["rank"] == ROOT
         assert min(verdict["irregular_steps"]) >= 12 and verdict["slowdown"] > 1.1

@@ -197,19 +197,18 @@ def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> tuple[np.ndarray, np
     if len(steps) > 2:
         steps = steps[1:]
     world = max(meta.world_size, int(summary["rank"].max()) + 1) if len(summary) else meta.world_size
-    col = {s: i for i, s in enumerate(steps)}
-    comp = np.full((world, len(steps)), np.nan)
     hosts = star[(star["rank"] < 0) & star["step"].isin(steps)]
-    by_host = {h: g for h, g in hosts.groupby("host")}
-    for r in range(world):  # one pass per rank over its host's few rows, not per operator
-        h = meta.host_of(r) if r in meta.ranks else None
-        g = by_host.get(h) if h is not None else by_host.get(f"rank-{r}")
-        if g is not None:
-            comp[r, [col[int(s)] for s in g["step"]]] = g["compute_s"].to_numpy(np.float64)
+    # each rank reads its host's rows (a summary made without a host map names ranks "rank-R")
+    host_name = np.array([meta.host_of(r) if r in meta.ranks else f"rank-{r}" for r in range(world)], dtype=object)
+    codes, names = pd.factorize(np.r_[host_name, hosts["host"].to_numpy(object)])
+    rank_host, row_host = codes[:world], codes[world:]
+    table = np.full((len(names), len(steps)), np.nan)
+    table[row_host, np.searchsorted(steps, hosts["step"].to_numpy(np.int64))] = hosts["compute_s"].to_numpy(np.float64)
+    comp = table[rank_host]
     own = star[(star["rank"] >= 0) & star["step"].isin(steps)]
     if len(own):
         rr = own["rank"].to_numpy(np.int64)
-        cc = np.array([col[int(s)] for s in own["step"]])
+        cc = np.searchsorted(steps, own["step"].to_numpy(np.int64))
         comp[rr, cc] = np.fmax(comp[rr, cc], own["compute_s"].to_numpy(np.float64))
     seen = np.isfinite(comp).all(axis=1)
     return np.nan_to_num(comp), seen, steps

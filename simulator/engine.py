@@ -301,11 +301,14 @@ class Engine:
 
     def _optimizer(self, step: int, s: int, cm_all: np.ndarray, gf: dict[str, np.ndarray | None]) -> None:
         """The optimizer update, then the data-parallel parameter all-gather: blocking, or launched
-        here in buckets that the next step's first forward waits for (the last step's is never waited for)."""
+        here in buckets that the next step's first forward waits for. Launched after optimizer.step(),
+        they belong to the next step, as a logger that counts optimizer steps sees them (the last step
+        launches none: no step follows)."""
         R, seq = self.stage_ranks[s], self.seq
         tt = self._compute(self.t[R], 4 * self.half_ns, cm_all[R])
         if "dp" in self.kinds and self.cfg.param_gather_overlap:
-            self._gather_end[s] = self._bucket_chain("all_gather", s, [tt] * self.cfg.grad_buckets, step, gf["dp"])
+            if step + 1 < self.cfg.steps:
+                self._gather_end[s] = self._bucket_chain("all_gather", s, [tt] * self.cfg.grad_buckets, step + 1, gf["dp"])
         elif "dp" in self.kinds:
             tt = self._collective("dp", "all_gather", s, tt, self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
             seq["dp"][s] += 1

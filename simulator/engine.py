@@ -195,6 +195,12 @@ class Engine:
         for k in self.kinds - {"pp"}:
             f = self.faults.group_factor(k, step)
             gf[k] = f if (f > 1.0).any() else None
+        if step == 0 and self.cfg.param_gather_overlap and "dp" in self.kinds:
+            # no optimizer step has launched a gather yet: the first forward's hooks launch it (Megatron's
+            # finish_param_sync dispatches a bucket not yet dispatched), and wait for it layer by layer
+            for s in range(cfg.pp):
+                launch = self.t[self.stage_ranks[s]]
+                self._gather_end[s] = self._bucket_chain("all_gather", s, [launch] * cfg.grad_buckets, 0, gf["dp"])
         p2p = _P2P(self, step)
         progs = [_StageProgram(self, s, p2p) for s in range(cfg.pp)]
         while not all(pr.done for pr in progs):

@@ -96,9 +96,9 @@ def test_param_gather_overlap_is_waited_for_by_the_next_forward(tmp_path: Path) 
     df = _trace(tmp_path, "pg", grad_overlap=True, param_gather_overlap=True, grad_buckets=2)
     r0 = df[df["rank"] == PEER]
     ag = r0[r0["op"] == "all_gather"]
-    # launched after optimizer.step(): the next step's first operators (the first step has none)
-    assert sorted(ag["step"].unique()) == [1, 2, 3, 4] and (ag.groupby("step").size() == 2).all()
-    for step in range(1, 5):
+    # launched after optimizer.step(): the next step's first operators (the first step's own launch them)
+    assert sorted(ag["step"].unique()) == [0, 1, 2, 3, 4] and (ag.groupby("step").size() == 2).all()
+    for step in range(5):
         gathers = ag[ag["step"] == step].sort_values("seq")
         tp = r0[(r0["step"] == step) & r0["group"].str.startswith("tp")].sort_values("seq")
         assert gathers["start_ns"].iloc[0] < tp["start_ns"].iloc[0]  # before the step's first compute

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--flows", action="store_true", help="also localize network faults with the trace's flows added")
     ap.add_argument("--grad-overlap", choices=OVERLAP_CHOICES, default="drawn",
-                    help=f"overlap the DP gradient sync with the backward: drawn for {OVERLAP_SHARE:.0%} of the jobs "
+                    help=f"overlap the DP gradient sync with the backward: drawn for {OVERLAP_SHARE:.0%}% of the jobs "
                          "(default), on in every job, or off in every job (the same jobs otherwise)")
     ap.add_argument("--seed", type=int, default=1313, help="the matrix's own draw seed (default 1313)")
     ap.add_argument("--json", type=Path, default=None, help="also write every job's row here")

@@ -6,13 +6,17 @@
     python -m bench.matrix --per-cell 10 --json /tmp/matrix.json
     python -m bench.matrix --report /tmp/matrix.json      # the tables again, from a saved run
     python -m bench.matrix --quick --flows --kinds nic,link,switch   # network faults with flows added too
+    python -m bench.matrix --quick --grad-overlap on   # every job overlaps its DP sync with the backward
 
 p2p semantics (eager, rendezvous, batched) x layouts (2-D..6-D) x scales x fault kinds (gpu,
 host, nic, link, switch, stage = config, seqlen = data) x patterns (persistent, spike,
 fluctuation), plus healthy jobs and jobs slow from the first step (a GPU or a host). Each draw
 also varies what real fleets vary: the iteration-end model-parallel sync, hosts per switch
-(4-32), GPUs per host, host clock offsets (up to +-100 ms), one logged rank per TP group, and
-sampled (non-consecutive) steps.
+(4-32), GPUs per host, host clock offsets (up to +-100 ms), one logged rank per TP group,
+sampled (non-consecutive) steps, and whether the DP gradient sync overlaps the backward (Megatron's
+overlap_grad_reduce, DDP's buckets; in half of those also the parameter all-gather): drawn for
+OVERLAP_SHARE of the jobs from its own stream, so `--grad-overlap off` runs the very same jobs
+with the sync at the iteration's end, and `--grad-overlap on` with it overlapped.
 
 Seeds: every job's simulation seed is drawn at or above localize.training.TRAIN_SEED_LIMIT, which
 the detector's training and held-out jobs stay below, and from a generator no other benchmark
@@ -57,11 +61,16 @@ LARGE_SCALES = (1024, 2048, 4096, 8192)
 TARGETS = {"gpu": 0.99, "host": 0.99, "slow-start": 0.99, "nic": 0.95, "link": 0.95, "switch": 0.95}
 MAX_FALSE_ALARMS = 0.01
 NETWORK_KINDS = ("nic", "link", "switch")
+OVERLAP_SHARE = 0.4
+OVERLAP_CHOICES = ("drawn", "on", "off")
+DP_SYNC = ("at the end", "overlapped", "overlapped+gather")  # what the job ran: its DP sync
 MIN_SLOWDOWN = 1.05  # a fault from the first step that slows the job less than this has no effect to find
 
 
-def draw_job(i: int, p2p: str, kind: str, rng: np.random.Generator, scales: tuple[int, ...]) -> tuple[SimConfig, str, str]:
-    """One job of the matrix: (config, dims, pattern). Layouts and patterns rotate with `i`."""
+def draw_job(i: int, p2p: str, kind: str, rng: np.random.Generator, scales: tuple[int, ...],
+             overlap: str = "drawn") -> tuple[SimConfig, str, str]:
+    """One job of the matrix: (config, dims, pattern). Layouts and patterns rotate with `i`; the DP
+    sync's overlap is drawn from a stream of its own (or forced by `overlap`), so it changes nothing else."""
     dims = DIMS[i % len(DIMS)]
     opts = [o for o in NET_LAYOUTS[dims] if o[1] > 1 or kind != "stage"]  # a stage imbalance needs stages
     tp, pp, cp, ep, vpp = opts[int(rng.integers(len(opts)))]
@@ -80,6 +89,11 @@ def draw_job(i: int, p2p: str, kind: str, rng: np.random.Generator, scales: tupl
                     clock_skew_ms=float(rng.uniform(0, 100)), drift=float(rng.uniform(-0.1, 0.1)),
                     logged_ranks="one-per-tp" if tp > 1 and rng.random() < 0.25 else "all", sample_steps=sampled,
                     seed=int(rng.integers(TRAIN_SEED_LIMIT, 2 * TRAIN_SEED_LIMIT)), job=f"matrix-{kind}-{i}")
+    own = np.random.default_rng([cfg.seed, 17])
+    on, gather = own.random() < OVERLAP_SHARE, own.random() < 0.5
+    cfg.grad_overlap = overlap == "on" or (overlap == "drawn" and bool(on))
+    cfg.param_gather_overlap = cfg.grad_overlap and bool(gather)
+    cfg.grad_buckets = int(own.integers(2, 5))
     pattern = PATTERNS[i % len(PATTERNS)]
     cfg.faults = [FaultSpec.parse(s) for s in _fault(kind, cfg, pattern, rng)]
     return cfg, dims, pattern if kind not in ("healthy", "stage", "slow-start") else "-"
@@ -174,8 +188,13 @@ def _logger(one_per_tp: bool, sampled: bool) -> str:
             (True, True): "one per tp+sampled"}[(one_per_tp, sampled)]
 
 
+def _dp_sync(cfg: SimConfig) -> str:
+    return DP_SYNC[int(cfg.grad_overlap) + int(cfg.param_gather_overlap)]
+
+
 def run_matrix(per_cell: int, scales: tuple[int, ...], semantics: tuple[str, ...], kinds: tuple[str, ...],
-               seed: int, workdir: Path, keep: Path | None = None, flows: bool = False) -> pd.DataFrame:
+               seed: int, workdir: Path, keep: Path | None = None, flows: bool = False,
+               overlap: str = "drawn") -> pd.DataFrame:
     rng = np.random.default_rng([seed, 13])
     rows: list[dict[str, Any]] = []
     skipped = 0
@@ -184,13 +203,14 @@ def run_matrix(per_cell: int, scales: tuple[int, ...], semantics: tuple[str, ...
             n = per_cell * (2 if kind == "healthy" else 1)
             for d in range(n):
                 i = si + d * len(P2P_MODES) + KINDS.index(kind)  # layouts and patterns rotate across cells
-                cfg, dims, pattern = draw_job(i, p2p, kind, rng, scales)
+                cfg, dims, pattern = draw_job(i, p2p, kind, rng, scales, overlap)
                 if p2p not in semantics or kind not in kinds:  # drawn all the same: a subset runs the same jobs
                     continue
                 out = workdir / f"j{len(rows)}-{skipped}"
                 r = run_job(cfg, kind, out, flows)
                 shape = (f"{cfg.gpus:>5} {dims} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} ep{cfg.ep} vpp{cfg.virtual_stages}"
                          f" hps{cfg.hosts_per_switch}{' mp' if cfg.mp_sync else ''}"
+                         f"{f' ov{cfg.grad_buckets}' if cfg.grad_overlap else ''}{'+ag' if cfg.param_gather_overlap else ''}"
                          f"{' 1/tp' if cfg.logged_ranks != 'all' else ''}{f' s{cfg.sample_steps:g}' if cfg.sample_steps else ''}")
                 if r is None:
                     skipped += 1
@@ -198,7 +218,8 @@ def run_matrix(per_cell: int, scales: tuple[int, ...], semantics: tuple[str, ...
                     shutil.rmtree(out, ignore_errors=True)
                     continue
                 r.update({"p2p": p2p, "kind": kind, "dims": dims, "pattern": pattern, "gpus": cfg.gpus, "shape": shape,
-                          "seed": cfg.seed, "logger": _logger(cfg.logged_ranks != "all", bool(cfg.sample_steps))})
+                          "seed": cfg.seed, "logger": _logger(cfg.logged_ranks != "all", bool(cfg.sample_steps)),
+                          "dp_sync": _dp_sync(cfg)})
                 rows.append(r)
                 if keep is not None and r["credit"] < 1:
                     keep.mkdir(parents=True, exist_ok=True)
@@ -249,6 +270,13 @@ def report(df: pd.DataFrame) -> None:
         faulty = faulty.assign(logger=[_logger(" 1/tp" in sh, " s" in sh.split("hps")[-1]) for sh in faulty["shape"]])
     print("\ntop-1 by what the logger wrote and p2p semantics:")
     print(table(faulty, "logger", "credit", ["all ranks+steps", "one per tp", "sampled steps", "one per tp+sampled"]).to_string())
+    if "dp_sync" not in faulty:  # rows saved before the column existed: their jobs synced at the end
+        faulty = faulty.assign(dp_sync=DP_SYNC[0])
+    print("\nwhat the job ran: top-1 by its DP gradient sync and p2p semantics:")
+    print(table(faulty, "dp_sync", "credit", list(DP_SYNC)).to_string())
+    if not healthy.empty and "dp_sync" in healthy:
+        print("  false alarms by DP sync: " + ", ".join(
+            f"{k} {int(g['alarm'].sum())}/{len(g)}" for k, g in healthy.groupby("dp_sync")))
     print("\nonset step within +-1 of the true start, by kind and semantics:")
     print(table(faulty.assign(onset_ok=faulty["onset_ok"].astype(float)), "kind", "onset_ok", order).to_string())
     has_onset = faulty["onset"].notna().mean()
@@ -280,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--semantics", default=",".join(P2P_MODES))
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--flows", action="store_true", help="also localize network faults with the trace's flows added")
+    ap.add_argument("--grad-overlap", choices=OVERLAP_CHOICES, default="drawn",
+                    help=f"overlap the DP gradient sync with the backward: drawn for {OVERLAP_SHARE:.0%}% of the jobs "
+                         "(default), on in every job, or off in every job (the same jobs otherwise)")
     ap.add_argument("--seed", type=int, default=1313, help="the matrix's own draw seed (default 1313)")
     ap.add_argument("--json", type=Path, default=None, help="also write every job's row here")
     ap.add_argument("--keep", type=Path, default=None, help="move the traces of misses into this folder")
@@ -295,9 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         print(f"== matrix: {per_cell} job(s) per (semantics, kind), scales {','.join(map(str, scales))} GPUs, "
-              f"seed {args.seed} ==", flush=True)
+              f"seed {args.seed}, DP sync overlap {args.grad_overlap} ==", flush=True)
         df = run_matrix(per_cell, scales, tuple(args.semantics.split(",")), tuple(args.kinds.split(",")),
-                        args.seed, work, args.keep, args.flows)
+                        args.seed, work, args.keep, args.flows, args.grad_overlap)
         if args.json:  # written before the tables, so a long run is never lost to a report error
             args.json.write_text(json.dumps(df.to_dict(orient="records"), indent=1, default=str))
         report(df)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
@@ -20,6 +20,10 @@ P2P_MODES = ("rendezvous", "eager", "batched")
 #: real Megatron jobs log
 LOGGED_RANKS = ("all", "one-per-tp")
 MAX_CLOCK_SKEW_MS = 10_000.0
+MAX_GRAD_BUCKETS = 64
+#: settings added after traces were shipped: left out of truth.json while at their default, so
+#: existing traces regenerate byte for byte
+LATE_SETTINGS = {"grad_overlap": False, "grad_buckets": 3, "param_gather_overlap": False}
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,13 @@ class SimConfig:
     job: str = "sim-job"
     p2p: str = "rendezvous"  # one of P2P_MODES
     mp_sync: bool = False  # an all_reduce over each model-parallel group (tp x cp x pp) at every iteration's end
+    # Megatron's overlap_grad_reduce / DDP buckets: the DP reduce-scatter runs in `grad_buckets` async
+    # pieces launched during the last microbatch's backward; off = one blocking reduce-scatter at the end
+    grad_overlap: bool = False
+    grad_buckets: int = 3
+    # Megatron's overlap_param_gather: the DP all-gather is launched after the optimizer and waited for by
+    # the next step's first forward, layer by layer (off = blocking after the optimizer)
+    param_gather_overlap: bool = False
     # physics (milliseconds, GB/s)
     layer_fwd_ms: float = 1.5
     activation_mb: float = 32.0
@@ -136,9 +147,11 @@ class SimConfig:
     def resolved(self) -> SimConfig:
         """Fill derived sizes and check that the layout fits the GPU count."""
         c = replace(self)
-        for name in ("tp", "pp", "ep", "cp", "steps", "gpus_per_host", "hosts_per_switch", "layers_per_chunk"):
+        for name in ("tp", "pp", "ep", "cp", "steps", "gpus_per_host", "hosts_per_switch", "layers_per_chunk", "grad_buckets"):
             if getattr(c, name) < 1:
-                raise UserError(f"--{name} must be >= 1", f"got {getattr(c, name)}")
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1", f"got {getattr(c, name)}")
+        if c.grad_buckets > MAX_GRAD_BUCKETS:
+            raise UserError(f"--grad-buckets {c.grad_buckets} is too many", f"use 1..{MAX_GRAD_BUCKETS} (Megatron's 40M-parameter buckets give a few per stage)")
         if c.logged_ranks not in LOGGED_RANKS:
             raise UserError(f"--logged-ranks {c.logged_ranks!r} is not known", f"use one of {', '.join(LOGGED_RANKS)}")
         if not 0.0 <= c.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
@@ -187,6 +200,14 @@ class SimConfig:
 
         ranks = np.arange(self.gpus)
         return np.ones(self.gpus, dtype=bool) if self.logged_ranks == "all" else ranks % self.tp == 0
+
+    def truth_settings(self) -> dict[str, Any]:
+        """The settings truth.json records: all but the faults, less late settings left at their default
+        (so traces made before a setting existed regenerate byte for byte)."""
+        d = {k: v for k, v in asdict(self).items() if k != "faults"}
+        if not self.grad_overlap and not self.param_gather_overlap:
+            d.pop("grad_buckets")
+        return {k: v for k, v in d.items() if k not in LATE_SETTINGS or v != LATE_SETTINGS[k] or k == "grad_buckets"}
 
     def parallelism(self) -> dict[str, int]:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp}

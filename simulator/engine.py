@@ -8,6 +8,13 @@ plus the transfer time, so a late rank's own copy looks short while its peers' c
 Pipeline transfers follow `SimConfig.p2p`: eager sends end after their transfer whatever the receiver
 does; rendezvous and batched transfers start only once both sides have posted, so a late receiver
 shows up as a long send upstream and a short receive (see `_StageProgram`).
+
+The data-parallel gradient sync follows `SimConfig.grad_overlap`: off, one blocking reduce-scatter
+after the last chunk; on (Megatron's overlap_grad_reduce, DDP's buckets), `grad_buckets` reduce-scatters
+launched asynchronously as the last microbatch's backward produces each bucket, run back to back on a
+communication stream beside the compute, and waited for at the iteration's end. Their records start at
+launch and end when the slowest replica's bucket has arrived and moved. `param_gather_overlap` does the
+same for the parameter all-gather, waited for layer by layer by the next step's first forward.
 """
 
 from __future__ import annotations
@@ -142,6 +149,11 @@ class Engine:
         # sequence numbers run over the whole job: per stage for its groups, per (src, dst) for p2p
         self.seq = {k: np.zeros(pp, dtype=np.int64) for k in ("tp", "cp", "ep", "dp")}
         self.p2p_seq: dict[tuple[int, int], int] = {}
+        # overlapped DP buckets: per stage, when each layer's gradients were final (this step), and when
+        # each parameter all-gather bucket completed (last step)
+        self.stage_layers = cfg.virtual_stages * cfg.layers_per_chunk
+        self._grad_ready: list[list[np.ndarray]] = [[] for _ in range(pp)]
+        self._gather_end: list[list[np.ndarray] | None] = [None] * pp
 
     def _draw(self, pool: np.ndarray, size: int) -> np.ndarray:
         self._next = (self._next + 1) & 0xFFFF
@@ -152,11 +164,13 @@ class Engine:
 
     # -- operators ---------------------------------------------------------------------------
     def _collective(self, kind: str, op: str, stage: int, tt: np.ndarray, nbytes: int, step: int,
-                    seq: int, gfac: np.ndarray | None) -> np.ndarray:
+                    seq: int, gfac: np.ndarray | None, free: np.ndarray | None = None) -> np.ndarray:
+        """Members enter at `tt`; the data moves once the last one is in (and, for an asynchronous
+        operator, once every member's communication stream is `free` of the previous one)."""
         shape, axis = self.shapes[kind]
         k = self.sizes[kind]
         coef = 2.0 * (k - 1) / k if op == "all_reduce" else (k - 1) / k
-        arrive = tt.reshape(shape)
+        arrive = (tt if free is None else np.maximum(tt, free)).reshape(shape)
         last = arrive.max(axis=axis, keepdims=True)
         per_rank = coef * nbytes * self.inv_bw[kind][stage]
         if gfac is not None:
@@ -181,6 +195,12 @@ class Engine:
         for k in self.kinds - {"pp"}:
             f = self.faults.group_factor(k, step)
             gf[k] = f if (f > 1.0).any() else None
+        if step == 0 and self.cfg.param_gather_overlap and "dp" in self.kinds:
+            # no optimizer step has launched a gather yet: the first forward's hooks launch it (Megatron's
+            # finish_param_sync dispatches a bucket not yet dispatched), and wait for it layer by layer
+            for s in range(cfg.pp):
+                launch = self.t[self.stage_ranks[s]]
+                self._gather_end[s] = self._bucket_chain("all_gather", s, [launch] * cfg.grad_buckets, 0, gf["dp"])
         p2p = _P2P(self, step)
         progs = [_StageProgram(self, s, p2p) for s in range(cfg.pp)]
         while not all(pr.done for pr in progs):
@@ -212,7 +232,11 @@ class Engine:
             j = np.ones(cfg.gpus)
             j[jitter_ranks] = self.jitter_rng.lognormal(0.0, 0.35, size=jitter_ranks.size)
             mult = mult * j[R]
-        for _ in range(cfg.layers_per_chunk):
+        last_bwd = cfg.grad_overlap and "dp" in self.kinds and ch.phase == "B" and ch.micro == cfg.microbatches - 1
+        gather = self._gather_end[s] if ch.phase == "F" and ch.micro == 0 else None
+        for layer in range(cfg.layers_per_chunk):
+            if gather is not None:  # overlapped parameter all-gather: this layer's bucket must be in
+                tt = np.maximum(tt, gather[(ch.vchunk * cfg.layers_per_chunk + layer) * len(gather) // self.stage_layers])
             if "cp" in self.kinds:
                 op = "all_gather" if ch.phase == "F" else "reduce_scatter"
                 tt = self._collective("cp", op, s, tt, self.act_bytes // 2, step, int(seq["cp"][s]), gf["cp"])
@@ -232,17 +256,38 @@ class Engine:
             if "tp" in self.kinds:
                 tt = self._collective("tp", "all_reduce", s, tt, self.act_bytes, step, int(seq["tp"][s]), gf["tp"])
                 seq["tp"][s] += 1
+            if last_bwd:  # this layer's gradients are final
+                self._grad_ready[s].append(tt)
         self.t[R] = tt
         if self.rec.rows >= self.flush_rows:
             self._pending.append(self.rec.flush())
 
     def _grad_sync(self, step: int, s: int, gf: dict[str, np.ndarray | None]) -> None:
-        """Data-parallel gradient reduce-scatter of one stage."""
+        """Data-parallel gradient reduce-scatter of one stage: blocking at the end, or the overlapped
+        buckets launched during the backward, waited for here."""
         if "dp" not in self.kinds:
             return
-        R, seq = self.stage_ranks[s], self.seq
-        self.t[R] = self._collective("dp", "reduce_scatter", s, self.t[R], self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
-        seq["dp"][s] += 1
+        R = self.stage_ranks[s]
+        if not self.cfg.grad_overlap:
+            self.t[R] = self._collective("dp", "reduce_scatter", s, self.t[R], self.grad_bytes, step, int(self.seq["dp"][s]), gf["dp"])
+            self.seq["dp"][s] += 1
+            return
+        ready, B = self._grad_ready[s], self.cfg.grad_buckets
+        # bucket b holds the gradients of the layers up to the (b+1)/B-th one the backward finished
+        launches = [ready[-(-(b + 1) * len(ready) // B) - 1] for b in range(B)]
+        ends = self._bucket_chain("reduce_scatter", s, launches, step, gf["dp"])
+        self.t[R] = np.maximum(self.t[R], ends[-1])
+        self._grad_ready[s] = []
+
+    def _bucket_chain(self, op: str, s: int, launches: list[np.ndarray], step: int, gfac: np.ndarray | None) -> list[np.ndarray]:
+        """Asynchronous DP buckets of one stage, one after another on each rank's communication stream."""
+        ends: list[np.ndarray] = []
+        nbytes = self.grad_bytes // len(launches)
+        for launch in launches:
+            ends.append(self._collective("dp", op, s, launch, nbytes, step, int(self.seq["dp"][s]), gfac,
+                                         free=ends[-1] if ends else None))
+            self.seq["dp"][s] += 1
+        return ends
 
     def _mp_sync(self, step: int, gfac: np.ndarray | None) -> None:
         """The iteration-end all_reduce of each replica's model-parallel group (Megatron's grad-norm):
@@ -261,10 +306,16 @@ class Engine:
         self.t[mem] = end
 
     def _optimizer(self, step: int, s: int, cm_all: np.ndarray, gf: dict[str, np.ndarray | None]) -> None:
-        """The optimizer update, then the data-parallel parameter all-gather."""
+        """The optimizer update, then the data-parallel parameter all-gather: blocking, or launched
+        here in buckets that the next step's first forward waits for. Launched after optimizer.step(),
+        they belong to the next step, as a logger that counts optimizer steps sees them (the last step
+        launches none: no step follows)."""
         R, seq = self.stage_ranks[s], self.seq
         tt = self._compute(self.t[R], 4 * self.half_ns, cm_all[R])
-        if "dp" in self.kinds:
+        if "dp" in self.kinds and self.cfg.param_gather_overlap:
+            if step + 1 < self.cfg.steps:
+                self._gather_end[s] = self._bucket_chain("all_gather", s, [tt] * self.cfg.grad_buckets, step + 1, gf["dp"])
+        elif "dp" in self.kinds:
             tt = self._collective("dp", "all_gather", s, tt, self.grad_bytes, step, int(seq["dp"][s]), gf["dp"])
             seq["dp"][s] += 1
         self.t[R] = tt

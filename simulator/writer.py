@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +101,7 @@ def simulate_trace(cfg: SimConfig, out: Path, progress: Callable[[int], None] | 
         "job": cfg.job,
         "seed": cfg.seed,
         "parallelism": cfg.parallelism(),
-        "config": {k: v for k, v in asdict(cfg).items() if k != "faults"},
+        "config": cfg.truth_settings(),
         "faults": [{**f.spec.to_dict(), "active_steps": f.active_steps(), "root": f.root(layout)} for f in faults],
         "step_time_s": [round(float(x), 6) for x in step_s],
         "clock_offsets_ns": {layout.host_name(h): int(offsets[h]) for h in range(n_hosts)},

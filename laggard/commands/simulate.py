@@ -24,7 +24,7 @@ EXAMPLES = """\
   laggard simulate --gpus 128 --tp 2 --pp 2 --cp 2 --ep 4 --fault nic:host=node-3,factor=3,steps=5:19 --out /tmp/moe
   laggard simulate --gpus 64 --tp 8 --fault gpu:rank=5,factor=3,steps=4:12,pattern=spike --flows --logs --out /tmp/all
   laggard simulate --gpus 64 --tp 4 --pp 4 --p2p batched --mp-sync --logged-ranks one-per-tp --sample-steps 3 \
-      --hosts-per-switch 16 --clock-skew-ms 100 --fault gpu:rank=5,factor=2.3 --out /tmp/megatron-like
+      --hosts-per-switch 16 --clock-skew-ms 100 --grad-overlap --fault gpu:rank=5,factor=2.3 --out /tmp/megatron-like
 
 fault SPEC (several --fault at once are fine):
   gpu:rank=R,factor=F          slow compute on one GPU
@@ -67,6 +67,14 @@ def register(sub: Any) -> None:
     p.add_argument("--mp-sync", action="store_true",
                    help="end every iteration with an all_reduce over each model-parallel group (tp x cp x pp of one "
                         "replica, e.g. Megatron's grad-norm); groups mp-<i> in meta.json")
+    p.add_argument("--grad-overlap", action="store_true",
+                   help="overlap the data-parallel gradient reduce-scatter with the backward, as Megatron's "
+                        "overlap_grad_reduce and PyTorch DDP do: --grad-buckets async reduce-scatters launched as the "
+                        "last microbatch's backward produces them, waited for at the iteration's end")
+    p.add_argument("--grad-buckets", type=int, help="gradient buckets per stage with --grad-overlap (default 3)")
+    p.add_argument("--param-gather-overlap", action="store_true",
+                   help="launch the parameter all-gather after the optimizer and let the next step's first forward "
+                        "wait for it layer by layer (Megatron's overlap_param_gather)")
     p.add_argument("--drift", type=float, help="relative compute-time drift over the run, e.g. 0.2")
     p.add_argument("--clock-skew-ms", type=float,
                    help="host clock offsets are uniform in +- this (default 50; NTP-synced fleets see up to ~100)")
@@ -95,7 +103,9 @@ def build_config(args: argparse.Namespace) -> SimConfig:
     overrides: dict[str, Any] = {
         "gpus": args.gpus, "dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp,
         "steps": args.steps, "seed": args.seed, "microbatches": args.microbatches,
-        "virtual_stages": args.virtual_stages, "p2p": args.p2p, "mp_sync": args.mp_sync or None, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
+        "virtual_stages": args.virtual_stages, "p2p": args.p2p, "mp_sync": args.mp_sync or None,
+        "grad_overlap": args.grad_overlap or None, "grad_buckets": args.grad_buckets,
+        "param_gather_overlap": args.param_gather_overlap or None, "drift": args.drift, "clock_skew_ms": args.clock_skew_ms,
         "logged_ranks": args.logged_ranks, "sample_steps": args.sample_steps,
         "missing_ranks": args.missing_ranks, "row_loss": args.row_loss, "job": args.job,
         "hide_steps": args.hide_steps or None, "opaque_groups": args.opaque_groups or None,

@@ -49,6 +49,7 @@ class RealJob:
     microbatches: int = 4
     layer_ms: float = 8.0
     act_mib: float = 4.0
+    overlap_grad: str = ""  # "", or the DP op overlapped with the backward: reduce_scatter | all_reduce
     extra: list[str] = field(default_factory=list)
 
     @property
@@ -69,6 +70,8 @@ class RealJob:
         out = ["--tp", str(self.tp), "--pp", str(self.pp), "--dp", str(self.dp), "--steps", str(self.steps),
                "--microbatches", str(self.microbatches), "--layer-ms", str(self.layer_ms),
                "--act-mib", str(self.act_mib), *self.extra]
+        if self.overlap_grad:
+            out += ["--overlap-grad", "--overlap-op", self.overlap_grad]
         if fault is not None and fault.ranks:
             out += ["--slow-ranks", ",".join(map(str, fault.ranks)), "--slow-factor", str(fault.factor),
                     "--slow-from", str(fault.start)]
@@ -93,7 +96,8 @@ class RealJob:
                            "start_step": fault.start, "end_step": end, "root": root})
         return {"job": job, "source": "real gloo job (tests/collector/jobs/pipeline_train.py)",
                 "parallelism": par, "steps": self.steps, "microbatches": self.microbatches,
-                "layer_ms": self.layer_ms, "act_mib": self.act_mib, "faults": faults}
+                "layer_ms": self.layer_ms, "act_mib": self.act_mib, "faults": faults,
+                **({"overlap_grad": self.overlap_grad} if self.overlap_grad else {})}
 
 
 def last_step(log: Path) -> int:

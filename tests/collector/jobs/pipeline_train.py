@@ -16,6 +16,10 @@ Per step, on every rank:
   - at the end: the distributed optimizer's reduce_scatter_tensor + all_gather_into_tensor of
     --grad-mib in the DP group, a grad-norm all-reduce in the model-parallel group (--mp-sync),
     and optimizer.step() (which the CommOps logger counts as the step boundary).
+    With --overlap-grad the gradient sync overlaps the backward instead, as DDP and Megatron's
+    overlap_grad_reduce do: during the last microbatch's backward each layer's share of the
+    gradient is reduce-scattered (--overlap-op all_reduce: all-reduced, DDP's op) with
+    async_op=True as soon as that layer is done, and the step waits for all of them at its end.
 
 Faults: --slow-ranks 2,3 --slow-factor 1.6 --slow-from 20 [--slow-to 30] multiplies those ranks'
 compute (one rank: a slow GPU; one node's ranks: a slow or contended host) in steps [from, to).
@@ -52,6 +56,10 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--act-mib", type=float, default=4.0, help="activation / gradient sent between stages")
     ap.add_argument("--tp-kib", type=float, default=256.0, help="TP all-reduce payload")
     ap.add_argument("--grad-mib", type=float, default=2.0, help="DP reduce-scatter / all-gather payload")
+    ap.add_argument("--overlap-grad", action="store_true",
+                    help="launch each layer's DP gradient sync asynchronously during the last backward; wait at the end")
+    ap.add_argument("--overlap-op", choices=("reduce_scatter", "all_reduce"), default="reduce_scatter",
+                    help="the overlapped sync: the distributed optimizer's reduce_scatter, or DDP's all_reduce")
     ap.add_argument("--no-mp-sync", dest="mp_sync", action="store_false",
                     help="skip the iteration-end grad-norm all-reduce in the model-parallel group")
     ap.add_argument("--slow-ranks", default="", help="comma-separated ranks whose compute is slowed")
@@ -95,6 +103,10 @@ class Job:
         n_grad = int(a.grad_mib * (1 << 20)) // 4 // a.dp * a.dp
         self.grads = torch.ones(n_grad)
         self.shard = torch.empty(n_grad // a.dp)
+        per_layer = n_grad // a.layers // a.dp * a.dp  # --overlap-grad: each layer's share, and its shard
+        self.layer_grads = [self.grads[i * per_layer:(i + 1) * per_layer] for i in range(a.layers)]
+        self.layer_shards = [torch.empty(per_layer // a.dp) for _ in range(a.layers)]
+        self.pending: list[Any] = []  # async gradient syncs in flight
         self.norm = torch.ones(1)
         self.param = torch.nn.Parameter(torch.zeros(8))
         self.opt = torch.optim.SGD([self.param], lr=0.01)
@@ -116,10 +128,20 @@ class Job:
         f = self.a.slow_factor if self.slow and self.a.slow_from <= step < self.a.slow_to else 1.0
         time.sleep(ms * f / 1e3)
 
-    def layers(self, step: int, backward: bool) -> None:
-        for _ in range(self.a.layers):
+    def layers(self, step: int, backward: bool, last: bool = False) -> None:
+        """This stage's layers, last first in the backward; `last`: the step's last backward, whose
+        layers' gradients are final as each finishes (--overlap-grad launches their sync then)."""
+        for i in range(self.a.layers):
             self.compute(self.a.layer_ms * (2 if backward else 1), step)
             dist.all_reduce(self.tp_buf, group=self.tp_g)
+            if last and self.a.overlap_grad:
+                layer = self.a.layers - 1 - i
+                if self.a.overlap_op == "all_reduce":
+                    work = dist.all_reduce(self.layer_grads[layer], group=self.dp_g, async_op=True)
+                else:
+                    work = dist.reduce_scatter_tensor(self.layer_shards[layer], self.layer_grads[layer],
+                                                      group=self.dp_g, async_op=True)
+                self.pending.append(work)
 
     # -- Megatron's p2p helpers (p2p_communication.py), with its batched pairs ----------------
     def recv_forward(self, mb: int) -> None:
@@ -166,7 +188,7 @@ class Job:
             self.layers(step, backward=False)
             self.send_forward_recv_backward(fwd)
             fwd += 1
-            self.layers(step, backward=True)
+            self.layers(step, backward=True, last=bwd == m - 1)
             if i == m - warmup - 1:
                 self.send_backward(bwd)
             else:
@@ -174,11 +196,17 @@ class Job:
             bwd += 1
         for _ in range(warmup):
             self.recv_backward(bwd)
-            self.layers(step, backward=True)
+            self.layers(step, backward=True, last=bwd == m - 1)
             self.send_backward(bwd)
             bwd += 1
-        dist.reduce_scatter_tensor(self.shard, self.grads, group=self.dp_g)
-        dist.all_gather_into_tensor(self.grads, self.shard, group=self.dp_g)
+        if self.a.overlap_grad:  # DDP's finalize: wait for every bucket launched in the backward
+            for work in self.pending:
+                work.wait()
+            self.pending = []
+        else:
+            dist.reduce_scatter_tensor(self.shard, self.grads, group=self.dp_g)
+        if not (self.a.overlap_grad and self.a.overlap_op == "all_reduce"):  # DDP gathers nothing
+            dist.all_gather_into_tensor(self.grads, self.shard, group=self.dp_g)
         if self.a.mp_sync:
             dist.all_reduce(self.norm, group=self.mp_g)
         self.param.grad = torch.ones_like(self.param)

@@ -275,7 +275,9 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
     delta = max(delta, 1.0 + NOISE_SIGMAS * step_noise(d))
     base = np.full(d.shape, np.nan)
     irregular = np.zeros(d.shape, dtype=bool)
-    history = list(_seed(d, delta, window))
+    # the first step is measured from its own first operator (no step ended before it) and holds
+    # the warm-up: too short or too long, it is no baseline for the rest
+    history = list(_seed(d[1:] if len(d) >= 4 else d, delta, window))
     for k, x in enumerate(d):  # one iteration per step, not per operator
         if not history:
             if np.isfinite(x):

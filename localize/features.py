@@ -216,6 +216,17 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     return order, r, t
 
 
+def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
+    0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy. Consumes `df`
+    (its columns are moved out one at a time, so the sort never holds two whole frames)."""
+    sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
+    if sort is None:
+        return df.reset_index(drop=True)
+    order = sort[0]
+    return pd.DataFrame({c: df.pop(c).take(order).reset_index(drop=True) for c in list(df.columns)})
+
+
 def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per row (sorted by rank, then start): seconds the rank computed before it, on its own clock.
 

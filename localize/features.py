@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.schema import COLLECTIVE_OPS, OPS
+from collector.traceio import release_arrow_memory
 from localize.grouping import (
     argsort_stable,
     cumcount,
@@ -96,7 +97,12 @@ class Ops:
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of a string column without materializing Python strings per row."""
+    """Integer codes of a string column without materializing Python strings per row, numbered
+    by first appearance (a categorical column too, whatever the order of its categories)."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        codes, used = pd.factorize(values.cat.codes.to_numpy())
+        names = values.cat.categories.to_numpy(dtype=object)[used]
+        return codes.astype(np.int64, copy=False), np.asarray([str(x) for x in names], dtype=object)
     arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
     enc = pc.dictionary_encode(arr)
     if isinstance(enc, pa.ChunkedArray):
@@ -106,6 +112,9 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def op_codes(values: pd.Series) -> np.ndarray:
     """Per row: index of the op into OPS (unknown ops get len(OPS))."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        per_name = op_codes(pd.Series(values.cat.categories.to_numpy(dtype=object), dtype=object))
+        return per_name[values.cat.codes.to_numpy()]
     arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
     idx = pc.fill_null(pc.index_in(arr, value_set=_OPS_ARRAY), len(OPS))
     if isinstance(idx, pa.ChunkedArray):
@@ -226,13 +235,26 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
-    0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy. Consumes `df`
-    (its columns are moved out one at a time, so the sort never holds two whole frames)."""
+    0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy; string columns
+    become categoricals. Consumes `df` (its columns are moved out one at a time, so the sort
+    never holds two whole frames)."""
     sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
-    if sort is None:
-        return df.reset_index(drop=True)
-    order = sort[0]
-    return pd.DataFrame({c: df.pop(c).take(order).reset_index(drop=True) for c in list(df.columns)})
+    order = None if sort is None else sort[0]
+    del sort
+    cols = {}
+    for c in list(df.columns):
+        col = _compact(df.pop(c))
+        cols[c] = (col if order is None else col.take(order)).reset_index(drop=True)
+    release_arrow_memory()  # the string columns' buffers
+    return pd.DataFrame(cols, copy=False)  # (one block per column: no consolidating copy)
+
+
+def _compact(col: pd.Series) -> pd.Series:
+    """A string column as a categorical (categories sorted, as groupby sorts strings): a code of
+    a byte or two per row instead of an offset and the characters."""
+    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "iufb":
+        return col
+    return col.astype("category")
 
 
 def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

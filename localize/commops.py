@@ -349,10 +349,10 @@ def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
 def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
     """The CommOps localizer of docs/design.md: full records of the window (see summary.py for the
     path that starts from abnormal-operator summaries)."""
-    df = with_steps(trace.commops(columns=COLUMNS, steps=steps))
+    # in the analysis' order (no second, sorted copy of every row), strings as categoricals
+    df = sorted_rows(with_steps(trace.commops(columns=COLUMNS, steps=steps)))
     if timeline.status != "irregular" or not timeline.irregular_steps:
         return persistent_verdict(df, trace.meta, top, timeline.group_kind)
-    df = sorted_rows(df)  # in the analysis' order: no second, sorted copy of every row
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)
     return verdict
 

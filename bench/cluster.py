@@ -3,6 +3,7 @@
     python -m bench.cluster                      # 2048 GPUs x 20 steps, workers capped at 1 GiB
     python -m bench.cluster --gpus 4096 --worker-memory 1.5GiB --skip-full
     python -m bench.cluster --quick              # 256 GPUs: a smoke run
+    python -m bench.cluster --memory 512,1024,2048   # only the full one-process path: peak RSS, bytes/row
 
 Simulates a job with one slow GPU, lays its CommOps out one Parquet shard per host (as the
 node sidecars keep them), then measures, each in a fresh process:
@@ -122,6 +123,39 @@ def cluster_path(trace: Path, workers: int, memory: str, timeout: float) -> dict
         "           'worker_received_bytes': sorted(x['received_bytes'] for x in w.values())}\n", timeout)
 
 
+def simulate(tmp: Path, gpus: int, steps: int) -> tuple[Path, dict[str, Any], int]:
+    """The benchmark's job: tp=8, pp=8 (2 under 512 GPUs), one GPU twice as slow in the second half."""
+    from simulator.config import FaultSpec, SimConfig
+    from simulator.writer import simulate_trace
+
+    bad = gpus // 3 + 1
+    cfg = SimConfig(gpus=gpus, tp=8, pp=8 if gpus >= 512 else 2, steps=steps, seed=17,
+                    faults=[FaultSpec.parse(f"gpu:rank={bad},factor=2,steps={steps // 2}:{steps - 1}")])
+    sim = tmp / "sim"
+    return sim, simulate_trace(cfg, sim, counterfactual=False), bad
+
+
+def memory(scales: list[int], steps: int, timeout: float) -> int:
+    """Peak RSS of the full one-process localizer per operator row analysed, at each scale (issue
+    17's target: <= 150 bytes per row, i.e. 16,384 GPUs x 20 steps within 10 GB)."""
+    print(f"{'gpus':>6} {'rows':>11} {'peak MiB':>9} {'B/row':>6} {'wall s':>7}  top-1 right")
+    ok = True
+    for gpus in scales:
+        with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+            sim, truth, bad = simulate(Path(tmp), gpus, steps)
+            run = full_path(sim, timeout)
+        if "peak_rss_mib" not in run:
+            print(f"{gpus:>6} {truth['rows']:>11,} failed: {run.get('error')}")
+            ok = False
+            continue
+        per_row = run["peak_rss_mib"] * 2**20 / truth["rows"]
+        print(f"{gpus:>6} {truth['rows']:>11,} {run['peak_rss_mib']:>9,} {per_row:>6.0f} {run['wall_s']:>7.1f}  "
+              f"{run['top'] == bad}")
+        ok &= run["top"] == bad
+    print("(peak RSS of a fresh process, the interpreter and libraries included: ~170 MiB before any row)")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", type=int, default=2048)
@@ -130,23 +164,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-full", action="store_true", help="do not run the full single-process localizer")
     ap.add_argument("--quick", action="store_true", help="256 GPUs, 12 steps")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--memory", default=None, metavar="GPUS,...",
+                    help="only the full one-process localizer at these scales: peak RSS and bytes per row")
     args = ap.parse_args(argv)
     if args.quick:
         args.gpus, args.steps = 256, 12
-    if args.gpus > 8192:
+    scales = [int(x) for x in args.memory.split(",")] if args.memory else [args.gpus]
+    if max(scales) > 8192:
         ap.error("at most 8192 GPUs on a shared machine")
-    from simulator.config import FaultSpec, SimConfig
-    from simulator.writer import simulate_trace
+    if args.memory:
+        return memory(scales, args.steps, args.timeout)
 
     res: dict[str, Any] = {"gpus": args.gpus, "steps": args.steps, "worker_memory": args.worker_memory,
                            "load_avg_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
-        sim, sharded = Path(tmp) / "sim", Path(tmp) / "sharded"
-        bad = args.gpus // 3 + 1
-        cfg = SimConfig(gpus=args.gpus, tp=8, pp=8 if args.gpus >= 512 else 2, steps=args.steps, seed=17,
-                        faults=[FaultSpec.parse(f"gpu:rank={bad},factor=2,steps={args.steps // 2}:{args.steps - 1}")])
+        sharded = Path(tmp) / "sharded"
         t0 = time.perf_counter()
-        truth = simulate_trace(cfg, sim, counterfactual=False)
+        sim, truth, bad = simulate(Path(tmp), args.gpus, args.steps)
         res["rows"] = truth["rows"]
         res["simulate_s"] = round(time.perf_counter() - t0, 1)
         shard_by_host(sim, sharded)

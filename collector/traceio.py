@@ -228,7 +228,16 @@ def read_pieces(fs: pafs.FileSystem, pieces: Sequence[Piece], schema: pa.Schema,
 def frame(table: pa.Table) -> pd.DataFrame:
     """A table as a DataFrame, each column's Arrow buffers released as it is converted (the
     table is unusable after): the read's peak is the frame, not the frame plus the table."""
-    return table.to_pandas(split_blocks=True, self_destruct=True)
+    df = table.to_pandas(split_blocks=True, self_destruct=True)
+    release_arrow_memory()
+    return df
+
+
+def release_arrow_memory() -> None:
+    """Hand the Arrow pool's freed buffers back to the system: its allocator keeps them for
+    reuse, so a process that read a large table stays that large while pandas and numpy,
+    which allocate elsewhere, grow on top of it."""
+    pa.default_memory_pool().release_unused()
 
 
 class ChunkedParquetWriter:

@@ -17,7 +17,7 @@ from collector.meta import JobMeta
 from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detector import Detection, rule_detect
-from localize.features import Ops, prepare_ops, slot_history, step_scale
+from localize.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.grouping import unique
 from localize.groupkinds import group_kinds
 from localize.latecomers import recurrent_latecomers
@@ -88,10 +88,21 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     return expected, members_sum, names, ucode.astype(np.int64), members, mesh
 
 
+def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: its last arriver's normal time and interquartile range over the reference
+    steps, drift-scaled back to the step at hand (per-row figures are dropped once read)."""
+    scale = step_scale(ops, view.steps)
+    med, q1, q3 = slot_history(ops, ref, scale)
+    late = ops.late_row
+    s = scale[late]
+    return med[late] * s, (q3[late] - q1[late]) * s
+
+
 def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, spread: np.ndarray,
                  ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow;
-    and whether the transfer's time could be seen at all.
+    and whether the transfer's time could be seen at all. `base`, `spread`: per instance, the
+    last arriver's normal time and the interquartile range of its slot (`_late_history`).
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
     and so every copy, is abnormal; or, whatever the detector says, when that copy alone took
@@ -101,10 +112,10 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     """
     late = ops.late_row
     n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=ops.n_inst)
-    b = base[late]
+    b = base
     ex = ops.elapsed[late] - b
     flagged = abnormal[late] & (ex > 0.2 * b) & (n_abn >= ops.inst_size)
-    beyond = (ex > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (ex > 5 * np.nan_to_num(spread[late]))
+    beyond = (ex > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (ex > 5 * np.nan_to_num(spread))
     slow = ~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond)
     p2p_excess, seen = slow_transfer_excess(ops, meta, ref)
     return np.maximum(np.where(slow, ex, 0.0), p2p_excess), seen
@@ -147,9 +158,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     detector = load_detector() if forest else None
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal = detection.abnormal
-    scale = step_scale(ops, view.steps)
-    med, q1, q3 = slot_history(ops, ref, scale)
-    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, med * scale, (q3 - q1) * scale, ref)
+    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, *_late_history(ops, view, ref), ref)
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
@@ -342,7 +351,8 @@ def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
 def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
     """The CommOps localizer of docs/design.md: full records of the window (see summary.py for the
     path that starts from abnormal-operator summaries)."""
-    df = with_steps(trace.commops(columns=COLUMNS, steps=steps))
+    # in the analysis' order (no second, sorted copy of every row), strings as categoricals
+    df = sorted_rows(with_steps(trace.commops(columns=COLUMNS, steps=steps)))
     if timeline.status != "irregular" or not timeline.irregular_steps:
         return persistent_verdict(df, trace.meta, top, timeline.group_kind)
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.schema import COLLECTIVE_OPS, OPS
+from collector.traceio import release_arrow_memory
 from localize.grouping import (
     argsort_stable,
     cumcount,
@@ -96,7 +97,12 @@ class Ops:
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of a string column without materializing Python strings per row."""
+    """Integer codes of a string column without materializing Python strings per row, numbered
+    by first appearance (a categorical column too, whatever the order of its categories)."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        codes, used = pd.factorize(values.cat.codes.to_numpy())
+        names = values.cat.categories.to_numpy(dtype=object)[used]
+        return codes.astype(np.int64, copy=False), np.asarray([str(x) for x in names], dtype=object)
     arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
     enc = pc.dictionary_encode(arr)
     if isinstance(enc, pa.ChunkedArray):
@@ -106,6 +112,9 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def op_codes(values: pd.Series) -> np.ndarray:
     """Per row: index of the op into OPS (unknown ops get len(OPS))."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        per_name = op_codes(pd.Series(values.cat.categories.to_numpy(dtype=object), dtype=object))
+        return per_name[values.cat.codes.to_numpy()]
     arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
     idx = pc.fill_null(pc.index_in(arr, value_set=_OPS_ARRAY), len(OPS))
     if isinstance(idx, pa.ChunkedArray):
@@ -176,9 +185,12 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     scode, n_step = dense_codes(step, by_first=False)
     key = (rank - int(rank.min())) * n_op
     key += op_of
+    del op_of
     key *= n_step
     key += scode
+    del scode
     order, k_sorted = sort_keys(key, runs=True)  # rows come by rank
+    del key
     new_run = np.empty(n, dtype=bool)
     new_run[0] = True
     np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_run[1:])
@@ -186,16 +198,21 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     new_op = np.empty(n, dtype=bool)
     new_op[0] = True
     np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
+    del k_sorted
     start = np.where(new_run, iota(n), 0)
+    del new_run
     np.maximum.accumulate(start, out=start)
-    pos = iota(n) - start  # ordinal within the step
+    pos = np.subtract(iota(n), start, out=start)  # ordinal within the step
     # every ordinal below a run's largest occurs (a step's ordinals count from 0), so the slots
     # of operator b are offset[b] + 0..width[b]-1: dense codes in key order, without a sort
     op_start = np.flatnonzero(new_op)
     width = np.maximum.reduceat(pos, op_start) + 1
     offset = np.cumsum(width) - width
+    code = np.repeat(offset, np.diff(np.r_[op_start, n]))
+    code += pos
+    del pos
     out = np.empty(n, dtype=np.int64)
-    out[order] = np.repeat(offset, np.diff(np.r_[op_start, n])) + pos
+    out[order] = code
     return out
 
 
@@ -216,6 +233,30 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     return order, r, t
 
 
+def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
+    0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy; string columns
+    become categoricals. Consumes `df` (its columns are moved out one at a time, so the sort
+    never holds two whole frames)."""
+    sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
+    order = None if sort is None else sort[0]
+    del sort
+    cols = {}
+    for c in list(df.columns):
+        col = _compact(df.pop(c))
+        cols[c] = (col if order is None else col.take(order)).reset_index(drop=True)
+    release_arrow_memory()  # the string columns' buffers
+    return pd.DataFrame(cols, copy=False)  # (one block per column: no consolidating copy)
+
+
+def _compact(col: pd.Series) -> pd.Series:
+    """A string column as a categorical (categories sorted, as groupby sorts strings): a code of
+    a byte or two per row instead of an offset and the characters."""
+    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "iufb":
+        return col
+    return col.astype("category")
+
+
 def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per row (sorted by rank, then start): seconds the rank computed before it, on its own clock.
 
@@ -230,23 +271,41 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     first = np.r_[True, rank[1:] != rank[:-1]]
     seg = np.cumsum(first) - 1
     base = int(min(start.min(), end.min()))
-    t_start = (start - base).astype(np.int64)
-    t_end = (end - base).astype(np.int64)
+    t_start = np.subtract(start, base).astype(np.int64, copy=False)
+    t_end = np.subtract(end, base).astype(np.int64, copy=False)
     span = int(max(t_start.max(), t_end.max())) + 2
     if (int(seg[-1]) + 1) * span >= 2**62:  # too long to lift every rank apart: one rank at a time
         cut = np.flatnonzero(first)[1:]
         return np.concatenate([idle_gaps(r, s_, e_) for r, s_, e_ in
                                zip(np.split(rank, cut), np.split(start, cut), np.split(end, cut), strict=True)])
-    lifted = seg * span + t_start  # sorted, since rows are by (rank, start)
+    # (each step below reuses the arrays of the one before: a few row-sized arrays at a time)
+    lifted = seg * span
+    lifted += t_start  # sorted, since rows are by (rank, start)
     nxt = np.searchsorted(lifted, lifted, side="right")  # the rank's next later post
+    del lifted
     has_next = nxt < n
-    nxt_c = np.minimum(nxt, n - 1)
-    has_next &= seg[nxt_c] == seg
-    next_start = np.where(has_next, t_start[nxt_c], np.iinfo(np.int64).max // 4)
-    holds = np.where(t_end <= next_start, t_end, next_start)
-    busy = np.maximum.accumulate(seg * span + holds) - seg * span  # running, within each rank
-    prev_busy = np.r_[0, busy[:-1]]
-    gap[~first] = np.maximum(t_start - prev_busy, 0)[~first] * 1e-9
+    np.minimum(nxt, n - 1, out=nxt)
+    has_next &= seg[nxt] == seg
+    holds = t_start[nxt]  # the next post, or (none) never
+    del nxt
+    holds[~has_next] = np.iinfo(np.int64).max // 4
+    del has_next
+    np.minimum(t_end, holds, out=holds)  # a row holds the rank until it ends or the next post
+    del t_end
+    lift = seg * span
+    del seg
+    holds += lift
+    np.maximum.accumulate(holds, out=holds)
+    holds -= lift  # running, within each rank: when nothing holds the rank any more
+    del lift
+    prev_busy = np.empty_like(holds)
+    prev_busy[0] = 0
+    prev_busy[1:] = holds[:-1]
+    del holds
+    np.subtract(t_start, prev_busy, out=prev_busy)
+    np.maximum(prev_busy, 0, out=prev_busy)
+    later = ~first
+    gap[later] = prev_busy[later] * 1e-9
     return gap
 
 
@@ -282,7 +341,6 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
     peer = column("peer")
-    seq = column("seq")
     src = np.full(len(rank), -1, dtype=np.int64)
     dst = src.copy()
     p2p_rows = np.flatnonzero(is_p2p)
@@ -291,11 +349,22 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         src[p2p_rows] = np.where(snd, rank[p2p_rows], peer[p2p_rows])
         dst[p2p_rows] = np.where(snd, peer[p2p_rows], rank[p2p_rows])
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
+    del peer, p2p_rows  # (row-sized scratch is dropped as soon as it is used: the peak is the sum)
     pair = _pair_codes(gcode, len(groups), is_p2p, src, dst, w)
     step = column("step")
-    seq = _p2p_match_key(pair, is_p2p, is_send, seq, step)
+    seq = _p2p_match_key(pair, is_p2p, is_send, column("seq"), step)
+    del is_send
     qc, nq = dense_codes(seq, by_first=False)
-    inst, n_inst = dense_codes(pair * nq + qc, by_first=False)
+    del seq
+    key = pair * nq
+    key += qc
+    del qc
+    inst, n_inst = dense_codes(key, by_first=False)
+    del key
+    last = np.zeros(n_inst, dtype=np.int64)
+    last[inst] = iota(len(inst))  # per instance: its last row speaks for it
+    inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
+    del last, src, dst, is_p2p
     size = np.bincount(inst, minlength=n_inst)
     imin = group_min(inst, n_inst, elapsed)
     imax = group_max(inst, n_inst, elapsed)
@@ -304,11 +373,10 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
+    del cand
     gap = idle_gaps(rank, start, end)
+    del end
     gap[1:][(step[1:] - step[:-1] > 1) & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
-    last = np.zeros(n_inst, dtype=np.int64)
-    last[inst] = iota(len(inst))  # per instance: its last row speaks for it
-    inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
     slot = _slot_codes(pair, opcode, rank, step)
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localize.features import Ops, slot_quantiles
+from localize.features import Ops, slot_stats
+from localize.grouping import iota
 
 
 @dataclass
@@ -91,6 +92,27 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
     return np.cumsum(mark)[:-1] > 0
 
 
+
+def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Per row: the rank's compute, delay received or own-clock time between row `p` (its
+    segment start) and itself, as a fresh float64 array (rows without a start: any value)."""
+    if what == "compute":
+        c = np.cumsum(ops.gap)
+        out = c[p]
+        return np.subtract(c, out, out=out)
+    if what == "wait":  # received before this row: the running sum up to the previous row
+        c = np.cumsum(received)
+        before = np.empty_like(c)
+        before[0] = 0.0
+        before[1:] = c[:-1]
+        out = c[p]
+        return np.subtract(before, out, out=out)
+    # all of it: from the end of the previous operator of the stream to this one's start
+    start = ops.df["start_ns"].to_numpy(np.int64)
+    end = ops.df["end_ns"].to_numpy(np.int64)
+    return (start - end[p]) * 1e-9
+
+
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges).
 
@@ -104,8 +126,12 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
         return out
     # pack (value in microseconds, row index) into one int64 so a max yields the argmax
     # (ties: the later row)
-    q = np.clip(values * 1e6, 0, 2**35 - 1).astype(np.int64)
-    table = (q << 27) | np.arange(len(values), dtype=np.int64)
+    q = values * 1e6
+    np.clip(q, 0, 2**35 - 1, out=q)
+    table = q.astype(np.int64)
+    del q
+    table <<= 27
+    table |= iota(len(values))
     a, b = lo[ok], hi[ok]
     level = np.frexp((b - a).astype(np.float64))[1] - 1  # floor(log2(length)), exact for ints
     best = np.zeros(len(ok), dtype=np.int64)
@@ -145,8 +171,10 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
     wait_x = ops.wait
     if ref_steps is not None and len(ref_steps):
-        typical, _, _ = slot_quantiles(ops, ops.wait, ref_steps)
-        wait_x = np.maximum(ops.wait - np.nan_to_num(typical), 0.0)
+        wait_x = slot_stats(ops, ops.wait, ref_steps)[0][ops.slot]  # typical wait of the row's slot
+        np.nan_to_num(wait_x, copy=False)
+        np.subtract(ops.wait, wait_x, out=wait_x)
+        np.maximum(wait_x, 0.0, out=wait_x)
     sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
     delay_wait = sum_wait / others
     complete = size >= expected_size
@@ -162,47 +190,47 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
 
-    # backtracking: what the suspect did since its previous operator of the same stream
+    # backtracking: what the suspect did since its previous operator of the same stream.
+    # Per row: compute, delay received and own-clock time since that operator (NaN: none),
+    # each reduced to per-instance figures before the next is built (rows x 8 bytes apiece)
     prev, cu = _segment_starts(ops)
-    cg = np.cumsum(ops.gap)
-    # delay a row received: waiting for others, or a transfer slower than normal
-    received = wait_x + comm_excess[inst]
-    cw = np.cumsum(received)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
-    seg_compute = np.where(has_prev, cg - cg[p], np.nan)
-    cw_before = np.r_[0.0, cw[:-1]]
-    seg_wait = np.where(has_prev, cw_before - cw[p], np.nan)
-    # all of it: from the end of the previous operator of the stream to this one's start
-    start_s = ops.df["start_ns"].to_numpy(np.int64)
-    end_s = ops.df["end_ns"].to_numpy(np.int64)
-    seg_own = np.where(has_prev, (start_s - end_s[p]) * 1e-9, np.nan)
-    valid = np.isfinite(seg_compute) & (cu - cu[p] == 0)
-    sc = np.nan_to_num(seg_compute)
-    sw = np.nan_to_num(seg_wait)
-    so = np.nan_to_num(seg_own)
+    # delay a row received: waiting for others, or a transfer slower than normal
+    received = wait_x + comm_excess[inst]
+    del wait_x
+    hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
+    valid = np.zeros(0, dtype=bool)
+    figures: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # per instance: (sum, late's, history)
+    for what in ("compute", "wait", "own"):
+        seg = _segment_totals(ops, what, received, p)
+        seg[~has_prev] = np.nan
+        if what == "compute":
+            valid = np.isfinite(seg) & (cu - cu[p] == 0)
+            del cu
+        # the two ends of a p2p transfer do different work: the sender is judged against its
+        # own history too (the same operator in normal steps), below
+        h = slot_stats(ops, np.where(valid, seg, np.nan), ref_steps)[0][ops.slot[late]] if hist else None
+        np.nan_to_num(seg, copy=False)
+        figures.append((np.bincount(inst, weights=seg, minlength=n), seg[late], h))
+        del seg
+    (sum_sc, sc_late, h_sc), (sum_sw, sw_late, h_sw), (sum_so, so_late, h_so) = figures
+    del figures, p
     n_valid = np.bincount(inst, weights=valid.astype(np.float64), minlength=n)
-    sum_sc = np.bincount(inst, weights=sc, minlength=n)
-    sum_sw = np.bincount(inst, weights=sw, minlength=n)
-    sum_so = np.bincount(inst, weights=so, minlength=n)
     lv = valid[late]
+    del valid
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
     peers_n = np.maximum(n_valid - lv, 1)
     measured = lv & (n_valid >= 2)
-    excess_compute = np.where(measured, sc[late] - (sum_sc - sc[late]) / peers_n, 0.0)
-    excess_wait = np.where(measured, sw[late] - (sum_sw - sw[late]) / peers_n, 0.0)
-    excess_own = np.where(measured, so[late] - (sum_so - so[late]) / peers_n, 0.0)
-    # the two ends of a p2p transfer do different work: judge the sender against its own
-    # history (the same operator in normal steps) instead of against the receiver
-    if ref_steps is not None and len(ref_steps) and ops.inst_p2p.any():
-        h_sc, _, _ = slot_quantiles(ops, np.where(valid, seg_compute, np.nan), ref_steps)
-        h_sw, _, _ = slot_quantiles(ops, np.where(valid, seg_wait, np.nan), ref_steps)
-        h_so, _, _ = slot_quantiles(ops, np.where(valid, seg_own, np.nan), ref_steps)
-        ok = ops.inst_p2p & lv & np.isfinite(h_sc[late]) & np.isfinite(h_sw[late]) & np.isfinite(h_so[late])
-        excess_compute = np.where(ok, sc[late] - h_sc[late], excess_compute)
-        excess_wait = np.where(ok, sw[late] - h_sw[late], excess_wait)
-        excess_own = np.where(ok, so[late] - h_so[late], excess_own)
+    excess_compute = np.where(measured, sc_late - (sum_sc - sc_late) / peers_n, 0.0)
+    excess_wait = np.where(measured, sw_late - (sum_sw - sw_late) / peers_n, 0.0)
+    excess_own = np.where(measured, so_late - (sum_so - so_late) / peers_n, 0.0)
+    if h_sc is not None and h_sw is not None and h_so is not None:
+        ok = ops.inst_p2p & lv & np.isfinite(h_sc) & np.isfinite(h_sw) & np.isfinite(h_so)
+        excess_compute = np.where(ok, sc_late - h_sc, excess_compute)
+        excess_wait = np.where(ok, sw_late - h_sw, excess_wait)
+        excess_own = np.where(ok, so_late - h_so, excess_own)
         measured |= ok
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))

@@ -208,8 +208,11 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     judged = {n: members[n] for n, k in zip(unit_names, seen, strict=True) if k > 0}
     net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh)  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)
+    tab = view.steps
+    ran_normally = bool(((~tab["irregular"].astype(bool)) & (tab["pattern"] != "warm-up")
+                         & (tab["step"].to_numpy() < irr.min())).any())
     units = explain_rank_blame(rank_blame, meta, kinds, top=top,
-                               logged=np.bincount(ops.rank, minlength=world)[:world] > 0)
+                               logged=np.bincount(ops.rank, minlength=world)[:world] > 0, static=not ran_normally)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)

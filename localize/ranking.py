@@ -59,11 +59,13 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
 
 
 def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5,
-                       logged: np.ndarray | None = None) -> list[RankUnit]:
+                       logged: np.ndarray | None = None, static: bool = True) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
-    that logs one rank per TP group says nothing of the others)."""
+    that logs one rank per TP group says nothing of the others). `static`: the blame may have a
+    static cause (the window was slow from its first step); a split of layers does not change
+    mid-run, so a slowdown with an onset is never named config."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
@@ -88,7 +90,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
             hr = np.flatnonzero(host == h)
             if len(hr) > 1:
                 options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr, top_b), hosts[h]))
-        if stage.max() > 0:
+        if static and stage.max() > 0:
             sr = np.flatnonzero(stage == stage[r])
             if len(np.unique(host[sr])) > 1:
                 options.append(RankUnit("config", sr.tolist(), float(b[sr].sum()) / total, _coverage(b, sr, top_b),

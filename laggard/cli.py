@@ -62,6 +62,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Arrow's default mimalloc pool reserves ~30 MB a CLI run never uses; the system allocator keeps a
+    # verb's peak within issue #14's budget (bench/memory.py). Set before pyarrow is first imported.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only="" if verb is None and "--version" in argv else verb)

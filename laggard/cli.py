@@ -16,7 +16,7 @@ from pathlib import Path
 
 from collector.errors import UserError
 from laggard import commands
-from laggard.cliutil import safe_text
+from laggard.cliutil import emit, safe_text
 
 EPILOG = """\
 examples:
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"laggard {args.verb}: error: {safe_text(str(exc)).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"laggard {args.verb}: interrupted", file=sys.stderr)
+        emit(f"laggard {args.verb}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from laggard.cliutil import verb_parser
+from laggard.cliutil import emit, verb_parser
 
 
 def register(sub: Any) -> None:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(args.db, interval_s=args.interval, max_body=args.max_body, isolate=True,
                      notify_url=args.notify, external_url=args.external_url, ttl_s=args.job_ttl)
     where = args.db.split("@")[-1] if postgres else args.db  # never print a password
-    print(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
+    emit(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=5)
     return 0

@@ -40,6 +40,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from laggard.cliutil import emit
 from laggard.notify import notify_with_retry
 from laggard.service.localizing import Round, localize_round, render_job_html, service_report
 from laggard.service.metrics import Metrics
@@ -203,7 +204,7 @@ class Service:
         self.failed[job] = reason
         self.store.fail_job(job, reason)
         self.metrics.set_failed(job, reason)
-        print(f"laggard serve: job {job}: localization failed: {reason}", file=sys.stderr)
+        emit(f"laggard serve: job {job}: localization failed: {reason}", file=sys.stderr)
 
     def _notify(self, verdict: dict[str, Any], report: dict[str, Any], onset: float | None) -> None:
         """Alertmanager/Slack alert: startsAt = the onset, generatorURL = this service's report page."""

@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
         "nodes whose logs differ (isolation forest), finds the iteration whose events depart from the\n"
         "previous ones (DTW) and the stage, and prints the failure-indicating lines as file:line.\n"
         f"`laggard logs learn OK_TRACE...` adds successful jobs to the pool (${POOL_ENV}, else\n"
-        "~/.local/share/laggard/log_pool.json); a default pool ships with laggard.",
+        "~/.local/share/laggard/log_pool.json); a default pool ships with laggard. A pool is read\n"
+        "and written only within LAGGARD_MAX_POOL_BYTES (64 MiB): learn from fewer jobs or raise it.",
         "  laggard logs /data/run7\n  laggard logs /data/run7 --format json --top 8\n"
         "  laggard logs learn /data/run5 /data/run6",
     )

@@ -29,6 +29,13 @@ Exit codes: 0 ok, 1 irregularity found (with --fail-on-irregular), 2 bad input o
 Run `laggard VERB --help` for each verb's options and examples."""
 
 
+#: Arrow's allocator, chosen before pyarrow is first imported (the user's ARROW_DEFAULT_MEMORY_POOL wins).
+#: Its default, mimalloc, reserves ~30 MB a small run never uses (issue #14's budget of 10x input +
+#: 300 MB; bench/memory.py); jemalloc, which pyarrow's Linux builds ship, peaks lowest on small and on
+#: 5 M-row traces alike; elsewhere the system allocator (always built in, so no warning is printed).
+ARROW_POOL = "jemalloc" if sys.platform == "linux" else "system"
+
+
 def _verb_modules() -> dict[str, str]:
     """verb -> module name: `import_` serves `import`, `train_detector` serves `train-detector`."""
     found = (Path(d).glob("*.py") for d in commands.__path__)  # pkgutil alone costs 15 ms of start-up
@@ -62,9 +69,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Arrow's default mimalloc pool reserves ~30 MB a CLI run never uses; the system allocator keeps a
-    # verb's peak within issue #14's budget (bench/memory.py). Set before pyarrow is first imported.
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_POOL)
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only="" if verb is None and "--version" in argv else verb)

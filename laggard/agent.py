@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from collector.commops.layout import PENDING_SCHEMA, atomic_write_bytes, read_rank_infos
 from collector.errors import UserError
 from collector.meta import JobMeta
+from laggard.cliutil import emit
 from localize.commops import COLUMNS
 from localize.summary import summarize, to_wire
 
@@ -110,9 +111,9 @@ class Spool:
             self.dropped += 1
             i += 1
         if i:
-            print(f"laggard agent: spool over {self.max_bytes:,} B while the service is unreachable: dropped the "
-                  f"{i} oldest summary(ies) ({self.dropped} so far); raise --spool-max-mb to keep more",
-                  file=sys.stderr)
+            emit(f"laggard agent: spool over {self.max_bytes:,} B while the service is unreachable: dropped the "
+                 f"{i} oldest summary(ies) ({self.dropped} so far); raise --spool-max-mb to keep more",
+                 file=sys.stderr)
 
 
 @dataclass
@@ -253,8 +254,8 @@ class Agent:
     def _fail(self, why: str) -> None:
         self.backoff = min(MAX_BACKOFF_S, max(1.0, self.backoff * 2))
         self.retry_at = time.monotonic() + self.backoff * (0.5 + random.random())
-        print(f"laggard agent: {self.url} unreachable ({why}); {len(self.spool.items())} summary(ies) spooled, "
-              f"retrying in about {self.backoff:.0f} s", file=sys.stderr)
+        emit(f"laggard agent: {self.url} unreachable ({why}); {len(self.spool.items())} summary(ies) spooled, "
+             f"retrying in about {self.backoff:.0f} s", file=sys.stderr)
 
     def flush(self) -> None:
         """Send the spool oldest first; stop at the first failure (and wait out the backoff)."""
@@ -266,8 +267,8 @@ class Agent:
                 return
             if r.status_code >= 300:
                 self.refused += 1
-                print(f"laggard agent: the service refused {p.name}: HTTP {r.status_code} {r.text[:300]}; dropped",
-                      file=sys.stderr)
+                emit(f"laggard agent: the service refused {p.name}: HTTP {r.status_code} {r.text[:300]}; dropped",
+                     file=sys.stderr)
             else:
                 self.posted += 1
                 self._answer(r.json().get("fetch"))
@@ -293,7 +294,7 @@ class Agent:
         if r is not None and r.status_code < 300:
             self.answered += 1
         elif r is not None and r.status_code != 409:  # 409: the request was replaced meanwhile
-            print(f"laggard agent: records refused: HTTP {r.status_code} {r.text[:300]}", file=sys.stderr)
+            emit(f"laggard agent: records refused: HTTP {r.status_code} {r.text[:300]}", file=sys.stderr)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -333,8 +334,8 @@ class Agent:
                                 "by `hostname`)")
             self.sleep(poll_s)
         self.view = view
-        print(f"laggard agent: job {view.job}, ranks {sorted(view.ranks)} on {self.host}; posting to {self.url}",
-              file=sys.stderr)
+        emit(f"laggard agent: job {view.job}, ranks {sorted(view.ranks)} on {self.host}; posting to {self.url}",
+             file=sys.stderr)
         seen, idle = -1, 0.0
         while True:
             refreshed = node_view(self.root, self.host)
@@ -358,8 +359,8 @@ class Agent:
             self.flush()
             self.poll_fetch()
         if self.spool.items():
-            print(f"laggard agent: {len(self.spool.items())} summary(ies) left unsent in {self.spool.path}; "
-                  "they are sent when the agent runs again", file=sys.stderr)
+            emit(f"laggard agent: {len(self.spool.items())} summary(ies) left unsent in {self.spool.path}; "
+                 "they are sent when the agent runs again", file=sys.stderr)
         return self.posted
 
 

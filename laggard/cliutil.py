@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -85,19 +86,24 @@ def exit_status(status: str, args: argparse.Namespace) -> int:
 
 
 class Stages:
-    """Advances a rich progress bar (call it with a count) and names the stage running."""
+    """Advances a rich progress bar (call it with a count) and names the stage running; with no bar
+    (stderr is not a terminal) it does nothing."""
 
-    def __init__(self, bar: Progress, task: TaskID) -> None:
+    def __init__(self, bar: Progress | None, task: TaskID | None) -> None:
         self._bar = bar
         self._task = task
         self._started = False
 
     def next(self, what: str) -> None:
         """Finish the current stage and show `what` as the one now running."""
+        if self._bar is None or self._task is None:
+            return
         self._bar.update(self._task, description=what, advance=1 if self._started else 0)
         self._started = True
 
     def __call__(self, n: float = 1) -> None:
+        if self._bar is None or self._task is None:
+            return
         self._bar.update(self._task, advance=n)
 
 
@@ -106,8 +112,12 @@ def progress(label: str, total: float | None = None) -> Iterator[Stages]:
     """A rich progress bar on stderr for long work; silent when stderr is not a terminal.
 
     Yields a `Stages`: call it with a count to advance (`bar(len(batch))`), or `.next(what)`
-    to finish one named stage and start the next.
+    to finish one named stage and start the next. rich is imported only when a bar will be shown:
+    it costs ~8 MB of a verb's peak memory (issue #14's budget) for a bar nobody sees.
     """
+    if not (sys.stderr.isatty() or os.environ.get("FORCE_TERMINAL")):
+        yield Stages(None, None)
+        return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 

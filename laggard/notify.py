@@ -18,6 +18,7 @@ import httpx
 from collector.errors import UserError
 from explain.report.alert import alertmanager_payload, detect_format, slack_payload
 from explain.report.model import Report
+from laggard.cliutil import emit
 
 TIMEOUT_S = 10.0
 ATTEMPTS = 4
@@ -67,6 +68,6 @@ def notify_with_retry(report: Report, url: str, link: str | None = None, starts_
     try:
         notify(report, url, "auto", link, starts_at, attempts=attempts)
     except UserError as exc:
-        print(f"laggard serve: alert for {report.job} not delivered: {exc}", file=sys.stderr)
+        emit(f"laggard serve: alert for {report.job} not delivered: {exc}", file=sys.stderr)
         return False
     return True

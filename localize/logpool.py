@@ -46,14 +46,19 @@ class EventPool:
 
     @classmethod
     def load(cls, path: Path) -> EventPool:
+        """The pool in `path` (empty when there is none): a regular file within LAGGARD_MAX_POOL_BYTES
+        (a FIFO would hang every `laggard logs`, a huge file fill memory)."""
+        from collector.limits import limits
+        from collector.safeio import load_json, read_regular
+
         if not path.exists():
             return cls()
+        raw = load_json(read_regular(path, limits().pool_bytes, "pool_bytes"), path)
         try:
-            raw = json.loads(path.read_text())
             return cls({str(k): int(v) for k, v in raw.get("shapes", {}).items()},
                        {str(k): int(v) for k, v in raw.get("templates", {}).items()},
                        [str(j) for j in raw.get("jobs", [])])
-        except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+        except (AttributeError, TypeError, ValueError, OverflowError) as exc:
             raise UserError(f"{path}: not a log event pool ({exc})",
                             f"delete it or point ${POOL_ENV} at a pool written by `laggard logs learn`") from exc
 
@@ -97,8 +102,22 @@ class EventPool:
         return out
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Write the pool; refused (nothing written) when it would be over LAGGARD_MAX_POOL_BYTES,
+        so every pool written can be read back."""
+        from collector.limits import ENV, limits
+
+        data = json.dumps({"version": 1, "jobs": self.jobs, "shapes": dict(sorted(self.shapes.items())),
+                           "templates": dict(sorted(self.templates.items()))}, indent=0).encode()
+        cap = limits().pool_bytes
+        if len(data) > cap:
+            raise UserError(f"{path}: the pool would grow to {len(data)} bytes, over the {cap}-byte limit "
+                            f"({len(self.shapes)} events of {len(self.jobs)} jobs)",
+                            f"learn from fewer jobs or a fresh --pool, or raise {ENV['pool_bytes']}")
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": 1, "jobs": self.jobs, "shapes": dict(sorted(self.shapes.items())),
-                                   "templates": dict(sorted(self.templates.items()))}, indent=0))
-        tmp.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write the pool ({exc.strerror})",
+                            f"choose a writable --pool or ${POOL_ENV}") from exc

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from laggard.cliutil import verb_parser
+from laggard.cliutil import emit, verb_parser
 
 #: shown in --help without importing collector.flows; tests check it equals collector.flows.DEFAULT_GAP_NS
 DEFAULT_GAP_MS = 1.0
@@ -87,11 +87,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{args.meta}: not valid JSON (line {exc.lineno})", "fix the file") from exc
     summary = write_flows_trace(args.out, table, meta, job)
     for w in warnings:
-        print(f"laggard capture: warning: {w}", file=sys.stderr)
+        emit(f"laggard capture: warning: {w}", file=sys.stderr)
     read = f"{packets:,} packets -> " if packets is not None else ""
-    print(f"wrote {args.out}: {read}{summary['bursts']:,} bursts between {summary['endpoints']} endpoints")
+    emit(f"wrote {args.out}: {read}{summary['bursts']:,} bursts between {summary['endpoints']} endpoints")
     for line in _recognised(args.out):
-        print(line)
+        emit(line)
     return 0
 
 

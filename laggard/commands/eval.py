@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
-from laggard.cliutil import add_format, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 if TYPE_CHECKING:  # stages load only when the verb runs
     from collector.traceio import Trace
@@ -204,19 +204,19 @@ def llm_keys(llm: Any, text: str) -> dict[str, Any]:
 
 def print_report(r: dict[str, Any]) -> None:
     ret = r["retrieval"]
-    print(f"retrieval ({ret['mode']}): recall@3 {ret['recall@3']:.3f} on {ret['questions']} questions")
-    print(f"scenarios: seed {r['seed']}, localizer {r['localizer']}, probes on the virtual cluster")
+    emit(f"retrieval ({ret['mode']}): recall@3 {ret['recall@3']:.3f} on {ret['questions']} questions")
+    emit(f"scenarios: seed {r['seed']}, localizer {r['localizer']}, probes on the virtual cluster")
     for name, e in r["engines"].items():
         a = e["A_extraction"]
-        print(f"\n[{name}]")
-        print(f"  A extraction: F1 {a['f1']:.3f} (precision {a['precision']:.3f}, recall {a['recall']:.3f}, "
-              f"exact {a['exact']:.3f}) on {a['messages']} messages")
-        print(f"  B probes confirm true cause: {e['B_probes_confirm']:.3f}; probes per case {e['probes_per_case']:.2f}")
-        print(f"  C cause-category accuracy: {e['C_attribution']:.3f} on {e['cases']} cases; "
-              f"mean diagnose {e['mean_diagnose_s']:.2f} s")
+        emit(f"\n[{name}]")
+        emit(f"  A extraction: F1 {a['f1']:.3f} (precision {a['precision']:.3f}, recall {a['recall']:.3f}, "
+             f"exact {a['exact']:.3f}) on {a['messages']} messages")
+        emit(f"  B probes confirm true cause: {e['B_probes_confirm']:.3f}; probes per case {e['probes_per_case']:.2f}")
+        emit(f"  C cause-category accuracy: {e['C_attribution']:.3f} on {e['cases']} cases; "
+             f"mean diagnose {e['mean_diagnose_s']:.2f} s")
         if "llm_rounds_kept" in e:
-            print(f"  LLM replies kept: {e['llm_rounds_kept']:.1%} of rounds (the others: deterministic fallback)")
+            emit(f"  LLM replies kept: {e['llm_rounds_kept']:.1%} of rounds (the others: deterministic fallback)")
         for c in e["cases_detail"]:
             mark = "ok " if c["attribution_ok"] else "MISS"
-            print(f"    {mark} {c['scenario']:16} truth={','.join(c['truth']):7} got={c['predicted'] or '-':7} "
-                  f"probes={c['probes']} cause={c['cause']}")
+            emit(f"    {mark} {c['scenario']:16} truth={','.join(c['truth']):7} got={c['predicted'] or '-':7} "
+                 f"probes={c['probes']} cause={c['cause']}")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
 from laggard.backends import MODES
-from laggard.cliutil import add_format, emit, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, safe_text, verb_parser
 
 if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
     from collector.traceio import Trace
@@ -95,7 +95,7 @@ def _check_verdict(v: Verdict) -> None:
 
 def ask(prop: Proposal) -> bool:
     cmds = "; ".join(" ".join(a) for a in prop.argvs)
-    sys.stderr.write(f"run {prop.action} ({prop.why})?\n  {cmds}\n[y/N] ")
+    sys.stderr.write(safe_text(f"run {prop.action} ({prop.why})?\n  {cmds}\n[y/N] "))
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from collector.errors import UserError
 from explain.knowledge import ENV_PATH, load_kb, search_path
-from laggard.cliutil import add_format, print_json, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 
 def register(sub: Any) -> None:
@@ -45,32 +45,32 @@ def run(args: argparse.Namespace) -> int:
             print_json([{"id": e.id, "title": e.title, "category": e.category, "pattern": e.pattern} for e in entries])
         else:
             for e in entries:
-                print(f"{e.id:34} {e.category:8} {e.pattern:18} {e.title}")
-            print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", file=sys.stderr)
+                emit(f"{e.id:34} {e.category:8} {e.pattern:18} {e.title}")
+            emit(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", file=sys.stderr)
         return 0
     if args.kb_cmd == "show":
         e = kb.get(args.entry)
         if args.format == "json":
             print_json(e.to_dict())
             return 0
-        print(f"{e.id}: {e.title}  [{e.category}, {e.pattern}, from {e.source}]")
-        print(f"\ncause: {e.cause}\n\nmatches verdict kinds: {', '.join(e.verdict_kinds)}")
-        print(f"keywords: {', '.join(e.keywords)}")
+        emit(f"{e.id}: {e.title}  [{e.category}, {e.pattern}, from {e.source}]")
+        emit(f"\ncause: {e.cause}\n\nmatches verdict kinds: {', '.join(e.verdict_kinds)}")
+        emit(f"keywords: {', '.join(e.keywords)}")
         if e.log_patterns:
-            print(f"log patterns: {'  '.join(e.log_patterns)}")
-        print(f"probes: {', '.join(e.probes) or '-'}   confirmed by: {', '.join(e.confirmed_by) or '-'}")
-        print("remediation:")
+            emit(f"log patterns: {'  '.join(e.log_patterns)}")
+        emit(f"probes: {', '.join(e.probes) or '-'}   confirmed by: {', '.join(e.confirmed_by) or '-'}")
+        emit("remediation:")
         for r in e.remediation:
-            print(f"  - {r.action}: {r.why}")
-        print("references:")
+            emit(f"  - {r.action}: {r.why}")
+        emit("references:")
         for ref in e.references:
-            print(f"  - {ref}")
+            emit(f"  - {ref}")
         return 0
     # lint
     if args.format == "json":
         print_json({"entries": len(kb), "problems": kb.problems})
     else:
         for prob in kb.problems:
-            print(prob, file=sys.stderr)
-        print(f"{len(kb)} entries, {len(kb.problems)} problem(s)")
+            emit(prob, file=sys.stderr)
+        emit(f"{len(kb)} entries, {len(kb.problems)} problem(s)")
     return 2 if kb.problems else 0

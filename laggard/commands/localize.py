@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from laggard.cliutil import add_format, parse_steps, print_json, safe_text, verb_parser
+from laggard.cliutil import add_format, emit, parse_steps, print_json, verb_parser
 from laggard.cluster import add_cluster_args
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(verdict.to_dict())
     else:
-        print(safe_text(render_text(verdict)))  # job and device names come from the trace
+        emit(render_text(verdict))  # job and device names come from the trace: escaped
     return 1 if args.fail_on_irregular and verdict.status != "healthy" else 0
 
 
@@ -104,16 +104,16 @@ def cluster_verdict(args: argparse.Namespace) -> Verdict:
     t0 = time.perf_counter()
     if not args.cluster:
         verdict, _ = localize_distributed(src, Serial(), args.top, stats)
-        print(f"summary-first in one process: {stats.map_tasks} host(s) summarized, {stats.fetch_tasks} fetch(es), "
-              f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        emit(f"summary-first in one process: {stats.map_tasks} host(s) summarized, {stats.fetch_tasks} fetch(es), "
+             f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
         return verdict
     with open_cluster(args.cluster, args.workers, args.worker_memory) as run:
         verdict, _ = localize_distributed(src, run, args.top, stats)
         workers = run.worker_stats()
     peak = max((w["peak_rss_bytes"] for w in workers.values()), default=0)
-    print(f"cluster {args.cluster}: {len(workers)} worker(s), {stats.map_tasks} summary task(s) "
-          f"{run.stage_s.get('summarize_host', 0.0):.1f} s, {stats.fetch_tasks} fetch task(s) "
-          f"{run.stage_s.get('fetch_rows', 0.0):.1f} s, {run.result_bytes:,} B of results, "
-          f"peak worker RSS {peak / 2**20:.0f} MiB, {time.perf_counter() - t0:.1f} s in all", file=sys.stderr)
+    emit(f"cluster {args.cluster}: {len(workers)} worker(s), {stats.map_tasks} summary task(s) "
+         f"{run.stage_s.get('summarize_host', 0.0):.1f} s, {stats.fetch_tasks} fetch task(s) "
+         f"{run.stage_s.get('fetch_rows', 0.0):.1f} s, {run.result_bytes:,} B of results, "
+         f"peak worker RSS {peak / 2**20:.0f} MiB, {time.perf_counter() - t0:.1f} s in all", file=sys.stderr)
     return verdict
 

@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
         "nodes whose logs differ (isolation forest), finds the iteration whose events depart from the\n"
         "previous ones (DTW) and the stage, and prints the failure-indicating lines as file:line.\n"
         f"`laggard logs learn OK_TRACE...` adds successful jobs to the pool (${POOL_ENV}, else\n"
-        "~/.local/share/laggard/log_pool.json); a default pool ships with laggard.",
+        "~/.local/share/laggard/log_pool.json); a default pool ships with laggard. A pool is read\n"
+        "and written only within LAGGARD_MAX_POOL_BYTES (64 MiB): learn from fewer jobs or raise it.",
         "  laggard logs /data/run7\n  laggard logs /data/run7 --format json --top 8\n"
         "  laggard logs learn /data/run5 /data/run6",
     )
@@ -81,8 +82,8 @@ def _learn(paths: list[Path], args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(out)
     else:
-        print(f"learned {len(paths)} successful job(s): {added} new event(s), {len(pool)} in {target} "
-              f"({len(pool.jobs)} jobs)")
+        emit(f"learned {len(paths)} successful job(s): {added} new event(s), {len(pool)} in {target} "
+             f"({len(pool.jobs)} jobs)")
     return 0
 
 
@@ -90,14 +91,14 @@ def _print_text(v: dict[str, Any], max_lines: int) -> None:
     info = v["logs"]
     if v["status"] == "healthy":
         emit(f"job {v['job']}: no failure-indicating lines ({info['lines_total']} lines, "
-              f"{info['suspect_lines']} unknown to successful jobs, pool of {info['pool_jobs']} jobs)")
+             f"{info['suspect_lines']} unknown to successful jobs, pool of {info['pool_jobs']} jobs)")
         return
     kind = v["candidates"][0]["kind"] if v["candidates"] else "?"
     when = f"stage {info['stage']}" + (f", iteration {info['iteration']}" if info["iteration"] is not None else "")
     emit(f"job {v['job']}: failure ({kind}, {info['category']}) at {when}")
     emit(f"  {info['failure_lines']} failure-indicating lines of {info['lines_total']} "
-          f"({len(info['events'])} events; {info['suspect_lines']} lines unknown to "
-          f"{info['pool_jobs']} successful jobs)")
+         f"({len(info['events'])} events; {info['suspect_lines']} lines unknown to "
+         f"{info['pool_jobs']} successful jobs)")
     if info["anomalous_iterations"]:
         emit(f"  anomalous iterations: {', '.join(map(str, info['anomalous_iterations'][:20]))}")
     emit("candidates:")

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from laggard.cliutil import add_fail_on_irregular, exit_status, parse_steps, progress, verb_parser
+from laggard.cliutil import (
+    add_fail_on_irregular,
+    emit,
+    exit_status,
+    parse_steps,
+    progress,
+    safe_text,
+    verb_parser,
+)
 from laggard.cluster import add_cluster_args
 
 SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
@@ -84,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
         stages.next("rendering the report")
         report = build_report(trace, timeline, verdict, diagnosis)
         text = {"html": render_html, "md": render_markdown}.get(fmt, _json)(report)
-    if args.out == "-":
-        sys.stdout.write(text)
+    if args.out == "-":  # md or json: input text (job, hosts, log lines) reaches the terminal escaped
+        sys.stdout.write(safe_text(text))
     else:
         out = Path(args.out)
         if not out.parent.exists():
@@ -93,9 +101,7 @@ def run(args: argparse.Namespace) -> int:
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)
-        from laggard.cliutil import safe_text  # input text (job, hosts) on the terminal, escaped
-
-        print(safe_text(f"{report.headline()}\nreport: {out}"), file=sys.stderr)
+        emit(f"{report.headline()}\nreport: {out}", file=sys.stderr)
     if args.notify:
         from laggard.notify import notify
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from laggard.cliutil import verb_parser
+from laggard.cliutil import emit, verb_parser
 
 
 def register(sub: Any) -> None:
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                      confirm_rounds=args.confirm_rounds, settle_s=args.settle, retention_s=retention,
                      max_rows_per_job=args.max_rows_per_job, workers=args.workers)
     where = args.db.split("@")[-1] if postgres else args.db  # never print a password
-    print(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
+    emit(f"laggard serve: http://{args.host}:{args.port} (state in {where})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=5)
     return 0

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from laggard.cliutil import Formatter, add_format, print_json, verb_parser
+from laggard.cliutil import Formatter, add_format, emit, print_json, verb_parser
 from laggard.cluster import add_cluster_args
 
 
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 n = follow_node(args.trace, h, args.window, args.poll, args.idle_exit)
             else:
                 n = len(summarize_node(args.trace, h, args.window, final=True))
-            print(f"{h}: {n} window summary(ies) in {args.trace / 'summary'}")
+            emit(f"{h}: {n} window summary(ies) in {args.trace / 'summary'}")
         return 0
     if args.cluster:
         from laggard.cluster import open_cluster
@@ -95,14 +95,14 @@ def run(args: argparse.Namespace) -> int:
         print_json(verdict.to_dict())
         return 0
     d = mv.to_dict()
-    print(f"{verdict.job}: {verdict.status}" + (f", steps {verdict.irregular_steps[0]}..{verdict.irregular_steps[-1]}, "
-          f"slowdown {verdict.slowdown:.2f}x" if verdict.irregular_steps else ""))
+    emit(f"{verdict.job}: {verdict.status}" + (f", steps {verdict.irregular_steps[0]}..{verdict.irregular_steps[-1]}, "
+         f"slowdown {verdict.slowdown:.2f}x" if verdict.irregular_steps else ""))
     for i, c in enumerate(verdict.candidates, 1):
-        print(f"  {i}. {c.device()}  score {c.score:.2f}")
+        emit(f"  {i}. {c.device()}  score {c.score:.2f}")
         for e in c.evidence:
-            print(f"       - {e}")
-    print(f"  moved {d['moved_bytes']:,} B (summaries {d['summary_bytes']:,} + fetched {d['fetched_bytes']:,}) "
-          f"of {d['full_bytes']:,} B of full logs: {d['reduction']:.1%} less")
+            emit(f"       - {e}")
+    emit(f"  moved {d['moved_bytes']:,} B (summaries {d['summary_bytes']:,} + fetched {d['fetched_bytes']:,}) "
+         f"of {d['full_bytes']:,} B of full logs: {d['reduction']:.1%} less")
     return 0
 
 
@@ -123,6 +123,6 @@ def _agent(args: argparse.Namespace) -> int:
     agent = Agent(args.trace, host, args.post, args.spool or default_spool(args.trace, host),
                   int(args.spool_max_mb * (1 << 20)), args.window, hang_after_s=args.hang_after)
     n = agent.run(args.poll, args.wait, args.idle_exit, args.linger)
-    print(f"{host}: {n} summary(ies) posted, {agent.answered} fetch request(s) answered, "
-          f"{agent.spool.dropped} dropped, {agent.refused} refused")
+    emit(f"{host}: {n} summary(ies) posted, {agent.answered} fetch request(s) answered, "
+         f"{agent.spool.dropped} dropped, {agent.refused} refused")
     return 0

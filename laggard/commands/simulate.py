@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
-from laggard.cliutil import verb_parser
+from laggard.cliutil import emit, verb_parser
 from simulator.config import (
     LOGGED_RANKS,
     P2P_MODES,
@@ -143,6 +143,6 @@ def run(args: argparse.Namespace) -> int:
     par = " ".join(f"{k}={v}" for k, v in cfg.parallelism().items() if v > 1) or "dp=1"
     faults = "; ".join(f"{f['kind']} {f.get('rank', f.get('host', f.get('hosts', f.get('switch', f.get('stage', '')))))} x{f['factor']}"
                        for f in truth["faults"]) or "none"
-    print(f"wrote {args.out}: {cfg.gpus} GPUs ({par}), {cfg.steps} steps, {truth['rows']:,} operator rows; "
-          f"faults: {faults}; irregular steps: {truth['irregular_steps'] or 'none'}", file=sys.stderr)
+    emit(f"wrote {args.out}: {cfg.gpus} GPUs ({par}), {cfg.steps} steps, {truth['rows']:,} operator rows; "
+         f"faults: {faults}; irregular steps: {truth['irregular_steps'] or 'none'}", file=sys.stderr)
     return 0

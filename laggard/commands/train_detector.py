@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from laggard.cliutil import print_json, verb_parser
+from laggard.cliutil import emit, print_json, verb_parser
 
 
 def register(sub: Any) -> None:
@@ -36,13 +36,13 @@ def run(args: argparse.Namespace) -> int:
         from collector.errors import UserError
 
         raise UserError("--jobs-per-layout and --eval-jobs-per-layout must be >= 1", "e.g. --jobs-per-layout 4")
-    forest, card = train(args.seed, None if quiet else (lambda m: print(m, file=sys.stderr)), args.jobs_per_layout,
+    forest, card = train(args.seed, None if quiet else (lambda m: emit(m, file=sys.stderr)), args.jobs_per_layout,
                          args.eval_jobs_per_layout)
     path = save_model(forest, card, args.out or MODEL_DIR)
     if quiet:
         print_json({"model": str(path), **card})
     else:
         f1 = card["heldout_f1"]
-        print(f"wrote {path} ({card['trees']} trees, depth <= {card['max_depth']}, {card['train_rows']} training rows)")
-        print("held-out F1: " + ", ".join(f"{k} {v:.3f}" for k, v in f1.items()))
+        emit(f"wrote {path} ({card['trees']} trees, depth <= {card['max_depth']}, {card['train_rows']} training rows)")
+        emit("held-out F1: " + ", ".join(f"{k} {v:.3f}" for k, v in f1.items()))
     return 0

@@ -39,5 +39,5 @@ def run(args: argparse.Namespace) -> int:
         for p in problems:
             emit(p.line(), file=sys.stderr)
     else:
-        print(f"{args.trace}: valid")
+        emit(f"{args.trace}: valid")
     return 2 if problems else 0

@@ -38,6 +38,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from laggard.cliutil import emit
 from laggard.notify import notify_with_retry
 from laggard.service.localizing import (
     Localized,
@@ -262,7 +263,7 @@ class Service:
         self.failed[job] = reason
         self.store.fail_job(job, reason)
         self.metrics.set_failed(job, reason)
-        print(f"laggard serve: job {job}: localization failed: {reason}", file=sys.stderr)
+        emit(f"laggard serve: job {job}: localization failed: {reason}", file=sys.stderr)
 
     def _notify(self, verdict: dict[str, Any], report: dict[str, Any], onset: float | None) -> None:
         """Alertmanager/Slack alert: startsAt = the onset, generatorURL = this service's report page."""

@@ -47,9 +47,35 @@ def test_rfc1123_names_are_accepted(labels: list[str]) -> None:
     assert host_problem(".".join(labels)) is None
 
 
-@given(st.text(max_size=30), st.sampled_from(["@", "[", "]", " ", "\n", "\t", "/", ";", "$", "`", "*", "_"]))
+@given(st.lists(st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_-]{0,20}[A-Za-z0-9])?", fullmatch=True), min_size=1, max_size=4))
+def test_underscores_inside_labels_are_accepted(labels: list[str]) -> None:
+    assert host_problem(".".join(labels)) is None  # gpu_node_01: real clusters name hosts so
+
+
+@pytest.mark.parametrize("name", ["gpu_node_01", "node_1.cluster.local", "a_b-c_d", "n0_1"])
+def test_cluster_names_with_underscores_are_hosts(name: str) -> None:
+    assert host_problem(name) is None
+
+
+@pytest.mark.parametrize("name", ["node[0-999]", "root@evil.example", "--all", "node-1\nnode-2", "node-1\n",
+                                  "-oProxyCommand=x", "node 1", "", "_node", "node_", "-node_1", "node_1 ",
+                                  "node_1@x", "node_[1-2]", "node_1\n", "node_1..x", "._a", "a._"])
+def test_hostile_names_stay_refused_with_underscores_allowed(name: str) -> None:
+    assert host_problem(name) is not None
+
+
+@given(st.text(max_size=30), st.sampled_from(["@", "[", "]", " ", "\n", "\t", "/", ";", "$", "`", "*", "\r",
+                                              "\x00", "\x1b", ",", ":", "=", "'", '"', "\\", "(", "|", "&"]))
 def test_names_with_shell_or_scheduler_syntax_are_refused(name: str, bad: str) -> None:
     assert host_problem(name + bad) is not None and host_problem(bad + name) is not None
+    assert host_problem(name[:15] + bad + "x") is not None  # inside a name too
+
+
+@given(st.text(alphabet=string.ascii_letters + string.digits + "-_.", max_size=20))
+def test_underscores_never_open_or_close_a_label(name: str) -> None:
+    labels = name.removesuffix(".").split(".")
+    if any(lb.startswith(("_", "-")) or lb.endswith(("_", "-")) for lb in labels):
+        assert host_problem(name) is not None
 
 
 @given(st.text(max_size=20))

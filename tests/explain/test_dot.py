@@ -32,3 +32,26 @@ def test_type_rules_and_acyclicity() -> None:
         d.add("proposition", 1, (v,), text="a verification cannot spawn a proposition")
     assert d.nodes("proposition") == [p]
     assert d.to_dict()["edges"] == [[p, v]]
+
+
+def test_xml_lists_nodes_generation_by_generation() -> None:
+    """Roots first, then each node once its parents are listed (not insertion order): the order the
+    XML had with networkx's topological sort, so saved diagnoses keep their shape."""
+    d = DiagramOfThought("j")
+    p = d.add("proposition", 1, text="a")
+    c = d.add("critique", 2, (p,), text="b")
+    r = d.add("refinement", 3, (c,), text="c")
+    q = d.add("proposition", 1, text="d")  # a second root, added last
+    assert [el.get("id") for el in ET.fromstring(d.to_xml())] == [p, q, c, r]
+    assert d.to_dict()["edges"] == [[p, c], [c, r]]
+
+
+def test_a_parent_must_exist_before_its_child() -> None:
+    d = DiagramOfThought("j")
+    p = d.add("proposition", 1, text="x")
+    with pytest.raises(ValueError, match="does not exist"):
+        d.add("critique", 2, (p, "n2"), text="names itself as a parent")
+    with pytest.raises(ValueError):
+        d.add("critique", 2, ("n9",), text="a node not yet made")
+    assert d.nodes() == [p]
+    assert d.to_dict()["edges"] == []

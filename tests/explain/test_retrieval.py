@@ -49,20 +49,20 @@ def test_dense_encoder_when_installed() -> None:
     assert rec >= 0.9
 
 
-def test_cached_index_matches_sklearn(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_index_matches_sklearn() -> None:
+    """The numpy fit is sklearn's TfidfVectorizer (vocabulary, idf, document rows, queries)."""
     import numpy as np
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, TfidfVectorizer
 
-    from explain.retrieval import NGRAMS, TOKEN_PATTERN, SparseIndex
+    from explain.retrieval import NGRAMS, STOP_WORDS, TOKEN_PATTERN, SparseIndex
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    texts = [e.text() for e in load_kb()]
-    first = SparseIndex.cached(texts)
-    assert list((tmp_path / "laggard").glob("kb-tfidf-*.npz"))
-    again = SparseIndex.cached(texts)  # from the cache file
-    vec = TfidfVectorizer(ngram_range=NGRAMS, sublinear_tf=True, stop_words="english", token_pattern=TOKEN_PATTERN).fit(texts)
+    assert frozenset(ENGLISH_STOP_WORDS) == STOP_WORDS
+    texts = [e.text() for e in load_kb()] + ["", "the of and", "GPU GPU gpu Xid 79 Xid"]
+    index = SparseIndex.fit(texts)
+    vec = TfidfVectorizer(ngram_range=NGRAMS, sublinear_tf=True, stop_words="english", token_pattern=TOKEN_PATTERN)
+    want_docs = vec.fit_transform(texts).toarray()
+    assert index.vocab == {str(k): int(v) for k, v in vec.vocabulary_.items()}
+    assert np.allclose(index.idf, vec.idf_, rtol=1e-6)
+    assert np.allclose(index.docs, want_docs, atol=1e-6)
     for q in ["GPU 5 at 91 C, clocks throttled", "Xid 79 fallen off the bus", "ECMP hash collision on uplinks", "zzz"]:
-        want = vec.transform([q]).toarray()[0]
-        assert np.allclose(again.transform(q), want, atol=1e-6)
-        assert np.allclose(first.transform(q), want, atol=1e-6)
-    assert np.allclose(again.docs, vec.transform(texts).toarray(), atol=1e-6)
+        assert np.allclose(index.transform(q), vec.transform([q]).toarray()[0], atol=1e-6)

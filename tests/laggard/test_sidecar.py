@@ -82,3 +82,20 @@ def test_cli_run_finds_this_node_as_the_logger_named_it(sharded: Path, tmp_path:
     proc = run_cli("sidecar", "run", copy, env={"LAGGARD_HOST": "", "SLURMD_NODENAME": host})
     assert proc.returncode == 0 and proc.stdout.startswith(f"{host}: 2 window"), proc.stdout + proc.stderr
     assert {p.name.split("-w")[0] for p in (copy / "summary").glob("*.parquet")} == {host}
+
+
+def test_cli_output_escapes_terminal_sequences_in_names(sharded: Path, tmp_path: Path) -> None:
+    """A job name from meta.json that carries escape sequences (retitle, clear screen) is shown
+    escaped by `sidecar run` and `sidecar localize`, never obeyed by the on-call engineer's terminal."""
+    import shutil
+
+    copy = tmp_path / "t"
+    shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["job"] = "run7\x1b]0;pwned\x07\x1b[2J\u202e"
+    (copy / "meta.json").write_text(json.dumps(meta))
+    ran = run_cli("sidecar", "run", copy, "--all-hosts", check=True)
+    proc = run_cli("sidecar", "localize", copy, check=True)
+    out = ran.stdout + ran.stderr + proc.stdout + proc.stderr
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert proc.stdout.startswith("run7\\x1b]0;pwned\\x07\\x1b[2J\\u202e: irregular"), proc.stdout

@@ -354,8 +354,8 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
                 try:
                     await svc.maintain()
                 except Exception as exc:  # the store refused (disk full, database gone): say so, go on
-                    print(f"laggard serve: housekeeping failed: {type(exc).__name__}: {str(exc)[:300]}",
-                          file=sys.stderr)
+                    emit(f"laggard serve: housekeeping failed: {type(exc).__name__}: {str(exc)[:300]}",
+                         file=sys.stderr)
 
         svc.workers.warm()
         task = asyncio.create_task(loop()) if interval_s > 0 else None

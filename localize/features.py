@@ -65,7 +65,7 @@ class Ops:
     source: pd.DataFrame  # the rows as given, index 0..n-1
     order: np.ndarray | None  # per sorted row: its row in `source` (None: given already sorted)
     elapsed: np.ndarray  # float64 seconds
-    inst: np.ndarray  # int64 instance id per row
+    inst: np.ndarray  # instance id per row (int32: widen before building keys from it)
     n_inst: int
     inst_size: np.ndarray  # copies per instance
     inst_min: np.ndarray  # smallest elapsed per instance
@@ -83,9 +83,9 @@ class Ops:
     inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
     slot: np.ndarray  # per row: slot code
     pair: np.ndarray  # per row: (group, src, dst) code — same for every seq of one operator stream
-    opcode: np.ndarray  # per row: index into collector.schema.OPS
-    step: np.ndarray  # per row: step (int64)
-    rank: np.ndarray  # per row: rank (int64)
+    opcode: np.ndarray  # per row: index into collector.schema.OPS (int8)
+    step: np.ndarray  # per row: step (int32, the frame's column where it can be)
+    rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
     nbytes: np.ndarray  # per row: payload bytes (int64)
 
@@ -380,9 +380,27 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
     slot = _slot_codes(pair, opcode, rank, step)
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
-               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair, opcode, step, rank, first,
-               column("nbytes"))
+    # stored narrow (codes and ranks fit int32, ops int8): consumers widen where they build keys
+    if order is None:  # rank and step: the frame's own int32 columns rather than int64 copies
+        rank, step = _frame_column(df, "rank", rank), _frame_column(df, "step", step)
+    return Ops(df, order, elapsed, _narrow(inst), n_inst, size, imin, imean, imax, _narrow(late_row), wait, gap,
+               _narrow(gcode), groups, _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src),
+               _narrow(inst_dst), _narrow(slot), _narrow(pair), _narrow(opcode, np.int8), _narrow(step),
+               _narrow(rank), first, column("nbytes"))
+
+
+def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:
+    """`a` in the narrower integer type when every value fits it (else as it is)."""
+    info = np.iinfo(dtype)
+    if a.dtype.itemsize <= info.bits // 8 or (len(a) and (int(a.min()) < info.min or int(a.max()) > info.max)):
+        return a
+    return a.astype(dtype)
+
+
+def _frame_column(df: pd.DataFrame, name: str, values: np.ndarray) -> np.ndarray:
+    """The frame's column itself when it is a plain int32 one (no copy), else `values`."""
+    a = df[name].to_numpy()
+    return a if a.dtype == np.int32 else values
 
 
 def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

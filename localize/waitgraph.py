@@ -46,8 +46,7 @@ class WaitGraph:
 
 def _prev_same_pair(ops: Ops) -> np.ndarray:
     """Per row: the previous row of the same rank and operator stream (-1 if none)."""
-    rank = ops.rank
-    key = rank * (int(ops.pair.max(initial=0)) + 1) + ops.pair
+    key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1) + ops.pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
     prev = np.full(len(key), -1, dtype=np.int64)
     ks = key[order]

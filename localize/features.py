@@ -437,14 +437,21 @@ def in_steps(ops: Ops, steps: np.ndarray | None) -> np.ndarray:
     return lut[ops.step - lo]
 
 
-def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
+               keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
-    A slot occurs once per step, so its history is one row of a slots x steps matrix."""
+    A slot occurs once per step, so its history is one row of a slots x steps matrix.
+    `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
+    a row-sized masked copy of `e`)."""
     use = np.flatnonzero(in_steps(ops, ref_steps))
     n_slot = int(ops.slot.max(initial=-1)) + 1
     scode, n_cols = dense_codes(ops.step[use], by_first=False)
     mat = np.full((n_slot, max(n_cols, 1)), np.nan)
-    mat[ops.slot[use], scode] = e[use]  # NaN values (unmeasurable) simply do not count
+    vals = e[use]
+    if keep is not None:
+        vals[~keep[use]] = np.nan
+    mat[ops.slot[use], scode] = vals  # NaN values (unmeasurable) simply do not count
+    del vals
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)

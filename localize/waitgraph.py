@@ -48,11 +48,17 @@ def _prev_same_pair(ops: Ops) -> np.ndarray:
     """Per row: the previous row of the same rank and operator stream (-1 if none)."""
     key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1) + ops.pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
-    prev = np.full(len(key), -1, dtype=np.int64)
+    prev = np.full(len(key), -1, dtype=_row_index_type(len(key)))
     ks = key[order]
     same = np.r_[False, ks[1:] == ks[:-1]]
     prev[order[same]] = order[np.flatnonzero(same) - 1]
     return prev
+
+
+def _row_index_type(n: int) -> type[np.signedinteger]:
+    """The narrowest integer type that holds row indices 0..n-1 and -1 (half an int64's bytes
+    for the per-row links of the wait graph)."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
@@ -66,11 +72,11 @@ def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     prev = _prev_same_pair(ops)
     step = ops.step
     far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
-    n = len(step)
+    row = np.arange(len(step), dtype=prev.dtype)
     new = np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])]
-    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    start = np.where(far, np.where(first < np.arange(n), first, -1), prev)
-    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)))
+    first = np.maximum.accumulate(np.where(new, row, 0))
+    start = np.where(far, np.where(first < row, first, -1), prev)
+    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)), dtype=prev.dtype)
 
 
 def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
@@ -209,7 +215,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
             del cu
         # the two ends of a p2p transfer do different work: the sender is judged against its
         # own history too (the same operator in normal steps), below
-        h = slot_stats(ops, np.where(valid, seg, np.nan), ref_steps)[0][ops.slot[late]] if hist else None
+        h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
         np.nan_to_num(seg, copy=False)
         figures.append((np.bincount(inst, weights=seg, minlength=n), seg[late], h))
         del seg

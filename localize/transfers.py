@@ -20,7 +20,7 @@ import numpy as np
 from collector.meta import JobMeta
 from collector.schema import OPS
 from localize.features import Ops
-from localize.grouping import dense_codes, group_quantile
+from localize.grouping import dense_codes, group_quantile, iota
 from timeline.instances import host_codes
 from timeline.steps import clock_offsets_by_step
 
@@ -69,15 +69,26 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     if n < 2:
         return ready, blocking
     first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
-    seg = np.cumsum(first) - 1
     t0 = float(min(start.min(), end.min()))
     span = float(max(start.max(), end.max()) - t0) + 1.0
-    lifted_start = seg * span + (start - t0)  # rows are sorted by (rank, start): so is this
-    j = np.searchsorted(lifted_start, seg * span + (end - t0), side="left") - 1
-    j = np.maximum(j, np.arange(n))
-    ready = np.maximum(start, start[j])
+    # (built in place, a few row-sized arrays at a time: this runs at the analysis's peak)
+    lift = np.cumsum(first)
+    lift -= 1
+    lift = lift * span  # each rank's segment of the line
+    lifted_start = np.subtract(start, t0)
+    lifted_start += lift  # rows are sorted by (rank, start): so is this
+    lifted_end = np.subtract(end, t0)
+    lifted_end += lift
+    del lift
+    j = np.searchsorted(lifted_start, lifted_end, side="left")
+    del lifted_start, lifted_end
+    j -= 1
+    row = iota(n)
+    np.maximum(j, row, out=j)
+    ready = start[j]
+    np.maximum(start, ready, out=ready)
     same_start = np.r_[(~first[1:]) & (start[1:] == start[:-1]), False] | np.r_[False, (~first[1:]) & (start[1:] == start[:-1])]
-    blocking = (j == np.arange(n)) & ~same_start
+    blocking = (j == row) & ~same_start
     return ready, blocking
 
 

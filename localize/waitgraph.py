@@ -118,6 +118,10 @@ def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) ->
     return (start - end[p]) * 1e-9
 
 
+#: rows per chunk of the in-place passes of `_range_argmax`
+_CHUNK = 1 << 20
+
+
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges).
 
@@ -131,10 +135,12 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
         return out
     # pack (value in microseconds, row index) into one int64 so a max yields the argmax
     # (ties: the later row)
-    q = values * 1e6
-    np.clip(q, 0, 2**35 - 1, out=q)
-    table = q.astype(np.int64)
-    del q
+    # (chunk by chunk, and each level below in place: one row-sized table at the analysis's peak)
+    table = np.empty(len(values), dtype=np.int64)
+    for c in range(0, len(values), _CHUNK):
+        q = values[c:c + _CHUNK] * 1e6
+        np.clip(q, 0, 2**35 - 1, out=q)
+        table[c:c + _CHUNK] = q.astype(np.int64)
     table <<= 27
     table |= iota(len(values))
     a, b = lo[ok], hi[ok]
@@ -143,7 +149,11 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
     for j in range(int(level.max()) + 1):
         if j:
             h = 1 << (j - 1)
-            table = np.maximum(table[:-h], table[h:])  # windows of 2**j starting at each row
+            m = len(table) - h  # windows of 2**j starting at each row: in place, front to back
+            for c in range(0, m, _CHUNK):  # (a chunk reads only rows no earlier chunk wrote)
+                e = min(c + _CHUNK, m)
+                np.maximum(table[c:e], table[c + h:e + h], out=table[c:e])
+            table = table[:m]
         at = np.flatnonzero(level == j)
         if at.size:
             best[at] = np.maximum(table[a[at]], table[b[at] - (1 << j)])
@@ -182,18 +192,22 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         np.maximum(wait_x, 0.0, out=wait_x)
     sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
     delay_wait = sum_wait / others
+    del sum_wait, others  # (per-instance scratch is dropped once used: the row-sized work below peaks)
     complete = size >= expected_size
     multi = size >= 2
     whole = complete if short_comm is None else complete | short_comm
     comm = in_steps & whole & multi & (comm_excess > 0)
     waited = frac_others >= 0.5
+    del frac_others
     if recurrent is not None:
         waited |= recurrent
     suspect = in_steps & complete & multi & ~comm & ~late_abn & waited
     orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
+    del n_abn, whole, complete, late_abn, in_steps
     rank = ops.rank
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
+    del present_sum
 
     # backtracking: what the suspect did since its previous operator of the same stream.
     # Per row: compute, delay received and own-clock time since that operator (NaN: none),

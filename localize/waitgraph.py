@@ -186,9 +186,11 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
     wait_x = ops.wait
     if ref_steps is not None and len(ref_steps):
-        wait_x = slot_stats(ops, ops.wait, ref_steps)[0][ops.slot]  # typical wait of the row's slot
+        wait = wait_x
+        wait_x = slot_stats(ops, wait, ref_steps)[0][ops.slot]  # typical wait of the row's slot
         np.nan_to_num(wait_x, copy=False)
-        np.subtract(ops.wait, wait_x, out=wait_x)
+        np.subtract(wait, wait_x, out=wait_x)
+        del wait
         np.maximum(wait_x, 0.0, out=wait_x)
     sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
     delay_wait = sum_wait / others

@@ -28,6 +28,8 @@ from timeline.steps import clock_offsets_by_step
 SLOW_EXCESS = 0.5
 #: ... and at least this long beyond it (s): scheduling noise of a healthy host
 MIN_EXCESS_S = 50e-6
+#: rows per chunk of `last_activity`'s passes
+_CHUNK = 1 << 20
 #: two clock readings agree within this share of the transfer, or this many seconds
 TOLERANCE = 0.1
 TOLERANCE_S = 50e-6
@@ -71,17 +73,19 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
     t0 = float(min(start.min(), end.min()))
     span = float(max(start.max(), end.max()) - t0) + 1.0
-    # (built in place, a few row-sized arrays at a time: this runs at the analysis's peak)
-    lift = np.cumsum(first)
-    lift -= 1
-    lift = lift * span  # each rank's segment of the line
+    # each rank lifted to its own segment of one line; built in place and by chunks (this runs
+    # at the analysis's peak: one row-sized float array and the int32 segment codes)
+    seg = np.cumsum(first, dtype=np.int32 if n < 2**31 else np.int64)
+    seg -= 1
     lifted_start = np.subtract(start, t0)
-    lifted_start += lift  # rows are sorted by (rank, start): so is this
-    lifted_end = np.subtract(end, t0)
-    lifted_end += lift
-    del lift
-    j = np.searchsorted(lifted_start, lifted_end, side="left")
-    del lifted_start, lifted_end
+    for c in range(0, n, _CHUNK):
+        lifted_start[c:c + _CHUNK] += seg[c:c + _CHUNK] * span  # rows are sorted by (rank, start): so is this
+    j = np.empty(n, dtype=np.int64)
+    for c in range(0, n, _CHUNK):
+        lifted_end = np.subtract(end[c:c + _CHUNK], t0)
+        lifted_end += seg[c:c + _CHUNK] * span
+        j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
+    del seg, lifted_start
     j -= 1
     row = iota(n)
     np.maximum(j, row, out=j)

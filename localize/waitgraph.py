@@ -107,11 +107,10 @@ def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) ->
         return np.subtract(c, out, out=out)
     if what == "wait":  # received before this row: the running sum up to the previous row
         c = np.cumsum(received)
-        before = np.empty_like(c)
-        before[0] = 0.0
-        before[1:] = c[:-1]
         out = c[p]
-        return np.subtract(before, out, out=out)
+        c[1:] = c[:-1]  # (shifted in place: the running sum before each row)
+        c[0] = 0.0
+        return np.subtract(c, out, out=out)
     # all of it: from the end of the previous operator of the stream to this one's start
     start = ops.df["start_ns"].to_numpy(np.int64)
     end = ops.df["end_ns"].to_numpy(np.int64)
@@ -129,13 +128,12 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
     and a range of length L is the max of two (overlapping) windows of 2**floor(log2 L).
     O(rows x log(longest range) + ranges), whatever the order or overlap of the ranges.
     """
-    out = np.full(len(lo), -1, dtype=np.int64)
-    ok = np.flatnonzero(hi > lo)
-    if not ok.size or len(values) == 0:
-        return out
-    # pack (value in microseconds, row index) into one int64 so a max yields the argmax
-    # (ties: the later row)
-    # (chunk by chunk, and each level below in place: one row-sized table at the analysis's peak)
+    return _range_argmax_packed(_packed(values), lo, hi)
+
+
+def _packed(values: np.ndarray) -> np.ndarray:
+    """(value in microseconds, row index) packed into one int64 per row, so that a max yields
+    the argmax (ties: the later row). Built chunk by chunk: one row-sized array."""
     table = np.empty(len(values), dtype=np.int64)
     for c in range(0, len(values), _CHUNK):
         q = values[c:c + _CHUNK] * 1e6
@@ -143,6 +141,15 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
         table[c:c + _CHUNK] = q.astype(np.int64)
     table <<= 27
     table |= iota(len(values))
+    return table
+
+
+def _range_argmax_packed(table: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """`_range_argmax` over a `_packed` table, which it overwrites (each level in place)."""
+    out = np.full(len(lo), -1, dtype=np.int64)
+    ok = np.flatnonzero(hi > lo)
+    if not ok.size or len(table) == 0:
+        return out
     a, b = lo[ok], hi[ok]
     level = np.frexp((b - a).astype(np.float64))[1] - 1  # floor(log2(length)), exact for ints
     best = np.zeros(len(ok), dtype=np.int64)
@@ -253,13 +260,18 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         excess_wait = np.where(ok, sw_late - h_sw, excess_wait)
         excess_own = np.where(ok, so_late - h_so, excess_own)
         measured |= ok
+    del sum_sc, sc_late, h_sc, sum_sw, sw_late, h_sw, sum_so, so_late, h_so, n_valid, peers_n, lv, has_prev
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
     # every instance points back along waiting, flagged or not: chains pass through operators
     # whose copies looked ordinary (a short wait) on their way to the root
     follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)
+    del delay_wait
     lrow = late[follow]
-    target_row = _range_argmax(received, np.maximum(prev[lrow], -1) + 1, lrow)
+    table = _packed(received)
+    del received
+    target_row = _range_argmax_packed(table, np.maximum(prev[lrow], -1) + 1, lrow)
+    del table
     target_row = np.where(prev[lrow] >= 0, target_row, -1)
     nxt = np.arange(n, dtype=np.int64)
     ok = target_row >= 0

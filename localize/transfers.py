@@ -76,14 +76,14 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     # each rank lifted to its own segment of one line; built in place and by chunks (this runs
     # at the analysis's peak: one row-sized float array and the int32 segment codes)
     seg = np.cumsum(first, dtype=np.int32 if n < 2**31 else np.int64)
-    seg -= 1
+    np.subtract(seg, 1, out=seg)
     lifted_start = np.subtract(start, t0)
     for c in range(0, n, _CHUNK):
-        lifted_start[c:c + _CHUNK] += seg[c:c + _CHUNK] * span  # rows are sorted by (rank, start): so is this
+        lifted_start[c:c + _CHUNK] += np.multiply(seg[c:c + _CHUNK], span)  # rows are sorted by (rank, start): so is this
     j = np.empty(n, dtype=np.int64)
     for c in range(0, n, _CHUNK):
         lifted_end = np.subtract(end[c:c + _CHUNK], t0)
-        lifted_end += seg[c:c + _CHUNK] * span
+        lifted_end += np.multiply(seg[c:c + _CHUNK], span)
         j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
     del seg, lifted_start
     j -= 1

@@ -366,6 +366,15 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     del qc
     inst, n_inst = dense_codes(key, by_first=False)
     del key
+    # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
+    slot = _slot_codes(pair, opcode, rank, step)
+    # the keys are built: from here on the per-row codes are held narrow (ranks and codes fit
+    # int32, ops int8; consumers widen where they build keys), rank and step the frame's own
+    # int32 columns where it is sorted already (no copy)
+    if order is None:
+        rank, step = _frame_column(df, "rank", rank), _frame_column(df, "step", step)
+    rank, step, inst, gcode, pair, slot = (_narrow(a) for a in (rank, step, inst, gcode, pair, slot))
+    opcode = _narrow(opcode, np.int8)
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = iota(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
@@ -382,17 +391,13 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     del cand
     gap = idle_gaps(rank, start, end)
     del end
-    gap[1:][(step[1:] - step[:-1] > 1) & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
-    # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
-    slot = _slot_codes(pair, opcode, rank, step)
+    later_step = np.subtract(step[1:], step[:-1], dtype=np.int64) > 1
+    gap[1:][later_step & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
+    del later_step
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    # stored narrow (codes and ranks fit int32, ops int8): consumers widen where they build keys
-    if order is None:  # rank and step: the frame's own int32 columns rather than int64 copies
-        rank, step = _frame_column(df, "rank", rank), _frame_column(df, "step", step)
-    return Ops(df, order, elapsed, _narrow(inst), n_inst, size, imin, imean, imax, _narrow(late_row), gap,
-               _narrow(gcode), groups, _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src),
-               _narrow(inst_dst), _narrow(slot), _narrow(pair), _narrow(opcode, np.int8), _narrow(step),
-               _narrow(rank), first, column("nbytes"))
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, _narrow(late_row), gap, gcode, groups,
+               _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
+               opcode, step, rank, first, column("nbytes"))
 
 
 def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:

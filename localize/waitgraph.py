@@ -46,12 +46,21 @@ class WaitGraph:
 
 def _prev_same_pair(ops: Ops) -> np.ndarray:
     """Per row: the previous row of the same rank and operator stream (-1 if none)."""
-    key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1) + ops.pair
+    n = len(ops.rank)
+    key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1)
+    key += ops.pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
-    prev = np.full(len(key), -1, dtype=_row_index_type(len(key)))
-    ks = key[order]
-    same = np.r_[False, ks[1:] == ks[:-1]]
-    prev[order[same]] = order[np.flatnonzero(same) - 1]
+    key.sort(kind="stable")  # key[order], in place (this runs at the analysis's peak)
+    same = np.zeros(n, dtype=bool)
+    np.equal(key[1:], key[:-1], out=same[1:])
+    del key
+    before = np.empty(n, dtype=_row_index_type(n))  # per sorted position: the row before it
+    before[:1] = -1
+    before[1:] = order[:-1]
+    before[~same] = -1  # ... where it is of the same stream
+    del same
+    prev = np.empty_like(before)
+    prev[order] = before
     return prev
 
 

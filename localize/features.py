@@ -448,21 +448,37 @@ def in_steps(ops: Ops, steps: np.ndarray | None) -> np.ndarray:
     return lut[ops.step - lo]
 
 
+def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int]:
+    """`dense_codes(step, by_first=False)` in int32, by a table over the steps' range (a few
+    steps: no int64 copies of the rows), falling back on it for widely spread step numbers."""
+    if len(step) == 0 or step.dtype != np.int32:
+        return dense_codes(step, by_first=False)
+    lo = int(step.min())
+    span = int(step.max()) - lo + 1
+    if span > 4 * len(step) + 4096:
+        return dense_codes(step, by_first=False)
+    present = np.zeros(span, dtype=bool)
+    present[step - lo] = True
+    lut = np.cumsum(present, dtype=np.int32)
+    lut -= 1
+    return lut[step - lo], int(present.sum())
+
+
 def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
                keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
     A slot occurs once per step, so its history is one row of a slots x steps matrix.
     `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
     a row-sized masked copy of `e`)."""
-    use = np.flatnonzero(in_steps(ops, ref_steps))
+    use = in_steps(ops, ref_steps)  # (a mask: the rows it selects come in row order, as indices would)
     n_slot = int(ops.slot.max(initial=-1)) + 1
-    scode, n_cols = dense_codes(ops.step[use], by_first=False)
+    scode, n_cols = _step_codes(ops.step[use])
     mat = np.full((n_slot, max(n_cols, 1)), np.nan)
     vals = e[use]
     if keep is not None:
         vals[~keep[use]] = np.nan
     mat[ops.slot[use], scode] = vals  # NaN values (unmeasurable) simply do not count
-    del vals
+    del vals, scode, use
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)

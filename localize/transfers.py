@@ -75,18 +75,19 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     span = float(max(start.max(), end.max()) - t0) + 1.0
     # each rank lifted to its own segment of one line; built in place and by chunks (this runs
     # at the analysis's peak: one row-sized float array and the int32 segment codes)
-    seg = np.cumsum(first, dtype=np.int32 if n < 2**31 else np.int64)
+    narrow = np.int32 if n < 2**31 else np.int64  # (row indices and segment codes)
+    seg = np.cumsum(first, dtype=narrow)
     np.subtract(seg, 1, out=seg)
     lifted_start = np.subtract(start, t0)
     for c in range(0, n, _CHUNK):
         lifted_start[c:c + _CHUNK] += np.multiply(seg[c:c + _CHUNK], span)  # rows are sorted by (rank, start): so is this
-    j = np.empty(n, dtype=np.int64)
+    j = np.empty(n, dtype=narrow)
     for c in range(0, n, _CHUNK):
         lifted_end = np.subtract(end[c:c + _CHUNK], t0)
         lifted_end += np.multiply(seg[c:c + _CHUNK], span)
         j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
     del seg, lifted_start
-    j -= 1
+    np.subtract(j, 1, out=j)
     row = iota(n)
     np.maximum(j, row, out=j)
     ready = start[j]

@@ -50,7 +50,7 @@ class Analysis:
 def _observed_members(ops: Ops) -> dict[int, list[int]]:
     """Per group code: the ranks that logged rows of it (for groups the metadata does not list)."""
     width = int(ops.rank.max(initial=0)) + 1
-    pairs = unique(ops.group_code * width + ops.rank)
+    pairs = unique(ops.group_code.astype(np.int64) * width + ops.rank)
     g, r = pairs // width, pairs % width
     cut = np.flatnonzero(np.diff(g)) + 1
     return {int(gs[0]): rs.tolist() for gs, rs in zip(np.split(g, cut), np.split(r, cut), strict=True)}
@@ -68,7 +68,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     expected = np.where(p2p, 2, g_size[ops.inst_group])
     members_sum = np.where(p2p, ops.inst_src + ops.inst_dst, msum[ops.inst_group])
     # units: a collective group, or one p2p stream (group, src, dst)
-    ukey = np.where(p2p, (ops.inst_group * 65_536 + ops.inst_src) * 65_536 + ops.inst_dst, ops.inst_group)
+    ukey = np.where(p2p, (ops.inst_group.astype(np.int64) * 65_536 + ops.inst_src) * 65_536 + ops.inst_dst, ops.inst_group)
     ucode, _ = pd.factorize(ukey)
     names: list[str] = []
     members: dict[str, list[int]] = {}

@@ -65,14 +65,13 @@ class Ops:
     source: pd.DataFrame  # the rows as given, index 0..n-1
     order: np.ndarray | None  # per sorted row: its row in `source` (None: given already sorted)
     elapsed: np.ndarray  # float64 seconds
-    inst: np.ndarray  # int64 instance id per row
+    inst: np.ndarray  # instance id per row (int32: widen before building keys from it)
     n_inst: int
     inst_size: np.ndarray  # copies per instance
     inst_min: np.ndarray  # smallest elapsed per instance
     inst_mean: np.ndarray  # mean elapsed per instance
     inst_max: np.ndarray
     late_row: np.ndarray  # per instance: row of the last arriver (smallest elapsed)
-    wait: np.ndarray  # per row: elapsed - instance min
     gap: np.ndarray  # per row: compute time before it on its own clock (0 for a rank's first row)
     group_code: np.ndarray  # per row: code into `groups`
     groups: np.ndarray  # group names
@@ -83,11 +82,17 @@ class Ops:
     inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
     slot: np.ndarray  # per row: slot code
     pair: np.ndarray  # per row: (group, src, dst) code — same for every seq of one operator stream
-    opcode: np.ndarray  # per row: index into collector.schema.OPS
-    step: np.ndarray  # per row: step (int64)
-    rank: np.ndarray  # per row: rank (int64)
+    opcode: np.ndarray  # per row: index into collector.schema.OPS (int8)
+    step: np.ndarray  # per row: step (int32, the frame's column where it can be)
+    rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
     nbytes: np.ndarray  # per row: payload bytes (int64)
+
+    @property
+    def wait(self) -> np.ndarray:
+        """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
+        few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
+        return self.elapsed - self.inst_min[self.inst]
 
     @cached_property
     def df(self) -> pd.DataFrame:
@@ -361,6 +366,15 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     del qc
     inst, n_inst = dense_codes(key, by_first=False)
     del key
+    # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
+    slot = _slot_codes(pair, opcode, rank, step)
+    # the keys are built: from here on the per-row codes are held narrow (ranks and codes fit
+    # int32, ops int8; consumers widen where they build keys), rank and step the frame's own
+    # int32 columns where it is sorted already (no copy)
+    if order is None:
+        rank, step = _frame_column(df, "rank", rank), _frame_column(df, "step", step)
+    rank, step, inst, gcode, pair, slot = (_narrow(a) for a in (rank, step, inst, gcode, pair, slot))
+    opcode = _narrow(opcode, np.int8)
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = iota(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
@@ -372,17 +386,32 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     wait = elapsed - imin[inst]
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
+    del wait
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
     del cand
     gap = idle_gaps(rank, start, end)
     del end
-    gap[1:][(step[1:] - step[:-1] > 1) & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
-    # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
-    slot = _slot_codes(pair, opcode, rank, step)
+    later_step = np.subtract(step[1:], step[:-1], dtype=np.int64) > 1
+    gap[1:][later_step & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
+    del later_step
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, late_row, wait, gap, gcode, groups,
-               inst_group, inst_step, inst_p2p, inst_src, inst_dst, slot, pair, opcode, step, rank, first,
-               column("nbytes"))
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, _narrow(late_row), gap, gcode, groups,
+               _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
+               opcode, step, rank, first, column("nbytes"))
+
+
+def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:
+    """`a` in the narrower integer type when every value fits it (else as it is)."""
+    info = np.iinfo(dtype)
+    if a.dtype.itemsize <= info.bits // 8 or (len(a) and (int(a.min()) < info.min or int(a.max()) > info.max)):
+        return a
+    return a.astype(dtype)
+
+
+def _frame_column(df: pd.DataFrame, name: str, values: np.ndarray) -> np.ndarray:
+    """The frame's column itself when it is a plain int32 one (no copy), else `values`."""
+    a = df[name].to_numpy()
+    return a if a.dtype == np.int32 else values
 
 
 def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -419,14 +448,37 @@ def in_steps(ops: Ops, steps: np.ndarray | None) -> np.ndarray:
     return lut[ops.step - lo]
 
 
-def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int]:
+    """`dense_codes(step, by_first=False)` in int32, by a table over the steps' range (a few
+    steps: no int64 copies of the rows), falling back on it for widely spread step numbers."""
+    if len(step) == 0 or step.dtype != np.int32:
+        return dense_codes(step, by_first=False)
+    lo = int(step.min())
+    span = int(step.max()) - lo + 1
+    if span > 4 * len(step) + 4096:
+        return dense_codes(step, by_first=False)
+    present = np.zeros(span, dtype=bool)
+    present[step - lo] = True
+    lut = np.cumsum(present, dtype=np.int32)
+    lut -= 1
+    return lut[step - lo], int(present.sum())
+
+
+def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
+               keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
-    A slot occurs once per step, so its history is one row of a slots x steps matrix."""
-    use = np.flatnonzero(in_steps(ops, ref_steps))
+    A slot occurs once per step, so its history is one row of a slots x steps matrix.
+    `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
+    a row-sized masked copy of `e`)."""
+    use = in_steps(ops, ref_steps)  # (a mask: the rows it selects come in row order, as indices would)
     n_slot = int(ops.slot.max(initial=-1)) + 1
-    scode, n_cols = dense_codes(ops.step[use], by_first=False)
+    scode, n_cols = _step_codes(ops.step[use])
     mat = np.full((n_slot, max(n_cols, 1)), np.nan)
-    mat[ops.slot[use], scode] = e[use]  # NaN values (unmeasurable) simply do not count
+    vals = e[use]
+    if keep is not None:
+        vals[~keep[use]] = np.nan
+    mat[ops.slot[use], scode] = vals  # NaN values (unmeasurable) simply do not count
+    del vals, scode, use
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)
@@ -555,7 +607,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     out[5] = (e - imin) / np.maximum(ops.inst_max - ops.inst_min, eps)[inst]
     out[6] = e / np.maximum(ops.inst_mean, eps)[inst]
     out[7] = e / np.maximum(imin, eps)
-    out[8] = at(ops.wait) / np.maximum(e, eps)
+    out[8] = (e - imin) / np.maximum(e, eps)  # the rows' wait (`Ops.wait`)
     out[9] = np.log10(at(ops.nbytes).astype(np.float64) + 1)
     out[10] = at(ops.opcode)
     out[11] = ops.inst_p2p[inst]

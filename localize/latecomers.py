@@ -38,8 +38,10 @@ def recurrent_latecomers(ops: Ops, unit_of_inst: np.ndarray, irr: np.ndarray, re
     out = np.zeros(n, dtype=bool)
     if not len(irr) or not len(ref):
         return out
-    typical, _, _ = slot_quantiles(ops, ops.wait, ref)
-    wait_x = np.maximum(ops.wait - np.nan_to_num(typical), 0.0)
+    wait = ops.wait
+    typical, _, _ = slot_quantiles(ops, wait, ref)
+    wait_x = np.maximum(wait - np.nan_to_num(typical), 0.0)
+    del wait
     others = np.maximum(ops.inst_size - 1, 1)
     # the time the others waited beyond their normal waiting, per instance (the late copy waits 0)
     delay = np.bincount(ops.inst, weights=wait_x, minlength=n) / others

@@ -30,7 +30,7 @@ def compute_table(ops: Ops, world: int) -> tuple[np.ndarray, np.ndarray]:
     the job's warm-up and is left out when there are more than two."""
     scode, steps = pd.factorize(ops.step, sort=True)
     n_steps = len(steps)
-    comp = np.bincount(ops.rank * n_steps + scode, weights=ops.gap, minlength=world * n_steps)
+    comp = np.bincount(ops.rank.astype(np.int64) * n_steps + scode, weights=ops.gap, minlength=world * n_steps)
     comp = comp[: world * n_steps].reshape(world, n_steps)
     seen = np.bincount(ops.rank, minlength=world)[:world] > 0
     return (comp[:, 1:] if n_steps > 2 else comp), seen

@@ -20,7 +20,7 @@ import numpy as np
 from collector.meta import JobMeta
 from collector.schema import OPS
 from localize.features import Ops
-from localize.grouping import dense_codes, group_quantile
+from localize.grouping import dense_codes, group_quantile, iota
 from timeline.instances import host_codes
 from timeline.steps import clock_offsets_by_step
 
@@ -28,6 +28,8 @@ from timeline.steps import clock_offsets_by_step
 SLOW_EXCESS = 0.5
 #: ... and at least this long beyond it (s): scheduling noise of a healthy host
 MIN_EXCESS_S = 50e-6
+#: rows per chunk of `last_activity`'s passes
+_CHUNK = 1 << 20
 #: two clock readings agree within this share of the transfer, or this many seconds
 TOLERANCE = 0.1
 TOLERANCE_S = 50e-6
@@ -69,15 +71,29 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     if n < 2:
         return ready, blocking
     first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
-    seg = np.cumsum(first) - 1
     t0 = float(min(start.min(), end.min()))
     span = float(max(start.max(), end.max()) - t0) + 1.0
-    lifted_start = seg * span + (start - t0)  # rows are sorted by (rank, start): so is this
-    j = np.searchsorted(lifted_start, seg * span + (end - t0), side="left") - 1
-    j = np.maximum(j, np.arange(n))
-    ready = np.maximum(start, start[j])
+    # each rank lifted to its own segment of one line; built in place and by chunks (this runs
+    # at the analysis's peak: one row-sized float array and the int32 segment codes)
+    narrow = np.int32 if n < 2**31 else np.int64  # (row indices and segment codes)
+    seg = np.cumsum(first, dtype=narrow)
+    np.subtract(seg, 1, out=seg)
+    lifted_start = np.subtract(start, t0)
+    for c in range(0, n, _CHUNK):
+        lifted_start[c:c + _CHUNK] += np.multiply(seg[c:c + _CHUNK], span)  # rows are sorted by (rank, start): so is this
+    j = np.empty(n, dtype=narrow)
+    for c in range(0, n, _CHUNK):
+        lifted_end = np.subtract(end[c:c + _CHUNK], t0)
+        lifted_end += np.multiply(seg[c:c + _CHUNK], span)
+        j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
+    del seg, lifted_start
+    np.subtract(j, 1, out=j)
+    row = iota(n)
+    np.maximum(j, row, out=j)
+    ready = start[j]
+    np.maximum(start, ready, out=ready)
     same_start = np.r_[(~first[1:]) & (start[1:] == start[:-1]), False] | np.r_[False, (~first[1:]) & (start[1:] == start[:-1])]
-    blocking = (j == np.arange(n)) & ~same_start
+    blocking = (j == row) & ~same_start
     return ready, blocking
 
 

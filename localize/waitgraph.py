@@ -46,14 +46,28 @@ class WaitGraph:
 
 def _prev_same_pair(ops: Ops) -> np.ndarray:
     """Per row: the previous row of the same rank and operator stream (-1 if none)."""
-    rank = ops.rank
-    key = rank * (int(ops.pair.max(initial=0)) + 1) + ops.pair
+    n = len(ops.rank)
+    key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1)
+    key += ops.pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
-    prev = np.full(len(key), -1, dtype=np.int64)
-    ks = key[order]
-    same = np.r_[False, ks[1:] == ks[:-1]]
-    prev[order[same]] = order[np.flatnonzero(same) - 1]
+    key.sort(kind="stable")  # key[order], in place (this runs at the analysis's peak)
+    same = np.zeros(n, dtype=bool)
+    np.equal(key[1:], key[:-1], out=same[1:])
+    del key
+    before = np.empty(n, dtype=_row_index_type(n))  # per sorted position: the row before it
+    before[:1] = -1
+    before[1:] = order[:-1]
+    before[~same] = -1  # ... where it is of the same stream
+    del same
+    prev = np.empty_like(before)
+    prev[order] = before
     return prev
+
+
+def _row_index_type(n: int) -> type[np.signedinteger]:
+    """The narrowest integer type that holds row indices 0..n-1 and -1 (half an int64's bytes
+    for the per-row links of the wait graph)."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
@@ -67,11 +81,11 @@ def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     prev = _prev_same_pair(ops)
     step = ops.step
     far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
-    n = len(step)
+    row = np.arange(len(step), dtype=prev.dtype)
     new = np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])]
-    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    start = np.where(far, np.where(first < np.arange(n), first, -1), prev)
-    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)))
+    first = np.maximum.accumulate(np.where(new, row, 0))
+    start = np.where(far, np.where(first < row, first, -1), prev)
+    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)), dtype=prev.dtype)
 
 
 def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
@@ -102,15 +116,18 @@ def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) ->
         return np.subtract(c, out, out=out)
     if what == "wait":  # received before this row: the running sum up to the previous row
         c = np.cumsum(received)
-        before = np.empty_like(c)
-        before[0] = 0.0
-        before[1:] = c[:-1]
         out = c[p]
-        return np.subtract(before, out, out=out)
+        c[1:] = c[:-1]  # (shifted in place: the running sum before each row)
+        c[0] = 0.0
+        return np.subtract(c, out, out=out)
     # all of it: from the end of the previous operator of the stream to this one's start
     start = ops.df["start_ns"].to_numpy(np.int64)
     end = ops.df["end_ns"].to_numpy(np.int64)
     return (start - end[p]) * 1e-9
+
+
+#: rows per chunk of the in-place passes of `_range_argmax`
+_CHUNK = 1 << 20
 
 
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -120,25 +137,39 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
     and a range of length L is the max of two (overlapping) windows of 2**floor(log2 L).
     O(rows x log(longest range) + ranges), whatever the order or overlap of the ranges.
     """
-    out = np.full(len(lo), -1, dtype=np.int64)
-    ok = np.flatnonzero(hi > lo)
-    if not ok.size or len(values) == 0:
-        return out
-    # pack (value in microseconds, row index) into one int64 so a max yields the argmax
-    # (ties: the later row)
-    q = values * 1e6
-    np.clip(q, 0, 2**35 - 1, out=q)
-    table = q.astype(np.int64)
-    del q
+    return _range_argmax_packed(_packed(values), lo, hi)
+
+
+def _packed(values: np.ndarray) -> np.ndarray:
+    """(value in microseconds, row index) packed into one int64 per row, so that a max yields
+    the argmax (ties: the later row). Built chunk by chunk: one row-sized array."""
+    table = np.empty(len(values), dtype=np.int64)
+    for c in range(0, len(values), _CHUNK):
+        q = values[c:c + _CHUNK] * 1e6
+        np.clip(q, 0, 2**35 - 1, out=q)
+        table[c:c + _CHUNK] = q.astype(np.int64)
     table <<= 27
     table |= iota(len(values))
+    return table
+
+
+def _range_argmax_packed(table: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """`_range_argmax` over a `_packed` table, which it overwrites (each level in place)."""
+    out = np.full(len(lo), -1, dtype=np.int64)
+    ok = np.flatnonzero(hi > lo)
+    if not ok.size or len(table) == 0:
+        return out
     a, b = lo[ok], hi[ok]
     level = np.frexp((b - a).astype(np.float64))[1] - 1  # floor(log2(length)), exact for ints
     best = np.zeros(len(ok), dtype=np.int64)
     for j in range(int(level.max()) + 1):
         if j:
             h = 1 << (j - 1)
-            table = np.maximum(table[:-h], table[h:])  # windows of 2**j starting at each row
+            m = len(table) - h  # windows of 2**j starting at each row: in place, front to back
+            for c in range(0, m, _CHUNK):  # (a chunk reads only rows no earlier chunk wrote)
+                e = min(c + _CHUNK, m)
+                np.maximum(table[c:e], table[c + h:e + h], out=table[c:e])
+            table = table[:m]
         at = np.flatnonzero(level == j)
         if at.size:
             best[at] = np.maximum(table[a[at]], table[b[at] - (1 << j)])
@@ -171,24 +202,30 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
     wait_x = ops.wait
     if ref_steps is not None and len(ref_steps):
-        wait_x = slot_stats(ops, ops.wait, ref_steps)[0][ops.slot]  # typical wait of the row's slot
+        wait = wait_x
+        wait_x = slot_stats(ops, wait, ref_steps)[0][ops.slot]  # typical wait of the row's slot
         np.nan_to_num(wait_x, copy=False)
-        np.subtract(ops.wait, wait_x, out=wait_x)
+        np.subtract(wait, wait_x, out=wait_x)
+        del wait
         np.maximum(wait_x, 0.0, out=wait_x)
     sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
     delay_wait = sum_wait / others
+    del sum_wait, others  # (per-instance scratch is dropped once used: the row-sized work below peaks)
     complete = size >= expected_size
     multi = size >= 2
     whole = complete if short_comm is None else complete | short_comm
     comm = in_steps & whole & multi & (comm_excess > 0)
     waited = frac_others >= 0.5
+    del frac_others
     if recurrent is not None:
         waited |= recurrent
     suspect = in_steps & complete & multi & ~comm & ~late_abn & waited
     orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
+    del n_abn, whole, complete, late_abn, in_steps
     rank = ops.rank
     present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
+    del present_sum
 
     # backtracking: what the suspect did since its previous operator of the same stream.
     # Per row: compute, delay received and own-clock time since that operator (NaN: none),
@@ -210,7 +247,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
             del cu
         # the two ends of a p2p transfer do different work: the sender is judged against its
         # own history too (the same operator in normal steps), below
-        h = slot_stats(ops, np.where(valid, seg, np.nan), ref_steps)[0][ops.slot[late]] if hist else None
+        h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
         np.nan_to_num(seg, copy=False)
         figures.append((np.bincount(inst, weights=seg, minlength=n), seg[late], h))
         del seg
@@ -232,13 +269,18 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         excess_wait = np.where(ok, sw_late - h_sw, excess_wait)
         excess_own = np.where(ok, so_late - h_so, excess_own)
         measured |= ok
+    del sum_sc, sc_late, h_sc, sum_sw, sw_late, h_sw, sum_so, so_late, h_so, n_valid, peers_n, lv, has_prev
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
     # every instance points back along waiting, flagged or not: chains pass through operators
     # whose copies looked ordinary (a short wait) on their way to the root
     follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)
+    del delay_wait
     lrow = late[follow]
-    target_row = _range_argmax(received, np.maximum(prev[lrow], -1) + 1, lrow)
+    table = _packed(received)
+    del received
+    target_row = _range_argmax_packed(table, np.maximum(prev[lrow], -1) + 1, lrow)
+    del table
     target_row = np.where(prev[lrow] >= 0, target_row, -1)
     nxt = np.arange(n, dtype=np.int64)
     ok = target_row >= 0

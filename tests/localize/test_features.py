@@ -39,3 +39,15 @@ def test_sorted_rows_consumes_its_input() -> None:
     out = sorted_rows(raw)
     assert len(out) == n and list(out.columns) == COLUMNS
     assert raw.shape[1] == 0  # every column moved out: the sort never holds two whole frames
+
+
+def test_step_codes_are_dense_codes_in_step_order() -> None:
+    from localize.features import _step_codes
+    from localize.grouping import dense_codes
+
+    rng = np.random.default_rng(2)
+    for step in (rng.integers(-3, 40, 500), rng.integers(0, 2**30, 50), np.array([7, 7, 7]), np.zeros(0)):
+        step = step.astype(np.int32)
+        got, k = _step_codes(step)
+        want, k_want = dense_codes(step, by_first=False)
+        assert k == k_want and got.tolist() == want.tolist()

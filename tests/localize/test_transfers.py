@@ -76,3 +76,25 @@ def test_group_quantile_matches_pandas() -> None:
         got = group_quantile(codes, 8, values, q)
         want = pd.Series(values).groupby(codes).quantile(q).reindex(range(8)).to_numpy()
         np.testing.assert_allclose(got, want, equal_nan=True)
+
+
+def test_last_activity_by_chunks_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # three ranks with overlapping, batched (same start) and early-posted operators; chunks of
+    # 2 rows cut across ranks and across the searches' targets
+    from localize import transfers
+
+    rng = np.random.default_rng(5)
+    spec: list[tuple[int, str, str, int, int, float, float]] = []
+    for r in range(3):
+        t = 0.0
+        for s in range(12):
+            t += float(rng.choice([0.0, 0.5, 2.0]))  # 0: posted with the previous one
+            spec.append((r, "dp-0", "all_reduce", s, -1, t, t + float(rng.uniform(0.1, 4.0))))
+    ops = prepare_ops(rows(spec))
+    start = ops.df["start_ns"].to_numpy(np.float64) * 1e-9
+    end = ops.df["end_ns"].to_numpy(np.float64) * 1e-9
+    whole = transfers.last_activity(ops, start, end)
+    monkeypatch.setattr(transfers, "_CHUNK", 2)
+    chunked = transfers.last_activity(ops, start, end)
+    assert np.array_equal(whole[0], chunked[0]) and np.array_equal(whole[1], chunked[1])
+    assert not whole[1].all() and (whole[0] > start).any()  # both kinds of rows occur

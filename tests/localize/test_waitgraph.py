@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from localize import waitgraph
 from localize.features import prepare_ops
 from localize.waitgraph import _range_argmax, build_waitgraph
 
@@ -79,6 +81,18 @@ def test_range_argmax() -> None:
     v = np.array([0.1, 0.5, 0.2, 0.9, 0.3])
     got = _range_argmax(v, np.array([0, 2, 4, 3]), np.array([3, 5, 4, 3]))
     assert got.tolist() == [1, 3, -1, -1]
+
+
+def test_range_argmax_in_place_chunks_match_a_direct_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # chunks far smaller than the windows and than the rows: each pass reads rows no chunk wrote yet
+    monkeypatch.setattr(waitgraph, "_CHUNK", 5)
+    rng = np.random.default_rng(3)
+    v = np.round(rng.random(200), 3)  # ties too: the later row wins
+    lo = rng.integers(0, 200, 300)
+    hi = np.minimum(lo + rng.integers(0, 90, 300), 200)
+    want = [int(lo_ + np.flatnonzero(v[lo_:hi_] == v[lo_:hi_].max())[-1]) if hi_ > lo_ else -1
+            for lo_, hi_ in zip(lo, hi, strict=True)]
+    assert _range_argmax(v, lo, hi).tolist() == want
 
 
 def test_p2p_streams_numbered_per_end_are_matched_by_order() -> None:

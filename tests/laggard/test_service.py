@@ -234,16 +234,21 @@ def test_unknown_job_and_format(tmp_path: Path) -> None:
         assert c.get("/v1/jobs/nope/fetch", params={"node": "n"}).status_code == 204
 
 
-def test_a_stalled_job_times_out_and_is_left_out_of_the_rounds(tmp_path: Path, trace: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def _delay_rounds(monkeypatch: pytest.MonkeyPatch, job: str, seconds: float) -> None:
+    """Make every localization round of `job` take `seconds` longer."""
     real = service_app.localize_round
 
-    def stalls(db: str, job: str) -> Any:
-        if job == "stall":
-            time.sleep(3)
-        return real(db, job)
+    def delayed(db: str, name: str) -> Any:
+        if name == job:
+            time.sleep(seconds)
+        return real(db, name)
 
-    monkeypatch.setattr(service_app, "localize_round", stalls)
+    monkeypatch.setattr(service_app, "localize_round", delayed)
+
+
+def test_a_stalled_job_times_out_and_is_left_out_of_the_rounds(tmp_path: Path, trace: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    _delay_rounds(monkeypatch, "stall", 3.0)
     p = _posts(trace, tmp_path)[0]
     with _client(tmp_path / "s.db", job_timeout_s=0.5) as c:
         assert c.post("/v1/summaries", json={**p, "job": "stall"}).status_code == 202
@@ -281,14 +286,7 @@ def test_posts_that_arrive_during_a_fetch_are_localized_next(tmp_path: Path, tra
 def test_a_slow_job_does_not_hold_up_the_others(tmp_path: Path, trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rounds run side by side, one job per worker: another job's verdict comes while one job's
     round is still running (one after another, it would wait the whole 4 s)."""
-    real = service_app.localize_round
-
-    def slow(db: str, job: str) -> Any:
-        if job == "slow":
-            time.sleep(4)
-        return real(db, job)
-
-    monkeypatch.setattr(service_app, "localize_round", slow)
+    _delay_rounds(monkeypatch, "slow", 4.0)
     p = _posts(trace, tmp_path)[0]
     with TestClient(create_app(tmp_path / "s.db", interval_s=0.1, workers=2)) as c:
         svc = c.app.state.service  # type: ignore[attr-defined]

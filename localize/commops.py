@@ -20,7 +20,6 @@ from localize.detector import Detection, rule_detect
 from localize.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.grouping import unique
 from localize.groupkinds import group_kinds
-from localize.latecomers import recurrent_latecomers
 from localize.model_store import load_detector
 from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
 from localize.persistent import persistent_imbalance
@@ -170,8 +169,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     slow = slow_units(unit_of_inst, unit_names, slow_transfer & in_irr, judge & in_irr)
     slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))
     short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
-    recurrent = recurrent_latecomers(ops, unit_of_inst, irr, ref, ops.inst_size >= expected)
-    graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm, recurrent)
+    graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm,
+                            (unit_of_inst, irr))
 
     # cross-iteration blame: each root is charged the delay it imposed where it originated
     # (the instance its chain ends at; delays further down a chain are its propagation), in

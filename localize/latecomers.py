@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from localize.features import Ops, slot_quantiles
+from localize.features import Ops
 
 #: share of a group's instances in the irregular steps that must have the same last arriver
 CONSISTENT = 0.75
@@ -27,24 +27,18 @@ SPREAD = 3.0
 MIN_DELAY_S = 1e-3
 
 
-def recurrent_latecomers(ops: Ops, unit_of_inst: np.ndarray, irr: np.ndarray, ref: np.ndarray,
+def recurrent_latecomers(ops: Ops, delay: np.ndarray, unit_of_inst: np.ndarray, irr: np.ndarray, ref: np.ndarray,
                          complete: np.ndarray) -> np.ndarray:
     """Per instance: a collective of an irregular step whose last arriver is its unit's recurrent
     latecomer, keeping its peers waiting far longer than in normal steps.
 
-    `unit_of_inst`: the unit (group or p2p stream) of each instance; `complete`: every expected
-    copy is present (a lost copy may have been the late one)."""
+    `delay`: per instance, the others' mean wait beyond their slots' normal waiting (the wait
+    graph's); `unit_of_inst`: the unit (group or p2p stream) of each instance; `complete`: every
+    expected copy is present (a lost copy may have been the late one)."""
     n = ops.n_inst
     out = np.zeros(n, dtype=bool)
     if not len(irr) or not len(ref):
         return out
-    wait = ops.wait
-    typical, _, _ = slot_quantiles(ops, wait, ref)
-    wait_x = np.maximum(wait - np.nan_to_num(typical), 0.0)
-    del wait
-    others = np.maximum(ops.inst_size - 1, 1)
-    # the time the others waited beyond their normal waiting, per instance (the late copy waits 0)
-    delay = np.bincount(ops.inst, weights=wait_x, minlength=n) / others
     use = ~ops.inst_p2p & (ops.inst_size >= 2) & complete & (ops.late_row >= 0)
     in_irr = use & np.isin(ops.inst_step, irr)
     in_ref = use & np.isin(ops.inst_step, ref)

@@ -25,6 +25,7 @@ import numpy as np
 
 from localize.features import Ops, slot_stats
 from localize.grouping import iota
+from localize.latecomers import recurrent_latecomers
 
 
 @dataclass
@@ -179,7 +180,8 @@ def _range_argmax_packed(table: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> n
 
 def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
                     comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None,
-                    short_comm: np.ndarray | None = None, recurrent: np.ndarray | None = None) -> WaitGraph:
+                    short_comm: np.ndarray | None = None,
+                    latecomers: tuple[np.ndarray, np.ndarray] | None = None) -> WaitGraph:
     """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
 
     `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
@@ -187,8 +189,9 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     instance, how much longer its smallest copy took than its normal transfer time (s).
     `short_comm`: per instance, a collective short of copies (lost rows) whose transfer is known
     slow from its group's whole instances: a slow transfer, not a missing rank that was late.
-    `recurrent`: per instance, its last arriver kept its peers waiting in step after step
-    (`localize.latecomers`): a suspect even where the detector flagged no waiting copy.
+    `latecomers`: (unit of each instance, irregular steps): an instance whose last arriver kept
+    its peers waiting in step after step (`localize.latecomers`) is a suspect even where the
+    detector flagged no waiting copy.
     """
     n = ops.n_inst
     inst = ops.inst
@@ -217,8 +220,8 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     comm = in_steps & whole & multi & (comm_excess > 0)
     waited = frac_others >= 0.5
     del frac_others
-    if recurrent is not None:
-        waited |= recurrent
+    if latecomers is not None and ref_steps is not None:
+        waited |= recurrent_latecomers(ops, delay_wait, latecomers[0], latecomers[1], ref_steps, complete)
     suspect = in_steps & complete & multi & ~comm & ~late_abn & waited
     orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
     del n_abn, whole, complete, late_abn, in_steps

@@ -166,7 +166,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # which units' own transfers were slow in the irregular steps (resolved to devices below)
     judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
     slow_transfer = judge & (comm_excess > 0)
-    slow = slow_units(unit_of_inst, unit_names, slow_transfer & in_irr, judge & in_irr)
+    in_ref = np.isin(ops.inst_step, ref)
+    slow = slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr, normal=judge & in_ref)
     slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))
     short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
     graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm,
@@ -176,7 +177,6 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # (the instance its chain ends at; delays further down a chain are its propagation), in
     # the irregular steps beyond what the same root costs in an average normal step
     origin = graph.root_inst == np.arange(ops.n_inst)
-    in_ref = np.isin(ops.inst_step, ref)
     norm = len(irr) / max(len(ref), 1)
     # a root must explain the delay with its own compute; lateness nothing explains is not blamed
     explained = graph.orphan | (graph.excess_compute >= 0.5 * graph.delay)
@@ -198,7 +198,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # (a p2p transfer's data is measured directly, `localize.transfers`: never inferred this way)
     late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
     if late_data[in_irr].any():
-        slow = slow_units(unit_of_inst, unit_names, (slow_transfer | late_data) & in_irr, judge & in_irr)
+        slow = slow_units(unit_of_inst, unit_names, slow_transfer | late_data, judge & in_irr, normal=judge & in_ref)
     comm_like = graph.comm | late_data
     comm_w = np.where(comm_like & in_irr, graph.delay, 0.0)
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[comm_like & in_ref].sum()), 0.0)

@@ -151,14 +151,22 @@ def tie_note(tie: list[NetCandidate]) -> str:
 
 
 def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.ndarray,
-               analysed: np.ndarray, min_frac: float = 0.3) -> dict[str, float]:
-    """Units whose own transfers were slow in at least `min_frac` of their analysed instances.
+               analysed: np.ndarray, min_frac: float = 0.3, normal: np.ndarray | None = None) -> dict[str, float]:
+    """Units whose own transfers were slow in at least `min_frac` of their analysed instances
+    more often than in their `normal` ones (instances of the reference steps).
 
-    Returns unit -> the fraction of its instances that were slow: how consistently slow it
-    is, not how much delay it caused downstream (that would favour units late in the step).
+    Returns unit -> that excess fraction: how consistently slow it became, not how much delay it
+    caused downstream (that would favour units late in the step). A stream whose transfer time
+    is noisy (a busy host, small messages) measures "slow" in normal steps too; only the change
+    is evidence.
     """
     n_units = len(unit_names)
-    seen = np.bincount(unit_of_inst[analysed], minlength=n_units).astype(np.float64)
-    hit = np.bincount(unit_of_inst[comm_inst & analysed], minlength=n_units).astype(np.float64)
-    frac = hit / np.maximum(seen, 1)
-    return {unit_names[i]: float(frac[i]) for i in np.flatnonzero(frac >= min_frac)}
+
+    def frac(hit: np.ndarray, seen: np.ndarray) -> np.ndarray:
+        n = np.bincount(unit_of_inst[seen], minlength=n_units).astype(np.float64)
+        return np.bincount(unit_of_inst[hit & seen], minlength=n_units) / np.maximum(n, 1)
+
+    excess = frac(comm_inst, analysed)
+    if normal is not None:
+        excess = excess - frac(comm_inst, normal)
+    return {unit_names[i]: float(excess[i]) for i in np.flatnonzero(excess >= min_frac)}

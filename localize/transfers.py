@@ -123,13 +123,17 @@ def flights(ops: Ops, start: np.ndarray, end: np.ndarray, send_row: np.ndarray,
 
 
 def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, together: np.ndarray,
-               send_row: np.ndarray, recv_row: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Per instance: the time its transfer needs, from normal steps, NaN where never measured.
+               send_row: np.ndarray, recv_row: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: the time its transfer needs, from normal steps, NaN where never measured;
+    and how long its stream's transfers usually took at most (the 90th percentile of every
+    normal measurement, NaN where never measured).
 
     Exact measurements first (the receiver waited): the median of the stream's own, else of the
     same payload on the same path class (within a host, or across hosts). A stream whose
     receivers never waited falls back on its ends completing together, at their 90th percentile:
-    exact under rendezvous, and under eager sends the highest of lower bounds.
+    exact under rendezvous, and under eager sends the highest of lower bounds. The usual range
+    covers the measurements that are not exact (a receiver that came late, a sender already
+    back at compute): a stream on a busy host spreads widely even when its path is healthy.
     """
     p2p = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     normal = p2p & np.isin(ops.inst_step, ref) & np.isfinite(flight)
@@ -149,15 +153,17 @@ def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, 
     needs = per(stream, normal & waited, 0.5)
     for alt in (per(payload, normal & waited, 0.5), per(stream, normal & together, 0.9)):
         needs = np.where(np.isfinite(needs), needs, alt)
-    return np.where(p2p, needs, np.nan)
+    usual = per(stream, normal, 0.9)
+    usual = np.where(np.isfinite(usual), usual, per(payload, normal, 0.9))
+    return np.where(p2p, needs, np.nan), np.where(p2p, usual, np.nan)
 
 
 def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
                          rows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: how much longer a p2p transfer's data took than its path needs (s), 0 unless
-    clearly slow, 0 for collectives; and whether its transfer time was seen at all (a receiver
-    that came after the data arrived under an eager send says nothing of the path; collectives
-    are all True here)."""
+    clearly slow -- half as long again as it needs, and beyond its stream's usual range -- 0 for
+    collectives; and whether its transfer time was seen at all (a receiver that came after the
+    data arrived under an eager send says nothing of the path; collectives are all True here)."""
     out = np.zeros(ops.n_inst)
     seen = ~ops.inst_p2p
     send_row, recv_row = rows if rows is not None else p2p_rows(ops)
@@ -165,8 +171,8 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
         return out, seen
     start, end = aligned_times(ops, meta)
     flight, waited, together = flights(ops, start, end, send_row, recv_row)
-    needs = path_needs(ops, meta, flight, waited, together, send_row, recv_row, ref)
+    needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, ref)
     ex = flight - needs
-    slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S))
+    slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S)) & ~(flight <= usual)
     out[slow] = ex[slow]
     return out, seen | waited | together | slow

@@ -60,6 +60,15 @@ def test_slow_units_need_a_consistent_share() -> None:
     assert got == {"a": 0.75}
 
 
+def test_slow_units_count_only_what_changed_from_normal_steps() -> None:
+    # "a" measures slow in half its normal instances too (a noisy stream): not evidence
+    unit = np.array([0, 0, 0, 0, 1, 1, 1, 1] * 2)
+    comm = np.array([1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0], dtype=bool)
+    irregular = np.r_[np.ones(8, dtype=bool), np.zeros(8, dtype=bool)]
+    got = slow_units(unit, ["a", "b"], comm, irregular, normal=~irregular)
+    assert got == {"b": 1.0}
+
+
 KINDS = {**{f"tp-{h}": "tp" for h in range(8)}, **{f"dp-{i}": "dp" for i in range(8)}}
 
 

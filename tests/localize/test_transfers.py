@@ -59,6 +59,16 @@ def test_rendezvous_slow_path_is_slow_whoever_posted_first() -> None:
     assert sender_late == pytest.approx(0.003, abs=2e-4)
 
 
+def test_a_stream_noisy_in_normal_steps_is_slow_only_beyond_its_usual_range() -> None:
+    # a busy host (the real throttled-NIC gloo job's healthy pipeline): when the receiver waits the
+    # data takes ~2 ms, when the sender posted first and went back to compute it takes 3-9 ms
+    noisy = [(0, 2, -1, 2.0)] * 5 + [(0, 4 + k, 1, 4.0 + k) for k in range(6)]
+    within = stream(noisy, [(0, 6, 0, 6.0), (0, 4, 2, 8.0)])
+    assert within[-2:].tolist() == [0.0, 0.0]  # 3x its exact time, yet as slow as normal steps get
+    beyond = stream(noisy, [(0, 30, 0, 30.0)])
+    assert beyond[-1] > 0.02
+
+
 def test_clock_offsets_between_hosts_are_removed() -> None:
     # rank 1's host clock runs 50 ms ahead; a receiver-late rendezvous transfer of 1 ms
     shifted = [(a, b, c + 50, d + 50) for a, b, c, d in RENDEZVOUS_NORMAL]

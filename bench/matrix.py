@@ -145,10 +145,9 @@ def _roots(truth: dict[str, Any], cfg: SimConfig) -> list[dict[str, Any]]:
 def _true_start(truth: dict[str, Any]) -> int | None:
     """The first logged step at which a fault was active."""
     logged = truth.get("logged_steps") or list(range(len(truth["step_time_s"])))
-    first = min((min(f["active_steps"]) for f in truth["faults"] if f["active_steps"]), default=None)
-    if first is None:
-        return None
-    return next((s for s in logged if s >= first), None)
+    active = {int(s) for f in truth["faults"] for s in f["active_steps"]}
+    # (a spike in a step the logger skipped leaves no trace: the next logged step may be normal)
+    return next((int(s) for s in logged if int(s) in active), None)
 
 
 def run_job(cfg: SimConfig, kind: str, out: Path, flows: bool = False) -> dict[str, Any] | None:

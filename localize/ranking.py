@@ -97,7 +97,10 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                                         f"pipeline stage {int(stage[r])}", {"stage": int(stage[r])}))
         n_rep = int(replica.max()) + 1
         if n_rep > 1:
-            rep_cov = np.array([_coverage(b, np.flatnonzero(replica == k), top_b) for k in range(n_rep)])
+            # a replica is whole when most of its ranks carry its own top rank's share: the replica
+            # that got the longest sequences in most steps must not hide the others' turns
+            rep_cov = np.array([_coverage(b, rr := np.flatnonzero(replica == k), float(b[rr].max(initial=0.0)))
+                                for k in range(n_rep)])
             rep_sum = np.bincount(replica, weights=b, minlength=n_rep)
             good = (rep_cov >= COVERAGE) & (rep_sum >= 0.1 * rep_sum.max())
             if good.sum() >= 2 and replica[r] in np.flatnonzero(good):

@@ -100,6 +100,23 @@ def test_stage_and_replicas() -> None:
     assert explain_rank_blame(b, meta, kinds)[0].kind == "data"
 
 
+
+def test_replicas_that_take_turns_unevenly_are_data() -> None:
+    # 4 replicas of tp2 x pp4 over 4 hosts each (the matrix's tp8 pp8 job in small): replica 0
+    # got the longest sequences in most slow steps, the others in one or two each
+    ranks = {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(32)}
+    groups = {f"tp-{k}": [2 * k, 2 * k + 1] for k in range(16)}
+    groups |= {f"pp-{d}-{t}": [8 * d + 2 * s + t for s in range(4)] for d in range(4) for t in range(2)}
+    meta = JobMeta("t", 32, ranks, groups)
+    kinds = {g: g.split("-")[0] for g in groups}
+    b = np.repeat([1.0, 0.25, 0.12, 0.2], 8)
+    u = explain_rank_blame(b, meta, kinds, static=False)[0]
+    assert u.kind == "data" and u.detail["replicas"] == 4
+    # one host of replica 0 slow, the rest noise: a host, not the data
+    b = np.full(32, 0.01)
+    b[[2, 3]] = 1.0
+    assert explain_rank_blame(b, meta, kinds, static=False)[0].kind == "host"
+
 def ring_meta(hosts: int = 8, gph: int = 4, hps: int = 4) -> JobMeta:
     """No pipeline: tp inside each host, one dp ring per GPU index over every host in order."""
     n = hosts * gph

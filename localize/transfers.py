@@ -33,6 +33,8 @@ _CHUNK = 1 << 20
 #: two clock readings agree within this share of the transfer, or this many seconds
 TOLERANCE = 0.1
 TOLERANCE_S = 50e-6
+#: a stream's sends wait for their receiver when this share of late receivers ended with the send
+HELD_SHARE = 0.9
 
 
 def p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
@@ -46,10 +48,10 @@ def p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     return rows[0], rows[1]
 
 
-def aligned_times(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray]:
+def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per row: start and end in seconds on one clock (each host's offset removed, as the
-    timeline estimates it step by step)."""
-    offsets = clock_offsets_by_step(ops.df, meta)
+    timeline estimates it step by step, from the normal steps `ref` where there are some)."""
+    offsets = clock_offsets_by_step(ops.df, meta, trusted=ref)
     host, _ = host_codes(meta, ops.rank)
     at = np.clip(np.searchsorted(offsets.index.to_numpy(), ops.step), 0, len(offsets) - 1)
     off = offsets.to_numpy()[at, host]
@@ -169,10 +171,27 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
     send_row, recv_row = rows if rows is not None else p2p_rows(ops)
     if not ((send_row >= 0) & (recv_row >= 0)).any():
         return out, seen
-    start, end = aligned_times(ops, meta)
+    start, end = aligned_times(ops, meta, ref)
     flight, waited, together = flights(ops, start, end, send_row, recv_row)
     needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, ref)
     ex = flight - needs
     slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S)) & ~(flight <= usual)
     out[slow] = ex[slow]
-    return out, seen | waited | together | slow
+    return out, seen | waited | (together & held_sends(ops, send_row, waited, together, ref)) | slow
+
+
+def held_sends(ops: Ops, send_row: np.ndarray, waited: np.ndarray, together: np.ndarray,
+               ref: np.ndarray) -> np.ndarray:
+    """Per instance: whether its stream's sends wait for their receiver (rendezvous), as its
+    normal steps show: nearly every send whose receiver came later ended with the receive.
+    Only then does a transfer that ended together measure its whole time; under an eager send
+    it is a lower bound, which clears nothing when it is short. A stream whose receivers never
+    came late in normal steps is taken as held (nothing says otherwise)."""
+    p2p = ops.inst_p2p & (send_row >= 0)
+    stream = np.where(p2p, ops.pair[np.maximum(send_row, 0)], -1)
+    code, k = dense_codes(stream, by_first=False)
+    late = p2p & np.isin(ops.inst_step, ref) & ~waited
+    n_late = np.bincount(code[late], minlength=k)
+    n_held = np.bincount(code[late & together], minlength=k)
+    held = (n_late < 2) | (n_held >= HELD_SHARE * np.maximum(n_late, 1))
+    return held[code]

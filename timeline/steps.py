@@ -125,19 +125,24 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
 
 
 def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,
-                          samples: int = 5) -> pd.DataFrame:
+                          samples: int = 5, trusted: np.ndarray | None = None) -> pd.DataFrame:
     """Step × host clock offsets (ns), estimated on `samples` evenly spread steps, linear between.
 
     `steps` are all the job's steps (default: those in `df`); `df` needs rows of the sampled
     ones (`spread(steps, samples)`) only. Linear interpolation follows clocks that drift apart
     at a steady rate. A sampled step during a fault can mislead the estimate (a rank whose own
     egress is slow finishes its collectives before its peers do), so samples that stray from
-    the robust line through all of them are left out. Columns are host indexes in `meta.hosts()` order.
+    the robust line through all of them are left out; and where the caller knows which steps
+    ran normally (`trusted`, at least two of them), only those are sampled: when the fault
+    covers most steps, the misled samples outvote the others (a NIC fault moved its neighbours'
+    offsets by 1.3 ms, and their healthy transfers looked slow). Columns are host indexes in
+    `meta.hosts()` order.
     """
     step_col = df["step"].to_numpy()
     if steps is None:
         steps = np.unique(step_col[step_col >= 0])
-    picks = spread(steps, samples)
+    normal = np.intersect1d(steps, trusted) if trusted is not None else np.empty(0, dtype=np.int64)
+    picks = spread(normal if len(normal) >= 2 else steps, samples)
     est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
     keep = consistent_samples(picks.astype(np.float64), est)
     table = np.column_stack([np.interp(steps, picks[keep[:, h]], est[keep[:, h], h]) for h in range(est.shape[1])])

@@ -32,7 +32,6 @@ from localize.grouping import (
     group_max,
     group_median,
     group_min,
-    iota,
     sort_keys,
     unique,
 )
@@ -204,10 +203,10 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     new_op[0] = True
     np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
     del k_sorted
-    start = np.where(new_run, iota(n), 0)
+    start = np.where(new_run, np.arange(n), 0)
     del new_run
     np.maximum.accumulate(start, out=start)
-    pos = np.subtract(iota(n), start, out=start)  # ordinal within the step
+    pos = np.subtract(np.arange(n), start, out=start)  # ordinal within the step
     # every ordinal below a run's largest occurs (a step's ordinals count from 0), so the slots
     # of operator b are offset[b] + 0..width[b]-1: dense codes in key order, without a sort
     op_start = np.flatnonzero(new_op)
@@ -334,7 +333,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         _, rank, start = sort
         gcode, opcode = gcode[order], opcode[order]
         first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
-        np.minimum.at(first_of, gcode, iota(len(gcode)))
+        np.minimum.at(first_of, gcode, np.arange(len(gcode)))
         by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
         remap = np.full(len(groups), -1, dtype=np.int64)
         remap[by_first] = np.arange(len(by_first), dtype=np.int64)
@@ -376,7 +375,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     rank, step, inst, gcode, pair, slot = (_narrow(a) for a in (rank, step, inst, gcode, pair, slot))
     opcode = _narrow(opcode, np.int8)
     last = np.zeros(n_inst, dtype=np.int64)
-    last[inst] = iota(len(inst))  # per instance: its last row speaks for it
+    last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
     del last, src, dst, is_p2p
     size = np.bincount(inst, minlength=n_inst)

@@ -20,7 +20,7 @@ import numpy as np
 from collector.meta import JobMeta
 from collector.schema import OPS
 from localize.features import Ops
-from localize.grouping import dense_codes, group_quantile, iota
+from localize.grouping import dense_codes, group_quantile
 from timeline.instances import host_codes
 from timeline.steps import clock_offsets_by_step
 
@@ -88,7 +88,7 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
         j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
     del seg, lifted_start
     np.subtract(j, 1, out=j)
-    row = iota(n)
+    row = np.arange(n)
     np.maximum(j, row, out=j)
     ready = start[j]
     np.maximum(start, ready, out=ready)

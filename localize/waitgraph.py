@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from localize.features import Ops, slot_stats
-from localize.grouping import iota
 from localize.latecomers import recurrent_latecomers
 
 
@@ -150,7 +149,7 @@ def _packed(values: np.ndarray) -> np.ndarray:
         np.clip(q, 0, 2**35 - 1, out=q)
         table[c:c + _CHUNK] = q.astype(np.int64)
     table <<= 27
-    table |= iota(len(values))
+    table |= np.arange(len(values))
     return table
 
 

@@ -85,7 +85,7 @@ class Ops:
     step: np.ndarray  # per row: step (int32, the frame's column where it can be)
     rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
-    nbytes: np.ndarray  # per row: payload bytes (int64)
+    nbytes: np.ndarray  # per row: payload bytes (int32 where every value fits: the frame's own column)
 
     @property
     def wait(self) -> np.ndarray:
@@ -255,9 +255,13 @@ def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def _compact(col: pd.Series) -> pd.Series:
     """A string column as a categorical (categories sorted, as groupby sorts strings): a code of
-    a byte or two per row instead of an offset and the characters."""
-    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "iufb":
+    a byte or two per row instead of an offset and the characters; an int64 column whose values
+    fit int32 (seq, nbytes) in int32, half its bytes (readers widen where they build keys)."""
+    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "ufb":
         return col
+    if col.dtype.kind == "i":
+        return col if col.dtype != np.int64 else pd.Series(_narrow(col.to_numpy()), index=col.index, name=col.name,
+                                                           copy=False)
     return col.astype("category")
 
 
@@ -321,11 +325,12 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     sort = _row_order(rank, start)
     order = None if sort is None else sort[0]
 
-    def column(name: str) -> np.ndarray:
-        a = df[name].to_numpy()  # gathered in its own width, then widened
+    def column(name: str, wide: bool = True) -> np.ndarray:
+        a = df[name].to_numpy()  # gathered in its own width, then widened (unless an int32 one may stay)
         if a.dtype.kind not in "iu":
             a = df[name].to_numpy(np.int64)
-        return (a if order is None else a[order]).astype(np.int64, copy=False)
+        a = a if order is None else a[order]
+        return a if not wide and a.dtype == np.int32 else a.astype(np.int64, copy=False)
 
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
@@ -396,7 +401,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
     return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, _narrow(late_row), gap, gcode, groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
-               opcode, step, rank, first, column("nbytes"))
+               opcode, step, rank, first, column("nbytes", wide=False))
 
 
 def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:

@@ -37,6 +37,8 @@ from localize.grouping import (
 )
 
 _OPS_ARRAY = pa.array(list(OPS))
+#: rows per chunk of scatters whose indices numpy would widen all at once
+_CHUNK = 1 << 20
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
@@ -481,8 +483,10 @@ def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
     vals = e[use]
     if keep is not None:
         vals[~keep[use]] = np.nan
-    mat[ops.slot[use], scode] = vals  # NaN values (unmeasurable) simply do not count
-    del vals, scode, use
+    slot = ops.slot[use]
+    for c in range(0, len(vals), _CHUNK):  # (by chunks: numpy widens fancy indices to intp, 16 bytes a row)
+        mat[slot[c:c + _CHUNK], scode[c:c + _CHUNK]] = vals[c:c + _CHUNK]  # NaN values (unmeasurable) do not count
+    del vals, scode, use, slot
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)

@@ -68,13 +68,10 @@ class Ops:
     elapsed: np.ndarray  # float64 seconds
     inst: np.ndarray  # instance id per row (int32: widen before building keys from it)
     n_inst: int
-    inst_size: np.ndarray  # copies per instance
+    inst_size: np.ndarray  # copies per instance (int32 where it fits)
     inst_min: np.ndarray  # smallest elapsed per instance
-    inst_mean: np.ndarray  # mean elapsed per instance
-    inst_max: np.ndarray
     late_row: np.ndarray  # per instance: row of the last arriver (smallest elapsed)
     gap: np.ndarray  # per row: compute time before it on its own clock (0 for a rank's first row)
-    group_code: np.ndarray  # per row: code into `groups`
     groups: np.ndarray  # group names
     inst_group: np.ndarray  # per instance: group code
     inst_step: np.ndarray  # per instance: step
@@ -94,6 +91,23 @@ class Ops:
         """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
         few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
         return self.elapsed - self.inst_min[self.inst]
+
+    @property
+    def inst_mean(self) -> np.ndarray:
+        """Mean elapsed per instance (computed on use, like `wait`: only the detector's features
+        read it, and the analysis's later peaks are spared its bytes)."""
+        return np.bincount(self.inst, weights=self.elapsed, minlength=self.n_inst) / np.maximum(self.inst_size, 1)
+
+    @property
+    def inst_max(self) -> np.ndarray:
+        """Largest elapsed per instance (computed on use, as `inst_mean`)."""
+        return group_max(self.inst, self.n_inst, self.elapsed)
+
+    @property
+    def group_code(self) -> np.ndarray:
+        """Per row: code into `groups` (every row of an instance is of its group: a fresh array from
+        the per-instance codes, not 4 bytes a row held through the analysis)."""
+        return self.inst_group[self.inst]
 
     @cached_property
     def df(self) -> pd.DataFrame:
@@ -384,11 +398,9 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
-    del last, src, dst, is_p2p
-    size = np.bincount(inst, minlength=n_inst)
+    del last, src, dst, is_p2p, gcode  # (Ops.group_code is inst_group[inst], on use)
+    size = _narrow(np.bincount(inst, minlength=n_inst))
     imin = group_min(inst, n_inst, elapsed)
-    imax = group_max(inst, n_inst, elapsed)
-    imean = np.bincount(inst, weights=elapsed, minlength=n_inst) / np.maximum(size, 1)
     wait = elapsed - imin[inst]
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
@@ -401,7 +413,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     gap[1:][later_step & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
     del later_step
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, _narrow(late_row), gap, gcode, groups,
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), gap, groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
                opcode, step, rank, first, column("nbytes", wide=False))
 

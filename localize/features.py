@@ -256,7 +256,7 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
     0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy; string columns
-    become categoricals. Consumes `df` (its columns are moved out one at a time, so the sort
+    become categoricals, int64 columns whose values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
     never holds two whole frames)."""
     sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
     order = None if sort is None else sort[0]

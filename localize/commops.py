@@ -16,7 +16,7 @@ import pandas as pd
 from collector.meta import JobMeta
 from collector.schema import OPS
 from collector.traceio import Trace
-from localize.detector import Detection, rule_detect
+from localize.detector import rule_detect
 from localize.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.grouping import unique
 from localize.groupkinds import group_kinds
@@ -37,7 +37,7 @@ class Analysis:
     """Everything the verdict was built from (kept for evidence, benchmarks and tests)."""
 
     ops: Ops
-    detection: Detection
+    abnormal: np.ndarray  # per row, the detector's call (its scores are dropped once thresholded)
     graph: WaitGraph
     rank_blame: np.ndarray
     rank_units: list[RankUnit]
@@ -156,7 +156,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     ref = np.setdiff1d(all_steps, irr)
     detector = load_detector() if forest else None
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
-    abnormal = detection.abnormal
+    abnormal, method = detection.abnormal, detection.method
+    del detection  # (its per-row scores are read by nothing past the threshold: 8 bytes a row off the peak)
     comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, *_late_history(ops, view, ref), ref)
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
@@ -241,8 +242,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 frac = sum(rest.values()) / sum(slow.values())
                 primaries.append(_net_candidate(second[0], comm_total / total * frac * second[0].score, meta))
     candidates = _merge(primaries, alternates, top)
-    analysis = Analysis(ops, detection, graph, rank_blame, units, net, comm_total, unit_names)
-    extra: dict[str, object] = {"source": "commops", "detector": detection.method, "abnormal_ops": int(abnormal.sum()),
+    analysis = Analysis(ops, abnormal, graph, rank_blame, units, net, comm_total, unit_names)
+    extra: dict[str, object] = {"source": "commops", "detector": method, "abnormal_ops": int(abnormal.sum()),
                                 "operators": len(ops.df)}
     if net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart

@@ -32,12 +32,13 @@ from localize.grouping import (
     group_max,
     group_median,
     group_min,
-    iota,
     sort_keys,
     unique,
 )
 
 _OPS_ARRAY = pa.array(list(OPS))
+#: rows per chunk of scatters whose indices numpy would widen all at once
+_CHUNK = 1 << 20
 
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
@@ -67,13 +68,10 @@ class Ops:
     elapsed: np.ndarray  # float64 seconds
     inst: np.ndarray  # instance id per row (int32: widen before building keys from it)
     n_inst: int
-    inst_size: np.ndarray  # copies per instance
+    inst_size: np.ndarray  # copies per instance (int32 where it fits)
     inst_min: np.ndarray  # smallest elapsed per instance
-    inst_mean: np.ndarray  # mean elapsed per instance
-    inst_max: np.ndarray
     late_row: np.ndarray  # per instance: row of the last arriver (smallest elapsed)
     gap: np.ndarray  # per row: compute time before it on its own clock (0 for a rank's first row)
-    group_code: np.ndarray  # per row: code into `groups`
     groups: np.ndarray  # group names
     inst_group: np.ndarray  # per instance: group code
     inst_step: np.ndarray  # per instance: step
@@ -86,13 +84,30 @@ class Ops:
     step: np.ndarray  # per row: step (int32, the frame's column where it can be)
     rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
-    nbytes: np.ndarray  # per row: payload bytes (int64)
+    nbytes: np.ndarray  # per row: payload bytes (int32 where every value fits: the frame's own column)
 
     @property
     def wait(self) -> np.ndarray:
         """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
         few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
         return self.elapsed - self.inst_min[self.inst]
+
+    @property
+    def inst_mean(self) -> np.ndarray:
+        """Mean elapsed per instance (computed on use, like `wait`: only the detector's features
+        read it, and the analysis's later peaks are spared its bytes)."""
+        return np.bincount(self.inst, weights=self.elapsed, minlength=self.n_inst) / np.maximum(self.inst_size, 1)
+
+    @property
+    def inst_max(self) -> np.ndarray:
+        """Largest elapsed per instance (computed on use, as `inst_mean`)."""
+        return group_max(self.inst, self.n_inst, self.elapsed)
+
+    @property
+    def group_code(self) -> np.ndarray:
+        """Per row: code into `groups` (every row of an instance is of its group: a fresh array from
+        the per-instance codes, not 4 bytes a row held through the analysis)."""
+        return self.inst_group[self.inst]
 
     @cached_property
     def df(self) -> pd.DataFrame:
@@ -204,10 +219,10 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     new_op[0] = True
     np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
     del k_sorted
-    start = np.where(new_run, iota(n), 0)
+    start = np.where(new_run, np.arange(n), 0)
     del new_run
     np.maximum.accumulate(start, out=start)
-    pos = np.subtract(iota(n), start, out=start)  # ordinal within the step
+    pos = np.subtract(np.arange(n), start, out=start)  # ordinal within the step
     # every ordinal below a run's largest occurs (a step's ordinals count from 0), so the slots
     # of operator b are offset[b] + 0..width[b]-1: dense codes in key order, without a sort
     op_start = np.flatnonzero(new_op)
@@ -241,7 +256,7 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
     0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy; string columns
-    become categoricals. Consumes `df` (its columns are moved out one at a time, so the sort
+    become categoricals, int64 columns whose values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
     never holds two whole frames)."""
     sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
     order = None if sort is None else sort[0]
@@ -256,9 +271,13 @@ def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def _compact(col: pd.Series) -> pd.Series:
     """A string column as a categorical (categories sorted, as groupby sorts strings): a code of
-    a byte or two per row instead of an offset and the characters."""
-    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "iufb":
+    a byte or two per row instead of an offset and the characters; an int64 column whose values
+    fit int32 (seq, nbytes) in int32, half its bytes (readers widen where they build keys)."""
+    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "ufb":
         return col
+    if col.dtype.kind == "i":
+        return col if col.dtype != np.int64 else pd.Series(_narrow(col.to_numpy()), index=col.index, name=col.name,
+                                                           copy=False)
     return col.astype("category")
 
 
@@ -322,11 +341,12 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     sort = _row_order(rank, start)
     order = None if sort is None else sort[0]
 
-    def column(name: str) -> np.ndarray:
-        a = df[name].to_numpy()  # gathered in its own width, then widened
+    def column(name: str, wide: bool = True) -> np.ndarray:
+        a = df[name].to_numpy()  # gathered in its own width, then widened (unless an int32 one may stay)
         if a.dtype.kind not in "iu":
             a = df[name].to_numpy(np.int64)
-        return (a if order is None else a[order]).astype(np.int64, copy=False)
+        a = a if order is None else a[order]
+        return a if not wide and a.dtype == np.int32 else a.astype(np.int64, copy=False)
 
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
@@ -334,7 +354,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         _, rank, start = sort
         gcode, opcode = gcode[order], opcode[order]
         first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
-        np.minimum.at(first_of, gcode, iota(len(gcode)))
+        np.minimum.at(first_of, gcode, np.arange(len(gcode)))
         by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
         remap = np.full(len(groups), -1, dtype=np.int64)
         remap[by_first] = np.arange(len(by_first), dtype=np.int64)
@@ -376,13 +396,11 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     rank, step, inst, gcode, pair, slot = (_narrow(a) for a in (rank, step, inst, gcode, pair, slot))
     opcode = _narrow(opcode, np.int8)
     last = np.zeros(n_inst, dtype=np.int64)
-    last[inst] = iota(len(inst))  # per instance: its last row speaks for it
+    last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
     inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
-    del last, src, dst, is_p2p
-    size = np.bincount(inst, minlength=n_inst)
+    del last, src, dst, is_p2p, gcode  # (Ops.group_code is inst_group[inst], on use)
+    size = _narrow(np.bincount(inst, minlength=n_inst))
     imin = group_min(inst, n_inst, elapsed)
-    imax = group_max(inst, n_inst, elapsed)
-    imean = np.bincount(inst, weights=elapsed, minlength=n_inst) / np.maximum(size, 1)
     wait = elapsed - imin[inst]
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
@@ -395,9 +413,9 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     gap[1:][later_step & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
     del later_step
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, imean, imax, _narrow(late_row), gap, gcode, groups,
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), gap, groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
-               opcode, step, rank, first, column("nbytes"))
+               opcode, step, rank, first, column("nbytes", wide=False))
 
 
 def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:
@@ -477,8 +495,10 @@ def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
     vals = e[use]
     if keep is not None:
         vals[~keep[use]] = np.nan
-    mat[ops.slot[use], scode] = vals  # NaN values (unmeasurable) simply do not count
-    del vals, scode, use
+    slot = ops.slot[use]
+    for c in range(0, len(vals), _CHUNK):  # (by chunks: numpy widens fancy indices to intp, 16 bytes a row)
+        mat[slot[c:c + _CHUNK], scode[c:c + _CHUNK]] = vals[c:c + _CHUNK]  # NaN values (unmeasurable) do not count
+    del vals, scode, use, slot
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)

@@ -11,18 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-_IOTA = np.zeros(0, dtype=np.int64)
-
-
-def iota(n: int) -> np.ndarray:
-    """0..n-1 as int64, read-only: one shared array (views of it), so the many row-index
-    ranges of one pass do not each allocate and fault in fresh memory."""
-    global _IOTA
-    if len(_IOTA) < n:
-        _IOTA = np.arange(max(n, 2 * len(_IOTA)), dtype=np.int64)
-        _IOTA.setflags(write=False)
-    return _IOTA[:n]
-
 
 def argsort_stable(key: np.ndarray, runs: bool = False) -> np.ndarray:
     """Stable argsort of integer keys (see `sort_keys`)."""
@@ -45,7 +33,7 @@ def sort_keys(key: np.ndarray, runs: bool = False) -> tuple[np.ndarray, np.ndarr
         order = np.argsort((key - kmin).astype(np.uint16) if narrow else key, kind="stable").astype(np.int64, copy=False)
         return order, key[order]
     packed = ((key - kmin) << bits) if kmin else key << bits
-    packed |= iota(n)
+    packed |= np.arange(n)
     packed.sort(kind="stable" if runs else None)
     order = packed & ((1 << bits) - 1)
     packed >>= bits
@@ -64,16 +52,16 @@ def first_order(codes: np.ndarray, k: int) -> np.ndarray:
     """Renumber codes in [0, k), each occurring, by first appearance (as `pd.factorize` does)."""
     n = len(codes)
     first = np.full(k, n, dtype=np.int64)
-    np.minimum.at(first, codes, iota(n))
+    np.minimum.at(first, codes, np.arange(n))
     return _by_position(codes, first, n)
 
 
 def _by_position(codes: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
     """Renumber codes by their (distinct) first row, ordering rows through a table, not a sort."""
     at_row = np.full(n, -1, dtype=np.int64)
-    at_row[first] = iota(len(first))
+    at_row[first] = np.arange(len(first))
     remap = np.empty(len(first), dtype=np.int64)
-    remap[at_row[at_row >= 0]] = iota(len(first))
+    remap[at_row[at_row >= 0]] = np.arange(len(first))
     return remap[codes]
 
 
@@ -115,7 +103,7 @@ def cumcount(codes: np.ndarray) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     order, sc = sort_keys(codes)
-    pos = iota(n)
+    pos = np.arange(n)
     start = np.where(np.r_[True, sc[1:] != sc[:-1]], pos, 0)
     np.maximum.accumulate(start, out=start)
     out = np.empty(n, dtype=np.int64)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from localize.features import Ops, slot_stats
-from localize.grouping import iota
 from localize.latecomers import recurrent_latecomers
 
 
@@ -96,15 +95,15 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
     one rank's stream means records in between were lost, and every gap of that rank between
     the two rows may contain a lost operator's time.
     """
-    seq = ops.df["seq"].to_numpy(np.int64)
+    seq = ops.df["seq"].to_numpy()  # (in the frame's width: widened only where subtracted)
     has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
     hole = np.zeros(len(seq), dtype=bool)
-    hole[has] = seq[has] - seq[prev[has]] > 1
-    mark = np.zeros(len(seq) + 1, dtype=np.int64)
+    hole[has] = np.subtract(seq[has], seq[prev[has]], dtype=np.int64) > 1
+    mark = np.zeros(len(seq) + 1, dtype=prev.dtype)  # (+1/-1 marks: row indices' width suffices)
     idx = np.flatnonzero(hole)
     np.add.at(mark, prev[idx] + 1, 1)
     np.add.at(mark, idx + 1, -1)
-    return np.cumsum(mark)[:-1] > 0
+    return np.cumsum(mark, dtype=mark.dtype)[:-1] > 0
 
 
 
@@ -146,11 +145,13 @@ def _packed(values: np.ndarray) -> np.ndarray:
     the argmax (ties: the later row). Built chunk by chunk: one row-sized array."""
     table = np.empty(len(values), dtype=np.int64)
     for c in range(0, len(values), _CHUNK):
-        q = values[c:c + _CHUNK] * 1e6
+        e = min(c + _CHUNK, len(values))
+        q = values[c:e] * 1e6
         np.clip(q, 0, 2**35 - 1, out=q)
-        table[c:c + _CHUNK] = q.astype(np.int64)
-    table <<= 27
-    table |= iota(len(values))
+        t = table[c:e]
+        t[:] = q.astype(np.int64)
+        t <<= 27
+        t |= np.arange(c, e)
     return table
 
 

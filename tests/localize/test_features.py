@@ -51,3 +51,18 @@ def test_step_codes_are_dense_codes_in_step_order() -> None:
         got, k = _step_codes(step)
         want, k_want = dense_codes(step, by_first=False)
         assert k == k_want and got.tolist() == want.tolist()
+
+
+def test_sorted_rows_narrows_int64_columns_only_where_every_value_fits() -> None:
+    raw = Trace.open(TRACE).commops(columns=COLUMNS)
+    raw["seq"], raw["nbytes"] = raw["seq"].astype(np.int64), raw["nbytes"].astype(np.int64)
+    big = raw.copy()
+    big.loc[3, "nbytes"] = 2**40  # a payload past int32: the column stays int64, the value intact
+    out = sorted_rows(raw.copy())
+    assert out["seq"].dtype == np.int32 and out["nbytes"].dtype == np.int32 and out["start_ns"].dtype == np.int64
+    ops = prepare_ops(out)
+    assert ops.nbytes.dtype == np.int32 and np.shares_memory(ops.nbytes, out["nbytes"].to_numpy())  # no copy
+    np.testing.assert_array_equal(ops.nbytes, prepare_ops(raw.copy()).nbytes)
+    wide = sorted_rows(big.copy())
+    assert wide["nbytes"].dtype == np.int64 and int(wide["nbytes"].max()) == 2**40
+    np.testing.assert_array_equal(prepare_ops(wide).nbytes, prepare_ops(big.copy()).nbytes)

@@ -128,7 +128,8 @@ def flights(ops: Ops, start: np.ndarray, end: np.ndarray, send_row: np.ndarray,
 
 
 def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, together: np.ndarray,
-               send_row: np.ndarray, recv_row: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               send_row: np.ndarray, recv_row: np.ndarray, stream: np.ndarray,
+               in_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: the time its transfer needs, from normal steps, NaN where never measured;
     and how long its stream's transfers usually took at most (the 90th percentile of every
     normal measurement, NaN where never measured).
@@ -141,8 +142,7 @@ def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, 
     back at compute): a stream on a busy host spreads widely even when its path is healthy.
     """
     p2p = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
-    normal = p2p & np.isin(ops.inst_step, ref) & np.isfinite(flight)
-    stream = np.where(p2p, ops.pair[np.maximum(send_row, 0)], -1)
+    normal = p2p & in_ref & np.isfinite(flight)
     host = host_codes(meta, ops.rank)[0]
     hs, hr = host[np.maximum(send_row, 0)], host[np.maximum(recv_row, 0)]
     path = ((hs != hr) | (hs < 0)).astype(np.int64)  # 0: within a host, 1: across the network
@@ -176,24 +176,25 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
         return out, seen
     start, end = aligned_times(ops, meta, ref)
     flight, waited, together = flights(ops, start, end, send_row, recv_row)
-    needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, ref)
+    # each instance's stream (the send's pair: -1 for collectives and lost sends), and which ran normally
+    stream = np.where(ops.inst_p2p & (send_row >= 0), ops.pair[np.maximum(send_row, 0)], -1)
+    in_ref = np.isin(ops.inst_step, ref)
+    needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, stream, in_ref)
     ex = flight - needs
     slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S)) & ~(flight <= usual)
     out[slow] = ex[slow]
-    return out, seen | waited | (together & held_sends(ops, send_row, waited, together, ref)) | slow
+    return out, seen | waited | (together & held_sends(ops, send_row, waited, together, stream, in_ref)) | slow
 
 
 def held_sends(ops: Ops, send_row: np.ndarray, waited: np.ndarray, together: np.ndarray,
-               ref: np.ndarray) -> np.ndarray:
+               stream: np.ndarray, in_ref: np.ndarray) -> np.ndarray:
     """Per instance: whether its stream's sends wait for their receiver (rendezvous), as its
     normal steps show: nearly every send whose receiver came later ended with the receive.
     Only then does a transfer that ended together measure its whole time; under an eager send
     it is a lower bound, which clears nothing when it is short. A stream whose receivers never
     came late in normal steps is taken as held (nothing says otherwise)."""
-    p2p = ops.inst_p2p & (send_row >= 0)
-    stream = np.where(p2p, ops.pair[np.maximum(send_row, 0)], -1)
     code, k = dense_codes(stream, by_first=False)
-    late = p2p & np.isin(ops.inst_step, ref) & ~waited
+    late = (stream >= 0) & in_ref & ~waited
     n_late = np.bincount(code[late], minlength=k)
     n_held = np.bincount(code[late & together], minlength=k)
     held = (n_late < 2) | (n_held >= HELD_SHARE * np.maximum(n_late, 1))

@@ -12,9 +12,9 @@ graph then asks, as for any suspect, whether the rank's own compute explains the
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from localize.features import Ops
+from localize.grouping import group_quantile
 
 #: share of a group's instances in the irregular steps that must have the same last arriver
 CONSISTENT = 0.75
@@ -48,14 +48,10 @@ def recurrent_latecomers(ops: Ops, delay: np.ndarray, unit_of_inst: np.ndarray, 
     world = int(ops.rank.max(initial=0)) + 1
     late_rank = np.where(ops.late_row >= 0, ops.rank[np.maximum(ops.late_row, 0)], 0)
     key = unit_of_inst * world + late_rank
-    # per unit: the normal steps' delay distribution, whoever arrived last
-    hist = pd.Series(delay[in_ref]).groupby(unit_of_inst[in_ref])
-    sizes = hist.size()
-    known = sizes[sizes >= 2].index.to_numpy()
-    q1 = np.full(n_units, np.nan)
-    q3 = np.full(n_units, np.nan)
-    q1[known] = hist.quantile(0.25).reindex(known).to_numpy()
-    q3[known] = hist.quantile(0.75).reindex(known).to_numpy()
+    # per unit: the normal steps' delay distribution, whoever arrived last (two delays at least)
+    ref_unit, ref_delay = unit_of_inst[in_ref], delay[in_ref]
+    known = np.bincount(ref_unit, minlength=n_units) >= 2
+    q1, q3 = (np.where(known, group_quantile(ref_unit, n_units, ref_delay, q), np.nan) for q in (0.25, 0.75))
     threshold = np.maximum(q3 + SPREAD * (q3 - q1), MIN_DELAY_S)
     # per unit: how many irregular instances, and per (unit, last arriver) how many and how long
     n_irr_unit = np.bincount(unit_of_inst[in_irr], minlength=n_units)
@@ -63,7 +59,7 @@ def recurrent_latecomers(ops: Ops, delay: np.ndarray, unit_of_inst: np.ndarray, 
     k = key[irr_idx]
     kcode, kinv = np.unique(k, return_inverse=True)
     count = np.bincount(kinv)
-    med = pd.Series(delay[irr_idx]).groupby(kinv).median().to_numpy()
+    med = group_quantile(kinv, len(kcode), delay[irr_idx], 0.5)
     unit_k = kcode // world
     ok = ((count >= MIN_INSTANCES) & (count >= CONSISTENT * n_irr_unit[unit_k])
           & np.isfinite(threshold[unit_k]) & (med > threshold[unit_k]))

@@ -70,7 +70,8 @@ SUMMARY_SCHEMA = pa.schema(
     ]
 )
 OUTLIER = 1.05  # a rank computing this much over its host's typical rank is summarized on its own
-LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one slow GPU cannot move it)
+LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one slow GPU cannot move it),
+# taken as one rank's own value: interpolated, on a host of two ranks a slow one lifts its peer by a quarter
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest
@@ -95,7 +96,7 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None) -> 
         ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max")).reset_index()
     by_host = per_rank.groupby(["host", "step"], sort=True)
     med = by_host.agg(step_end_ns=("step_end_ns", "median")).reset_index()
-    med["compute_s"] = by_host["compute_s"].quantile(LOW).to_numpy()
+    med["compute_s"] = by_host["compute_s"].quantile(LOW, interpolation="lower").to_numpy()
     med["rank"] = -1
     med["step_end_ns"] = med["step_end_ns"].round().astype(np.int64)
     typical = per_rank[["host", "step"]].merge(med[["host", "step", "compute_s"]], on=["host", "step"], how="left")["compute_s"].to_numpy()

@@ -38,9 +38,10 @@ from localize.commops import COLUMNS
 from localize.detector import label_rows, rule_detect
 from localize.features import prepare_ops
 from localize.model_store import load_detector
-from localize.steps import judge, step_durations
+from localize.steps import step_durations
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
 from localize.verdict import Candidate
+from timeline.steps import judge_from_fast_half
 
 # name -> (tp, pp, cp, ep, virtual stages); dims counted as in Holmes (dp, tp, pp, cp, ep, vpp)
 LAYOUTS = {
@@ -500,7 +501,7 @@ def throughput(gpus: int, workdir: Path, repeats: int = 5) -> dict[str, float]:
             c0 = time.process_time()
             ops = prepare_ops(frame)
             c1 = time.process_time()
-            table = judge(step_durations(frame))
+            table = judge_from_fast_half(step_durations(frame))
             ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
             c2 = time.process_time()
             flagged = det.detect(ops, table, ref).abnormal if det is not None else rule_detect(ops, table, ref).abnormal
@@ -534,7 +535,7 @@ def drift_f1(workdir: Path) -> dict[str, float]:
         df["_clean"] = clean
         ops = prepare_ops(df)
         y = label_rows(ops, ops.df["_clean"].to_numpy(np.float64))
-        table = judge(step_durations(ops.df))
+        table = judge_from_fast_half(step_durations(ops.df))
         ref = table.loc[~table["irregular"], "step"].to_numpy(np.int64)
         flagged = det.detect(ops, table, ref).abnormal if det else np.zeros(len(y), bool)
         out[f"drift {drift:+.0%}"] = f1(y, flagged)

@@ -26,6 +26,8 @@ LOCALIZERS: dict[str, tuple[str, str]] = {
 HANG = ("localize.hang", "find_hang")
 #: how much a source's score counts when several sources name the same device
 SOURCE_WEIGHT = {"commops": 1.0, "flows": 0.85, "logs": 0.7}
+#: a tied device's share of its tie's score once another source named a different one of them
+DECIDED_AWAY = 0.5
 #: how many candidates CommOps lists when other evidence may break its ties
 TIE_LIST = 2048
 
@@ -160,10 +162,16 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
 
 def _mark_ties(merged: dict[tuple[Any, ...], Candidate], support: dict[tuple[Any, ...], float]) -> None:
     """A source's tie stays a tie only while the merged evidence still cannot tell its devices
-    apart: another source that names one of them lifts it out (its score may already be 1, but
-    its support grows)."""
+    apart: another source that names one of them lifts it out, and the devices it left behind
+    score DECIDED_AWAY of their tie's score, so the decision shows in the scores (a device
+    CommOps was sure of may already score 1 before flows confirm it)."""
     tied = [k for k, c in merged.items() if c.tie]
+    lifted = {k for k in tied if "+" in (merged[k].source or "")}
     for k in tied:
         c = merged[k]
         n = sum(1 for o in tied if abs(merged[o].score - c.score) <= 1e-6 and abs(support[o] - support[k]) <= 1e-6)
         c.tie = n if n > 1 else None
+    if lifted:
+        for k in set(tied) - lifted:
+            merged[k].score *= DECIDED_AWAY
+            merged[k].evidence.append("another source names a device CommOps could not tell from this one")

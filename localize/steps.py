@@ -18,8 +18,7 @@ import pandas as pd
 from collector.meta import JobMeta
 from collector.traceio import Trace
 from localize.grouping import dense_codes, group_max, group_min
-
-WINDOW = 8
+from timeline.steps import judge_from_fast_half
 
 
 @dataclass
@@ -34,34 +33,6 @@ class StepView:
     status: str = "healthy"
     group_kind: dict[str, str] = field(default_factory=dict)
     onset_step: int | None = None
-
-
-def judge(durations: pd.Series, delta: float = 1.1) -> pd.DataFrame:
-    """δ-irregular steps: duration over delta x the median of the previous WINDOW normal steps.
-
-    Until three normal steps are known, the baseline is the median of the faster half of all
-    steps, so a fault in the first steps (or a short first step) cannot set the baseline.
-    """
-    d = durations.sort_index()
-    vals = d.to_numpy(np.float64)
-    base = np.full(len(vals), np.nan)
-    irregular = np.zeros(len(vals), dtype=bool)
-    fast = vals[vals <= np.median(vals)] if len(vals) else vals
-    start = float(np.median(fast)) if len(fast) else 0.0
-    normal: list[float] = []
-    for i, v in enumerate(vals):  # one iteration per training step, not per operator
-        base[i] = float(np.median(normal[-WINDOW:])) if len(normal) >= 3 else start
-        irregular[i] = v > delta * base[i]
-        if not irregular[i]:
-            normal.append(float(v))
-    if len(normal) >= 3:
-        # the steps judged before three normal ones were known get their baseline too: when a
-        # fault covers most steps, the faster half is the fault's level, and operators' normal
-        # times scaled by it (`localize.features.step_scale`) would halve
-        early = np.isclose(base, start) & (np.arange(len(vals)) <= int(np.flatnonzero(~irregular)[2]))
-        base[early] = float(np.median(normal[:3]))
-    return pd.DataFrame({"step": d.index.to_numpy(np.int64), "duration_s": vals, "baseline_s": base,
-                         "ratio": vals / base, "irregular": irregular, "pattern": ""})
 
 
 def infer_steps(df: pd.DataFrame) -> np.ndarray:
@@ -138,30 +109,10 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         build = None
     if build is not None and hasattr(build, "build_timeline"):
         tl = build.build_timeline(trace, steps=steps)
-        view = StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
+        return StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
                         dict(tl.group_kind), tl.onset_step)
-        if len(tl.steps) >= 3:
-            # a fault covering most of the window can become its own baseline (the timeline then
-            # sees nothing, or a spike on top of it): judge again against the steps before it
-            # (the faster half), as the fallback does. That is believed only for a degradation
-            # that lasts to the end (a drift slower at first than later must not make the first
-            # steps irregular, nor a noisy healthy job's slower half); warm-up and noise are
-            # left out as the timeline leaves them out
-            from timeline.steps import settle
-
-            again, _, onset = settle(judge(tl.steps.set_index("step")["duration_s"].astype(float)),
-                                     warmup=bool(tl.warmup_steps) or steps is None)
-            flags = again["irregular"].to_numpy(bool)
-            irr = [int(s) for s in again.loc[flags, "step"]]
-            lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
-            if irr and lasting and (not view.irregular_steps or (set(view.irregular_steps) <= set(irr)
-                                                                 and len(irr) > len(view.irregular_steps))):
-                normal = again.loc[~again["irregular"], "duration_s"]
-                slow = float(again.loc[again["irregular"], "duration_s"].median() / normal.median())
-                view = StepView(tl.job, tl.meta, again, irr, slow, "irregular", dict(tl.group_kind), onset)
-        return view
     df = with_steps(df)
-    table = judge(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
+    table = judge_from_fast_half(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
     irr = [int(s) for s in table.loc[table["irregular"].astype(bool), "step"]]
     normal = table.loc[~table["irregular"].astype(bool), "duration_s"]
     slow = float(table.loc[table["irregular"].astype(bool), "duration_s"].median() / normal.median()) if irr and len(normal) else 1.0

@@ -31,7 +31,8 @@ from localize.detector import (
 )
 from localize.features import FEATURES, detector_matrix, feature_basis, prepare_ops
 from localize.forest import ArrayForest
-from localize.steps import judge, step_durations
+from localize.steps import step_durations
+from timeline.steps import judge_from_fast_half
 
 N_TREES = 6
 MAX_DEPTH = 9
@@ -142,7 +143,7 @@ def job_matrix(cfg: Any) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]
     ops = prepare_ops(df)
     clean_sorted = ops.df["_clean"].to_numpy(np.float64)
     y = label_rows(ops, clean_sorted)
-    table = judge(step_durations(ops.df))
+    table = judge_from_fast_half(step_durations(ops.df))
     irr = table.loc[table["irregular"].astype(bool), "step"].to_numpy(np.int64)
     ref = np.setdiff1d(table["step"].to_numpy(np.int64), irr)
     basis = feature_basis(ops, table, ref)

@@ -19,6 +19,7 @@ from timeline.steps import (
     infer_steps,
     job_step_durations,
     judge_steps,
+    lasting_fault,
     settle,
     slowdown,
     spread,
@@ -78,6 +79,8 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         notes.append(f"only {len(durations)} step(s): too few for a rolling baseline")
     from_start = steps is None or (len(all_steps) > 0 and steps[0] <= int(all_steps[0]))
     table, warmup, onset = settle(table, warmup=from_start) if len(table) else (table, [], None)
+    if (lasting := lasting_fault(table, warmup=bool(warmup) or from_start)) is not None:
+        table, onset = lasting
     if warmup:
         notes.append(f"steps {warmup[0]}..{warmup[-1]} ran slow as the job warmed up (allocator, communicators, "
                      "compilation): not counted as irregular")

@@ -19,6 +19,8 @@ from timeline.instances import estimate_clock_offsets, host_codes, instance_ids
 
 #: Normal steps the rolling baseline looks back over (Holmes' sliding window).
 WINDOW = 10
+#: ... and when judged against the faster half of all steps (`judge_from_fast_half`)
+FAST_HALF_WINDOW = 8
 #: steps beyond this many σ of the job's own step noise are irregular, if that exceeds δ
 NOISE_SIGMAS = 4.0
 #: lower quartile of |a - b| for a, b ~ N(0, σ²), in units of σ
@@ -371,6 +373,56 @@ def _episode_start(ep: np.ndarray, lost: np.ndarray) -> int:
     return int(ep[first[0]]) if first.size else int(ep[0])
 
 
+def judge_from_fast_half(durations: pd.Series, delta: float = 1.1, window: int = FAST_HALF_WINDOW) -> pd.DataFrame:
+    """δ-irregular steps: duration over delta x the median of the previous `window` normal steps.
+
+    Until three normal steps are known, the baseline is the median of the faster half of all
+    steps, so a fault in the first steps (or a short first step) cannot set the baseline.
+    """
+    d = durations.sort_index()
+    vals = d.to_numpy(np.float64)
+    base = np.full(len(vals), np.nan)
+    irregular = np.zeros(len(vals), dtype=bool)
+    fast = vals[vals <= np.median(vals)] if len(vals) else vals
+    start = float(np.median(fast)) if len(fast) else 0.0
+    normal: list[float] = []
+    for i, v in enumerate(vals):  # one iteration per training step, not per operator
+        base[i] = float(np.median(normal[-window:])) if len(normal) >= 3 else start
+        irregular[i] = v > delta * base[i]
+        if not irregular[i]:
+            normal.append(float(v))
+    if len(normal) >= 3:
+        # the steps judged before three normal ones were known get their baseline too: when a
+        # fault covers most steps, the faster half is the fault's level, and operators' normal
+        # times scaled by it (`localize.features.step_scale`) would halve
+        early = np.isclose(base, start) & (np.arange(len(vals)) <= int(np.flatnonzero(~irregular)[2]))
+        base[early] = float(np.median(normal[:3]))
+    return pd.DataFrame({"step": d.index.to_numpy(np.int64), "duration_s": vals, "baseline_s": base,
+                         "ratio": vals / base, "irregular": irregular, "pattern": ""})
+
+
+def lasting_fault(table: pd.DataFrame, warmup: bool) -> tuple[pd.DataFrame, int | None] | None:
+    """The steps judged again against the steps before a fault that covers most of the window,
+    or None when that finds nothing more than `table` (a settled `judge_steps` table) does.
+
+    Such a fault becomes its own baseline (the rolling median then sees nothing, or only a spike
+    on top of it), so the steps are judged against the faster half (`judge_from_fast_half`).
+    That is believed only for a degradation that lasts to the end: a drift slower at first than
+    later must not make the first steps irregular, nor a noisy healthy job's slower half.
+    Warm-up and noise are left out as `settle` leaves them out. Returns the table and onset.
+    """
+    if len(table) < 3:
+        return None
+    again, _, onset = settle(judge_from_fast_half(table.set_index("step")["duration_s"].astype(float)), warmup=warmup)
+    flags = again["irregular"].to_numpy(bool)
+    irr = set(again.loc[flags, "step"].astype(int))
+    before = set(table.loc[table["irregular"].astype(bool), "step"].astype(int))
+    lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
+    if irr and lasting and (not before or (before <= irr and len(irr) > len(before))):
+        return again, onset
+    return None
+
+
 def level_shift(d: np.ndarray, delta: float) -> int | None:
     """Index where the step time moves up to a new level that lasts to the end, or None.
 
@@ -429,7 +481,7 @@ def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarra
     breaks = np.flatnonzero(np.diff(s) > EPISODE_GAP) + 1
     for ep in np.split(np.arange(idx.size), breaks):  # one iteration per episode
         rows = idx[ep]
-        density = ep.size / float(s[ep[-1]] - s[ep[0]] + 1)
+        density = ep.size / float(rows[-1] - rows[0] + 1)  # of the steps logged in its span (sampled steps)
         lo, hi = np.nanquantile(ratio[rows], [0.1, 0.9])
         if ep.size <= 2:
             out[rows] = "spike"

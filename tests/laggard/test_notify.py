@@ -12,7 +12,7 @@ from collector.errors import UserError
 from explain.report.alert import detect_format
 from explain.report.build import report_from_verdict
 from explain.report.model import Report
-from laggard.notify import notify
+from laggard.notify import BACKOFF_S, notify
 from localize.verdict import Candidate, Verdict
 from tests.conftest import run_cli
 from tests.explain.report_helpers import make_trace
@@ -88,7 +88,9 @@ def test_transient_failures_are_retried_with_backoff_and_refusals_are_not(report
                 rx.status = 200
 
         assert notify(report, rx.url + "/api/v2/alerts", sleep=recover) == 200
-    assert len(rx.posts) == 3 and waits[1] > waits[0] * 1.2  # two failures, then delivered; waits grow
+    assert len(rx.posts) == 3  # two failures, then delivered
+    for i, w in enumerate(waits):  # each wait in its doubling window, jittered by 0.5-1.5x
+        assert BACKOFF_S * 2**i * 0.5 <= w < BACKOFF_S * 2**i * 1.5
     with Receiver(status=400) as rx, pytest.raises(UserError, match="HTTP 400"):
         notify(report, rx.url + "/hook", sleep=waits.append)
     assert len(rx.posts) == 1  # a refusal is final

@@ -58,3 +58,5 @@ def test_commops_reports_the_tie_and_flows_break_it(ring_traces: dict[str, Path]
     both = localize_trace(Trace.open(ring_traces[name]), None, top=5)
     assert _is(both.candidates[0], want), [c.device() for c in both.candidates]
     assert both.candidates[0].source == "commops+flows"
+    # the decision shows in the scores: the devices flows did not name fall below the one they did
+    assert both.candidates[0].tie is None and max(c.score for c in both.candidates[1:]) < both.candidates[0].score

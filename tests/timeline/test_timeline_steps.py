@@ -15,7 +15,10 @@ from timeline.steps import (
     classify_patterns,
     infer_steps,
     job_step_durations,
+    judge_from_fast_half,
     judge_steps,
+    lasting_fault,
+    settle,
     slowdown,
     step_durations_per_rank,
 )
@@ -136,3 +139,47 @@ def test_patterns() -> None:
     assert set(p[10:16]) == {"persistent"}
     assert set(p[[22, 24, 25, 28]]) == {"fluctuation"}
     assert set(p[~irr]) == {""}
+
+
+FAULT_OVER_MOST = pd.Series([0.121, 0.1315, 0.1315, 0.30, 0.296, 0.302, 0.302, 0.302, 0.296, 0.296, 0.301, 0.299, 0.2955, 0.2995],
+                            index=np.arange(0, 28, 2))  # sampled steps; a fault of 2.3x from step 6 on
+
+
+def test_a_fault_over_most_steps_leaves_the_first_steps_at_the_normal_baseline() -> None:
+    """The faster half of all steps is the fault's level here; the first steps must not keep it
+    as their baseline (operators' normal times are scaled by it: every healthy collective
+    measured slow, and a NIC fault was blamed on the one switch)."""
+    t = judge_from_fast_half(FAULT_OVER_MOST)
+    assert t["irregular"].tolist() == [False] * 3 + [True] * 11
+    np.testing.assert_allclose(t["baseline_s"], 0.1315)
+
+
+def test_a_lasting_fault_over_most_steps_is_found_when_the_rolling_baseline_learns_it() -> None:
+    """The rolling baseline's first window is the fault's level (the normal steps, under half its
+    median, read as mis-cut): `lasting_fault` judges against the steps before it."""
+    settled, _, _ = settle(judge_steps(FAULT_OVER_MOST))
+    assert not settled["irregular"].any()
+    again = lasting_fault(settled, warmup=True)
+    assert again is not None
+    table, onset = again
+    assert table.loc[table["irregular"], "step"].tolist() == list(range(6, 28, 2)) and onset == 6
+    assert lasting_fault(table, warmup=True) is None  # nothing more to find
+
+
+def test_a_healthy_noisy_job_is_left_as_it_is() -> None:
+    rng = np.random.default_rng(4)
+    d = pd.Series(0.2 * (1 + 0.02 * rng.standard_normal(30)))
+    settled, _, _ = settle(judge_steps(d))
+    assert lasting_fault(settled, warmup=True) is None
+    assert not judge_from_fast_half(d)["irregular"].any()
+
+
+def test_a_persistent_fault_in_sampled_steps_is_persistent() -> None:
+    """Every second step logged: an unbroken run of logged irregular steps is one level, not a
+    fluctuation (the steps the logger skipped are not normal steps in between)."""
+    steps = np.arange(0, 28, 2)
+    irregular = np.r_[np.zeros(3, bool), np.ones(11, bool)]
+    got = classify_patterns(steps, irregular, np.where(irregular, 2.28, 1.0))
+    assert got[3:].tolist() == ["persistent"] * 11
+    gaps = np.r_[np.zeros(3, bool), np.tile([True, False], 5), True]  # normal logged steps in between
+    assert set(classify_patterns(steps, gaps, np.where(gaps, 2.28, 1.0))[gaps]) == {"fluctuation"}

@@ -22,7 +22,7 @@ from localize.grouping import unique
 from localize.groupkinds import group_kinds
 from localize.model_store import load_detector
 from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
-from localize.persistent import persistent_imbalance
+from localize.persistent import Imbalance, persistent_imbalance
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView, with_steps
 from localize.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
@@ -150,7 +150,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         if len(unique(df["step"].to_numpy())) >= 4:
             irr = irr[irr != first]
     if len(df) == 0 or len(irr) == 0:
-        return persistent_verdict(df, meta, top, view.group_kind), None
+        return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
     all_steps = unique(ops.step)
     ref = np.setdiff1d(all_steps, irr)
@@ -357,40 +357,66 @@ def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | 
     # in the analysis' order (no second, sorted copy of every row), strings as categoricals
     df = sorted_rows(with_steps(trace.commops(columns=COLUMNS, steps=steps)))
     if timeline.status != "irregular" or not timeline.irregular_steps:
-        return persistent_verdict(df, trace.meta, top, timeline.group_kind)
+        return persistent_verdict(df, trace.meta, top, timeline.group_kind, _durations(timeline))
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)
     return verdict
 
 
-def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict[str, str] | None = None) -> Verdict:
+def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict[str, str] | None = None,
+                       durations: pd.Series | None = None) -> Verdict:
     """No δ-irregular step: healthy, unless some workers, a stage or the data made the job slow
-    from its first step (judged against peers of the same role, `localize.persistent`)."""
-    units, x, typical = persistent_imbalance(df, meta, top, hint)
-    return imbalance_verdict(meta, units, x, typical, int(df["step"].min()) if len(df) else None)
+    from its first step, or some workers from a later one that the step times were too noisy
+    to show (judged against peers of the same role, `localize.persistent`). `durations`: the
+    job's step times, for the slowdown since that step."""
+    found = persistent_imbalance(df, meta, top, hint)
+    return imbalance_verdict(meta, found, int(df["step"].min()) if len(df) else None,
+                             steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
 
 
-def imbalance_verdict(meta: JobMeta, units: list[RankUnit], x: np.ndarray, typical: float,
-                      first_step: int | None, extra: dict[str, object] | None = None) -> Verdict:
-    """The verdict of a job slow from `first_step` by `units` (none: healthy)."""
+def _durations(view: StepView) -> pd.Series | None:
+    t = view.steps
+    if t is None or t.empty or "duration_s" not in t:
+        return None
+    return t.set_index("step")["duration_s"].astype(float)
+
+
+def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, extra: dict[str, object] | None = None,
+                      steps: np.ndarray | None = None, durations: pd.Series | None = None) -> Verdict:
+    """The verdict of a job slow from `first_step`, or from `found.since`, by `found.units` (none:
+    healthy). `steps`: the logged steps; `durations`: step times (s) by step."""
     more = dict(extra or {})
+    units, x = found.units, found.ratio
     if not units:
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **more})
     cands = []
     for u in units:
         cand = _bare_candidate(u, u.share, meta)
-        cand.evidence = _persistent_evidence(u, x)
+        cand.evidence = _persistent_evidence(u, x, found.since)
         cands.append(cand)
     workers = [float(np.median(x[np.asarray(u.ranks)])) for u in units if u.kind in ("gpu", "host")]
     slow = max(workers, default=1.0)
+    if found.since is not None and steps is not None:
+        later = [int(s) for s in steps if s >= found.since]
+        if durations is not None and len(durations):
+            d = durations.dropna()
+            before, after = d[d.index < found.since].iloc[1:], d[d.index >= found.since]  # (the first holds warm-up)
+            if len(before) and len(after):
+                slow = float(after.median() / before.median())
+        return Verdict(meta.job, "irregular", later, slow, cands,
+                       {"source": "commops", "typical_compute_s": round(found.typical, 6), **more},
+                       onset_step=found.since)
     return Verdict(meta.job, "irregular", [], slow, cands, {"source": "commops", "persistent": True,
-                                                            "typical_compute_s": round(typical, 6), **more},
+                                                            "typical_compute_s": round(found.typical, 6), **more},
                    onset_step=first_step)
 
 
-def _persistent_evidence(u: RankUnit, x: np.ndarray) -> list[str]:
+def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None) -> list[str]:
     since = "in every step since the first: the job has been slow from the start, so no iteration is irregular against its neighbours"
     if u.kind in ("gpu", "host"):
         slower = float(np.median(x[np.asarray(u.ranks)]) - 1)
+        if began is not None:
+            since = (f"in every step since step {began}, and not before: the step times are too noisy to show it, "
+                     "its compute beside its peers' in the same steps does")
         return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
     if u.kind == "config":
         return [f"{u.label} computes longer than the fastest stage on every worker of the stage: the split of layers, not a device",

@@ -11,6 +11,8 @@ moves between model replicas from step to step is the data (sequence-length imba
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -18,22 +20,25 @@ from collector.meta import JobMeta
 from localize.features import Ops, prepare_ops
 from localize.groupkinds import group_kinds
 from localize.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
+from timeline.steps import SHIFT_MIN_STEPS, level_shift
 
 MIN_EXCESS = 0.15  # a worker must compute at least this much longer than its stage peers
 STAGE_EXCESS = 0.25  # a stage must compute this much longer than the fastest stage
 SLOW_REPLICA_STEPS = 0.3  # data: replicas slow in at least this share of the steps, all told
 OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it is a device)
+MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
 
 
-def compute_table(ops: Ops, world: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rank × step compute (s, own clock) and which ranks logged anything. The first step holds
-    the job's warm-up and is left out when there are more than two."""
+def compute_table(ops: Ops, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rank × step compute (s, own clock), which ranks logged anything, and the steps of the
+    columns. The first step holds the job's warm-up and is left out when there are more than two."""
     scode, steps = pd.factorize(ops.step, sort=True)
     n_steps = len(steps)
     comp = np.bincount(ops.rank.astype(np.int64) * n_steps + scode, weights=ops.gap, minlength=world * n_steps)
     comp = comp[: world * n_steps].reshape(world, n_steps)
     seen = np.bincount(ops.rank, minlength=world)[:world] > 0
-    return (comp[:, 1:] if n_steps > 2 else comp), seen
+    steps = np.asarray(steps, dtype=np.int64)
+    return (comp[:, 1:], seen, steps[1:]) if n_steps > 2 else (comp, seen, steps)
 
 
 def stage_reference(comp: np.ndarray, seen: np.ndarray, stage: np.ndarray) -> np.ndarray:
@@ -83,28 +88,60 @@ def _data_unit(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray, typical
     return [(unit, float(excess.mean() * typical))]
 
 
+@dataclass
+class Imbalance:
+    """Units that compute longer than their peers, best explained first (each `share` of all the
+    excess); per rank its compute over its stage peers' (1 = typical) while slow; the typical
+    compute per step (s); the step the first unit's excess began, None when from the first."""
+
+    units: list[RankUnit]
+    ratio: np.ndarray
+    typical: float
+    since: int | None = None
+
+
 def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
-                         hint: dict[str, str] | None = None) -> tuple[list[RankUnit], np.ndarray, float]:
-    """Units that compute clearly longer than their peers in most steps, best explained first
-    (each `share` of all the excess); per rank its compute over its stage peers' (1 = typical);
-    the typical compute per step (s). Empty when balanced."""
+                         hint: dict[str, str] | None = None) -> Imbalance:
+    """Units that compute clearly longer than their peers in most steps, or in every step since
+    one (`Imbalance`). Empty when balanced."""
     world = max(meta.world_size, int(df["rank"].max()) + 1) if len(df) else meta.world_size
     if len(df) == 0:
-        return [], np.ones(world), 0.0
+        return Imbalance([], np.ones(world), 0.0)
     ops = prepare_ops(df)
-    comp, seen = compute_table(ops, world)
-    return imbalance(comp, seen, meta, group_kinds(ops, hint), top)
+    comp, seen, steps = compute_table(ops, world)
+    return imbalance(comp, seen, steps, meta, group_kinds(ops, hint), top)
 
 
-def imbalance(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str],
-              top: int = 5) -> tuple[list[RankUnit], np.ndarray, float]:
+def excess_onsets(ratio: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Per rank, the column its compute excess over its stage peers began at (0: from the first).
+
+    A worker slowed from step N (a throttled GPU, a noisy neighbour) while the step times are too
+    noisy to show it has a level shift in its own ratio to its peers, which the load of the rest
+    of the machine does not move. Judged for the few ranks slow in the last third of the steps
+    (a whole stage is a configuration, slow from the start)."""
+    since = np.zeros(ratio.shape[0], dtype=np.int64)
+    tail = ratio[:, -max(SHIFT_MIN_STEPS, ratio.shape[1] // 3):]
+    late = np.flatnonzero(seen & (np.median(tail, axis=1) > 1 + MIN_EXCESS))
+    if len(late) > MAX_ONSET_RANKS:
+        return since
+    for r in late:  # one iteration per slow rank (a host's at most)
+        k = level_shift(ratio[r], 1 + MIN_EXCESS)
+        since[r] = 0 if k is None else k
+    return since
+
+
+def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+              top: int = 5) -> Imbalance:
     """`persistent_imbalance` on a rank × step compute table (full records, or the summaries'
-    per-host and outlier-rank compute)."""
+    per-host and outlier-rank compute) whose columns are `steps`."""
     world = comp.shape[0]
     _, stage, replica, _ = layout_units(meta, world, kinds)
     ref = stage_reference(comp, seen, stage)
     ratio = comp / np.maximum(ref[stage], 1e-9)
-    x = np.where(seen, np.median(ratio, axis=1), 1.0)
+    onset = excess_onsets(ratio, seen)
+    cols = np.arange(ratio.shape[1])
+    # a rank slow since some step is judged on the steps since then
+    x = np.where(seen, np.nanmedian(np.where(cols >= onset[:, None], ratio, np.nan), axis=1), 1.0)
     typical = float(np.nanmedian(ref))
     own = np.nanmedian(ref[stage], axis=1)
     worker_blame = np.where(seen, np.maximum(x - 1 - MIN_EXCESS, 0.0) * own, 0.0)
@@ -113,8 +150,10 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str
     found += _stage_units(ref, stage, seen) + _data_unit(ratio, seen, replica, typical)
     total = sum(b for _, b in found)
     if total <= 0:
-        return [], x, typical
+        return Imbalance([], x, typical)
     for u, b in found:
         u.share = b / total
-    units = sorted((u for u, _ in found), key=lambda u: -u.share)
-    return units[:top], x, typical
+    units = sorted((u for u, _ in found), key=lambda u: -u.share)[:top]
+    first = units[0]
+    began = int(onset[np.asarray(first.ranks)].min()) if first.kind in ("gpu", "host") else 0
+    return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None)

@@ -329,5 +329,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     if len(kinds) < len(meta.groups):
         sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
         kinds = group_kinds(prepare_ops(sample)) if len(sample) else kinds
-    units, x, typical = imbalance(comp, seen, meta, kinds, top)
-    return imbalance_verdict(meta, units, x, typical, int(summary["step"].min()), extra)
+    table, _ = step_table(summary)
+    durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
+    return imbalance_verdict(meta, imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top),
+                             int(summary["step"].min()), extra, steps=np.asarray(steps), durations=durations)

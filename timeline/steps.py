@@ -429,16 +429,18 @@ def level_shift(d: np.ndarray, delta: float) -> int | None:
     Holmes' δ-rule judges each step against its neighbours, so in a job whose steps are noisy
     (δ widened to several σ) a lasting slowdown of a few tens of percent is never one step's
     outlier; averaged over the steps on either side it is unmistakable. The split is the one
-    with the largest t-statistic of the mean log step time (outliers clipped at 4 robust σ); it
-    must be δ slower, significant, and a step rather than a steady drift."""
+    with the largest t-statistic of the mean log step time (outliers clipped at 4 robust σ of
+    the local median); it must be δ slower, significant, and a step rather than a steady drift."""
     x = np.log(d[np.isfinite(d) & (d > 0)])
     n = len(x)
     m = SHIFT_MIN_STEPS
     if n < 2 * m:
         return None
-    med = float(np.median(x))
-    mad = 1.4826 * float(np.median(np.abs(x - med))) or 1e-6
-    x = np.clip(x, med - 4 * mad, med + 4 * mad)
+    # a spike stands out from its neighbours, a new level does not: outliers are clipped around
+    # the local median (around the global one, a level over less than half the steps was clipped away)
+    local = pd.Series(x).rolling(5, center=True, min_periods=1).median().to_numpy()
+    mad = 1.4826 * float(np.median(np.abs(x - local))) or 1e-6
+    x = np.clip(x, local - 4 * mad, local + 4 * mad)
     k = np.arange(m, n - m + 1)
     cs, cs2 = np.r_[0.0, np.cumsum(x)], np.r_[0.0, np.cumsum(x * x)]
     mean_a, mean_b = cs[k] / k, (cs[n] - cs[k]) / (n - k)

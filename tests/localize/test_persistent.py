@@ -19,7 +19,7 @@ def table(rank: int, factor: float, since: int) -> np.ndarray:
     rng = np.random.default_rng(7)
     comp = 0.2 * (1 + 0.03 * rng.standard_normal((16, len(STEPS))))
     comp *= 1 + 0.1 * rng.standard_normal(len(STEPS))  # the machine's load moves every rank's steps alike
-    comp[rank, STEPS >= since] *= factor
+    comp[rank, since <= STEPS] *= factor
     return comp
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from timeline.steps import consistent_samples, judge_steps, settle, step_noise
+from timeline.steps import consistent_samples, judge_steps, level_shift, settle, step_noise
 
 
 def _durations(sigma: float, fault: slice, factor: float, n: int = 60, seed: int = 3) -> pd.Series:
@@ -59,3 +59,17 @@ def test_a_misled_offset_sample_is_left_out() -> None:
     keep = consistent_samples(steps, misled)
     assert keep[:, 0].all() and keep[:, 1].tolist() == [True, True, False, True, True]
     assert consistent_samples(steps, drift).all()
+
+
+def test_a_level_shift_over_the_last_third_survives_the_outlier_clipping() -> None:
+    """A quiet series that moves up 1.58x for its last 15 of 39 steps (a rank's compute over its
+    peers', slowed from step 25): clipped around the global median, the new level was clipped
+    to a few percent and lost; a lone spike is still clipped."""
+    rng = np.random.default_rng(3)
+    x = 1 + 0.005 * rng.standard_normal(39)
+    x[24:] *= 1.58
+    x[6] *= 1.8  # a spike before the shift
+    assert level_shift(x, 1.15) == 24
+    y = 1 + 0.005 * rng.standard_normal(39)
+    y[30] *= 3.0
+    assert level_shift(y, 1.15) is None

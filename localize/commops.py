@@ -22,7 +22,7 @@ from localize.grouping import unique
 from localize.groupkinds import group_kinds
 from localize.model_store import load_detector
 from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
-from localize.persistent import Imbalance, persistent_imbalance
+from localize.persistent import Imbalance, compute_table, persistent_imbalance, worker_onset
 from localize.ranking import RankUnit, explain_rank_blame
 from localize.steps import StepView, with_steps
 from localize.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
@@ -248,6 +248,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     if net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
+    if candidates and candidates[0].kind in ("gpu", "host"):
+        comp, logged, steps_of = compute_table(ops, world)
+        onset = worker_onset(comp, logged, steps_of, meta, kinds, candidate_ranks(candidates[0], meta)) or onset
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
 
@@ -371,6 +374,13 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
     found = persistent_imbalance(df, meta, top, hint)
     return imbalance_verdict(meta, found, int(df["step"].min()) if len(df) else None,
                              steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
+
+
+def candidate_ranks(c: Candidate, meta: JobMeta) -> list[int]:
+    """The ranks a gpu or host candidate stands for."""
+    if c.kind == "gpu":
+        return [int(c.rank)] if c.rank is not None else []
+    return [r for r in sorted(meta.ranks) if meta.host_of(r) == c.host]
 
 
 def _durations(view: StepView) -> pd.Series | None:

@@ -130,6 +130,25 @@ def excess_onsets(ratio: np.ndarray, seen: np.ndarray) -> np.ndarray:
     return since
 
 
+def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+                 ranks: list[int]) -> int | None:
+    """The step from which `ranks` (a GPU, a host's GPUs) have computed longer than their stage
+    peers to the end, or None when their excess did not start at one step that lasts.
+
+    A device's own compute beside its peers' in the same steps is cleaner than the job's step
+    times, which the machine's load moves too: on a real gloo job a 1.6x GPU from step 25 went
+    with a load blip at step 21, and the step times put the onset there."""
+    world = comp.shape[0]
+    mine = [r for r in ranks if 0 <= r < world and seen[r]]
+    if not mine or comp.shape[1] < 2 * SHIFT_MIN_STEPS:
+        return None
+    _, stage, _, _ = layout_units(meta, world, kinds)
+    ref = stage_reference(comp, seen, stage)
+    ratio = np.median(comp[mine] / np.maximum(ref[stage[mine]], 1e-9), axis=0)
+    k = level_shift(ratio, 1 + MIN_EXCESS)
+    return int(steps[k]) if k is not None and k > 0 else None
+
+
 def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
               top: int = 5) -> Imbalance:
     """`persistent_imbalance` on a rank × step compute table (full records, or the summaries'

@@ -48,11 +48,11 @@ import pyarrow.dataset as ds
 from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
-from localize.commops import COLUMNS, analyse_ops, imbalance_verdict
+from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_verdict
 from localize.detector import rule_detect
 from localize.features import prepare_ops
 from localize.groupkinds import group_kinds, named_kind
-from localize.persistent import imbalance
+from localize.persistent import imbalance, worker_onset
 from localize.steps import StepView
 from localize.verdict import Verdict
 from timeline.steps import judge_steps, settle
@@ -310,9 +310,15 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
     view = StepView(meta.job, meta, sub_table, worst, slow, "irregular")
-    verdict, _ = analyse_ops(df, meta, view, top, partial, forest)
+    verdict, analysis = analyse_ops(df, meta, view, top, partial, forest)
     verdict.irregular_steps = plan.irregular
     verdict.onset_step = onset if verdict.status == "irregular" else None
+    top_c = verdict.candidates[0] if verdict.candidates else None
+    if verdict.onset_step is not None and top_c is not None and top_c.kind in ("gpu", "host"):
+        comp, seen, steps = compute_matrix(summary, meta)
+        kinds = group_kinds(analysis.ops) if analysis is not None else {}
+        verdict.onset_step = worker_onset(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds,
+                                          candidate_ranks(top_c, meta)) or verdict.onset_step
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from collector.meta import JobMeta, RankInfo
-from localize.persistent import imbalance
+from localize.persistent import imbalance, worker_onset
 
 # 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4
 META = JobMeta("t", 16, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(16)},
@@ -40,3 +40,11 @@ def test_a_worker_slow_from_the_first_step_has_no_later_onset() -> None:
 def test_a_balanced_job_has_nothing() -> None:
     found = imbalance(table(5, 1.0, 0), np.ones(16, bool), STEPS, META, KINDS)
     assert not found.units and found.since is None
+
+
+def test_a_devices_onset_comes_from_its_compute_beside_its_peers() -> None:
+    """Onset from the device's own excess (the step times moved with the machine's load too)."""
+    seen = np.ones(16, bool)
+    assert worker_onset(table(5, 1.6, 25), seen, STEPS, META, KINDS, [5]) == 25
+    assert worker_onset(table(5, 1.6, 0), seen, STEPS, META, KINDS, [5]) is None  # slow all along: no onset in it
+    assert worker_onset(table(5, 1.6, 25), seen, STEPS, META, KINDS, [4]) is None  # a healthy peer has none

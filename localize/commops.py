@@ -179,10 +179,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # the irregular steps beyond what the same root costs in an average normal step
     origin = graph.root_inst == np.arange(ops.n_inst)
     norm = len(irr) / max(len(ref), 1)
-    # a root must explain the delay with its own compute; lateness nothing explains is not blamed
-    explained = graph.orphan | (graph.excess_compute >= 0.5 * graph.delay)
-    to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
+    # a root must explain the delay with its own compute; lateness nothing explains is not blamed.
+    # Where a rank's group peers were not logged (one rank per TP group), the time it spent in
+    # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
     world = max(meta.world_size, int(ops.rank.max()) + 1)
+    proxy = proxy_ranks(meta, ops.rank, world, partial)[np.maximum(graph.root_rank, 0)]
+    unseen_wait = np.where(proxy, graph.excess_own - graph.excess_wait, 0.0)
+    explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)
+    to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
 
     def per_rank(mask: np.ndarray) -> np.ndarray:
         return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
@@ -303,7 +307,11 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         n_direct = int(direct.sum())
         ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
         exc = g.excess_compute[direct]
-        if exc.size:
+        unseen = (g.excess_own - g.excess_wait)[direct]
+        if exc.size and proxy_ranks(meta, ops.rank, max(meta.world_size, r + 1))[r] and np.median(unseen) > np.median(exc):
+            ev.append(f"its delay is its own or an unlogged peer's: {np.median(unseen) * 1e3:.2f} ms more time than its peers in "
+                      "operators of groups whose other members were not logged (one rank per group logged)")
+        elif exc.size:
             ev.append(f"its delay is its own: {np.median(exc) * 1e3:.2f} ms more compute than its peers before each of them")
         if g.orphan[hit].any():
             ev.append(f"rank {r} logged no record of {int(g.orphan[hit].sum())} operators its peers waited in")
@@ -374,6 +382,22 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
     found = persistent_imbalance(df, meta, top, hint)
     return imbalance_verdict(meta, found, int(df["step"].min()) if len(df) else None,
                              steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
+
+
+def proxy_ranks(meta: JobMeta, rank: np.ndarray, world: int, skip: set[str] | None = None) -> np.ndarray:
+    """Per rank: it is the only logged member of some group of meta.json (a logger that keeps one
+    rank per TP group), so its peers' delays in that group show only as its own time there.
+    `skip`: groups not read whole (the summary path's partial fetch), which say nothing of it."""
+    logged = np.bincount(rank, minlength=world)[:world] > 0
+    out = np.zeros(world, dtype=bool)
+    for name, members in meta.groups.items():  # one iteration per group, not per row
+        if skip and name in skip:
+            continue
+        inside = [m for m in members if 0 <= m < world]
+        present = [m for m in inside if logged[m]]
+        if len(present) == 1 and len(inside) > 1:
+            out[present[0]] = True
+    return out
 
 
 def candidate_ranks(c: Candidate, meta: JobMeta) -> list[int]:

@@ -183,8 +183,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # Where a rank's group peers were not logged (one rank per TP group), the time it spent in
     # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
     world = max(meta.world_size, int(ops.rank.max()) + 1)
-    proxy = proxy_ranks(meta, ops.rank, world, partial)[np.maximum(graph.root_rank, 0)]
-    unseen_wait = np.where(proxy, graph.excess_own - graph.excess_wait, 0.0)
+    unseen_wait = lone_excess(ops, meta, world, partial, ref)[graph.root_rank.clip(0), _step_codes_of(ops)]
     explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)
     to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
 
@@ -307,10 +306,9 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         n_direct = int(direct.sum())
         ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
         exc = g.excess_compute[direct]
-        unseen = (g.excess_own - g.excess_wait)[direct]
-        if exc.size and proxy_ranks(meta, ops.rank, max(meta.world_size, r + 1))[r] and np.median(unseen) > np.median(exc):
-            ev.append(f"its delay is its own or an unlogged peer's: {np.median(unseen) * 1e3:.2f} ms more time than its peers in "
-                      "operators of groups whose other members were not logged (one rank per group logged)")
+        if exc.size and proxy_ranks(meta, ops.rank, max(meta.world_size, r + 1))[r] and np.median(exc) < 0.5 * np.median(g.delay[direct]):
+            ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
+                      "members were not logged (one rank per group logged), not in compute")
         elif exc.size:
             ev.append(f"its delay is its own: {np.median(exc) * 1e3:.2f} ms more compute than its peers before each of them")
         if g.orphan[hit].any():
@@ -398,6 +396,31 @@ def proxy_ranks(meta: JobMeta, rank: np.ndarray, world: int, skip: set[str] | No
         if len(present) == 1 and len(inside) > 1:
             out[present[0]] = True
     return out
+
+
+def _step_codes_of(ops: Ops) -> np.ndarray:
+    """Per instance: its step's position among the ops' steps (sorted)."""
+    return np.searchsorted(unique(ops.step), ops.inst_step)
+
+
+def lone_excess(ops: Ops, meta: JobMeta, world: int, skip: set[str] | None, ref: np.ndarray) -> np.ndarray:
+    """Rank × step (sorted steps of `ops`): the time a proxy rank spent in operators no other copy
+    of shows (its group's other members were not logged), beyond its median over the normal
+    steps `ref`; 0 for other ranks. Only that time is its unlogged peers' delay: a transfer it
+    waited on elsewhere (a slow NIC) is not."""
+    steps = unique(ops.step)
+    out = np.zeros((world, len(steps)))
+    proxy = proxy_ranks(meta, ops.rank, world, skip)
+    if not proxy.any():
+        return out
+    sizes = np.array([len(meta.groups.get(str(g), [])) for g in ops.groups], dtype=np.int64)
+    lone = ~ops.inst_p2p[ops.inst] & (ops.inst_size[ops.inst] == 1) & (sizes[ops.group_code] > 1) & proxy[ops.rank]
+    col = np.searchsorted(steps, ops.step[lone])
+    np.add.at(out, (ops.rank[lone].astype(np.int64), col), ops.elapsed[lone])
+    normal = np.isin(steps, ref)
+    if normal.any():
+        out -= np.median(out[:, normal], axis=1, keepdims=True)
+    return np.where(proxy[:, None], out, 0.0)
 
 
 def candidate_ranks(c: Candidate, meta: JobMeta) -> list[int]:

@@ -256,7 +256,8 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
     0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy; string columns
-    become categoricals, int64 columns whose values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
+    become categoricals (with sorted categories, however they were read), int64 columns whose
+    values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
     never holds two whole frames)."""
     sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
     order = None if sort is None else sort[0]
@@ -273,12 +274,28 @@ def _compact(col: pd.Series) -> pd.Series:
     """A string column as a categorical (categories sorted, as groupby sorts strings): a code of
     a byte or two per row instead of an offset and the characters; an int64 column whose values
     fit int32 (seq, nbytes) in int32, half its bytes (readers widen where they build keys)."""
-    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "ufb":
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return _sorted_categories(col)
+    if col.dtype.kind in "ufb":
         return col
     if col.dtype.kind == "i":
         return col if col.dtype != np.int64 else pd.Series(_narrow(col.to_numpy()), index=col.index, name=col.name,
                                                            copy=False)
     return col.astype("category")
+
+
+def _sorted_categories(col: pd.Series) -> pd.Series:
+    """A categorical column with the categories `astype("category")` gives its values: those
+    present, sorted (a column read dictionary-encoded lists its dictionary's order, unused
+    values too). Unchanged (no copy) when they are already."""
+    cats = col.cat.categories
+    codes = col.cat.codes.to_numpy()
+    seen = np.zeros(len(cats), dtype=bool)
+    for c in range(0, len(codes), _CHUNK):  # (by chunks: the codes are a byte or two a row, an index intp)
+        part = codes[c:c + _CHUNK]
+        seen[part[part >= 0]] = True  # (-1: a missing value, no category)
+    keep = cats[seen].sort_values()
+    return col if keep.equals(cats) else col.cat.set_categories(keep)
 
 
 def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -66,3 +66,22 @@ def test_sorted_rows_narrows_int64_columns_only_where_every_value_fits() -> None
     wide = sorted_rows(big.copy())
     assert wide["nbytes"].dtype == np.int64 and int(wide["nbytes"].max()) == 2**40
     np.testing.assert_array_equal(prepare_ops(wide).nbytes, prepare_ops(big.copy()).nbytes)
+
+
+def test_dictionary_read_frame_compacts_to_the_string_frame() -> None:
+    """Group and op read dictionary-encoded (the dictionary in its own order, values no row uses
+    among it) compact to the frame the string columns give: the same categories, sorted."""
+    import pandas as pd
+
+    from timeline.columns import read_commops
+
+    trace = Trace.open(TRACE)
+    want = sorted_rows(trace.commops(columns=COLUMNS))
+    raw = read_commops(trace, COLUMNS)
+    for c in ("group", "op"):
+        cats = list(raw[c].cat.categories)
+        raw[c] = raw[c].cat.set_categories([*reversed(cats), "unused-name"])
+    got = sorted_rows(raw)
+    pd.testing.assert_frame_equal(got, want)
+    for c in ("group", "op"):
+        assert got[c].dtype == want[c].dtype and list(got[c].cat.categories) == sorted(set(want[c].astype(str)))

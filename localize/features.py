@@ -122,16 +122,16 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
         codes, used = pd.factorize(values.cat.codes.to_numpy())
         names = values.cat.categories.to_numpy(dtype=object)[used]
-        return codes.astype(np.int64, copy=False), np.asarray([str(x) for x in names], dtype=object)
+        return _narrow(codes), np.asarray([str(x) for x in names], dtype=object)
     arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
     enc = pc.dictionary_encode(arr)
     if isinstance(enc, pa.ChunkedArray):
         enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
-    return np.asarray(enc.indices, dtype=np.int64), np.asarray(enc.dictionary.to_pylist(), dtype=object)
+    return _narrow(np.asarray(enc.indices, dtype=np.int64)), np.asarray(enc.dictionary.to_pylist(), dtype=object)
 
 
 def op_codes(values: pd.Series) -> np.ndarray:
-    """Per row: index of the op into OPS (unknown ops get len(OPS))."""
+    """Per row: index of the op into OPS (unknown ops get len(OPS)), int8."""
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
         per_name = op_codes(pd.Series(values.cat.categories.to_numpy(dtype=object), dtype=object))
         return per_name[values.cat.codes.to_numpy()]
@@ -139,7 +139,7 @@ def op_codes(values: pd.Series) -> np.ndarray:
     idx = pc.fill_null(pc.index_in(arr, value_set=_OPS_ARRAY), len(OPS))
     if isinstance(idx, pa.ChunkedArray):
         idx = idx.combine_chunks()
-    return np.asarray(idx, dtype=np.int64)
+    return np.asarray(idx).astype(np.int8)
 
 
 def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
@@ -154,7 +154,7 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     idx = np.flatnonzero(is_p2p)
     if idx.size == 0:
         return seq
-    s, snd, q = pair[idx], is_send[idx], seq[idx]
+    s, snd, q = pair[idx].astype(np.int64), is_send[idx], seq[idx]
     qc, nq = dense_codes(q, by_first=False)
     n_s = int(s.max()) + 1
     key = s * nq + qc
@@ -167,7 +167,7 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     # streams matched by order: the ordinal of each end within (stream, step), in seq order
     own = ~agree[s]
     j = idx[own]
-    s, snd, qc, st = s[own], snd[own], qc[own], step[j]
+    s, snd, qc, st = s[own], snd[own], qc[own], step[j].astype(np.int64)
     sstep, _ = dense_codes(s * (int(st.max()) - int(st.min()) + 1) + (st - st.min()), by_first=False)
     by_seq = argsort_stable(qc)
     o = by_seq[argsort_stable((sstep * 2 + snd)[by_seq])]
@@ -176,20 +176,19 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     n_send = np.bincount(sstep, weights=snd.astype(np.float64))
     n_all = np.bincount(sstep)
     paired = (2 * n_send == n_all)[sstep]
-    out = seq.copy()
+    out = seq.astype(np.int64)  # (a copy, wide enough for the order keys)
     out[j] = np.where(paired, (st + 1) * 1_000_000 + ordinal, -(j + 1))
     return out
 
 
-def _pair_codes(gcode: np.ndarray, n_groups: int, is_p2p: np.ndarray, src: np.ndarray, dst: np.ndarray,
+def _pair_codes(gcode: np.ndarray, n_groups: int, p2p_rows: np.ndarray, src: np.ndarray, dst: np.ndarray,
                 w: int) -> np.ndarray:
     """Per row: code of its operator stream — the group for a collective, (group, src, dst)
-    for p2p."""
-    key = gcode.copy()
-    idx = np.flatnonzero(is_p2p)
-    if idx.size:
-        sub, _ = dense_codes((gcode[idx] * w + src[idx] + 1) * w + dst[idx] + 1, by_first=False)
-        key[idx] = n_groups + sub
+    for p2p. `src`, `dst`: of the p2p rows `p2p_rows` only (int64)."""
+    key = gcode.astype(np.int64)
+    if p2p_rows.size:
+        sub, _ = dense_codes((key[p2p_rows] * w + src + 1) * w + dst + 1, by_first=False)
+        key[p2p_rows] = n_groups + sub
     return dense_codes(key, by_first=False)[0]
 
 
@@ -201,9 +200,14 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     n = len(pair)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    op_of, n_op = dense_codes(pair * 16 + opcode, by_first=False)
-    scode, n_step = dense_codes(step, by_first=False)
-    key = (rank - int(rank.min())) * n_op
+    key = pair.astype(np.int64)  # (keys are built in int64 whatever the codes' width)
+    key *= 16
+    key += opcode
+    op_of, n_op = dense_codes(key, by_first=False)
+    scode, n_step = _step_codes(step)
+    key = rank.astype(np.int64)
+    key -= int(rank.min())
+    key *= n_op
     key += op_of
     del op_of
     key *= n_step
@@ -231,7 +235,7 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     code = np.repeat(offset, np.diff(np.r_[op_start, n]))
     code += pos
     del pos
-    out = np.empty(n, dtype=np.int64)
+    out = np.empty(n, dtype=_index_type(n))  # (slots number fewer than rows)
     out[order] = code
     return out
 
@@ -248,7 +252,7 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     t = start[order]
     if not ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
         rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
-        order = np.argsort((rank << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
+        order = np.argsort((rank.astype(np.int64) << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
         r, t = rank[order], start[order]
     return order, r, t
 
@@ -353,17 +357,15 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
 def prepare_ops(df: pd.DataFrame) -> Ops:
     """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
     df = df.reset_index(drop=True)
-    rank = df["rank"].to_numpy(np.int64)
     start = df["start_ns"].to_numpy(np.int64)
-    sort = _row_order(rank, start)
+    sort = _row_order(_int_column(df, "rank"), start)
     order = None if sort is None else sort[0]
 
-    def column(name: str, wide: bool = True) -> np.ndarray:
-        a = df[name].to_numpy()  # gathered in its own width, then widened (unless an int32 one may stay)
-        if a.dtype.kind not in "iu":
-            a = df[name].to_numpy(np.int64)
-        a = a if order is None else a[order]
-        return a if not wide and a.dtype == np.int32 else a.astype(np.int64, copy=False)
+    def column(name: str) -> np.ndarray:
+        """The column in the analysis' order, int32 where the frame's is (a view when sorted
+        already), else int64: every key built from it widens first."""
+        a = _int_column(df, name)
+        return a if order is None else a[order]
 
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
@@ -375,47 +377,50 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
         remap = np.full(len(groups), -1, dtype=np.int64)
         remap[by_first] = np.arange(len(by_first), dtype=np.int64)
-        gcode, groups = remap[gcode], groups[by_first]
+        gcode, groups = _narrow(remap[gcode]), groups[by_first]
+    else:
+        rank = column("rank")
+    del sort
     end = column("end_ns")
-    elapsed = (end - start).astype(np.float64)
+    elapsed = end - start
+    elapsed = elapsed.astype(np.float64)
     np.maximum(elapsed, 0, out=elapsed)
     elapsed *= 1e-9
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
-    peer = column("peer")
-    src = np.full(len(rank), -1, dtype=np.int64)
-    dst = src.copy()
+    # (row-sized scratch is dropped as soon as it is used, and held narrow: the peak is the sum)
     p2p_rows = np.flatnonzero(is_p2p)
-    if p2p_rows.size:
-        snd = is_send[p2p_rows]
-        src[p2p_rows] = np.where(snd, rank[p2p_rows], peer[p2p_rows])
-        dst[p2p_rows] = np.where(snd, peer[p2p_rows], rank[p2p_rows])
+    peer = column("peer")
+    snd = is_send[p2p_rows]
+    src = np.where(snd, rank[p2p_rows], peer[p2p_rows]).astype(np.int64)  # (of the p2p rows only)
+    dst = np.where(snd, peer[p2p_rows], rank[p2p_rows]).astype(np.int64)
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
-    del peer, p2p_rows  # (row-sized scratch is dropped as soon as it is used: the peak is the sum)
-    pair = _pair_codes(gcode, len(groups), is_p2p, src, dst, w)
+    del peer, snd
+    pair = _narrow(_pair_codes(gcode, len(groups), p2p_rows, src, dst, w))
+    del src, dst, p2p_rows
     step = column("step")
     seq = _p2p_match_key(pair, is_p2p, is_send, column("seq"), step)
     del is_send
     qc, nq = dense_codes(seq, by_first=False)
     del seq
-    key = pair * nq
+    key = pair.astype(np.int64)
+    key *= nq
     key += qc
     del qc
     inst, n_inst = dense_codes(key, by_first=False)
     del key
+    inst = _narrow(inst)
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
     slot = _slot_codes(pair, opcode, rank, step)
-    # the keys are built: from here on the per-row codes are held narrow (ranks and codes fit
-    # int32, ops int8; consumers widen where they build keys), rank and step the frame's own
-    # int32 columns where it is sorted already (no copy)
-    if order is None:
-        rank, step = _frame_column(df, "rank", rank), _frame_column(df, "step", step)
-    rank, step, inst, gcode, pair, slot = (_narrow(a) for a in (rank, step, inst, gcode, pair, slot))
-    opcode = _narrow(opcode, np.int8)
+    # per-row codes are held narrow (ranks and codes fit int32, ops int8; consumers widen where
+    # they build keys), rank and step the frame's own int32 columns where it is sorted already
+    rank, step, gcode, slot = (_narrow(a) for a in (rank, step, gcode, slot))
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
-    inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
-    del last, src, dst, is_p2p, gcode  # (Ops.group_code is inst_group[inst], on use)
+    inst_group, inst_step, inst_p2p = gcode[last], step[last], is_p2p[last]
+    del gcode, is_p2p  # (Ops.group_code is inst_group[inst], on use)
+    inst_src, inst_dst = _inst_ends(last[inst_p2p], inst_p2p, rank, opcode, column("peer"))
+    del last
     size = _narrow(np.bincount(inst, minlength=n_inst))
     imin = group_min(inst, n_inst, elapsed)
     wait = elapsed - imin[inst]
@@ -432,7 +437,30 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
     return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), gap, groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
-               opcode, step, rank, first, column("nbytes", wide=False))
+               opcode, step, rank, first, column("nbytes"))
+
+
+def _inst_ends(rows: np.ndarray, inst_p2p: np.ndarray, rank: np.ndarray, opcode: np.ndarray,
+               peer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: p2p source and destination ranks (-1 for collectives), from `rows`, the
+    row speaking for each p2p instance (a send's rank is the source, a recv's peer)."""
+    src = np.full(len(inst_p2p), -1, dtype=np.int64)
+    dst = src.copy()
+    snd = opcode[rows] == OPS.index("send")
+    src[inst_p2p] = np.where(snd, rank[rows], peer[rows])
+    dst[inst_p2p] = np.where(snd, peer[rows], rank[rows])
+    return src, dst
+
+
+def _int_column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A frame's integer column as it is when int32 (no copy), else in int64."""
+    a = df[name].to_numpy()
+    return a if a.dtype == np.int32 else df[name].to_numpy(np.int64)
+
+
+def _index_type(n: int) -> type[np.signedinteger]:
+    """The narrowest integer type that holds 0..n-1 and -1."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:
@@ -441,12 +469,6 @@ def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarr
     if a.dtype.itemsize <= info.bits // 8 or (len(a) and (int(a.min()) < info.min or int(a.max()) > info.max)):
         return a
     return a.astype(dtype)
-
-
-def _frame_column(df: pd.DataFrame, name: str, values: np.ndarray) -> np.ndarray:
-    """The frame's column itself when it is a plain int32 one (no copy), else `values`."""
-    a = df[name].to_numpy()
-    return a if a.dtype == np.int32 else values
 
 
 def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -85,3 +85,29 @@ def test_dictionary_read_frame_compacts_to_the_string_frame() -> None:
     pd.testing.assert_frame_equal(got, want)
     for c in ("group", "op"):
         assert got[c].dtype == want[c].dtype and list(got[c].cat.categories) == sorted(set(want[c].astype(str)))
+
+
+def test_int32_frame_builds_the_keys_an_int64_frame_does() -> None:
+    """Codes are held narrow but every key is built in int64: a p2p stream whose ends number
+    apart (matched by order within the step, keyed by step x 1e6) in steps where that crosses 2**31
+    gives the same instances, pairs and slots from int32 columns as from int64 ones."""
+    import pandas as pd
+
+    rows = []
+    for i, step in enumerate(range(2145, 2149)):  # (step + 1) x 1e6 crosses 2**31
+        t = step * 10_000_000
+        rows.append({"rank": 0, "group": "pp-0", "op": "send", "seq": i, "peer": 1, "nbytes": 8, "start_ns": t,
+                     "end_ns": t + 1000, "step": step})
+        rows.append({"rank": 1, "group": "pp-0", "op": "recv", "seq": 100 + i, "peer": 0, "nbytes": 8,
+                     "start_ns": t + 10, "end_ns": t + 1000, "step": step})
+        for r in (0, 1):
+            rows.append({"rank": r, "group": "dp-0", "op": "all_reduce", "seq": i, "peer": -1, "nbytes": 64,
+                         "start_ns": t + 2000, "end_ns": t + 3000 + r, "step": step})
+    wide = pd.DataFrame(rows).astype({c: np.int64 for c in ("rank", "seq", "peer", "nbytes", "step")})
+    narrow = sorted_rows(wide.copy())
+    narrow = narrow.astype({c: np.int32 for c in ("rank", "seq", "peer", "nbytes", "step")})
+    got, ref = prepare_ops(narrow), prepare_ops(sorted_rows(wide.copy()).astype({"seq": np.int64, "step": np.int64}))
+    assert got.step.dtype == np.int32 and got.rank.dtype == np.int32
+    for name in ROW_ARRAYS + INST_ARRAYS:
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
+    assert got.n_inst == 8 and (got.inst_size == 2).all()  # each send met its recv, by order within its step

@@ -19,7 +19,7 @@ from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detector import rule_detect
 from localize.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
-from localize.grouping import unique
+from localize.grouping import group_sum, unique
 from localize.groupkinds import group_kinds
 from localize.model_store import load_detector
 from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
@@ -112,7 +112,7 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     ends had posted (`localize.transfers`): a long send is often a late receiver.
     """
     late = ops.late_row
-    n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=ops.n_inst)
+    n_abn = group_sum(ops.inst, ops.n_inst, abnormal)
     b = base
     ex = ops.elapsed[late] - b
     flagged = abnormal[late] & (ex > 0.2 * b) & (n_abn >= ops.inst_size)

@@ -32,6 +32,7 @@ from localize.grouping import (
     group_max,
     group_median,
     group_min,
+    group_sum,
     sort_keys,
     unique,
 )
@@ -96,7 +97,7 @@ class Ops:
     def inst_mean(self) -> np.ndarray:
         """Mean elapsed per instance (computed on use, like `wait`: only the detector's features
         read it, and the analysis's later peaks are spared its bytes)."""
-        return np.bincount(self.inst, weights=self.elapsed, minlength=self.n_inst) / np.maximum(self.inst_size, 1)
+        return group_sum(self.inst, self.n_inst, self.elapsed) / np.maximum(self.inst_size, 1)
 
     @property
     def inst_max(self) -> np.ndarray:
@@ -521,23 +522,47 @@ def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int]:
     return lut[step - lo], int(present.sum())
 
 
+def _history_matrix(ops: Ops, e: np.ndarray, use: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    """The slots x steps matrix of `e` over the rows `use` selects (NaN where a slot has no row
+    of a step, or its row is not kept), one column per step those rows hold, in step order.
+    Filled chunk by chunk in row order: no row-sized gathers of the selected rows' values,
+    slots and step codes beside the matrix (numpy widens fancy indices to intp, too)."""
+    step, slot = ops.step, ops.slot
+    n = len(step)
+    n_slot = int(slot.max(initial=-1)) + 1
+    lo = int(step.min(initial=0))
+    span = int(step.max(initial=0)) - lo + 1
+    if span > 4 * n + 4096:  # widely spread step numbers: coded by a sort of the selected ones
+        scode, n_cols = _step_codes(step[use])
+        mat = np.full((n_slot, max(n_cols, 1)), np.nan)
+        vals = e[use]
+        if keep is not None:
+            vals[~keep[use]] = np.nan
+        mat[slot[use], scode] = vals  # NaN values (unmeasurable) do not count
+        return mat
+    present = np.zeros(span, dtype=bool)
+    for c in range(0, n, _CHUNK):
+        present[step[c:c + _CHUNK][use[c:c + _CHUNK]] - lo] = True
+    col = np.cumsum(present, dtype=np.int32)  # step - lo -> its column
+    col -= 1
+    mat = np.full((n_slot, max(int(present.sum()), 1)), np.nan)
+    for c in range(0, n, _CHUNK):
+        u = use[c:c + _CHUNK]
+        vals = e[c:c + _CHUNK][u]
+        if keep is not None:
+            vals[~keep[c:c + _CHUNK][u]] = np.nan
+        mat[slot[c:c + _CHUNK][u], col[step[c:c + _CHUNK][u] - lo]] = vals
+    return mat
+
+
 def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
                keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
     A slot occurs once per step, so its history is one row of a slots x steps matrix.
     `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
     a row-sized masked copy of `e`)."""
-    use = in_steps(ops, ref_steps)  # (a mask: the rows it selects come in row order, as indices would)
-    n_slot = int(ops.slot.max(initial=-1)) + 1
-    scode, n_cols = _step_codes(ops.step[use])
-    mat = np.full((n_slot, max(n_cols, 1)), np.nan)
-    vals = e[use]
-    if keep is not None:
-        vals[~keep[use]] = np.nan
-    slot = ops.slot[use]
-    for c in range(0, len(vals), _CHUNK):  # (by chunks: numpy widens fancy indices to intp, 16 bytes a row)
-        mat[slot[c:c + _CHUNK], scode[c:c + _CHUNK]] = vals[c:c + _CHUNK]  # NaN values (unmeasurable) do not count
-    del vals, scode, use, slot
+    mat = _history_matrix(ops, e, in_steps(ops, ref_steps), keep)
+    n_slot = len(mat)
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localize.features import Ops, slot_stats
+from localize.grouping import group_sum
 from localize.latecomers import recurrent_latecomers
 
 
@@ -98,7 +99,9 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
     seq = ops.df["seq"].to_numpy()  # (in the frame's width: widened only where subtracted)
     has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
     hole = np.zeros(len(seq), dtype=bool)
-    hole[has] = np.subtract(seq[has], seq[prev[has]], dtype=np.int64) > 1
+    for c in range(0, len(seq), _CHUNK):  # (by chunks: no row-sized gathers beside the marks)
+        h = has[c:c + _CHUNK]
+        hole[c:c + _CHUNK][h] = np.subtract(seq[c:c + _CHUNK][h], seq[prev[c:c + _CHUNK][h]], dtype=np.int64) > 1
     mark = np.zeros(len(seq) + 1, dtype=prev.dtype)  # (+1/-1 marks: row indices' width suffices)
     idx = np.flatnonzero(hole)
     np.add.at(mark, prev[idx] + 1, 1)
@@ -123,7 +126,10 @@ def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) ->
     # all of it: from the end of the previous operator of the stream to this one's start
     start = ops.df["start_ns"].to_numpy(np.int64)
     end = ops.df["end_ns"].to_numpy(np.int64)
-    return (start - end[p]) * 1e-9
+    out = np.empty(len(start))
+    for i in range(0, len(start), _CHUNK):  # (by chunks: no row-sized int64 scratch beside the result)
+        out[i:i + _CHUNK] = (start[i:i + _CHUNK] - end[p[i:i + _CHUNK]]) * 1e-9
+    return out
 
 
 #: rows per chunk of the in-place passes of `_range_argmax`
@@ -200,7 +206,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     in_steps = np.isin(ops.inst_step, steps)
     late = ops.late_row
     late_abn = abnormal[late]
-    n_abn = np.bincount(inst, weights=abnormal.astype(np.float64), minlength=n)
+    n_abn = group_sum(inst, n, abnormal)
     others = np.maximum(size - 1, 1)
     frac_others = (n_abn - late_abn) / others
     # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
@@ -212,7 +218,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         np.subtract(wait, wait_x, out=wait_x)
         del wait
         np.maximum(wait_x, 0.0, out=wait_x)
-    sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
+    sum_wait = group_sum(inst, n, wait_x)
     delay_wait = sum_wait / others
     del sum_wait, others  # (per-instance scratch is dropped once used: the row-sized work below peaks)
     complete = size >= expected_size
@@ -227,7 +233,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
     del n_abn, whole, complete, late_abn, in_steps
     rank = ops.rank
-    present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
+    present_sum = group_sum(inst, n, rank)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
     del present_sum
 
@@ -253,11 +259,11 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         # own history too (the same operator in normal steps), below
         h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
         np.nan_to_num(seg, copy=False)
-        figures.append((np.bincount(inst, weights=seg, minlength=n), seg[late], h))
+        figures.append((group_sum(inst, n, seg), seg[late], h))
         del seg
     (sum_sc, sc_late, h_sc), (sum_sw, sw_late, h_sw), (sum_so, so_late, h_so) = figures
     del figures, p
-    n_valid = np.bincount(inst, weights=valid.astype(np.float64), minlength=n)
+    n_valid = group_sum(inst, n, valid)
     lv = valid[late]
     del valid
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed

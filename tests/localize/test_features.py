@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from collector.traceio import Trace
 from localize.commops import COLUMNS
@@ -111,3 +112,25 @@ def test_int32_frame_builds_the_keys_an_int64_frame_does() -> None:
     for name in ROW_ARRAYS + INST_ARRAYS:
         np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
     assert got.n_inst == 8 and (got.inst_size == 2).all()  # each send met its recv, by order within its step
+
+
+def test_history_matrix_by_chunks_equals_the_sorted_codes_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slots x steps matrix filled chunk by chunk through a step table equals the one the
+    widely-spread-steps path builds from sorted step codes, with a keep mask and a step subset,
+    and at a chunk smaller than the rows."""
+    import dataclasses
+
+    from localize import features
+
+    ops = prepare_ops(sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS)))
+    rng = np.random.default_rng(5)
+    e = rng.random(len(ops.step))
+    keep = rng.random(len(ops.step)) > 0.2
+    steps = np.unique(ops.step)
+    use = features.in_steps(ops, steps[1::2])
+    spread = dataclasses.replace(ops, step=ops.step.astype(np.int64) * 10_000_000)
+    want = features._history_matrix(spread, e, use, keep)
+    monkeypatch.setattr(features, "_CHUNK", 1000)
+    got = features._history_matrix(ops, e, use, keep)
+    assert got.shape == want.shape == (int(ops.slot.max()) + 1, len(steps[1::2]))
+    np.testing.assert_array_equal(got, want)

@@ -72,7 +72,6 @@ class Ops:
     inst_size: np.ndarray  # copies per instance (int32 where it fits)
     inst_min: np.ndarray  # smallest elapsed per instance
     late_row: np.ndarray  # per instance: row of the last arriver (smallest elapsed)
-    gap: np.ndarray  # per row: compute time before it on its own clock (0 for a rank's first row)
     groups: np.ndarray  # group names
     inst_group: np.ndarray  # per instance: group code
     inst_step: np.ndarray  # per instance: step
@@ -92,6 +91,21 @@ class Ops:
         """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
         few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
         return self.elapsed - self.inst_min[self.inst]
+
+    @property
+    def gap(self) -> np.ndarray:
+        """Per row: compute time before it on its own clock (0 for a rank's first row, and after
+        steps that were not logged); computed on each use, a fresh array (each analysis reads it
+        once: not holding it keeps 8 bytes a row off the detection's and transfers' peaks)."""
+        gap = idle_gaps(self.rank, self._times("start_ns"), self._times("end_ns"))
+        later_step = np.subtract(self.step[1:], self.step[:-1], dtype=np.int64) > 1
+        gap[1:][later_step & (self.rank[1:] == self.rank[:-1])] = 0.0  # steps between were not logged
+        return gap
+
+    def _times(self, name: str) -> np.ndarray:
+        """A time column of the rows, in the analysis' order, int64 ns (the frame's own when sorted)."""
+        a = self.source[name].to_numpy(np.int64)
+        return a if self.order is None else a[self.order]
 
     @property
     def inst_mean(self) -> np.ndarray:
@@ -429,14 +443,9 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     cand = np.flatnonzero(wait <= 0)
     del wait
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
-    del cand
-    gap = idle_gaps(rank, start, end)
-    del end
-    later_step = np.subtract(step[1:], step[:-1], dtype=np.int64) > 1
-    gap[1:][later_step & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
-    del later_step
+    del cand, start, end
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), gap, groups,
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
                opcode, step, rank, first, column("nbytes"))
 

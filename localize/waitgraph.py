@@ -110,15 +110,17 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
 
 
 
-def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) -> np.ndarray:
+def _segment_totals(ops: Ops, what: str, values: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Per row: the rank's compute, delay received or own-clock time between row `p` (its
-    segment start) and itself, as a fresh float64 array (rows without a start: any value)."""
+    segment start) and itself, as a fresh float64 array (rows without a start: any value).
+    `values`: per row, the compute before it (`Ops.gap`) or the delay it received (the own-clock
+    time reads the frame's times instead)."""
     if what == "compute":
-        c = np.cumsum(ops.gap)
+        c = np.cumsum(values)
         out = c[p]
         return np.subtract(c, out, out=out)
     if what == "wait":  # received before this row: the running sum up to the previous row
-        c = np.cumsum(received)
+        c = np.cumsum(values)
         out = c[p]
         c[1:] = c[:-1]  # (shifted in place: the running sum before each row)
         c[0] = 0.0
@@ -203,6 +205,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     n = ops.n_inst
     inst = ops.inst
     size = ops.inst_size
+    gap = ops.gap  # (built first, while little else is held; dropped once the compute pass read it)
     in_steps = np.isin(ops.inst_step, steps)
     late = ops.late_row
     late_abn = abnormal[late]
@@ -248,38 +251,46 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     del wait_x
     hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
     valid = np.zeros(0, dtype=bool)
-    figures: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # per instance: (sum, late's, history)
+    lv = measured = np.zeros(0, dtype=bool)
+    peers_n = np.zeros(0)
+    # per instance, for compute, waiting and own-clock time: the late arriver's excess over its
+    # peers (0 where unmeasured), and over its own history with whether that history exists
+    excess: list[np.ndarray] = []
+    own: list[tuple[np.ndarray, np.ndarray]] = []
     for what in ("compute", "wait", "own"):
-        seg = _segment_totals(ops, what, received, p)
+        seg = _segment_totals(ops, what, gap if what == "compute" else received, p)
         seg[~has_prev] = np.nan
         if what == "compute":
+            del gap
             valid = np.isfinite(seg) & (cu - cu[p] == 0)
             del cu
+            n_valid = group_sum(inst, n, valid)
+            lv = valid[late]
+            peers_n = np.maximum(n_valid - lv, 1)
+            measured = lv & (n_valid >= 2)
+            del n_valid
         # the two ends of a p2p transfer do different work: the sender is judged against its
         # own history too (the same operator in normal steps), below
         h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
         np.nan_to_num(seg, copy=False)
-        figures.append((group_sum(inst, n, seg), seg[late], h))
+        at_late = seg[late]
+        excess.append(np.where(measured, at_late - (group_sum(inst, n, seg) - at_late) / peers_n, 0.0))
         del seg
-    (sum_sc, sc_late, h_sc), (sum_sw, sw_late, h_sw), (sum_so, so_late, h_so) = figures
-    del figures, p
-    n_valid = group_sum(inst, n, valid)
-    lv = valid[late]
-    del valid
+        if h is not None:
+            own.append((at_late - h, np.isfinite(h)))
+        del at_late, h
+    del p, valid, peers_n
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
-    peers_n = np.maximum(n_valid - lv, 1)
-    measured = lv & (n_valid >= 2)
-    excess_compute = np.where(measured, sc_late - (sum_sc - sc_late) / peers_n, 0.0)
-    excess_wait = np.where(measured, sw_late - (sum_sw - sw_late) / peers_n, 0.0)
-    excess_own = np.where(measured, so_late - (sum_so - so_late) / peers_n, 0.0)
-    if h_sc is not None and h_sw is not None and h_so is not None:
-        ok = ops.inst_p2p & lv & np.isfinite(h_sc) & np.isfinite(h_sw) & np.isfinite(h_so)
-        excess_compute = np.where(ok, sc_late - h_sc, excess_compute)
-        excess_wait = np.where(ok, sw_late - h_sw, excess_wait)
-        excess_own = np.where(ok, so_late - h_so, excess_own)
+    excess_compute, excess_wait, excess_own = excess
+    if own:
+        (own_c, seen_c), (own_w, seen_w), (own_o, seen_o) = own
+        ok = ops.inst_p2p & lv & seen_c & seen_w & seen_o
+        excess_compute = np.where(ok, own_c, excess_compute)
+        excess_wait = np.where(ok, own_w, excess_wait)
+        excess_own = np.where(ok, own_o, excess_own)
         measured |= ok
-    del sum_sc, sc_late, h_sc, sum_sw, sw_late, h_sw, sum_so, so_late, h_so, n_valid, peers_n, lv, has_prev
+    del excess, own, lv, has_prev
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
     # every instance points back along waiting, flagged or not: chains pass through operators

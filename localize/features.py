@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -323,7 +324,22 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     Operators may overlap. Rows posted together (a batch: one start) hold the rank until the last
     of them that ends before the rank's next post; a row still open at the next post was posted
     ahead (an irecv, prefetched) and the rank went on working: it holds the rank only until then.
-    The rank computes from the moment nothing holds it to its next post."""
+    The rank computes from the moment nothing holds it to its next post. Ranks are independent:
+    they are taken a chunk of whole ranks at a time (the pass holds several row-sized arrays)."""
+    n = len(rank)
+    if n <= _CHUNK:
+        return _idle_gaps(rank, start, end)
+    firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    at = np.searchsorted(firsts, np.arange(_CHUNK, n, _CHUNK))  # each chunk ends where a rank begins
+    bounds = [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
+    gap = np.empty(n)
+    for lo, hi in pairwise(bounds):
+        gap[lo:hi] = _idle_gaps(rank[lo:hi], start[lo:hi], end[lo:hi])
+    return gap
+
+
+def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """`idle_gaps` of some whole ranks in one pass."""
     n = len(rank)
     gap = np.zeros(n)
     if n < 2:
@@ -336,7 +352,7 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     span = int(max(t_start.max(), t_end.max())) + 2
     if (int(seg[-1]) + 1) * span >= 2**62:  # too long to lift every rank apart: one rank at a time
         cut = np.flatnonzero(first)[1:]
-        return np.concatenate([idle_gaps(r, s_, e_) for r, s_, e_ in
+        return np.concatenate([_idle_gaps(r, s_, e_) for r, s_, e_ in
                                zip(np.split(rank, cut), np.split(start, cut), np.split(end, cut), strict=True)])
     # (each step below reuses the arrays of the one before: a few row-sized arrays at a time)
     lifted = seg * span

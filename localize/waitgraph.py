@@ -113,10 +113,10 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
 def _segment_totals(ops: Ops, what: str, values: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Per row: the rank's compute, delay received or own-clock time between row `p` (its
     segment start) and itself, as a fresh float64 array (rows without a start: any value).
-    `values`: per row, the compute before it (`Ops.gap`) or the delay it received (the own-clock
-    time reads the frame's times instead)."""
+    `values`: per row, the compute before it (`Ops.gap`: consumed, its running sum is built in
+    its place) or the delay it received (the own-clock time reads the frame's times instead)."""
     if what == "compute":
-        c = np.cumsum(values)
+        c = np.cumsum(values, out=values)
         out = c[p]
         return np.subtract(c, out, out=out)
     if what == "wait":  # received before this row: the running sum up to the previous row
@@ -205,7 +205,6 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     n = ops.n_inst
     inst = ops.inst
     size = ops.inst_size
-    gap = ops.gap  # (built first, while little else is held; dropped once the compute pass read it)
     in_steps = np.isin(ops.inst_step, steps)
     late = ops.late_row
     late_abn = abnormal[late]
@@ -249,6 +248,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     # delay a row received: waiting for others, or a transfer slower than normal
     received = wait_x + comm_excess[inst]
     del wait_x
+    gap = ops.gap  # (built by chunks of ranks when needed; dropped once the compute pass read it)
     hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
     valid = np.zeros(0, dtype=bool)
     lv = measured = np.zeros(0, dtype=bool)

@@ -134,3 +134,17 @@ def test_history_matrix_by_chunks_equals_the_sorted_codes_path(monkeypatch: pyte
     got = features._history_matrix(ops, e, use, keep)
     assert got.shape == want.shape == (int(ops.slot.max()) + 1, len(steps[1::2]))
     np.testing.assert_array_equal(got, want)
+
+
+def test_idle_gaps_by_chunks_of_ranks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gaps computed a chunk of whole ranks at a time (chunks far smaller than the rows, ranks
+    cut at their first row) are the one-pass gaps bit for bit."""
+    from localize import features
+
+    df = sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS))
+    rank, start, end = (df[c].to_numpy(np.int64) for c in ("rank", "start_ns", "end_ns"))
+    want = features._idle_gaps(rank, start, end)
+    for chunk in (1, 97, 5000):
+        monkeypatch.setattr(features, "_CHUNK", chunk)
+        got = features.idle_gaps(rank, start, end)
+        assert got.tobytes() == want.tobytes()

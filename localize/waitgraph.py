@@ -245,6 +245,8 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     prev, cu = _segment_starts(ops)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
+    prev_late = prev[late]  # (what the chains below read of it: the row-sized links go now)
+    del prev
     # delay a row received: waiting for others, or a transfer slower than normal
     received = wait_x + comm_excess[inst]
     del wait_x
@@ -262,7 +264,8 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         seg[~has_prev] = np.nan
         if what == "compute":
             del gap
-            valid = np.isfinite(seg) & (cu - cu[p] == 0)
+            valid = np.equal(cu, cu[p])  # (no lost record between: the count did not move)
+            valid &= np.isfinite(seg)
             del cu
             n_valid = group_sum(inst, n, valid)
             lv = valid[late]
@@ -298,11 +301,12 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)
     del delay_wait
     lrow = late[follow]
+    prev_l = prev_late[follow]
     table = _packed(received)
     del received
-    target_row = _range_argmax_packed(table, np.maximum(prev[lrow], -1) + 1, lrow)
+    target_row = _range_argmax_packed(table, np.maximum(prev_l, -1) + 1, lrow)
     del table
-    target_row = np.where(prev[lrow] >= 0, target_row, -1)
+    target_row = np.where(prev_l >= 0, target_row, -1)
     nxt = np.arange(n, dtype=np.int64)
     ok = target_row >= 0
     nxt[np.flatnonzero(follow)[ok]] = inst[target_row[ok]]

@@ -87,6 +87,7 @@ def commops_problems(t: pa.Table, meta: JobMeta, where: str, full: bool = False,
     out: list[Problem] = []
     if t.num_rows == 0:
         return [] if pending else [Problem(where, "empty: no operator rows", "record at least one step, or drop the file")]
+    # each column is a copy of the table's (its chunks combined): held only while checked
     rank = _np(t, "rank")
     if rank is not None:
         lo, hi = int(rank.min()), int(rank.max())
@@ -103,11 +104,13 @@ def commops_problems(t: pa.Table, meta: JobMeta, where: str, full: bool = False,
             if unknown.size:
                 out.append(Problem(where, f"rank(s) {unknown[:5].tolist()} not in meta.json ranks",
                                    "add them to meta.json or drop their rows"))
+    del rank
     peer = _np(t, "peer")
     if peer is not None and ((peer < -1) | (peer >= meta.world_size)).any():
         bad = peer[(peer < -1) | (peer >= meta.world_size)]
         out.append(Problem(where, f"peer(s) {np.unique(bad)[:5].tolist()} outside -1..world_size-1",
                            "peer is a global rank, or -1 for collectives"))
+    del peer
     start, end = _np(t, "start_ns"), _np(t, "end_ns")
     for name, col in (("start_ns", start), ("end_ns", end)):
         if col is not None and ((col < 0) | (col > MAX_NS)).any():
@@ -118,23 +121,27 @@ def commops_problems(t: pa.Table, meta: JobMeta, where: str, full: bool = False,
             first = int(np.flatnonzero(end < start)[0])
             out.append(Problem(where, f"{n_bad} row(s) with end_ns < start_ns (first at row {first})",
                                "fix the clock source or drop those rows"))
+    del start, end
     step = _np(t, "step")
     lim = limits()
     if step is not None and ((step < -1) | (step > lim.max_step)).any():
         bad = step[(step < -1) | (step > lim.max_step)]
         out.append(Problem(where, f"step(s) {np.unique(bad)[:3].tolist()} outside -1..{lim.max_step}",
                            f"steps are iteration numbers (-1 unknown); raise {ENV['max_step']} if genuine"))
-    elif step is not None and rank is not None and (step >= 0).any():
+    elif step is not None and "rank" in t.column_names and (step >= 0).any():
         known = step >= 0
         span = int(step[known].max()) - int(step[known].min()) + 1
-        ranks = int(np.unique(rank[known]).size) if span > lim.step_cells // max(meta.world_size, 1) else 1
+        wide = span > lim.step_cells // max(meta.world_size, 1)
+        ranks = int(np.unique(t.column("rank").to_numpy()[known]).size) if wide else 1
         if span * ranks > lim.step_cells:
             out.append(Problem(where, f"steps span {int(step[known].min())}..{int(step[known].max())} over {ranks} ranks, "
                                       f"more than {lim.step_cells} step-rank cells",
                                f"analyse a window with --steps A:B, or raise {ENV['step_cells']} if genuine"))
+    del step
     seq = _np(t, "seq")
     if seq is not None and (seq < 0).any():
         out.append(Problem(where, "negative seq", "sequence numbers count up from 0 or 1 within a group"))
+    del seq
     if "op" in t.column_names:
         bad_ops = sorted(set(pc.unique(t.column("op")).to_pylist()) - set(OPS))
         if bad_ops:

@@ -59,8 +59,7 @@ def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) ->
     if kind == "commops":
         from localize.steps import step_view
 
-        cols = ["rank", "step", "start_ns", "end_ns", "op", "nbytes"]
-        view = step_view(trace, trace.commops(columns=cols, steps=steps), steps)
+        view = step_view(trace, steps)
         return fn(trace, view, steps, top)  # type: ignore[no-any-return]
     if kind == "flows":
         return fn(trace, steps, top)  # type: ignore[no-any-return]

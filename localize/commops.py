@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow.dataset as ds
 
 from collector.meta import JobMeta
 from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detector import rule_detect
 from localize.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
-from localize.grouping import unique
+from localize.grouping import group_sum, unique
 from localize.groupkinds import group_kinds
 from localize.model_store import load_detector
 from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
@@ -28,6 +29,7 @@ from localize.steps import StepView, with_steps
 from localize.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.verdict import Candidate, Verdict
 from localize.waitgraph import WaitGraph, build_waitgraph
+from timeline.columns import read_commops
 
 COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step"]
 
@@ -110,7 +112,7 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     ends had posted (`localize.transfers`): a long send is often a late receiver.
     """
     late = ops.late_row
-    n_abn = np.bincount(ops.inst, weights=abnormal.astype(np.float64), minlength=ops.n_inst)
+    n_abn = group_sum(ops.inst, ops.n_inst, abnormal)
     b = base
     ex = ops.elapsed[late] - b
     flagged = abnormal[late] & (ex > 0.2 * b) & (n_abn >= ops.inst_size)
@@ -363,8 +365,10 @@ def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
 def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
     """The CommOps localizer of docs/design.md: full records of the window (see summary.py for the
     path that starts from abnormal-operator summaries)."""
-    # in the analysis' order (no second, sorted copy of every row), strings as categoricals
-    df = sorted_rows(with_steps(trace.commops(columns=COLUMNS, steps=steps)))
+    # in the analysis' order (no second, sorted copy of every row), strings read as categoricals
+    # (dictionary-encoded from Parquet: never expanded to one string a row)
+    expr = None if steps is None else (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
+    df = sorted_rows(with_steps(read_commops(trace, COLUMNS, expr)))
     if timeline.status != "irregular" or not timeline.irregular_steps:
         return persistent_verdict(df, trace.meta, top, timeline.group_kind, _durations(timeline))
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)

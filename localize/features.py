@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,7 @@ from localize.grouping import (
     group_max,
     group_median,
     group_min,
+    group_sum,
     sort_keys,
     unique,
 )
@@ -71,7 +73,6 @@ class Ops:
     inst_size: np.ndarray  # copies per instance (int32 where it fits)
     inst_min: np.ndarray  # smallest elapsed per instance
     late_row: np.ndarray  # per instance: row of the last arriver (smallest elapsed)
-    gap: np.ndarray  # per row: compute time before it on its own clock (0 for a rank's first row)
     groups: np.ndarray  # group names
     inst_group: np.ndarray  # per instance: group code
     inst_step: np.ndarray  # per instance: step
@@ -93,10 +94,25 @@ class Ops:
         return self.elapsed - self.inst_min[self.inst]
 
     @property
+    def gap(self) -> np.ndarray:
+        """Per row: compute time before it on its own clock (0 for a rank's first row, and after
+        steps that were not logged); computed on each use, a fresh array (each analysis reads it
+        once: not holding it keeps 8 bytes a row off the detection's and transfers' peaks)."""
+        gap = idle_gaps(self.rank, self._times("start_ns"), self._times("end_ns"))
+        later_step = np.subtract(self.step[1:], self.step[:-1], dtype=np.int64) > 1
+        gap[1:][later_step & (self.rank[1:] == self.rank[:-1])] = 0.0  # steps between were not logged
+        return gap
+
+    def _times(self, name: str) -> np.ndarray:
+        """A time column of the rows, in the analysis' order, int64 ns (the frame's own when sorted)."""
+        a = self.source[name].to_numpy(np.int64)
+        return a if self.order is None else a[self.order]
+
+    @property
     def inst_mean(self) -> np.ndarray:
         """Mean elapsed per instance (computed on use, like `wait`: only the detector's features
         read it, and the analysis's later peaks are spared its bytes)."""
-        return np.bincount(self.inst, weights=self.elapsed, minlength=self.n_inst) / np.maximum(self.inst_size, 1)
+        return group_sum(self.inst, self.n_inst, self.elapsed) / np.maximum(self.inst_size, 1)
 
     @property
     def inst_max(self) -> np.ndarray:
@@ -122,16 +138,16 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
         codes, used = pd.factorize(values.cat.codes.to_numpy())
         names = values.cat.categories.to_numpy(dtype=object)[used]
-        return codes.astype(np.int64, copy=False), np.asarray([str(x) for x in names], dtype=object)
+        return _narrow(codes), np.asarray([str(x) for x in names], dtype=object)
     arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
     enc = pc.dictionary_encode(arr)
     if isinstance(enc, pa.ChunkedArray):
         enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
-    return np.asarray(enc.indices, dtype=np.int64), np.asarray(enc.dictionary.to_pylist(), dtype=object)
+    return _narrow(np.asarray(enc.indices, dtype=np.int64)), np.asarray(enc.dictionary.to_pylist(), dtype=object)
 
 
 def op_codes(values: pd.Series) -> np.ndarray:
-    """Per row: index of the op into OPS (unknown ops get len(OPS))."""
+    """Per row: index of the op into OPS (unknown ops get len(OPS)), int8."""
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
         per_name = op_codes(pd.Series(values.cat.categories.to_numpy(dtype=object), dtype=object))
         return per_name[values.cat.codes.to_numpy()]
@@ -139,7 +155,7 @@ def op_codes(values: pd.Series) -> np.ndarray:
     idx = pc.fill_null(pc.index_in(arr, value_set=_OPS_ARRAY), len(OPS))
     if isinstance(idx, pa.ChunkedArray):
         idx = idx.combine_chunks()
-    return np.asarray(idx, dtype=np.int64)
+    return np.asarray(idx).astype(np.int8)
 
 
 def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
@@ -154,7 +170,7 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     idx = np.flatnonzero(is_p2p)
     if idx.size == 0:
         return seq
-    s, snd, q = pair[idx], is_send[idx], seq[idx]
+    s, snd, q = pair[idx].astype(np.int64), is_send[idx], seq[idx]
     qc, nq = dense_codes(q, by_first=False)
     n_s = int(s.max()) + 1
     key = s * nq + qc
@@ -167,7 +183,7 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     # streams matched by order: the ordinal of each end within (stream, step), in seq order
     own = ~agree[s]
     j = idx[own]
-    s, snd, qc, st = s[own], snd[own], qc[own], step[j]
+    s, snd, qc, st = s[own], snd[own], qc[own], step[j].astype(np.int64)
     sstep, _ = dense_codes(s * (int(st.max()) - int(st.min()) + 1) + (st - st.min()), by_first=False)
     by_seq = argsort_stable(qc)
     o = by_seq[argsort_stable((sstep * 2 + snd)[by_seq])]
@@ -176,20 +192,19 @@ def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, se
     n_send = np.bincount(sstep, weights=snd.astype(np.float64))
     n_all = np.bincount(sstep)
     paired = (2 * n_send == n_all)[sstep]
-    out = seq.copy()
+    out = seq.astype(np.int64)  # (a copy, wide enough for the order keys)
     out[j] = np.where(paired, (st + 1) * 1_000_000 + ordinal, -(j + 1))
     return out
 
 
-def _pair_codes(gcode: np.ndarray, n_groups: int, is_p2p: np.ndarray, src: np.ndarray, dst: np.ndarray,
+def _pair_codes(gcode: np.ndarray, n_groups: int, p2p_rows: np.ndarray, src: np.ndarray, dst: np.ndarray,
                 w: int) -> np.ndarray:
     """Per row: code of its operator stream — the group for a collective, (group, src, dst)
-    for p2p."""
-    key = gcode.copy()
-    idx = np.flatnonzero(is_p2p)
-    if idx.size:
-        sub, _ = dense_codes((gcode[idx] * w + src[idx] + 1) * w + dst[idx] + 1, by_first=False)
-        key[idx] = n_groups + sub
+    for p2p. `src`, `dst`: of the p2p rows `p2p_rows` only (int64)."""
+    key = gcode.astype(np.int64)
+    if p2p_rows.size:
+        sub, _ = dense_codes((key[p2p_rows] * w + src + 1) * w + dst + 1, by_first=False)
+        key[p2p_rows] = n_groups + sub
     return dense_codes(key, by_first=False)[0]
 
 
@@ -201,9 +216,14 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     n = len(pair)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    op_of, n_op = dense_codes(pair * 16 + opcode, by_first=False)
-    scode, n_step = dense_codes(step, by_first=False)
-    key = (rank - int(rank.min())) * n_op
+    key = pair.astype(np.int64)  # (keys are built in int64 whatever the codes' width)
+    key *= 16
+    key += opcode
+    op_of, n_op = dense_codes(key, by_first=False)
+    scode, n_step = _step_codes(step)
+    key = rank.astype(np.int64)
+    key -= int(rank.min())
+    key *= n_op
     key += op_of
     del op_of
     key *= n_step
@@ -231,7 +251,7 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     code = np.repeat(offset, np.diff(np.r_[op_start, n]))
     code += pos
     del pos
-    out = np.empty(n, dtype=np.int64)
+    out = np.empty(n, dtype=_index_type(n))  # (slots number fewer than rows)
     out[order] = code
     return out
 
@@ -248,7 +268,7 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     t = start[order]
     if not ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
         rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
-        order = np.argsort((rank << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
+        order = np.argsort((rank.astype(np.int64) << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
         r, t = rank[order], start[order]
     return order, r, t
 
@@ -256,7 +276,8 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
     0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy; string columns
-    become categoricals, int64 columns whose values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
+    become categoricals (with sorted categories, however they were read), int64 columns whose
+    values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
     never holds two whole frames)."""
     sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
     order = None if sort is None else sort[0]
@@ -273,12 +294,28 @@ def _compact(col: pd.Series) -> pd.Series:
     """A string column as a categorical (categories sorted, as groupby sorts strings): a code of
     a byte or two per row instead of an offset and the characters; an int64 column whose values
     fit int32 (seq, nbytes) in int32, half its bytes (readers widen where they build keys)."""
-    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype.kind in "ufb":
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return _sorted_categories(col)
+    if col.dtype.kind in "ufb":
         return col
     if col.dtype.kind == "i":
         return col if col.dtype != np.int64 else pd.Series(_narrow(col.to_numpy()), index=col.index, name=col.name,
                                                            copy=False)
     return col.astype("category")
+
+
+def _sorted_categories(col: pd.Series) -> pd.Series:
+    """A categorical column with the categories `astype("category")` gives its values: those
+    present, sorted (a column read dictionary-encoded lists its dictionary's order, unused
+    values too). Unchanged (no copy) when they are already."""
+    cats = col.cat.categories
+    codes = col.cat.codes.to_numpy()
+    seen = np.zeros(len(cats), dtype=bool)
+    for c in range(0, len(codes), _CHUNK):  # (by chunks: the codes are a byte or two a row, an index intp)
+        part = codes[c:c + _CHUNK]
+        seen[part[part >= 0]] = True  # (-1: a missing value, no category)
+    keep = cats[seen].sort_values()
+    return col if keep.equals(cats) else col.cat.set_categories(keep)
 
 
 def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -287,7 +324,22 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     Operators may overlap. Rows posted together (a batch: one start) hold the rank until the last
     of them that ends before the rank's next post; a row still open at the next post was posted
     ahead (an irecv, prefetched) and the rank went on working: it holds the rank only until then.
-    The rank computes from the moment nothing holds it to its next post."""
+    The rank computes from the moment nothing holds it to its next post. Ranks are independent:
+    they are taken a chunk of whole ranks at a time (the pass holds several row-sized arrays)."""
+    n = len(rank)
+    if n <= _CHUNK:
+        return _idle_gaps(rank, start, end)
+    firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    at = np.searchsorted(firsts, np.arange(_CHUNK, n, _CHUNK))  # each chunk ends where a rank begins
+    bounds = [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
+    gap = np.empty(n)
+    for lo, hi in pairwise(bounds):
+        gap[lo:hi] = _idle_gaps(rank[lo:hi], start[lo:hi], end[lo:hi])
+    return gap
+
+
+def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """`idle_gaps` of some whole ranks in one pass."""
     n = len(rank)
     gap = np.zeros(n)
     if n < 2:
@@ -300,7 +352,7 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     span = int(max(t_start.max(), t_end.max())) + 2
     if (int(seg[-1]) + 1) * span >= 2**62:  # too long to lift every rank apart: one rank at a time
         cut = np.flatnonzero(first)[1:]
-        return np.concatenate([idle_gaps(r, s_, e_) for r, s_, e_ in
+        return np.concatenate([_idle_gaps(r, s_, e_) for r, s_, e_ in
                                zip(np.split(rank, cut), np.split(start, cut), np.split(end, cut), strict=True)])
     # (each step below reuses the arrays of the one before: a few row-sized arrays at a time)
     lifted = seg * span
@@ -336,17 +388,15 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
 def prepare_ops(df: pd.DataFrame) -> Ops:
     """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
     df = df.reset_index(drop=True)
-    rank = df["rank"].to_numpy(np.int64)
     start = df["start_ns"].to_numpy(np.int64)
-    sort = _row_order(rank, start)
+    sort = _row_order(_int_column(df, "rank"), start)
     order = None if sort is None else sort[0]
 
-    def column(name: str, wide: bool = True) -> np.ndarray:
-        a = df[name].to_numpy()  # gathered in its own width, then widened (unless an int32 one may stay)
-        if a.dtype.kind not in "iu":
-            a = df[name].to_numpy(np.int64)
-        a = a if order is None else a[order]
-        return a if not wide and a.dtype == np.int32 else a.astype(np.int64, copy=False)
+    def column(name: str) -> np.ndarray:
+        """The column in the analysis' order, int32 where the frame's is (a view when sorted
+        already), else int64: every key built from it widens first."""
+        a = _int_column(df, name)
+        return a if order is None else a[order]
 
     gcode, groups = _codes(df["group"])
     opcode = op_codes(df["op"])
@@ -358,47 +408,50 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
         remap = np.full(len(groups), -1, dtype=np.int64)
         remap[by_first] = np.arange(len(by_first), dtype=np.int64)
-        gcode, groups = remap[gcode], groups[by_first]
+        gcode, groups = _narrow(remap[gcode]), groups[by_first]
+    else:
+        rank = column("rank")
+    del sort
     end = column("end_ns")
-    elapsed = (end - start).astype(np.float64)
+    elapsed = end - start
+    elapsed = elapsed.astype(np.float64)
     np.maximum(elapsed, 0, out=elapsed)
     elapsed *= 1e-9
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
-    peer = column("peer")
-    src = np.full(len(rank), -1, dtype=np.int64)
-    dst = src.copy()
+    # (row-sized scratch is dropped as soon as it is used, and held narrow: the peak is the sum)
     p2p_rows = np.flatnonzero(is_p2p)
-    if p2p_rows.size:
-        snd = is_send[p2p_rows]
-        src[p2p_rows] = np.where(snd, rank[p2p_rows], peer[p2p_rows])
-        dst[p2p_rows] = np.where(snd, peer[p2p_rows], rank[p2p_rows])
+    peer = column("peer")
+    snd = is_send[p2p_rows]
+    src = np.where(snd, rank[p2p_rows], peer[p2p_rows]).astype(np.int64)  # (of the p2p rows only)
+    dst = np.where(snd, peer[p2p_rows], rank[p2p_rows]).astype(np.int64)
     w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
-    del peer, p2p_rows  # (row-sized scratch is dropped as soon as it is used: the peak is the sum)
-    pair = _pair_codes(gcode, len(groups), is_p2p, src, dst, w)
+    del peer, snd
+    pair = _narrow(_pair_codes(gcode, len(groups), p2p_rows, src, dst, w))
+    del src, dst, p2p_rows
     step = column("step")
     seq = _p2p_match_key(pair, is_p2p, is_send, column("seq"), step)
     del is_send
     qc, nq = dense_codes(seq, by_first=False)
     del seq
-    key = pair * nq
+    key = pair.astype(np.int64)
+    key *= nq
     key += qc
     del qc
     inst, n_inst = dense_codes(key, by_first=False)
     del key
+    inst = _narrow(inst)
     # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
     slot = _slot_codes(pair, opcode, rank, step)
-    # the keys are built: from here on the per-row codes are held narrow (ranks and codes fit
-    # int32, ops int8; consumers widen where they build keys), rank and step the frame's own
-    # int32 columns where it is sorted already (no copy)
-    if order is None:
-        rank, step = _frame_column(df, "rank", rank), _frame_column(df, "step", step)
-    rank, step, inst, gcode, pair, slot = (_narrow(a) for a in (rank, step, inst, gcode, pair, slot))
-    opcode = _narrow(opcode, np.int8)
+    # per-row codes are held narrow (ranks and codes fit int32, ops int8; consumers widen where
+    # they build keys), rank and step the frame's own int32 columns where it is sorted already
+    rank, step, gcode, slot = (_narrow(a) for a in (rank, step, gcode, slot))
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
-    inst_group, inst_step, inst_p2p, inst_src, inst_dst = gcode[last], step[last], is_p2p[last], src[last], dst[last]
-    del last, src, dst, is_p2p, gcode  # (Ops.group_code is inst_group[inst], on use)
+    inst_group, inst_step, inst_p2p = gcode[last], step[last], is_p2p[last]
+    del gcode, is_p2p  # (Ops.group_code is inst_group[inst], on use)
+    inst_src, inst_dst = _inst_ends(last[inst_p2p], inst_p2p, rank, opcode, column("peer"))
+    del last
     size = _narrow(np.bincount(inst, minlength=n_inst))
     imin = group_min(inst, n_inst, elapsed)
     wait = elapsed - imin[inst]
@@ -406,16 +459,34 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     cand = np.flatnonzero(wait <= 0)
     del wait
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
-    del cand
-    gap = idle_gaps(rank, start, end)
-    del end
-    later_step = np.subtract(step[1:], step[:-1], dtype=np.int64) > 1
-    gap[1:][later_step & (rank[1:] == rank[:-1])] = 0.0  # steps between were not logged
-    del later_step
+    del cand, start, end
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), gap, groups,
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
-               opcode, step, rank, first, column("nbytes", wide=False))
+               opcode, step, rank, first, column("nbytes"))
+
+
+def _inst_ends(rows: np.ndarray, inst_p2p: np.ndarray, rank: np.ndarray, opcode: np.ndarray,
+               peer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: p2p source and destination ranks (-1 for collectives), from `rows`, the
+    row speaking for each p2p instance (a send's rank is the source, a recv's peer)."""
+    src = np.full(len(inst_p2p), -1, dtype=np.int64)
+    dst = src.copy()
+    snd = opcode[rows] == OPS.index("send")
+    src[inst_p2p] = np.where(snd, rank[rows], peer[rows])
+    dst[inst_p2p] = np.where(snd, peer[rows], rank[rows])
+    return src, dst
+
+
+def _int_column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A frame's integer column as it is when int32 (no copy), else in int64."""
+    a = df[name].to_numpy()
+    return a if a.dtype == np.int32 else df[name].to_numpy(np.int64)
+
+
+def _index_type(n: int) -> type[np.signedinteger]:
+    """The narrowest integer type that holds 0..n-1 and -1."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:
@@ -424,12 +495,6 @@ def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarr
     if a.dtype.itemsize <= info.bits // 8 or (len(a) and (int(a.min()) < info.min or int(a.max()) > info.max)):
         return a
     return a.astype(dtype)
-
-
-def _frame_column(df: pd.DataFrame, name: str, values: np.ndarray) -> np.ndarray:
-    """The frame's column itself when it is a plain int32 one (no copy), else `values`."""
-    a = df[name].to_numpy()
-    return a if a.dtype == np.int32 else values
 
 
 def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -482,23 +547,47 @@ def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int]:
     return lut[step - lo], int(present.sum())
 
 
+def _history_matrix(ops: Ops, e: np.ndarray, use: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    """The slots x steps matrix of `e` over the rows `use` selects (NaN where a slot has no row
+    of a step, or its row is not kept), one column per step those rows hold, in step order.
+    Filled chunk by chunk in row order: no row-sized gathers of the selected rows' values,
+    slots and step codes beside the matrix (numpy widens fancy indices to intp, too)."""
+    step, slot = ops.step, ops.slot
+    n = len(step)
+    n_slot = int(slot.max(initial=-1)) + 1
+    lo = int(step.min(initial=0))
+    span = int(step.max(initial=0)) - lo + 1
+    if span > 4 * n + 4096:  # widely spread step numbers: coded by a sort of the selected ones
+        scode, n_cols = _step_codes(step[use])
+        mat = np.full((n_slot, max(n_cols, 1)), np.nan)
+        vals = e[use]
+        if keep is not None:
+            vals[~keep[use]] = np.nan
+        mat[slot[use], scode] = vals  # NaN values (unmeasurable) do not count
+        return mat
+    present = np.zeros(span, dtype=bool)
+    for c in range(0, n, _CHUNK):
+        present[step[c:c + _CHUNK][use[c:c + _CHUNK]] - lo] = True
+    col = np.cumsum(present, dtype=np.int32)  # step - lo -> its column
+    col -= 1
+    mat = np.full((n_slot, max(int(present.sum()), 1)), np.nan)
+    for c in range(0, n, _CHUNK):
+        u = use[c:c + _CHUNK]
+        vals = e[c:c + _CHUNK][u]
+        if keep is not None:
+            vals[~keep[c:c + _CHUNK][u]] = np.nan
+        mat[slot[c:c + _CHUNK][u], col[step[c:c + _CHUNK][u] - lo]] = vals
+    return mat
+
+
 def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
                keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
     A slot occurs once per step, so its history is one row of a slots x steps matrix.
     `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
     a row-sized masked copy of `e`)."""
-    use = in_steps(ops, ref_steps)  # (a mask: the rows it selects come in row order, as indices would)
-    n_slot = int(ops.slot.max(initial=-1)) + 1
-    scode, n_cols = _step_codes(ops.step[use])
-    mat = np.full((n_slot, max(n_cols, 1)), np.nan)
-    vals = e[use]
-    if keep is not None:
-        vals[~keep[use]] = np.nan
-    slot = ops.slot[use]
-    for c in range(0, len(vals), _CHUNK):  # (by chunks: numpy widens fancy indices to intp, 16 bytes a row)
-        mat[slot[c:c + _CHUNK], scode[c:c + _CHUNK]] = vals[c:c + _CHUNK]  # NaN values (unmeasurable) do not count
-    del vals, scode, use, slot
+    mat = _history_matrix(ops, e, in_steps(ops, ref_steps), keep)
+    n_slot = len(mat)
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)
     rows = np.arange(n_slot)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from collector.meta import JobMeta
 from localize.features import Ops, prepare_ops
+from localize.grouping import dense_codes, group_sum, unique
 from localize.groupkinds import group_kinds
 from localize.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import SHIFT_MIN_STEPS, level_shift
@@ -32,9 +33,14 @@ MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage 
 def compute_table(ops: Ops, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rank × step compute (s, own clock), which ranks logged anything, and the steps of the
     columns. The first step holds the job's warm-up and is left out when there are more than two."""
-    scode, steps = pd.factorize(ops.step, sort=True)
-    n_steps = len(steps)
-    comp = np.bincount(ops.rank.astype(np.int64) * n_steps + scode, weights=ops.gap, minlength=world * n_steps)
+    scode, n_steps = dense_codes(ops.step, by_first=False)  # (in step order)
+    steps = unique(ops.step)
+    key = ops.rank.astype(np.int64)  # (rank x step cells built in place: this may run at the analysis' peak)
+    key *= n_steps
+    key += scode
+    del scode
+    comp = group_sum(key, max(world * n_steps, int(key.max(initial=-1)) + 1), ops.gap)
+    del key
     comp = comp[: world * n_steps].reshape(world, n_steps)
     seen = np.bincount(ops.rank, minlength=world)[:world] > 0
     steps = np.asarray(steps, dtype=np.int64)

@@ -101,8 +101,13 @@ def step_durations(df: pd.DataFrame) -> pd.Series:
     return pd.Series(med * 1e-9, index=pd.Index(steps, name="step"), name="duration_s")
 
 
-def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> StepView:
-    """The timeline of the trace: from the timeline stage if installed, else the fallback."""
+#: the CommOps columns the fallback reads
+FALLBACK_COLUMNS = ["rank", "step", "start_ns", "end_ns", "op", "nbytes"]
+
+
+def step_view(trace: Trace, steps: tuple[int, int] | None) -> StepView:
+    """The timeline of the trace: from the timeline stage if installed, else the fallback (which
+    reads its own columns: the timeline stage reads what it needs, so no frame waits beside it)."""
     try:
         build = importlib.import_module("timeline.build")
     except ImportError:
@@ -111,7 +116,7 @@ def step_view(trace: Trace, df: pd.DataFrame, steps: tuple[int, int] | None) -> 
         tl = build.build_timeline(trace, steps=steps)
         return StepView(tl.job, tl.meta, tl.steps, list(tl.irregular_steps), float(tl.slowdown), tl.status,
                         dict(tl.group_kind), tl.onset_step)
-    df = with_steps(df)
+    df = with_steps(trace.commops(columns=FALLBACK_COLUMNS, steps=steps))
     table = judge_from_fast_half(step_durations(df)) if len(df) else pd.DataFrame(columns=["step", "duration_s", "baseline_s", "ratio", "irregular", "pattern"])
     irr = [int(s) for s in table.loc[table["irregular"].astype(bool), "step"]]
     normal = table.loc[~table["irregular"].astype(bool), "duration_s"]

@@ -176,6 +176,7 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
         return out, seen
     start, end = aligned_times(ops, meta, ref)
     flight, waited, together = flights(ops, start, end, send_row, recv_row)
+    del start, end  # (per-row times: what follows is per instance)
     # each instance's stream (the send's pair: -1 for collectives and lost sends), and which ran normally
     stream = np.where(ops.inst_p2p & (send_row >= 0), ops.pair[np.maximum(send_row, 0)], -1)
     in_ref = np.isin(ops.inst_step, ref)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localize.features import Ops, slot_stats
+from localize.grouping import group_sum
 from localize.latecomers import recurrent_latecomers
 
 
@@ -98,7 +99,9 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
     seq = ops.df["seq"].to_numpy()  # (in the frame's width: widened only where subtracted)
     has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
     hole = np.zeros(len(seq), dtype=bool)
-    hole[has] = np.subtract(seq[has], seq[prev[has]], dtype=np.int64) > 1
+    for c in range(0, len(seq), _CHUNK):  # (by chunks: no row-sized gathers beside the marks)
+        h = has[c:c + _CHUNK]
+        hole[c:c + _CHUNK][h] = np.subtract(seq[c:c + _CHUNK][h], seq[prev[c:c + _CHUNK][h]], dtype=np.int64) > 1
     mark = np.zeros(len(seq) + 1, dtype=prev.dtype)  # (+1/-1 marks: row indices' width suffices)
     idx = np.flatnonzero(hole)
     np.add.at(mark, prev[idx] + 1, 1)
@@ -107,15 +110,17 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
 
 
 
-def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) -> np.ndarray:
+def _segment_totals(ops: Ops, what: str, values: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Per row: the rank's compute, delay received or own-clock time between row `p` (its
-    segment start) and itself, as a fresh float64 array (rows without a start: any value)."""
+    segment start) and itself, as a fresh float64 array (rows without a start: any value).
+    `values`: per row, the compute before it (`Ops.gap`: consumed, its running sum is built in
+    its place) or the delay it received (the own-clock time reads the frame's times instead)."""
     if what == "compute":
-        c = np.cumsum(ops.gap)
+        c = np.cumsum(values, out=values)
         out = c[p]
         return np.subtract(c, out, out=out)
     if what == "wait":  # received before this row: the running sum up to the previous row
-        c = np.cumsum(received)
+        c = np.cumsum(values)
         out = c[p]
         c[1:] = c[:-1]  # (shifted in place: the running sum before each row)
         c[0] = 0.0
@@ -123,7 +128,10 @@ def _segment_totals(ops: Ops, what: str, received: np.ndarray, p: np.ndarray) ->
     # all of it: from the end of the previous operator of the stream to this one's start
     start = ops.df["start_ns"].to_numpy(np.int64)
     end = ops.df["end_ns"].to_numpy(np.int64)
-    return (start - end[p]) * 1e-9
+    out = np.empty(len(start))
+    for i in range(0, len(start), _CHUNK):  # (by chunks: no row-sized int64 scratch beside the result)
+        out[i:i + _CHUNK] = (start[i:i + _CHUNK] - end[p[i:i + _CHUNK]]) * 1e-9
+    return out
 
 
 #: rows per chunk of the in-place passes of `_range_argmax`
@@ -200,7 +208,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     in_steps = np.isin(ops.inst_step, steps)
     late = ops.late_row
     late_abn = abnormal[late]
-    n_abn = np.bincount(inst, weights=abnormal.astype(np.float64), minlength=n)
+    n_abn = group_sum(inst, n, abnormal)
     others = np.maximum(size - 1, 1)
     frac_others = (n_abn - late_abn) / others
     # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
@@ -212,7 +220,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         np.subtract(wait, wait_x, out=wait_x)
         del wait
         np.maximum(wait_x, 0.0, out=wait_x)
-    sum_wait = np.bincount(inst, weights=wait_x, minlength=n)
+    sum_wait = group_sum(inst, n, wait_x)
     delay_wait = sum_wait / others
     del sum_wait, others  # (per-instance scratch is dropped once used: the row-sized work below peaks)
     complete = size >= expected_size
@@ -227,7 +235,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
     del n_abn, whole, complete, late_abn, in_steps
     rank = ops.rank
-    present_sum = np.bincount(inst, weights=rank.astype(np.float64), minlength=n)
+    present_sum = group_sum(inst, n, rank)
     missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
     del present_sum
 
@@ -237,43 +245,55 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     prev, cu = _segment_starts(ops)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
+    prev_late = prev[late]  # (what the chains below read of it: the row-sized links go now)
+    del prev
     # delay a row received: waiting for others, or a transfer slower than normal
     received = wait_x + comm_excess[inst]
     del wait_x
+    gap = ops.gap  # (built by chunks of ranks when needed; dropped once the compute pass read it)
     hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
     valid = np.zeros(0, dtype=bool)
-    figures: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # per instance: (sum, late's, history)
+    lv = measured = np.zeros(0, dtype=bool)
+    peers_n = np.zeros(0)
+    # per instance, for compute, waiting and own-clock time: the late arriver's excess over its
+    # peers (0 where unmeasured), and over its own history with whether that history exists
+    excess: list[np.ndarray] = []
+    own: list[tuple[np.ndarray, np.ndarray]] = []
     for what in ("compute", "wait", "own"):
-        seg = _segment_totals(ops, what, received, p)
+        seg = _segment_totals(ops, what, gap if what == "compute" else received, p)
         seg[~has_prev] = np.nan
         if what == "compute":
-            valid = np.isfinite(seg) & (cu - cu[p] == 0)
+            del gap
+            valid = np.equal(cu, cu[p])  # (no lost record between: the count did not move)
+            valid &= np.isfinite(seg)
             del cu
+            n_valid = group_sum(inst, n, valid)
+            lv = valid[late]
+            peers_n = np.maximum(n_valid - lv, 1)
+            measured = lv & (n_valid >= 2)
+            del n_valid
         # the two ends of a p2p transfer do different work: the sender is judged against its
         # own history too (the same operator in normal steps), below
         h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
         np.nan_to_num(seg, copy=False)
-        figures.append((np.bincount(inst, weights=seg, minlength=n), seg[late], h))
+        at_late = seg[late]
+        excess.append(np.where(measured, at_late - (group_sum(inst, n, seg) - at_late) / peers_n, 0.0))
         del seg
-    (sum_sc, sc_late, h_sc), (sum_sw, sw_late, h_sw), (sum_so, so_late, h_so) = figures
-    del figures, p
-    n_valid = np.bincount(inst, weights=valid.astype(np.float64), minlength=n)
-    lv = valid[late]
-    del valid
+        if h is not None:
+            own.append((at_late - h, np.isfinite(h)))
+        del at_late, h
+    del p, valid, peers_n
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
-    peers_n = np.maximum(n_valid - lv, 1)
-    measured = lv & (n_valid >= 2)
-    excess_compute = np.where(measured, sc_late - (sum_sc - sc_late) / peers_n, 0.0)
-    excess_wait = np.where(measured, sw_late - (sum_sw - sw_late) / peers_n, 0.0)
-    excess_own = np.where(measured, so_late - (sum_so - so_late) / peers_n, 0.0)
-    if h_sc is not None and h_sw is not None and h_so is not None:
-        ok = ops.inst_p2p & lv & np.isfinite(h_sc) & np.isfinite(h_sw) & np.isfinite(h_so)
-        excess_compute = np.where(ok, sc_late - h_sc, excess_compute)
-        excess_wait = np.where(ok, sw_late - h_sw, excess_wait)
-        excess_own = np.where(ok, so_late - h_so, excess_own)
+    excess_compute, excess_wait, excess_own = excess
+    if own:
+        (own_c, seen_c), (own_w, seen_w), (own_o, seen_o) = own
+        ok = ops.inst_p2p & lv & seen_c & seen_w & seen_o
+        excess_compute = np.where(ok, own_c, excess_compute)
+        excess_wait = np.where(ok, own_w, excess_wait)
+        excess_own = np.where(ok, own_o, excess_own)
         measured |= ok
-    del sum_sc, sc_late, h_sc, sum_sw, sw_late, h_sw, sum_so, so_late, h_so, n_valid, peers_n, lv, has_prev
+    del excess, own, lv, has_prev
 
     delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
     # every instance points back along waiting, flagged or not: chains pass through operators
@@ -281,11 +301,12 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)
     del delay_wait
     lrow = late[follow]
+    prev_l = prev_late[follow]
     table = _packed(received)
     del received
-    target_row = _range_argmax_packed(table, np.maximum(prev[lrow], -1) + 1, lrow)
+    target_row = _range_argmax_packed(table, np.maximum(prev_l, -1) + 1, lrow)
     del table
-    target_row = np.where(prev[lrow] >= 0, target_row, -1)
+    target_row = np.where(prev_l >= 0, target_row, -1)
     nxt = np.arange(n, dtype=np.int64)
     ok = target_row >= 0
     nxt[np.flatnonzero(follow)[ok]] = inst[target_row[ok]]

@@ -57,7 +57,9 @@ def codes(col: pd.Series) -> np.ndarray:
 def _scan_parquet(path: object, columns: Sequence[str], expr: ds.Expression | None) -> pa.Table:
     """Scan Parquet keeping dictionary strings; numeric columns cast to the contract's types."""
     try:
-        dataset = ds.dataset(path, format="parquet")
+        # string columns decoded straight into dictionary arrays, whatever schema the writer stored
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=set(STRING_COLUMNS)))
+        dataset = ds.dataset(path, format=fmt)
         missing = [c for c in columns if c not in dataset.schema.names]
         if missing:
             raise TraceError(f"{path}: missing column(s) {', '.join(missing)}",

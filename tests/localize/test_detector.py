@@ -129,3 +129,35 @@ def test_slots_match_pandas_with_lost_rows() -> None:
     ordinal = rows.groupby(["rank", "pair", "op", "step"]).cumcount()
     want = rows.assign(k=ordinal).groupby(["rank", "pair", "op", "k"]).ngroup().to_numpy()
     assert np.array_equal(got, want)
+
+
+def test_step_view_fallback_reads_its_own_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the timeline stage, step_view reads the step columns itself and judges the steps
+    from them (the shipped gpu-straggler trace: slow steps are found)."""
+    import importlib
+
+    from collector.traceio import Trace
+    from localize import steps as steps_mod
+
+    real = importlib.import_module
+
+    def no_timeline(name: str, *a: object) -> object:
+        if name == "timeline.build":
+            raise ImportError(name)
+        return real(name, *a)  # type: ignore[arg-type]
+
+    trace = Trace.open(Path(__file__).resolve().parents[2] / "traces" / "gpu-straggler")
+    read: list[list[str] | None] = []
+    commops = trace.commops
+
+    def recorded(columns: list[str] | None = None, steps: tuple[int, int] | None = None) -> pd.DataFrame:
+        read.append(columns)
+        return commops(columns, steps=steps)
+
+    monkeypatch.setattr(trace, "commops", recorded)
+    monkeypatch.setattr(steps_mod.importlib, "import_module", no_timeline)
+    view = steps_mod.step_view(trace, None)
+    assert read == [steps_mod.FALLBACK_COLUMNS]
+    want = steps_mod.judge_from_fast_half(steps_mod.step_durations(commops(steps_mod.FALLBACK_COLUMNS)))
+    assert view.irregular_steps == [int(s) for s in want.loc[want["irregular"], "step"]]
+    assert view.irregular_steps and view.status == "irregular"

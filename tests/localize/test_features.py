@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from collector.traceio import Trace
 from localize.commops import COLUMNS
@@ -66,3 +67,84 @@ def test_sorted_rows_narrows_int64_columns_only_where_every_value_fits() -> None
     wide = sorted_rows(big.copy())
     assert wide["nbytes"].dtype == np.int64 and int(wide["nbytes"].max()) == 2**40
     np.testing.assert_array_equal(prepare_ops(wide).nbytes, prepare_ops(big.copy()).nbytes)
+
+
+def test_dictionary_read_frame_compacts_to_the_string_frame() -> None:
+    """Group and op read dictionary-encoded (the dictionary in its own order, values no row uses
+    among it) compact to the frame the string columns give: the same categories, sorted."""
+    import pandas as pd
+
+    from timeline.columns import read_commops
+
+    trace = Trace.open(TRACE)
+    want = sorted_rows(trace.commops(columns=COLUMNS))
+    raw = read_commops(trace, COLUMNS)
+    for c in ("group", "op"):
+        cats = list(raw[c].cat.categories)
+        raw[c] = raw[c].cat.set_categories([*reversed(cats), "unused-name"])
+    got = sorted_rows(raw)
+    pd.testing.assert_frame_equal(got, want)
+    for c in ("group", "op"):
+        assert got[c].dtype == want[c].dtype and list(got[c].cat.categories) == sorted(set(want[c].astype(str)))
+
+
+def test_int32_frame_builds_the_keys_an_int64_frame_does() -> None:
+    """Codes are held narrow but every key is built in int64: a p2p stream whose ends number
+    apart (matched by order within the step, keyed by step x 1e6) in steps where that crosses 2**31
+    gives the same instances, pairs and slots from int32 columns as from int64 ones."""
+    import pandas as pd
+
+    rows = []
+    for i, step in enumerate(range(2145, 2149)):  # (step + 1) x 1e6 crosses 2**31
+        t = step * 10_000_000
+        rows.append({"rank": 0, "group": "pp-0", "op": "send", "seq": i, "peer": 1, "nbytes": 8, "start_ns": t,
+                     "end_ns": t + 1000, "step": step})
+        rows.append({"rank": 1, "group": "pp-0", "op": "recv", "seq": 100 + i, "peer": 0, "nbytes": 8,
+                     "start_ns": t + 10, "end_ns": t + 1000, "step": step})
+        for r in (0, 1):
+            rows.append({"rank": r, "group": "dp-0", "op": "all_reduce", "seq": i, "peer": -1, "nbytes": 64,
+                         "start_ns": t + 2000, "end_ns": t + 3000 + r, "step": step})
+    wide = pd.DataFrame(rows).astype({c: np.int64 for c in ("rank", "seq", "peer", "nbytes", "step")})
+    narrow = sorted_rows(wide.copy())
+    narrow = narrow.astype({c: np.int32 for c in ("rank", "seq", "peer", "nbytes", "step")})
+    got, ref = prepare_ops(narrow), prepare_ops(sorted_rows(wide.copy()).astype({"seq": np.int64, "step": np.int64}))
+    assert got.step.dtype == np.int32 and got.rank.dtype == np.int32
+    for name in ROW_ARRAYS + INST_ARRAYS:
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
+    assert got.n_inst == 8 and (got.inst_size == 2).all()  # each send met its recv, by order within its step
+
+
+def test_history_matrix_by_chunks_equals_the_sorted_codes_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slots x steps matrix filled chunk by chunk through a step table equals the one the
+    widely-spread-steps path builds from sorted step codes, with a keep mask and a step subset,
+    and at a chunk smaller than the rows."""
+    import dataclasses
+
+    from localize import features
+
+    ops = prepare_ops(sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS)))
+    rng = np.random.default_rng(5)
+    e = rng.random(len(ops.step))
+    keep = rng.random(len(ops.step)) > 0.2
+    steps = np.unique(ops.step)
+    use = features.in_steps(ops, steps[1::2])
+    spread = dataclasses.replace(ops, step=ops.step.astype(np.int64) * 10_000_000)
+    want = features._history_matrix(spread, e, use, keep)
+    monkeypatch.setattr(features, "_CHUNK", 1000)
+    got = features._history_matrix(ops, e, use, keep)
+    assert got.shape == want.shape == (int(ops.slot.max()) + 1, len(steps[1::2]))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_idle_gaps_by_chunks_of_ranks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gaps computed a chunk of whole ranks at a time (chunks far smaller than the rows, ranks
+    cut at their first row) are the one-pass gaps bit for bit."""
+    from localize import features
+
+    df = sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS))
+    rank, start, end = (df[c].to_numpy(np.int64) for c in ("rank", "start_ns", "end_ns"))
+    want = features._idle_gaps(rank, start, end)
+    for chunk in (1, 97, 5000):
+        monkeypatch.setattr(features, "_CHUNK", chunk)
+        got = features.idle_gaps(rank, start, end)
+        assert got.tobytes() == want.tobytes()

@@ -113,3 +113,29 @@ def test_jsonl_trace_reads_through_collector(tmp_path: Path) -> None:
     (tmp_path / "commops.parquet").unlink()
     write_table(df, tmp_path / "commops.jsonl", COMMOPS_SCHEMA)
     assert build_timeline(Trace.open(tmp_path)).irregular_steps == [6, 11, 12, 13, 14, 15]
+
+
+def test_read_commops_decodes_strings_as_dictionaries_whatever_the_stored_schema(tmp_path: Path) -> None:
+    """Shards written without Arrow's schema (plain Parquet strings) beside ones that store a
+    dictionary read alike: group and op are scanned as dictionaries (never one string a row) and
+    arrive as categoricals, the values intact."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from timeline.columns import _scan_parquet, read_commops
+
+    src = Path(__file__).resolve().parents[2] / "traces" / "gpu-straggler"
+    table = pq.read_table(src / "commops.parquet")
+    (tmp_path / "commops").mkdir()
+    shutil.copy(src / "meta.json", tmp_path / "meta.json")
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half).cast(table.schema), tmp_path / "commops" / "a.parquet", store_schema=False)
+    pq.write_table(table.slice(half), tmp_path / "commops" / "b.parquet")
+    scanned = _scan_parquet(tmp_path / "commops", ["group", "op", "rank"], None)
+    assert pa.types.is_dictionary(scanned.column("group").type) and pa.types.is_dictionary(scanned.column("op").type)
+    got = read_commops(Trace.open(tmp_path), ["group", "op", "rank"])
+    assert str(got["group"].dtype) == "category" and str(got["op"].dtype) == "category"
+    assert got["group"].astype(str).tolist() == [str(x) for x in table.column("group").to_pylist()]
+    assert got["op"].astype(str).tolist() == [str(x) for x in table.column("op").to_pylist()]

@@ -185,7 +185,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # Where a rank's group peers were not logged (one rank per TP group), the time it spent in
     # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
     world = max(meta.world_size, int(ops.rank.max()) + 1)
-    unseen_wait = lone_excess(ops, meta, world, partial, ref)[graph.root_rank.clip(0), _step_codes_of(ops)]
+    unseen_wait = lone_excess(ops, meta, world, partial, all_steps, ref)[graph.root_rank.clip(0),
+                                                                         np.searchsorted(all_steps, ops.inst_step)]
     explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)
     to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
 
@@ -402,17 +403,12 @@ def proxy_ranks(meta: JobMeta, rank: np.ndarray, world: int, skip: set[str] | No
     return out
 
 
-def _step_codes_of(ops: Ops) -> np.ndarray:
-    """Per instance: its step's position among the ops' steps (sorted)."""
-    return np.searchsorted(unique(ops.step), ops.inst_step)
-
-
-def lone_excess(ops: Ops, meta: JobMeta, world: int, skip: set[str] | None, ref: np.ndarray) -> np.ndarray:
-    """Rank × step (sorted steps of `ops`): the time a proxy rank spent in operators no other copy
+def lone_excess(ops: Ops, meta: JobMeta, world: int, skip: set[str] | None, steps: np.ndarray,
+                ref: np.ndarray) -> np.ndarray:
+    """Rank × step (`steps`: the ops' steps, sorted): the time a proxy rank spent in operators no other copy
     of shows (its group's other members were not logged), beyond its median over the normal
     steps `ref`; 0 for other ranks. Only that time is its unlogged peers' delay: a transfer it
     waited on elsewhere (a slow NIC) is not."""
-    steps = unique(ops.step)
     out = np.zeros((world, len(steps)))
     proxy = proxy_ranks(meta, ops.rank, world, skip)
     if not proxy.any():

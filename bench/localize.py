@@ -32,13 +32,13 @@ import numpy as np
 import pandas as pd
 
 from collector.traceio import Trace
-from localize.baselines import BASELINES, baseline_ranks
 from localize.combine import TIE_LIST, localize_trace
 from localize.commops import COLUMNS
-from localize.detector import label_rows, rule_detect
-from localize.features import prepare_ops
-from localize.model_store import load_detector
-from localize.steps import step_durations
+from localize.detect.baselines import BASELINES, baseline_ranks
+from localize.detect.detector import label_rows, rule_detect
+from localize.detect.model_store import load_detector
+from localize.ops.features import prepare_ops
+from localize.ops.steps import step_durations
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
 from localize.verdict import Candidate
 from timeline.steps import judge_from_fast_half
@@ -480,8 +480,8 @@ def throughput(gpus: int, workdir: Path, repeats: int = 5) -> dict[str, float]:
     did not pass, threshold auto-tuning. The node-local robust rule is timed on its own. The
     best of `repeats` runs counts (the machine is shared; CPU time still grows under load).
     """
-    from localize.detector import clearly_normal
-    from localize.features import feature_basis
+    from localize.detect.detector import clearly_normal
+    from localize.ops.features import feature_basis
     from simulator.config import FaultSpec, SimConfig
     from simulator.writer import simulate_trace
 
@@ -523,7 +523,7 @@ def throughput(gpus: int, workdir: Path, repeats: int = 5) -> dict[str, float]:
 
 def drift_f1(workdir: Path) -> dict[str, float]:
     """Detector F1 on the same job with and without +-20% drift of iteration time."""
-    from localize.training import f1, twin_rows
+    from localize.detect.training import f1, twin_rows
     from simulator.config import FaultSpec, SimConfig
 
     det = load_detector()
@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-localize-"))
     try:
-        from localize.model_store import model_card
+        from localize.detect.model_store import model_card
 
         card = model_card()
         print("== detector (held-out row-level F1, from the model card) ==")

@@ -4,7 +4,7 @@ Prints failure-indicating-line precision/recall/F1, faulty-node top-1/top-5, kin
 accuracy, false alarms on healthy jobs, and parse throughput (lines/s). The evaluation seeds
 (EVAL_SEED and up) were never used while the method was developed (development used seeds
 below 1000); the shipped pool was built from POOL_SEEDS, healthy jobs only.
-`python -m bench.logs --write-pool localize/log_pool.json` rebuilds the shipped pool.
+`python -m bench.logs --write-pool localize/logs/log_pool.json` rebuilds the shipped pool.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 
 from collector.logs import parse_logs
 from collector.traceio import Trace
-from localize.logpool import EventPool
-from localize.logs import analyze_logs
+from localize.logs.analysis import analyze_logs
+from localize.logs.pool import EventPool
 from simulator.cluster import Layout
 from simulator.config import SimConfig
 from simulator.logs import CATEGORIES, FAILURES, NODE_FAILURES, emit_logs

@@ -18,7 +18,7 @@ overlap_grad_reduce, DDP's buckets; in half of those also the parameter all-gath
 OVERLAP_SHARE of the jobs from its own stream, so `--grad-overlap off` runs the very same jobs
 with the sync at the iteration's end, and `--grad-overlap on` with it overlapped.
 
-Seeds: every job's simulation seed is drawn at or above localize.training.TRAIN_SEED_LIMIT, which
+Seeds: every job's simulation seed is drawn at or above localize.detect.training.TRAIN_SEED_LIMIT, which
 the detector's training and held-out jobs stay below, and from a generator no other benchmark
 uses; no job here was seen in training or tuning.
 
@@ -48,7 +48,7 @@ import pandas as pd
 from bench.localize import NET_LAYOUTS, crossed_pairs, tie_credit, tied_top
 from collector.traceio import Trace
 from localize.combine import TIE_LIST, localize_trace
-from localize.training import TRAIN_SEED_LIMIT
+from localize.detect.training import TRAIN_SEED_LIMIT
 from simulator.config import P2P_MODES, FaultSpec, SimConfig
 from simulator.writer import simulate_trace
 

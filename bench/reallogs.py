@@ -18,8 +18,8 @@ from typing import Any
 
 from collector.logs import parse_logs
 from collector.traceio import Trace
-from localize.logpool import EventPool
-from localize.logs import analyze_logs
+from localize.logs.analysis import analyze_logs
+from localize.logs.pool import EventPool
 from simulator.cluster import Layout
 from simulator.config import SimConfig
 from simulator.reallogs import FAILURES, NODE_FAILURES, emit_real_logs

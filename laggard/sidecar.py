@@ -28,7 +28,6 @@ from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.traceio import Trace
 from localize.commops import COLUMNS
-from localize.hang import find_hang
 from localize.summary import (
     Fetch,
     localize_from_summary,
@@ -38,6 +37,7 @@ from localize.summary import (
     to_wire,
 )
 from localize.verdict import Verdict
+from localize.waits.hang import find_hang
 
 SUMMARY_DIR = "summary"
 

@@ -21,9 +21,9 @@ from localize.verdict import Candidate, Verdict
 LOCALIZERS: dict[str, tuple[str, str]] = {
     "commops": ("localize.commops", "localize_commops"),
     "flows": ("localize.flows", "localize_flows"),
-    "logs": ("localize.logs", "localize_logs"),
+    "logs": ("localize.logs.analysis", "localize_logs"),
 }
-HANG = ("localize.hang", "find_hang")
+HANG = ("localize.waits.hang", "find_hang")
 #: how much a source's score counts when several sources name the same device
 SOURCE_WEIGHT = {"commops": 1.0, "flows": 0.85, "logs": 0.7}
 #: a tied device's share of its tie's score once another source named a different one of them
@@ -57,7 +57,7 @@ def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) ->
     if fn is None:
         raise UserError(f"no {kind} localizer is installed", "use another evidence flag, or none to use what exists")
     if kind == "commops":
-        from localize.steps import step_view
+        from localize.ops.steps import step_view
 
         view = step_view(trace, steps)
         return fn(trace, view, steps, top)  # type: ignore[no-any-return]

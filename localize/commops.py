@@ -17,18 +17,18 @@ import pyarrow.dataset as ds
 from collector.meta import JobMeta
 from collector.schema import OPS
 from collector.traceio import Trace
-from localize.detector import rule_detect
-from localize.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
-from localize.grouping import group_sum, unique
-from localize.groupkinds import group_kinds
-from localize.model_store import load_detector
-from localize.network import NetCandidate, resolve_network, slow_units, tie_note, tied_best
-from localize.persistent import Imbalance, compute_table, persistent_imbalance, worker_onset
-from localize.ranking import RankUnit, explain_rank_blame
-from localize.steps import StepView, with_steps
-from localize.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
+from localize.detect.detector import rule_detect
+from localize.detect.model_store import load_detector
+from localize.network.devices import NetCandidate, resolve_network, slow_units, tie_note, tied_best
+from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
+from localize.ops.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
+from localize.ops.grouping import group_sum, unique
+from localize.ops.groupkinds import group_kinds
+from localize.ops.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
-from localize.waitgraph import WaitGraph, build_waitgraph
+from localize.waits.persistent import Imbalance, compute_table, persistent_imbalance, worker_onset
+from localize.waits.ranking import RankUnit, explain_rank_blame
+from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
 
 COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step"]
@@ -109,7 +109,7 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     and so every copy, is abnormal; or, whatever the detector says, when that copy alone took
     half as long again as its own normal time and far outside its normal spread (`spread`: the
     slot's interquartile range). A p2p transfer is judged by how long its data took once both
-    ends had posted (`localize.transfers`): a long send is often a late receiver.
+    ends had posted (`localize.network.transfers`): a long send is often a late receiver.
     """
     late = ops.late_row
     n_abn = group_sum(ops.inst, ops.n_inst, abnormal)
@@ -202,7 +202,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # spend longer (a transfer elsewhere within its noise, say a wide DP ring) was simply late;
     # one whose time cannot be measured (a lost record in between) is evidence of nothing.
     on_time = graph.measured & (graph.excess_own < 0.5 * graph.delay)
-    # (a p2p transfer's data is measured directly, `localize.transfers`: never inferred this way)
+    # (a p2p transfer's data is measured directly, `localize.network.transfers`: never inferred this way)
     late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
     if late_data[in_irr].any():
         slow = slow_units(unit_of_inst, unit_names, slow_transfer | late_data, judge & in_irr, normal=judge & in_ref)
@@ -380,7 +380,7 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
                        durations: pd.Series | None = None) -> Verdict:
     """No δ-irregular step: healthy, unless some workers, a stage or the data made the job slow
     from its first step, or some workers from a later one that the step times were too noisy
-    to show (judged against peers of the same role, `localize.persistent`). `durations`: the
+    to show (judged against peers of the same role, `localize.waits.persistent`). `durations`: the
     job's step times, for the slowdown since that step."""
     found = persistent_imbalance(df, meta, top, hint)
     return imbalance_verdict(meta, found, int(df["step"].min()) if len(df) else None,

@@ -160,7 +160,7 @@ def localize_distributed(src: Source, run: Executor, top: int = 5,
     st = stats if stats is not None else Stats()
     if src.local is not None:
         from collector.traceio import Trace
-        from localize.hang import find_hang
+        from localize.waits.hang import find_hang
 
         hang = find_hang(Trace.open(src.local))
         if hang is not None:

@@ -49,12 +49,12 @@ from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
 from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_verdict
-from localize.detector import rule_detect
-from localize.features import prepare_ops
-from localize.groupkinds import group_kinds, named_kind
-from localize.persistent import imbalance, worker_onset
-from localize.steps import StepView
+from localize.detect.detector import rule_detect
+from localize.ops.features import prepare_ops
+from localize.ops.groupkinds import group_kinds, named_kind
+from localize.ops.steps import StepView
 from localize.verdict import Verdict
+from localize.waits.persistent import imbalance, worker_onset
 from timeline.steps import judge_steps, settle
 
 SUMMARY_SCHEMA = pa.schema(
@@ -295,7 +295,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
 
     The fetched operators are judged with the same robust rule the sidecars use (`forest`
     switches to the random forest, about three times slower). With no irregular step, the
-    summaries' compute says whether the job was slow from the start (`localize.persistent`)."""
+    summaries' compute says whether the job was slow from the start (`localize.waits.persistent`)."""
     table, onset = step_table(summary)
     plan = plan_fetch(summary, meta, table)
     if not plan.irregular:

@@ -24,7 +24,7 @@ from collector.commops.recorder import Recorder
 from collector.schema import COMMOPS_SCHEMA, OPS
 
 _OPS = pa.array(OPS, pa.string())
-STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.hang waits longer)
+STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.waits.hang waits longer)
 SHARD_ROWS = 1 << 16  # periodic flushes buffer drained records and write a shard once this many are
 SHARD_AGE_S = 30.0  # buffered, or once the oldest has waited this long (a Parquet write costs ms)
 MAX_BUFFER_ROWS = 8 * SHARD_ROWS  # kept in memory (32 MB) while the directory cannot be written; older are dropped

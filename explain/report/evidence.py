@@ -33,7 +33,7 @@ def flow_evidence(flows: pd.DataFrame, meta: JobMeta, suspects: list[str], top: 
 def log_evidence(trace: Trace, suspects: list[str], top: int = 24, examples: int = 12) -> LogEvidence | None:
     """Failure-indicating lines per host, found exactly as `laggard logs` finds them (L4: lines also
     printed by successful jobs, and lines the job got past, are left out); quotes suspects' first."""
-    from localize.logs import analyze_logs  # scikit-learn: only when a report has logs
+    from localize.logs.analysis import analyze_logs  # scikit-learn: only when a report has logs
 
     a = analyze_logs(trace)
     logs = a.logs

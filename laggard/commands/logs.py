@@ -9,7 +9,7 @@ from typing import Any
 
 from collector.errors import UserError
 from laggard.cliutil import add_format, emit, print_json, verb_parser
-from localize.logpool import POOL_ENV, EventPool, user_pool_path
+from localize.logs.pool import POOL_ENV, EventPool, user_pool_path
 
 
 def register(sub: Any) -> None:
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.pool}: no such pool", "create it with `laggard logs learn OK_TRACE --pool FILE`")
     pool = EventPool.load(args.pool) if args.pool else None
     # scikit-learn loads slowly: import the localizer only when it runs
-    from localize.logs import analyze_logs, verdict_of
+    from localize.logs.analysis import analyze_logs, verdict_of
 
     analysis = analyze_logs(trace, pool)
     verdict = verdict_of(trace, analysis, args.top)

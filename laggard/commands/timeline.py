@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     tl = build_timeline(trace, steps=steps, delta=args.delta)
     if tl.status == "healthy":  # steps alone cannot show a job slow from its first step: ranks can
         from localize.commops import COLUMNS, persistent_verdict
-        from localize.steps import with_steps
+        from localize.ops.steps import with_steps
 
         v = persistent_verdict(with_steps(trace.commops(columns=COLUMNS, steps=steps)), trace.meta, 5, tl.group_kind)
         if v.status == "irregular" and v.candidates:

@@ -15,7 +15,7 @@ def register(sub: Any) -> None:
         sub, "train-detector", "retrain the abnormal-operator random forest from simulated jobs",
         "Simulates training jobs twice (with and without faults, same noise) to label every operator,\n"
         "fits a small random forest on them, scores it and the 3-sigma baseline on held-out jobs\n"
-        "(other seeds, scales, layouts, magnitudes) and writes localize/models/detector.{npz,sha256,json}.\n"
+        "(other seeds, scales, layouts, magnitudes) and writes localize/detect/models/detector.{npz,sha256,json}.\n"
         "Same seed, same model: the files it writes are byte-identical run to run.",
         "  laggard train-detector\n  laggard train-detector --out /tmp/model --seed 1",
     )
@@ -28,8 +28,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localize.model_store import MODEL_DIR, save_model
-    from localize.training import train
+    from localize.detect.model_store import MODEL_DIR, save_model
+    from localize.detect.training import train
 
     quiet = args.format == "json"
     if args.jobs_per_layout < 1 or args.eval_jobs_per_layout < 1:

@@ -33,9 +33,9 @@ from explain.report.model import Report, irregular_windows
 from laggard.service.schema import members
 from laggard.service.store import Store
 from localize.commops import COLUMNS
-from localize.hang import find_hang
 from localize.summary import SUMMARY_SCHEMA, WIRE_US, localize_summary, plan_fetch, step_table
 from localize.verdict import Verdict
+from localize.waits.hang import find_hang
 
 FETCH_TIMEOUT_S = 30.0  # nodes that have not answered by then: plan again (the job may have moved on)
 

@@ -11,7 +11,7 @@ import pytest
 from collector.errors import UserError
 from collector.traceio import Trace
 from localize.combine import localize_trace, merge
-from localize.model_store import HASH_NAME, MODEL_DIR, MODEL_NAME, load_model, save_model
+from localize.detect.model_store import HASH_NAME, MODEL_DIR, MODEL_NAME, load_model, save_model
 from localize.summary import localize_from_summary, write_summaries
 from localize.verdict import Candidate, Verdict
 from simulator.config import FaultSpec, SimConfig

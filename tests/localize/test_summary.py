@@ -9,7 +9,7 @@ import pandas as pd
 
 from collector.traceio import Trace
 from localize.commops import COLUMNS
-from localize.features import prepare_ops
+from localize.ops.features import prepare_ops
 from localize.summary import summarize
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "gpu-straggler"

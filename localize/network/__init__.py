@@ -1,0 +1,1 @@
+"""Network evidence from CommOps: transfers timed by physics, and slow units resolved to a device."""

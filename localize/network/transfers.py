@@ -1,0 +1,202 @@
+"""Point-to-point transfers judged by physics, whatever the transport's send semantics.
+
+A send may complete when its data is handed to the transport (eager, small messages) or only
+once its receiver has posted too (rendezvous: NCCL and gloo for large messages; Megatron's
+batched send+recv), so a long send is as often a late receiver as a slow path: the send copy
+is no evidence about the network. What is evidence is how long the data took once both sides
+were ready: from the later of the two posts to the recv's end, on clocks aligned across hosts.
+That is exact under rendezvous and a lower bound under eager sends (the data may have left
+before the receiver posted), so it never overstates a transfer. It is judged against the time
+the same stream (or, lacking history, the same size on the same path class) needs in normal
+steps, measured only where the measurement is exact: the receiver waited for the sender, or
+both ends completed together. A rank that posted late is a suspect of the wait graph, never
+evidence against the network.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collector.meta import JobMeta
+from collector.schema import OPS
+from localize.ops.features import Ops
+from localize.ops.grouping import dense_codes, group_quantile
+from timeline.instances import host_codes
+from timeline.steps import clock_offsets_by_step
+
+#: a transfer is slow when its data took this much longer than the path needs
+SLOW_EXCESS = 0.5
+#: ... and at least this long beyond it (s): scheduling noise of a healthy host
+MIN_EXCESS_S = 50e-6
+#: rows per chunk of `last_activity`'s passes
+_CHUNK = 1 << 20
+#: two clock readings agree within this share of the transfer, or this many seconds
+TOLERANCE = 0.1
+TOLERANCE_S = 50e-6
+#: a stream's sends wait for their receiver when this share of late receivers ended with the send
+HELD_SHARE = 0.9
+
+
+def p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: the row of its send and of its recv (-1 where absent or a collective)."""
+    rows = []
+    for op in ("send", "recv"):
+        mine = ops.opcode == OPS.index(op)
+        r = np.full(ops.n_inst, -1, dtype=np.int64)
+        r[ops.inst[mine]] = np.flatnonzero(mine)
+        rows.append(r)
+    return rows[0], rows[1]
+
+
+def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: start and end in seconds on one clock (each host's offset removed, as the
+    timeline estimates it step by step, from the normal steps `ref` where there are some)."""
+    offsets = clock_offsets_by_step(ops.df, meta, trusted=ref)
+    host, _ = host_codes(meta, ops.rank)
+    at = np.clip(np.searchsorted(offsets.index.to_numpy(), ops.step), 0, len(offsets) - 1)
+    off = offsets.to_numpy()[at, host]
+    del at, host  # (in place from here: this runs near the analysis's peak)
+    start = ops.df["start_ns"].to_numpy(np.float64, copy=True)
+    start -= off
+    start *= 1e-9
+    end = ops.df["end_ns"].to_numpy(np.float64, copy=True)
+    end -= off
+    end *= 1e-9
+    return start, end
+
+
+def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: when its rank last started anything before the row ended (its own start at the
+    earliest), and whether the row was blocking (nothing else of its rank started while it ran,
+    nor with it: its end is what it waited for, not a batch's or a later wait's).
+
+    An irecv posted early and waited on later, or an operator of a batch, ends when the rank's
+    wait returned; the rank was certainly inside the operator only after its last other start."""
+    n = len(ops.rank)
+    if n < 2:
+        return start.copy(), np.ones(n, dtype=bool)
+    first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
+    t0 = float(min(start.min(), end.min()))
+    span = float(max(start.max(), end.max()) - t0) + 1.0
+    # each rank lifted to its own segment of one line; built in place and by chunks (this runs
+    # at the analysis's peak: one row-sized float array and the int32 segment codes)
+    narrow = np.int32 if n < 2**31 else np.int64  # (row indices and segment codes)
+    seg = np.cumsum(first, dtype=narrow)
+    np.subtract(seg, 1, out=seg)
+    lifted_start = np.subtract(start, t0)
+    for c in range(0, n, _CHUNK):
+        lifted_start[c:c + _CHUNK] += np.multiply(seg[c:c + _CHUNK], span)  # rows are sorted by (rank, start): so is this
+    j = np.empty(n, dtype=narrow)
+    for c in range(0, n, _CHUNK):
+        lifted_end = np.subtract(end[c:c + _CHUNK], t0)
+        lifted_end += np.multiply(seg[c:c + _CHUNK], span)
+        j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
+    del seg, lifted_start
+    np.subtract(j, 1, out=j)
+    row = np.arange(n, dtype=narrow)
+    np.maximum(j, row, out=j)
+    ready = start[j]
+    np.maximum(start, ready, out=ready)
+    same_start = np.r_[(~first[1:]) & (start[1:] == start[:-1]), False] | np.r_[False, (~first[1:]) & (start[1:] == start[:-1])]
+    blocking = (j == row) & ~same_start
+    return ready, blocking
+
+
+def flights(ops: Ops, start: np.ndarray, end: np.ndarray, send_row: np.ndarray,
+            recv_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance: how long the data took once both sides were certainly in the transfer (s,
+    NaN when one end is missing); whether the receiver was there first (then that is the
+    transfer's whole time under any semantics); whether both ends completed together (the whole
+    time under rendezvous, a lower bound under an eager send that completes when its data lands).
+
+    A blocking recv ends when its data arrived. Otherwise (a batch, an irecv waited on later)
+    the recv ends when the rank's wait returned, which may have waited on something else: the
+    data was there by the earlier of the two ends."""
+    both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
+    flight = np.full(ops.n_inst, np.nan)
+    waited = np.zeros(ops.n_inst, dtype=bool)
+    together = np.zeros(ops.n_inst, dtype=bool)
+    s, r = send_row[both], recv_row[both]
+    ready, blocking = last_activity(ops, start, end)
+    arrived = np.where(blocking[r], end[r], np.minimum(end[s], end[r]))
+    took = np.maximum(arrived - np.maximum(ready[s], ready[r]), 0.0)
+    tol = np.maximum(TOLERANCE * took, TOLERANCE_S)
+    flight[both] = took
+    waited[both] = ready[r] <= ready[s] + tol
+    together[both] = np.abs(end[s] - end[r]) <= tol
+    return flight, waited, together
+
+
+def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, together: np.ndarray,
+               send_row: np.ndarray, recv_row: np.ndarray, stream: np.ndarray,
+               in_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: the time its transfer needs, from normal steps, NaN where never measured;
+    and how long its stream's transfers usually took at most (the 90th percentile of every
+    normal measurement, NaN where never measured).
+
+    Exact measurements first (the receiver waited): the median of the stream's own, else of the
+    same payload on the same path class (within a host, or across hosts). A stream whose
+    receivers never waited falls back on its ends completing together, at their 90th percentile:
+    exact under rendezvous, and under eager sends the highest of lower bounds. The usual range
+    covers the measurements that are not exact (a receiver that came late, a sender already
+    back at compute): a stream on a busy host spreads widely even when its path is healthy.
+    """
+    p2p = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
+    normal = p2p & in_ref & np.isfinite(flight)
+    host = host_codes(meta, ops.rank)[0]
+    hs, hr = host[np.maximum(send_row, 0)], host[np.maximum(recv_row, 0)]
+    path = ((hs != hr) | (hs < 0)).astype(np.int64)  # 0: within a host, 1: across the network
+    payload = path * (1 << 40) + ops.nbytes[np.maximum(send_row, 0)]
+
+    def per(key: np.ndarray, mask: np.ndarray, q: float) -> np.ndarray:
+        """The quantile over `mask` of each instance's key (NaN with fewer than 2 measurements)."""
+        code, k = dense_codes(key, by_first=False)
+        n = np.bincount(code[mask], minlength=k)
+        at = group_quantile(code[mask], k, flight[mask], q) if mask.any() else np.full(k, np.nan)
+        return np.where(n >= 2, at, np.nan)[code]
+
+    needs = per(stream, normal & waited, 0.5)
+    for alt in (per(payload, normal & waited, 0.5), per(stream, normal & together, 0.9)):
+        needs = np.where(np.isfinite(needs), needs, alt)
+    usual = per(stream, normal, 0.9)
+    usual = np.where(np.isfinite(usual), usual, per(payload, normal, 0.9))
+    return np.where(p2p, needs, np.nan), np.where(p2p, usual, np.nan)
+
+
+def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
+                         rows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: how much longer a p2p transfer's data took than its path needs (s), 0 unless
+    clearly slow -- half as long again as it needs, and beyond its stream's usual range -- 0 for
+    collectives; and whether its transfer time was seen at all (a receiver that came after the
+    data arrived under an eager send says nothing of the path; collectives are all True here)."""
+    out = np.zeros(ops.n_inst)
+    seen = ~ops.inst_p2p
+    send_row, recv_row = rows if rows is not None else p2p_rows(ops)
+    if not ((send_row >= 0) & (recv_row >= 0)).any():
+        return out, seen
+    start, end = aligned_times(ops, meta, ref)
+    flight, waited, together = flights(ops, start, end, send_row, recv_row)
+    del start, end  # (per-row times: what follows is per instance)
+    # each instance's stream (the send's pair: -1 for collectives and lost sends), and which ran normally
+    stream = np.where(ops.inst_p2p & (send_row >= 0), ops.pair[np.maximum(send_row, 0)], -1)
+    in_ref = np.isin(ops.inst_step, ref)
+    needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, stream, in_ref)
+    ex = flight - needs
+    slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S)) & ~(flight <= usual)
+    out[slow] = ex[slow]
+    return out, seen | waited | (together & held_sends(ops, send_row, waited, together, stream, in_ref)) | slow
+
+
+def held_sends(ops: Ops, send_row: np.ndarray, waited: np.ndarray, together: np.ndarray,
+               stream: np.ndarray, in_ref: np.ndarray) -> np.ndarray:
+    """Per instance: whether its stream's sends wait for their receiver (rendezvous), as its
+    normal steps show: nearly every send whose receiver came later ended with the receive.
+    Only then does a transfer that ended together measure its whole time; under an eager send
+    it is a lower bound, which clears nothing when it is short. A stream whose receivers never
+    came late in normal steps is taken as held (nothing says otherwise)."""
+    code, k = dense_codes(stream, by_first=False)
+    late = (stream >= 0) & in_ref & ~waited
+    n_late = np.bincount(code[late], minlength=k)
+    n_held = np.bincount(code[late & together], minlength=k)
+    held = (n_late < 2) | (n_held >= HELD_SHARE * np.maximum(n_late, 1))
+    return held[code]

@@ -1,0 +1,729 @@
+"""Per-operator quantities the detector and the wait graph share, computed once, vectorized.
+
+Every quantity compares durations, never start times across hosts: clocks of different
+hosts are not synchronized, so only a rank's own clock orders its own operators.
+
+- *instance*: one execution of a collective (group, seq) or of a p2p transfer
+  (group, src, dst, seq); its copies are the rows of the ranks that took part.
+- *wait*: elapsed minus the smallest elapsed of the instance — the time this copy spent
+  waiting for the last participant to arrive (the last arriver's copy waits least).
+- *gap*: time on the rank's own clock between the end of its previous operator and the
+  start of this one — compute, not communication.
+- *slot*: (rank, group, op, nbytes, ordinal within step) — the same operator of the same
+  rank in every step; its history across steps is the operator's own baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import pairwise
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.schema import COLLECTIVE_OPS, OPS
+from collector.traceio import release_arrow_memory
+from localize.ops.grouping import (
+    argsort_stable,
+    cumcount,
+    dense_codes,
+    group_max,
+    group_median,
+    group_min,
+    group_sum,
+    sort_keys,
+    unique,
+)
+
+_OPS_ARRAY = pa.array(list(OPS))
+#: rows per chunk of scatters whose indices numpy would widen all at once
+_CHUNK = 1 << 20
+
+#: detector feature names, in column order of `detector_matrix`
+FEATURES = (
+    "log_elapsed_norm",
+    "ratio_own_median",
+    "z_own",
+    "quartile_pos",
+    "iqr_dist",
+    "rank_in_instance",
+    "ratio_instance_median",
+    "ratio_instance_min",
+    "wait_frac",
+    "log_nbytes",
+    "op_code",
+    "is_p2p",
+    "step_ratio",
+    "min_vs_peer_groups",
+)
+
+
+@dataclass
+class Ops:
+    """CommOps rows sorted by (rank, own start time), with derived per-row arrays."""
+
+    source: pd.DataFrame  # the rows as given, index 0..n-1
+    order: np.ndarray | None  # per sorted row: its row in `source` (None: given already sorted)
+    elapsed: np.ndarray  # float64 seconds
+    inst: np.ndarray  # instance id per row (int32: widen before building keys from it)
+    n_inst: int
+    inst_size: np.ndarray  # copies per instance (int32 where it fits)
+    inst_min: np.ndarray  # smallest elapsed per instance
+    late_row: np.ndarray  # per instance: row of the last arriver (smallest elapsed)
+    groups: np.ndarray  # group names
+    inst_group: np.ndarray  # per instance: group code
+    inst_step: np.ndarray  # per instance: step
+    inst_p2p: np.ndarray  # per instance: bool
+    inst_src: np.ndarray  # per instance: p2p source rank (-1 for collectives)
+    inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
+    slot: np.ndarray  # per row: slot code
+    pair: np.ndarray  # per row: (group, src, dst) code — same for every seq of one operator stream
+    opcode: np.ndarray  # per row: index into collector.schema.OPS (int8)
+    step: np.ndarray  # per row: step (int32, the frame's column where it can be)
+    rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
+    rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
+    nbytes: np.ndarray  # per row: payload bytes (int32 where every value fits: the frame's own column)
+
+    @property
+    def wait(self) -> np.ndarray:
+        """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
+        few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
+        return self.elapsed - self.inst_min[self.inst]
+
+    @property
+    def gap(self) -> np.ndarray:
+        """Per row: compute time before it on its own clock (0 for a rank's first row, and after
+        steps that were not logged); computed on each use, a fresh array (each analysis reads it
+        once: not holding it keeps 8 bytes a row off the detection's and transfers' peaks)."""
+        gap = idle_gaps(self.rank, self._times("start_ns"), self._times("end_ns"))
+        later_step = np.subtract(self.step[1:], self.step[:-1], dtype=np.int64) > 1
+        gap[1:][later_step & (self.rank[1:] == self.rank[:-1])] = 0.0  # steps between were not logged
+        return gap
+
+    def _times(self, name: str) -> np.ndarray:
+        """A time column of the rows, in the analysis' order, int64 ns (the frame's own when sorted)."""
+        a = self.source[name].to_numpy(np.int64)
+        return a if self.order is None else a[self.order]
+
+    @property
+    def inst_mean(self) -> np.ndarray:
+        """Mean elapsed per instance (computed on use, like `wait`: only the detector's features
+        read it, and the analysis's later peaks are spared its bytes)."""
+        return group_sum(self.inst, self.n_inst, self.elapsed) / np.maximum(self.inst_size, 1)
+
+    @property
+    def inst_max(self) -> np.ndarray:
+        """Largest elapsed per instance (computed on use, as `inst_mean`)."""
+        return group_max(self.inst, self.n_inst, self.elapsed)
+
+    @property
+    def group_code(self) -> np.ndarray:
+        """Per row: code into `groups` (every row of an instance is of its group: a fresh array from
+        the per-instance codes, not 4 bytes a row held through the analysis)."""
+        return self.inst_group[self.inst]
+
+    @cached_property
+    def df(self) -> pd.DataFrame:
+        """The original columns in sorted order, index 0..n-1 (built on first use: detection
+        itself reads only the arrays above)."""
+        return self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of a string column without materializing Python strings per row, numbered
+    by first appearance (a categorical column too, whatever the order of its categories)."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        codes, used = pd.factorize(values.cat.codes.to_numpy())
+        names = values.cat.categories.to_numpy(dtype=object)[used]
+        return _narrow(codes), np.asarray([str(x) for x in names], dtype=object)
+    arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
+    enc = pc.dictionary_encode(arr)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
+    return _narrow(np.asarray(enc.indices, dtype=np.int64)), np.asarray(enc.dictionary.to_pylist(), dtype=object)
+
+
+def op_codes(values: pd.Series) -> np.ndarray:
+    """Per row: index of the op into OPS (unknown ops get len(OPS)), int8."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        per_name = op_codes(pd.Series(values.cat.categories.to_numpy(dtype=object), dtype=object))
+        return per_name[values.cat.codes.to_numpy()]
+    arr = pa.array(values) if not isinstance(values, pa.ChunkedArray) else values
+    idx = pc.fill_null(pc.index_in(arr, value_set=_OPS_ARRAY), len(OPS))
+    if isinstance(idx, pa.ChunkedArray):
+        idx = idx.combine_chunks()
+    return np.asarray(idx).astype(np.int8)
+
+
+def _p2p_match_key(pair: np.ndarray, is_p2p: np.ndarray, is_send: np.ndarray, seq: np.ndarray,
+                   step: np.ndarray) -> np.ndarray:
+    """The key that pairs a send with its recv in each (group, src, dst) stream.
+
+    Producers that number both ends alike are matched by seq. A stream whose send and recv
+    numbers disagree (each end counting on its own) is matched by order within each step —
+    p2p is FIFO per pair — and a step of such a stream with a lost record (sends and recvs do
+    not pair up) is left unmatched rather than paired wrongly.
+    """
+    idx = np.flatnonzero(is_p2p)
+    if idx.size == 0:
+        return seq
+    s, snd, q = pair[idx].astype(np.int64), is_send[idx], seq[idx]
+    qc, nq = dense_codes(q, by_first=False)
+    n_s = int(s.max()) + 1
+    key = s * nq + qc
+    k_send, k_recv = unique(key[snd]), unique(key[~snd])
+    shared = np.bincount(np.intersect1d(k_send, k_recv, assume_unique=True) // nq, minlength=n_s)
+    n_min = np.minimum(np.bincount(k_send // nq, minlength=n_s), np.bincount(k_recv // nq, minlength=n_s))
+    agree = (shared >= 0.5 * n_min) & (n_min > 0)
+    if agree[s].all():
+        return seq
+    # streams matched by order: the ordinal of each end within (stream, step), in seq order
+    own = ~agree[s]
+    j = idx[own]
+    s, snd, qc, st = s[own], snd[own], qc[own], step[j].astype(np.int64)
+    sstep, _ = dense_codes(s * (int(st.max()) - int(st.min()) + 1) + (st - st.min()), by_first=False)
+    by_seq = argsort_stable(qc)
+    o = by_seq[argsort_stable((sstep * 2 + snd)[by_seq])]
+    ordinal = np.empty(len(j), dtype=np.int64)
+    ordinal[o] = cumcount((sstep * 2 + snd)[o])
+    n_send = np.bincount(sstep, weights=snd.astype(np.float64))
+    n_all = np.bincount(sstep)
+    paired = (2 * n_send == n_all)[sstep]
+    out = seq.astype(np.int64)  # (a copy, wide enough for the order keys)
+    out[j] = np.where(paired, (st + 1) * 1_000_000 + ordinal, -(j + 1))
+    return out
+
+
+def _pair_codes(gcode: np.ndarray, n_groups: int, p2p_rows: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                w: int) -> np.ndarray:
+    """Per row: code of its operator stream — the group for a collective, (group, src, dst)
+    for p2p. `src`, `dst`: of the p2p rows `p2p_rows` only (int64)."""
+    key = gcode.astype(np.int64)
+    if p2p_rows.size:
+        sub, _ = dense_codes((key[p2p_rows] * w + src + 1) * w + dst + 1, by_first=False)
+        key[p2p_rows] = n_groups + sub
+    return dense_codes(key, by_first=False)[0]
+
+
+def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per row: its slot, (rank, stream, op, ordinal of that operator within the step).
+
+    One sort by (rank, stream, op, step, row) yields both the ordinal (position within its
+    run) and the operator code (runs of equal (rank, stream, op))."""
+    n = len(pair)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    key = pair.astype(np.int64)  # (keys are built in int64 whatever the codes' width)
+    key *= 16
+    key += opcode
+    op_of, n_op = dense_codes(key, by_first=False)
+    scode, n_step = _step_codes(step)
+    key = rank.astype(np.int64)
+    key -= int(rank.min())
+    key *= n_op
+    key += op_of
+    del op_of
+    key *= n_step
+    key += scode
+    del scode
+    order, k_sorted = sort_keys(key, runs=True)  # rows come by rank
+    del key
+    new_run = np.empty(n, dtype=bool)
+    new_run[0] = True
+    np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_run[1:])
+    k_sorted //= n_step  # (rank, stream, op)
+    new_op = np.empty(n, dtype=bool)
+    new_op[0] = True
+    np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
+    del k_sorted
+    start = np.where(new_run, np.arange(n), 0)
+    del new_run
+    np.maximum.accumulate(start, out=start)
+    pos = np.subtract(np.arange(n), start, out=start)  # ordinal within the step
+    # every ordinal below a run's largest occurs (a step's ordinals count from 0), so the slots
+    # of operator b are offset[b] + 0..width[b]-1: dense codes in key order, without a sort
+    op_start = np.flatnonzero(new_op)
+    width = np.maximum.reduceat(pos, op_start) + 1
+    offset = np.cumsum(width) - width
+    code = np.repeat(offset, np.diff(np.r_[op_start, n]))
+    code += pos
+    del pos
+    out = np.empty(n, dtype=_index_type(n))  # (slots number fewer than rows)
+    out[order] = code
+    return out
+
+
+def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The order that sorts rows by (rank, own start time), stably, with rank and start in
+    that order; None when already sorted."""
+    if len(rank) < 2:
+        return None
+    d = np.diff(rank)
+    if not (d < 0).any() and ((np.diff(start) >= 0) | (d > 0)).all():
+        return None
+    order, r = sort_keys(rank)  # rows usually arrive in time order: sorting by rank suffices
+    t = start[order]
+    if not ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
+        rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
+        order = np.argsort((rank.astype(np.int64) << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
+        r, t = rank[order], start[order]
+    return order, r, t
+
+
+def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows in the order `prepare_ops` analyses them (by rank, then own start time), index
+    0..n-1, so that its `Ops.df` is the frame itself rather than a sorted copy; string columns
+    become categoricals (with sorted categories, however they were read), int64 columns whose
+    values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
+    never holds two whole frames)."""
+    sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
+    order = None if sort is None else sort[0]
+    del sort
+    cols = {}
+    for c in list(df.columns):
+        col = _compact(df.pop(c))
+        cols[c] = (col if order is None else col.take(order)).reset_index(drop=True)
+    release_arrow_memory()  # the string columns' buffers
+    return pd.DataFrame(cols, copy=False)  # (one block per column: no consolidating copy)
+
+
+def _compact(col: pd.Series) -> pd.Series:
+    """A string column as a categorical (categories sorted, as groupby sorts strings): a code of
+    a byte or two per row instead of an offset and the characters; an int64 column whose values
+    fit int32 (seq, nbytes) in int32, half its bytes (readers widen where they build keys)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return _sorted_categories(col)
+    if col.dtype.kind in "ufb":
+        return col
+    if col.dtype.kind == "i":
+        return col if col.dtype != np.int64 else pd.Series(_narrow(col.to_numpy()), index=col.index, name=col.name,
+                                                           copy=False)
+    return col.astype("category")
+
+
+def _sorted_categories(col: pd.Series) -> pd.Series:
+    """A categorical column with the categories `astype("category")` gives its values: those
+    present, sorted (a column read dictionary-encoded lists its dictionary's order, unused
+    values too). Unchanged (no copy) when they are already."""
+    cats = col.cat.categories
+    codes = col.cat.codes.to_numpy()
+    seen = np.zeros(len(cats), dtype=bool)
+    for c in range(0, len(codes), _CHUNK):  # (by chunks: the codes are a byte or two a row, an index intp)
+        part = codes[c:c + _CHUNK]
+        seen[part[part >= 0]] = True  # (-1: a missing value, no category)
+    keep = cats[seen].sort_values()
+    return col if keep.equals(cats) else col.cat.set_categories(keep)
+
+
+def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row (sorted by rank, then start): seconds the rank computed before it, on its own clock.
+
+    Operators may overlap. Rows posted together (a batch: one start) hold the rank until the last
+    of them that ends before the rank's next post; a row still open at the next post was posted
+    ahead (an irecv, prefetched) and the rank went on working: it holds the rank only until then.
+    The rank computes from the moment nothing holds it to its next post. Ranks are independent:
+    they are taken a chunk of whole ranks at a time (the pass holds several row-sized arrays)."""
+    n = len(rank)
+    if n <= _CHUNK:
+        return _idle_gaps(rank, start, end)
+    firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    at = np.searchsorted(firsts, np.arange(_CHUNK, n, _CHUNK))  # each chunk ends where a rank begins
+    bounds = [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
+    gap = np.empty(n)
+    for lo, hi in pairwise(bounds):
+        gap[lo:hi] = _idle_gaps(rank[lo:hi], start[lo:hi], end[lo:hi])
+    return gap
+
+
+def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """`idle_gaps` of some whole ranks in one pass."""
+    n = len(rank)
+    gap = np.zeros(n)
+    if n < 2:
+        return gap
+    first = np.r_[True, rank[1:] != rank[:-1]]
+    seg = np.cumsum(first) - 1
+    base = int(min(start.min(), end.min()))
+    t_start = np.subtract(start, base).astype(np.int64, copy=False)
+    t_end = np.subtract(end, base).astype(np.int64, copy=False)
+    span = int(max(t_start.max(), t_end.max())) + 2
+    if (int(seg[-1]) + 1) * span >= 2**62:  # too long to lift every rank apart: one rank at a time
+        cut = np.flatnonzero(first)[1:]
+        return np.concatenate([_idle_gaps(r, s_, e_) for r, s_, e_ in
+                               zip(np.split(rank, cut), np.split(start, cut), np.split(end, cut), strict=True)])
+    # (each step below reuses the arrays of the one before: a few row-sized arrays at a time)
+    lifted = seg * span
+    lifted += t_start  # sorted, since rows are by (rank, start)
+    nxt = np.searchsorted(lifted, lifted, side="right")  # the rank's next later post
+    del lifted
+    has_next = nxt < n
+    np.minimum(nxt, n - 1, out=nxt)
+    has_next &= seg[nxt] == seg
+    holds = t_start[nxt]  # the next post, or (none) never
+    del nxt
+    holds[~has_next] = np.iinfo(np.int64).max // 4
+    del has_next
+    np.minimum(t_end, holds, out=holds)  # a row holds the rank until it ends or the next post
+    del t_end
+    lift = seg * span
+    del seg
+    holds += lift
+    np.maximum.accumulate(holds, out=holds)
+    holds -= lift  # running, within each rank: when nothing holds the rank any more
+    del lift
+    prev_busy = np.empty_like(holds)
+    prev_busy[0] = 0
+    prev_busy[1:] = holds[:-1]
+    del holds
+    np.subtract(t_start, prev_busy, out=prev_busy)
+    np.maximum(prev_busy, 0, out=prev_busy)
+    later = ~first
+    gap[later] = prev_busy[later] * 1e-9
+    return gap
+
+
+def prepare_ops(df: pd.DataFrame) -> Ops:
+    """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
+    df = df.reset_index(drop=True)
+    start = df["start_ns"].to_numpy(np.int64)
+    sort = _row_order(_int_column(df, "rank"), start)
+    order = None if sort is None else sort[0]
+
+    def column(name: str) -> np.ndarray:
+        """The column in the analysis' order, int32 where the frame's is (a view when sorted
+        already), else int64: every key built from it widens first."""
+        a = _int_column(df, name)
+        return a if order is None else a[order]
+
+    gcode, groups = _codes(df["group"])
+    opcode = op_codes(df["op"])
+    if sort is not None:
+        _, rank, start = sort
+        gcode, opcode = gcode[order], opcode[order]
+        first_of = np.full(len(groups), len(gcode), dtype=np.int64)  # number groups as met in sorted order
+        np.minimum.at(first_of, gcode, np.arange(len(gcode)))
+        by_first = np.argsort(first_of, kind="stable")[: int((first_of < len(gcode)).sum())]
+        remap = np.full(len(groups), -1, dtype=np.int64)
+        remap[by_first] = np.arange(len(by_first), dtype=np.int64)
+        gcode, groups = _narrow(remap[gcode]), groups[by_first]
+    else:
+        rank = column("rank")
+    del sort
+    end = column("end_ns")
+    elapsed = end - start
+    elapsed = elapsed.astype(np.float64)
+    np.maximum(elapsed, 0, out=elapsed)
+    elapsed *= 1e-9
+    is_p2p = opcode >= len(COLLECTIVE_OPS)
+    is_send = opcode == OPS.index("send")
+    # (row-sized scratch is dropped as soon as it is used, and held narrow: the peak is the sum)
+    p2p_rows = np.flatnonzero(is_p2p)
+    peer = column("peer")
+    snd = is_send[p2p_rows]
+    src = np.where(snd, rank[p2p_rows], peer[p2p_rows]).astype(np.int64)  # (of the p2p rows only)
+    dst = np.where(snd, peer[p2p_rows], rank[p2p_rows]).astype(np.int64)
+    w = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
+    del peer, snd
+    pair = _narrow(_pair_codes(gcode, len(groups), p2p_rows, src, dst, w))
+    del src, dst, p2p_rows
+    step = column("step")
+    seq = _p2p_match_key(pair, is_p2p, is_send, column("seq"), step)
+    del is_send
+    qc, nq = dense_codes(seq, by_first=False)
+    del seq
+    key = pair.astype(np.int64)
+    key *= nq
+    key += qc
+    del qc
+    inst, n_inst = dense_codes(key, by_first=False)
+    del key
+    inst = _narrow(inst)
+    # slot: same operator of the same rank in every step (ordinal of (rank, pair, op) within the step)
+    slot = _slot_codes(pair, opcode, rank, step)
+    # per-row codes are held narrow (ranks and codes fit int32, ops int8; consumers widen where
+    # they build keys), rank and step the frame's own int32 columns where it is sorted already
+    rank, step, gcode, slot = (_narrow(a) for a in (rank, step, gcode, slot))
+    last = np.zeros(n_inst, dtype=np.int64)
+    last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
+    inst_group, inst_step, inst_p2p = gcode[last], step[last], is_p2p[last]
+    del gcode, is_p2p  # (Ops.group_code is inst_group[inst], on use)
+    inst_src, inst_dst = _inst_ends(last[inst_p2p], inst_p2p, rank, opcode, column("peer"))
+    del last
+    size = _narrow(np.bincount(inst, minlength=n_inst))
+    imin = group_min(inst, n_inst, elapsed)
+    wait = elapsed - imin[inst]
+    late_row = np.full(n_inst, -1, dtype=np.int64)
+    cand = np.flatnonzero(wait <= 0)
+    del wait
+    late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
+    del cand, start, end
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
+    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), groups,
+               _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
+               opcode, step, rank, first, column("nbytes"))
+
+
+def _inst_ends(rows: np.ndarray, inst_p2p: np.ndarray, rank: np.ndarray, opcode: np.ndarray,
+               peer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: p2p source and destination ranks (-1 for collectives), from `rows`, the
+    row speaking for each p2p instance (a send's rank is the source, a recv's peer)."""
+    src = np.full(len(inst_p2p), -1, dtype=np.int64)
+    dst = src.copy()
+    snd = opcode[rows] == OPS.index("send")
+    src[inst_p2p] = np.where(snd, rank[rows], peer[rows])
+    dst[inst_p2p] = np.where(snd, peer[rows], rank[rows])
+    return src, dst
+
+
+def _int_column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A frame's integer column as it is when int32 (no copy), else in int64."""
+    a = df[name].to_numpy()
+    return a if a.dtype == np.int32 else df[name].to_numpy(np.int64)
+
+
+def _index_type(n: int) -> type[np.signedinteger]:
+    """The narrowest integer type that holds 0..n-1 and -1."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _narrow(a: np.ndarray, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:
+    """`a` in the narrower integer type when every value fits it (else as it is)."""
+    info = np.iinfo(dtype)
+    if a.dtype.itemsize <= info.bits // 8 or (len(a) and (int(a.min()) < info.min or int(a.max()) > info.max)):
+        return a
+    return a.astype(dtype)
+
+
+def slot_history(ops: Ops, ref_steps: np.ndarray | None, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (median, q1, q3) of the row's slot over reference steps (normal iterations).
+
+    `scale` (per row) divides elapsed first: the rolling step-time baseline, so slow drift
+    of iteration time does not read as abnormal (auto-tuning without retraining).
+    """
+    e = ops.elapsed if scale is None else ops.elapsed / scale
+    m, a, b = slot_quantiles(ops, e, ref_steps)
+    # slots never seen in reference steps fall back to the instance minimum (transfer time)
+    miss = np.isnan(m)
+    if miss.any():
+        fb = ops.inst_min[ops.inst] if scale is None else ops.inst_min[ops.inst] / scale
+        m, a, b = np.where(miss, fb, m), np.where(miss, fb, a), np.where(miss, fb, b)
+    return m, a, b
+
+
+def slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (median, q1, q3) of any per-row value over the row's slot in reference steps
+    (NaN where the slot has none)."""
+    med, q1, q3 = slot_stats(ops, e, ref_steps)
+    return med[ops.slot], q1[ops.slot], q3[ops.slot]
+
+
+def in_steps(ops: Ops, steps: np.ndarray | None) -> np.ndarray:
+    """Per row: whether its step is one of `steps` (all rows when None or empty), by a table."""
+    if steps is None or len(steps) == 0:
+        return np.ones(len(ops.step), dtype=bool)
+    lo = min(int(ops.step.min(initial=0)), int(np.min(steps)))
+    hi = max(int(ops.step.max(initial=0)), int(np.max(steps)))
+    lut = np.zeros(hi - lo + 1, dtype=bool)
+    lut[np.asarray(steps, dtype=np.int64) - lo] = True
+    return lut[ops.step - lo]
+
+
+def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int]:
+    """`dense_codes(step, by_first=False)` in int32, by a table over the steps' range (a few
+    steps: no int64 copies of the rows), falling back on it for widely spread step numbers."""
+    if len(step) == 0 or step.dtype != np.int32:
+        return dense_codes(step, by_first=False)
+    lo = int(step.min())
+    span = int(step.max()) - lo + 1
+    if span > 4 * len(step) + 4096:
+        return dense_codes(step, by_first=False)
+    present = np.zeros(span, dtype=bool)
+    present[step - lo] = True
+    lut = np.cumsum(present, dtype=np.int32)
+    lut -= 1
+    return lut[step - lo], int(present.sum())
+
+
+def _history_matrix(ops: Ops, e: np.ndarray, use: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    """The slots x steps matrix of `e` over the rows `use` selects (NaN where a slot has no row
+    of a step, or its row is not kept), one column per step those rows hold, in step order.
+    Filled chunk by chunk in row order: no row-sized gathers of the selected rows' values,
+    slots and step codes beside the matrix (numpy widens fancy indices to intp, too)."""
+    step, slot = ops.step, ops.slot
+    n = len(step)
+    n_slot = int(slot.max(initial=-1)) + 1
+    lo = int(step.min(initial=0))
+    span = int(step.max(initial=0)) - lo + 1
+    if span > 4 * n + 4096:  # widely spread step numbers: coded by a sort of the selected ones
+        scode, n_cols = _step_codes(step[use])
+        mat = np.full((n_slot, max(n_cols, 1)), np.nan)
+        vals = e[use]
+        if keep is not None:
+            vals[~keep[use]] = np.nan
+        mat[slot[use], scode] = vals  # NaN values (unmeasurable) do not count
+        return mat
+    present = np.zeros(span, dtype=bool)
+    for c in range(0, n, _CHUNK):
+        present[step[c:c + _CHUNK][use[c:c + _CHUNK]] - lo] = True
+    col = np.cumsum(present, dtype=np.int32)  # step - lo -> its column
+    col -= 1
+    mat = np.full((n_slot, max(int(present.sum()), 1)), np.nan)
+    for c in range(0, n, _CHUNK):
+        u = use[c:c + _CHUNK]
+        vals = e[c:c + _CHUNK][u]
+        if keep is not None:
+            vals[~keep[c:c + _CHUNK][u]] = np.nan
+        mat[slot[c:c + _CHUNK][u], col[step[c:c + _CHUNK][u] - lo]] = vals
+    return mat
+
+
+def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
+               keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per slot: (median, q1, q3) of a per-row value over reference steps (NaN where none).
+    A slot occurs once per step, so its history is one row of a slots x steps matrix.
+    `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
+    a row-sized masked copy of `e`)."""
+    mat = _history_matrix(ops, e, in_steps(ops, ref_steps), keep)
+    n_slot = len(mat)
+    mat.sort(axis=1)  # NaN last
+    k = (~np.isnan(mat)).sum(axis=1)
+    rows = np.arange(n_slot)
+
+    def q(p: float) -> np.ndarray:
+        pos = np.maximum(k - 1, 0) * p
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
+        w = pos - lo
+        return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
+
+    return q(0.5), q(0.25), q(0.75)
+
+
+def peer_group_min_ratio(ops: Ops) -> np.ndarray:
+    """Per instance: its smallest copy against the same operator of other groups of its kind.
+
+    Groups of one kind do the same operator with the same payload at the same step; if
+    every copy of one group is slow while its sibling groups are not, the transfer itself is.
+    """
+    gkind = pd.Series(ops.groups.astype(str)).str.replace(r"[-_]?\d+$", "", regex=True)
+    kcode = pd.factorize(gkind)[0].astype(np.int64)[ops.inst_group]
+    nbytes = np.zeros(ops.n_inst, dtype=np.int64)
+    nbytes[ops.inst] = ops.nbytes
+    opc = np.zeros(ops.n_inst, dtype=np.int64)
+    opc[ops.inst] = ops.opcode
+    key, n_key = dense_codes(((kcode * 16 + opc) * 1_000_003 + ops.inst_step) * 7_919 + (nbytes % 7_919), by_first=False)
+    return ops.inst_min / np.maximum(group_median(key, n_key, ops.inst_min), 1e-9)[key]
+
+
+def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
+    """Per row: the step's rolling baseline duration over the run's median (1 without steps)."""
+    if steps is None or steps.empty or "baseline_s" not in steps:
+        return np.ones(len(ops.elapsed))
+    base = steps.set_index("step")["baseline_s"].astype(float)
+    med = float(np.nanmedian(base.to_numpy())) or 1.0
+    return _per_step(ops, (base / med).astype(np.float64))
+
+
+def _per_step(ops: Ops, values: pd.Series, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`, default all): the value of its step (1.0 where unknown), by table."""
+    step = ops.step if rows is None else ops.step[rows]
+    idx = values.index.to_numpy(np.int64)
+    if len(idx) == 0:
+        return np.ones(len(step))
+    lo = min(int(idx.min()), int(ops.step.min(initial=0)))
+    hi = max(int(idx.max()), int(ops.step.max(initial=0)))
+    lut = np.ones(hi - lo + 1)
+    v = values.to_numpy(np.float64)
+    lut[idx - lo] = np.where(np.isfinite(v) & (v > 0), v, 1.0)
+    return lut[step - lo]
+
+
+def step_ratio(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`, default all): its step's duration over the step-time baseline."""
+    n = len(ops.elapsed) if rows is None else len(rows)
+    if steps is None or steps.empty or "ratio" not in steps:
+        return np.ones(n)
+    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64), rows)
+
+
+@dataclass
+class Basis:
+    """What the detector's screen and its features share, computed once for all rows."""
+
+    scale: np.ndarray  # per row: the step's rolling baseline over the run's median (drift)
+    med: np.ndarray  # per row: drift-normalized median of its slot over reference steps
+    slot_q1: np.ndarray  # per slot: drift-normalized quartiles (NaN: no reference)
+    slot_q3: np.ndarray
+    peer: np.ndarray  # per instance: `peer_group_min_ratio`
+
+    def normalized(self, ops: Ops) -> np.ndarray:
+        """Per row: elapsed over the step-time baseline."""
+        return ops.elapsed / self.scale
+
+    def quartiles(self, ops: Ops, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(q1, q3) of the given rows' slots, as `slot_history` gives them."""
+        slot = ops.slot if rows is None else ops.slot[rows]
+        q1, q3 = self.slot_q1[slot], self.slot_q3[slot]
+        miss = np.isnan(q1)
+        if miss.any():
+            inst, scale = (ops.inst, self.scale) if rows is None else (ops.inst[rows], self.scale[rows])
+            fb = ops.inst_min[inst] / scale
+            q1, q3 = np.where(miss, fb, q1), np.where(miss, fb, q3)
+        return q1, q3
+
+
+def feature_basis(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Basis:
+    """The per-row step scale and slot median, and per-slot quartiles, as `slot_history`
+    computes them (only the median is needed for every row)."""
+    scale = step_scale(ops, steps)
+    med_s, q1_s, q3_s = slot_stats(ops, ops.elapsed / scale, ref_steps)
+    med = med_s[ops.slot]
+    miss = np.isnan(med)
+    if miss.any():  # slots never seen in reference steps: the instance minimum (transfer time)
+        med = np.where(miss, ops.inst_min[ops.inst] / scale, med)
+    return Basis(scale, med, q1_s, q3_s, peer_group_min_ratio(ops))
+
+
+def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None,
+                    rows: np.ndarray | None = None, basis: Basis | None = None) -> np.ndarray:
+    """The feature matrix of the detector (docs/design.md): own history, group peers, size, type, step.
+
+    `rows` (indices) limits it to those rows — the ones a screen did not pass; `basis`
+    reuses what the screen computed. Column-major float32 (features x rows, transposed view
+    returned) so each feature is written once, in place.
+    """
+    b = basis if basis is not None else feature_basis(ops, steps, ref_steps)
+
+    def at(v: np.ndarray) -> np.ndarray:
+        return v if rows is None else v[rows]
+
+    e, scale, med = at(ops.elapsed), at(b.scale), at(b.med)
+    q1, q3 = b.quartiles(ops, rows)
+    en = e / scale
+    iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)
+    eps = 1e-9
+    inst = at(ops.inst)
+    imin = ops.inst_min[inst]
+    out = np.empty((len(FEATURES), len(e)), dtype=np.float32)
+    out[0] = np.log10(en + 1e-7)  # elapsed against the rolling step-time baseline
+    out[1] = en / np.maximum(med, eps)
+    out[2] = (en - med) / (iqr / 1.349)
+    out[3] = (en - q1) / iqr
+    out[4] = np.maximum(en - q3, 0) / iqr
+    out[5] = (e - imin) / np.maximum(ops.inst_max - ops.inst_min, eps)[inst]
+    out[6] = e / np.maximum(ops.inst_mean, eps)[inst]
+    out[7] = e / np.maximum(imin, eps)
+    out[8] = (e - imin) / np.maximum(e, eps)  # the rows' wait (`Ops.wait`)
+    out[9] = np.log10(at(ops.nbytes).astype(np.float64) + 1)
+    out[10] = at(ops.opcode)
+    out[11] = ops.inst_p2p[inst]
+    out[12] = step_ratio(ops, steps, rows)
+    out[13] = b.peer[inst]
+    bad = ~np.isfinite(out)  # as np.nan_to_num(nan=0, posinf=1e3, neginf=-1e3), without its slow inf tests
+    if bad.any():
+        v = out[bad]
+        out[bad] = np.where(np.isnan(v), 0.0, np.where(v > 0, 1e3, -1e3))
+    return out.T

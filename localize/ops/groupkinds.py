@@ -1,0 +1,60 @@
+"""The kind of every process group (dp/tp/pp/ep/cp), for naming rank units.
+
+The timeline stage infers kinds properly and is preferred (`hint`). Without it, a name that
+says its kind ("tp-3", "dp_0") is believed; an opaque name ("pg-3f2a...") is judged from its
+records: point-to-point streams are pipeline, all-to-all is expert parallel, a collective
+that runs at most twice a step is data parallel (the gradient sync), anything more frequent
+is model parallel (tp).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from collector.schema import OPS
+from localize.ops.features import Ops
+
+KINDS = ("dp", "tp", "pp", "ep", "cp")
+_NAMED = re.compile(r"^(dp|tp|pp|ep|cp)(?:[-_]|\d|$)", re.IGNORECASE)
+
+
+def named_kind(name: str) -> str | None:
+    """The kind a group's name says ("tp-3", "dp_0"), or None for an opaque name."""
+    m = _NAMED.match(name)
+    return m.group(1).lower() if m is not None else None
+
+
+def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
+    """Group name -> kind, for every group in the records."""
+    out: dict[str, str] = {}
+    names = [str(g) for g in ops.groups]
+    hint = hint or {}
+    need = []
+    for i, g in enumerate(names):
+        if hint.get(g) in KINDS:
+            out[g] = str(hint[g])
+        elif (kind := named_kind(g)) is not None:
+            out[g] = kind
+        else:
+            need.append(i)
+    if not need:
+        return out
+    n_groups = len(names)
+    gcode = ops.group_code
+    p2p = np.bincount(gcode, weights=ops.inst_p2p[ops.inst].astype(np.float64), minlength=n_groups)
+    a2a = np.bincount(gcode, weights=(ops.opcode == OPS.index("all_to_all")).astype(np.float64), minlength=n_groups)
+    total = np.bincount(gcode, minlength=n_groups).astype(np.float64)
+    per_step = pd.DataFrame({"g": gcode, "r": ops.rank, "s": ops.step}).groupby(["g", "r", "s"]).size().groupby("g").median()
+    for i in need:
+        if p2p[i] > 0.5 * total[i]:
+            out[names[i]] = "pp"
+        elif a2a[i] > 0.5 * total[i]:
+            out[names[i]] = "ep"
+        elif float(per_step.get(i, 0)) <= 2:
+            out[names[i]] = "dp"
+        else:
+            out[names[i]] = "tp"
+    return out

@@ -1,0 +1,184 @@
+"""Slow from the first step: imbalance that no δ-irregular iteration reveals.
+
+A fault present from the start (a GPU that was always slow, a pipeline stage with more layers)
+makes every iteration equally long, so there is no normal iteration to compare with. Workers
+of the same role do the same work, though: each rank's compute per step (the gaps between its
+operators, on its own clock) is compared with its peers of the same pipeline stage in the same
+step. One worker, or one host's workers, much slower than its stage peers is a device (gpu,
+host); a whole stage slower than the other stages is the job's configuration; slowness that
+moves between model replicas from step to step is the data (sequence-length imbalance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import JobMeta
+from localize.ops.features import Ops, prepare_ops
+from localize.ops.grouping import dense_codes, group_sum, unique
+from localize.ops.groupkinds import group_kinds
+from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
+from timeline.steps import SHIFT_MIN_STEPS, level_shift
+
+MIN_EXCESS = 0.15  # a worker must compute at least this much longer than its stage peers
+STAGE_EXCESS = 0.25  # a stage must compute this much longer than the fastest stage
+SLOW_REPLICA_STEPS = 0.3  # data: replicas slow in at least this share of the steps, all told
+OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it is a device)
+MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
+
+
+def compute_table(ops: Ops, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rank × step compute (s, own clock), which ranks logged anything, and the steps of the
+    columns. The first step holds the job's warm-up and is left out when there are more than two."""
+    scode, n_steps = dense_codes(ops.step, by_first=False)  # (in step order)
+    steps = unique(ops.step)
+    key = ops.rank.astype(np.int64)  # (rank x step cells built in place: this may run at the analysis' peak)
+    key *= n_steps
+    key += scode
+    del scode
+    comp = group_sum(key, max(world * n_steps, int(key.max(initial=-1)) + 1), ops.gap)
+    del key
+    comp = comp[: world * n_steps].reshape(world, n_steps)
+    seen = np.bincount(ops.rank, minlength=world)[:world] > 0
+    steps = np.asarray(steps, dtype=np.int64)
+    return (comp[:, 1:], seen, steps[1:]) if n_steps > 2 else (comp, seen, steps)
+
+
+def stage_reference(comp: np.ndarray, seen: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """Stage × step: the low quartile of the stage's workers' compute (a slow worker or two
+    cannot move it)."""
+    n_stage = int(stage.max()) + 1 if stage.size else 1
+    ref = np.full((n_stage, comp.shape[1]), np.nan)
+    for s in range(n_stage):  # one iteration per pipeline stage
+        mine = seen & (stage == s)
+        if mine.any():
+            ref[s] = np.quantile(comp[mine], 0.25, axis=0)
+    return ref
+
+
+def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[tuple[RankUnit, float]]:
+    """Stages that compute clearly longer than the fastest stage, each with its blame (s/step)."""
+    if ref.shape[0] < 2 or not np.isfinite(ref).any():
+        return []
+    fastest = np.nanmin(ref, axis=0)
+    y = np.nanmedian(ref / np.maximum(fastest, 1e-9), axis=1)
+    out = []
+    for s in np.flatnonzero(y > 1 + STAGE_EXCESS):
+        ranks = np.flatnonzero(seen & (stage == s)).tolist()
+        blame = float((y[s] - 1) * np.nanmedian(fastest))
+        out.append((RankUnit("config", ranks, 0.0, 1.0, f"pipeline stage {int(s)}", {"stage": int(s)}), blame))
+    return out
+
+
+def _data_unit(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray, typical: float) -> list[tuple[RankUnit, float]]:
+    """Model replicas that take turns being slow (most of their workers at once, in different
+    steps), with the blame of the slowest replica per step (s/step)."""
+    n_rep = int(replica.max()) + 1 if replica.size else 0
+    if n_rep < 2 or ratio.shape[1] < 3:
+        return []
+    slow = (ratio > 1 + MIN_EXCESS) & seen[:, None]
+    members = np.bincount(replica[seen], minlength=n_rep)
+    hits = np.zeros((n_rep, ratio.shape[1]))
+    np.add.at(hits, replica[seen], slow[seen].astype(np.float64))
+    rep_slow = (hits >= COVERAGE * np.maximum(members, 1)[:, None]) & (members[:, None] > 0)
+    share = rep_slow.mean(axis=1)
+    turns = np.flatnonzero(share > 0)
+    if len(turns) < 2 or share.max() > OWN_STEPS or rep_slow.any(axis=0).mean() < SLOW_REPLICA_STEPS:
+        return []
+    excess = np.where(slow, ratio - 1, 0.0).max(axis=0)
+    ranks = np.flatnonzero(np.isin(replica, turns) & seen).tolist()
+    unit = RankUnit("data", ranks, 0.0, float(share[turns].mean()), f"{len(turns)} model replicas", {"replicas": len(turns)})
+    return [(unit, float(excess.mean() * typical))]
+
+
+@dataclass
+class Imbalance:
+    """Units that compute longer than their peers, best explained first (each `share` of all the
+    excess); per rank its compute over its stage peers' (1 = typical) while slow; the typical
+    compute per step (s); the step the first unit's excess began, None when from the first."""
+
+    units: list[RankUnit]
+    ratio: np.ndarray
+    typical: float
+    since: int | None = None
+
+
+def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
+                         hint: dict[str, str] | None = None) -> Imbalance:
+    """Units that compute clearly longer than their peers in most steps, or in every step since
+    one (`Imbalance`). Empty when balanced."""
+    world = max(meta.world_size, int(df["rank"].max()) + 1) if len(df) else meta.world_size
+    if len(df) == 0:
+        return Imbalance([], np.ones(world), 0.0)
+    ops = prepare_ops(df)
+    comp, seen, steps = compute_table(ops, world)
+    return imbalance(comp, seen, steps, meta, group_kinds(ops, hint), top)
+
+
+def excess_onsets(ratio: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Per rank, the column its compute excess over its stage peers began at (0: from the first).
+
+    A worker slowed from step N (a throttled GPU, a noisy neighbour) while the step times are too
+    noisy to show it has a level shift in its own ratio to its peers, which the load of the rest
+    of the machine does not move. Judged for the few ranks slow in the last third of the steps
+    (a whole stage is a configuration, slow from the start)."""
+    since = np.zeros(ratio.shape[0], dtype=np.int64)
+    tail = ratio[:, -max(SHIFT_MIN_STEPS, ratio.shape[1] // 3):]
+    late = np.flatnonzero(seen & (np.median(tail, axis=1) > 1 + MIN_EXCESS))
+    if len(late) > MAX_ONSET_RANKS:
+        return since
+    for r in late:  # one iteration per slow rank (a host's at most)
+        k = level_shift(ratio[r], 1 + MIN_EXCESS)
+        since[r] = 0 if k is None else k
+    return since
+
+
+def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+                 ranks: list[int]) -> int | None:
+    """The step from which `ranks` (a GPU, a host's GPUs) have computed longer than their stage
+    peers to the end, or None when their excess did not start at one step that lasts.
+
+    A device's own compute beside its peers' in the same steps is cleaner than the job's step
+    times, which the machine's load moves too: on a real gloo job a 1.6x GPU from step 25 went
+    with a load blip at step 21, and the step times put the onset there."""
+    world = comp.shape[0]
+    mine = [r for r in ranks if 0 <= r < world and seen[r]]
+    if not mine or comp.shape[1] < 2 * SHIFT_MIN_STEPS:
+        return None
+    _, stage, _, _ = layout_units(meta, world, kinds)
+    ref = stage_reference(comp, seen, stage)
+    ratio = np.median(comp[mine] / np.maximum(ref[stage[mine]], 1e-9), axis=0)
+    k = level_shift(ratio, 1 + MIN_EXCESS)
+    return int(steps[k]) if k is not None and k > 0 else None
+
+
+def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+              top: int = 5) -> Imbalance:
+    """`persistent_imbalance` on a rank × step compute table (full records, or the summaries'
+    per-host and outlier-rank compute) whose columns are `steps`."""
+    world = comp.shape[0]
+    _, stage, replica, _ = layout_units(meta, world, kinds)
+    ref = stage_reference(comp, seen, stage)
+    ratio = comp / np.maximum(ref[stage], 1e-9)
+    onset = excess_onsets(ratio, seen)
+    cols = np.arange(ratio.shape[1])
+    # a rank slow since some step is judged on the steps since then
+    x = np.where(seen, np.nanmedian(np.where(cols >= onset[:, None], ratio, np.nan), axis=1), 1.0)
+    typical = float(np.nanmedian(ref))
+    own = np.nanmedian(ref[stage], axis=1)
+    worker_blame = np.where(seen, np.maximum(x - 1 - MIN_EXCESS, 0.0) * own, 0.0)
+    workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen) if u.kind in ("gpu", "host")]
+    found = [(u, u.share * float(worker_blame.sum())) for u in workers]
+    found += _stage_units(ref, stage, seen) + _data_unit(ratio, seen, replica, typical)
+    total = sum(b for _, b in found)
+    if total <= 0:
+        return Imbalance([], x, typical)
+    for u, b in found:
+        u.share = b / total
+    units = sorted((u for u, _ in found), key=lambda u: -u.share)[:top]
+    first = units[0]
+    began = int(onset[np.asarray(first.ranks)].min()) if first.kind in ("gpu", "host") else 0
+    return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None)

@@ -1,0 +1,324 @@
+"""Root cause on the operator graph (Holmes): who waited for whom, followed back to the origin.
+
+The ops x ranks graph is compressed into instances of each group. For a prolonged instance:
+
+- *normal while others wait*: the last arriver's copy is normal (it waited least) while the
+  other copies are abnormal (they waited) -> the last arriver is the suspect, and the delay
+  it imposed is the others' mean wait;
+- *all copies abnormal*: even the last arriver's copy is slow -> the transfer itself is slow
+  (a communication suspect, resolved to a device by `localize.network.devices`).
+
+A suspect may be late only because it waited earlier on another group. Between its previous
+operator of this group (where all copies ended together) and this one, the suspect spent its
+own-clock time computing (gaps), waiting (in operators of other groups) or in transfers that
+were slower than normal. If it computed more than its peers, the delay is its own: that rank
+is the root. If it received more delay, follow the operator that delayed it most, to that
+operator's suspect (or slow transfer), and repeat (TP -> PP p2p -> DP
+and back, in any order). Everything is vectorized; the chain is resolved by pointer jumping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from localize.ops.features import Ops, slot_stats
+from localize.ops.grouping import group_sum
+from localize.waits.latecomers import recurrent_latecomers
+
+
+@dataclass
+class WaitGraph:
+    """Per-instance resolution of the wait graph over the analysed steps."""
+
+    suspect: np.ndarray  # bool per instance: one normal copy while the others waited
+    comm: np.ndarray  # bool per instance: every copy slow (the transfer itself)
+    orphan: np.ndarray  # bool per instance: a copy is missing and every present copy waited
+    delay: np.ndarray  # per instance: the delay imposed (others' mean wait, or comm excess), s
+    root_inst: np.ndarray  # per instance: the instance where its chain of waiting ends
+    root_rank: np.ndarray  # per instance: root rank (-1 when the root is communication)
+    missing_rank: np.ndarray  # per instance: the one expected rank absent from an orphan (-1 else)
+    excess_compute: np.ndarray  # per instance: suspect's extra compute vs peers since last sync, s
+    excess_wait: np.ndarray  # per instance: suspect's extra waiting vs peers since last sync, s
+    excess_own: np.ndarray  # per instance: suspect's extra own-clock time vs peers since last sync, s
+    measured: np.ndarray  # bool per instance: the excess figures were measured (else 0: unknown)
+
+
+def _prev_same_pair(ops: Ops) -> np.ndarray:
+    """Per row: the previous row of the same rank and operator stream (-1 if none)."""
+    n = len(ops.rank)
+    key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1)
+    key += ops.pair
+    order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
+    key.sort(kind="stable")  # key[order], in place (this runs at the analysis's peak)
+    same = np.zeros(n, dtype=bool)
+    np.equal(key[1:], key[:-1], out=same[1:])
+    del key
+    before = np.empty(n, dtype=_row_index_type(n))  # per sorted position: the row before it
+    before[:1] = -1
+    before[1:] = order[:-1]
+    before[~same] = -1  # ... where it is of the same stream
+    del same
+    prev = np.empty_like(before)
+    prev[order] = before
+    return prev
+
+
+def _row_index_type(n: int) -> type[np.signedinteger]:
+    """The narrowest integer type that holds row indices 0..n-1 and -1 (half an int64's bytes
+    for the per-row links of the wait graph)."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the row its own-clock segment starts after (-1: none), and the running count of
+    rows whose gap may hold a lost record (a segment is measured where the count does not move).
+
+    The segment starts at the previous operator of the same stream. Where that one is in a step
+    that was not logged before this one (sampled steps), or there is none, it starts at the
+    rank's first operator of this step instead: every copy of an operator meets the same case,
+    so the copies are still compared on one footing."""
+    prev = _prev_same_pair(ops)
+    step = ops.step
+    far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
+    row = np.arange(len(step), dtype=prev.dtype)
+    new = np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])]
+    first = np.maximum.accumulate(np.where(new, row, 0))
+    start = np.where(far, np.where(first < row, first, -1), prev)
+    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)), dtype=prev.dtype)
+
+
+def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
+    """Per row: its gap may hold a lost record (so it is not pure compute).
+
+    A collective stream numbers its operators consecutively; a jump in seq between two rows of
+    one rank's stream means records in between were lost, and every gap of that rank between
+    the two rows may contain a lost operator's time.
+    """
+    seq = ops.df["seq"].to_numpy()  # (in the frame's width: widened only where subtracted)
+    has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
+    hole = np.zeros(len(seq), dtype=bool)
+    for c in range(0, len(seq), _CHUNK):  # (by chunks: no row-sized gathers beside the marks)
+        h = has[c:c + _CHUNK]
+        hole[c:c + _CHUNK][h] = np.subtract(seq[c:c + _CHUNK][h], seq[prev[c:c + _CHUNK][h]], dtype=np.int64) > 1
+    mark = np.zeros(len(seq) + 1, dtype=prev.dtype)  # (+1/-1 marks: row indices' width suffices)
+    idx = np.flatnonzero(hole)
+    np.add.at(mark, prev[idx] + 1, 1)
+    np.add.at(mark, idx + 1, -1)
+    return np.cumsum(mark, dtype=mark.dtype)[:-1] > 0
+
+
+
+def _segment_totals(ops: Ops, what: str, values: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Per row: the rank's compute, delay received or own-clock time between row `p` (its
+    segment start) and itself, as a fresh float64 array (rows without a start: any value).
+    `values`: per row, the compute before it (`Ops.gap`: consumed, its running sum is built in
+    its place) or the delay it received (the own-clock time reads the frame's times instead)."""
+    if what == "compute":
+        c = np.cumsum(values, out=values)
+        out = c[p]
+        return np.subtract(c, out, out=out)
+    if what == "wait":  # received before this row: the running sum up to the previous row
+        c = np.cumsum(values)
+        out = c[p]
+        c[1:] = c[:-1]  # (shifted in place: the running sum before each row)
+        c[0] = 0.0
+        return np.subtract(c, out, out=out)
+    # all of it: from the end of the previous operator of the stream to this one's start
+    start = ops.df["start_ns"].to_numpy(np.int64)
+    end = ops.df["end_ns"].to_numpy(np.int64)
+    out = np.empty(len(start))
+    for i in range(0, len(start), _CHUNK):  # (by chunks: no row-sized int64 scratch beside the result)
+        out[i:i + _CHUNK] = (start[i:i + _CHUNK] - end[p[i:i + _CHUNK]]) * 1e-9
+    return out
+
+
+#: rows per chunk of the in-place passes of `_range_argmax`
+_CHUNK = 1 << 20
+
+
+def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Index of the max of values[lo:hi] for each (lo, hi) with lo < hi (-1 for empty ranges).
+
+    A sparse table built level by level: level j holds the max of each window of 2**j rows,
+    and a range of length L is the max of two (overlapping) windows of 2**floor(log2 L).
+    O(rows x log(longest range) + ranges), whatever the order or overlap of the ranges.
+    """
+    return _range_argmax_packed(_packed(values), lo, hi)
+
+
+def _packed(values: np.ndarray) -> np.ndarray:
+    """(value in microseconds, row index) packed into one int64 per row, so that a max yields
+    the argmax (ties: the later row). Built chunk by chunk: one row-sized array."""
+    table = np.empty(len(values), dtype=np.int64)
+    for c in range(0, len(values), _CHUNK):
+        e = min(c + _CHUNK, len(values))
+        q = values[c:e] * 1e6
+        np.clip(q, 0, 2**35 - 1, out=q)
+        t = table[c:e]
+        t[:] = q.astype(np.int64)
+        t <<= 27
+        t |= np.arange(c, e)
+    return table
+
+
+def _range_argmax_packed(table: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """`_range_argmax` over a `_packed` table, which it overwrites (each level in place)."""
+    out = np.full(len(lo), -1, dtype=np.int64)
+    ok = np.flatnonzero(hi > lo)
+    if not ok.size or len(table) == 0:
+        return out
+    a, b = lo[ok], hi[ok]
+    level = np.frexp((b - a).astype(np.float64))[1] - 1  # floor(log2(length)), exact for ints
+    best = np.zeros(len(ok), dtype=np.int64)
+    for j in range(int(level.max()) + 1):
+        if j:
+            h = 1 << (j - 1)
+            m = len(table) - h  # windows of 2**j starting at each row: in place, front to back
+            for c in range(0, m, _CHUNK):  # (a chunk reads only rows no earlier chunk wrote)
+                e = min(c + _CHUNK, m)
+                np.maximum(table[c:e], table[c + h:e + h], out=table[c:e])
+            table = table[:m]
+        at = np.flatnonzero(level == j)
+        if at.size:
+            best[at] = np.maximum(table[a[at]], table[b[at] - (1 << j)])
+    out[ok] = best & ((1 << 27) - 1)
+    return out
+
+
+def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
+                    comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None,
+                    short_comm: np.ndarray | None = None,
+                    latecomers: tuple[np.ndarray, np.ndarray] | None = None) -> WaitGraph:
+    """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
+
+    `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
+    group's size and sum of member ranks (for naming the one missing rank). `comm_excess`: per
+    instance, how much longer its smallest copy took than its normal transfer time (s).
+    `short_comm`: per instance, a collective short of copies (lost rows) whose transfer is known
+    slow from its group's whole instances: a slow transfer, not a missing rank that was late.
+    `latecomers`: (unit of each instance, irregular steps): an instance whose last arriver kept
+    its peers waiting in step after step (`localize.waits.latecomers`) is a suspect even where the
+    detector flagged no waiting copy.
+    """
+    n = ops.n_inst
+    inst = ops.inst
+    size = ops.inst_size
+    in_steps = np.isin(ops.inst_step, steps)
+    late = ops.late_row
+    late_abn = abnormal[late]
+    n_abn = group_sum(inst, n, abnormal)
+    others = np.maximum(size - 1, 1)
+    frac_others = (n_abn - late_abn) / others
+    # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
+    wait_x = ops.wait
+    if ref_steps is not None and len(ref_steps):
+        wait = wait_x
+        wait_x = slot_stats(ops, wait, ref_steps)[0][ops.slot]  # typical wait of the row's slot
+        np.nan_to_num(wait_x, copy=False)
+        np.subtract(wait, wait_x, out=wait_x)
+        del wait
+        np.maximum(wait_x, 0.0, out=wait_x)
+    sum_wait = group_sum(inst, n, wait_x)
+    delay_wait = sum_wait / others
+    del sum_wait, others  # (per-instance scratch is dropped once used: the row-sized work below peaks)
+    complete = size >= expected_size
+    multi = size >= 2
+    whole = complete if short_comm is None else complete | short_comm
+    comm = in_steps & whole & multi & (comm_excess > 0)
+    waited = frac_others >= 0.5
+    del frac_others
+    if latecomers is not None and ref_steps is not None:
+        waited |= recurrent_latecomers(ops, delay_wait, latecomers[0], latecomers[1], ref_steps, complete)
+    suspect = in_steps & complete & multi & ~comm & ~late_abn & waited
+    orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
+    del n_abn, whole, complete, late_abn, in_steps
+    rank = ops.rank
+    present_sum = group_sum(inst, n, rank)
+    missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
+    del present_sum
+
+    # backtracking: what the suspect did since its previous operator of the same stream.
+    # Per row: compute, delay received and own-clock time since that operator (NaN: none),
+    # each reduced to per-instance figures before the next is built (rows x 8 bytes apiece)
+    prev, cu = _segment_starts(ops)
+    has_prev = prev >= 0
+    p = np.where(has_prev, prev, 0)
+    prev_late = prev[late]  # (what the chains below read of it: the row-sized links go now)
+    del prev
+    # delay a row received: waiting for others, or a transfer slower than normal
+    received = wait_x + comm_excess[inst]
+    del wait_x
+    gap = ops.gap  # (built by chunks of ranks when needed; dropped once the compute pass read it)
+    hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
+    valid = np.zeros(0, dtype=bool)
+    lv = measured = np.zeros(0, dtype=bool)
+    peers_n = np.zeros(0)
+    # per instance, for compute, waiting and own-clock time: the late arriver's excess over its
+    # peers (0 where unmeasured), and over its own history with whether that history exists
+    excess: list[np.ndarray] = []
+    own: list[tuple[np.ndarray, np.ndarray]] = []
+    for what in ("compute", "wait", "own"):
+        seg = _segment_totals(ops, what, gap if what == "compute" else received, p)
+        seg[~has_prev] = np.nan
+        if what == "compute":
+            del gap
+            valid = np.equal(cu, cu[p])  # (no lost record between: the count did not move)
+            valid &= np.isfinite(seg)
+            del cu
+            n_valid = group_sum(inst, n, valid)
+            lv = valid[late]
+            peers_n = np.maximum(n_valid - lv, 1)
+            measured = lv & (n_valid >= 2)
+            del n_valid
+        # the two ends of a p2p transfer do different work: the sender is judged against its
+        # own history too (the same operator in normal steps), below
+        h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
+        np.nan_to_num(seg, copy=False)
+        at_late = seg[late]
+        excess.append(np.where(measured, at_late - (group_sum(inst, n, seg) - at_late) / peers_n, 0.0))
+        del seg
+        if h is not None:
+            own.append((at_late - h, np.isfinite(h)))
+        del at_late, h
+    del p, valid, peers_n
+    # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
+    suspect &= lv | (size < 2)
+    excess_compute, excess_wait, excess_own = excess
+    if own:
+        (own_c, seen_c), (own_w, seen_w), (own_o, seen_o) = own
+        ok = ops.inst_p2p & lv & seen_c & seen_w & seen_o
+        excess_compute = np.where(ok, own_c, excess_compute)
+        excess_wait = np.where(ok, own_w, excess_wait)
+        excess_own = np.where(ok, own_o, excess_own)
+        measured |= ok
+    del excess, own, lv, has_prev
+
+    delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
+    # every instance points back along waiting, flagged or not: chains pass through operators
+    # whose copies looked ordinary (a short wait) on their way to the root
+    follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)
+    del delay_wait
+    lrow = late[follow]
+    prev_l = prev_late[follow]
+    table = _packed(received)
+    del received
+    target_row = _range_argmax_packed(table, np.maximum(prev_l, -1) + 1, lrow)
+    del table
+    target_row = np.where(prev_l >= 0, target_row, -1)
+    nxt = np.arange(n, dtype=np.int64)
+    ok = target_row >= 0
+    nxt[np.flatnonzero(follow)[ok]] = inst[target_row[ok]]
+    # pointer jumping; chains point back in time, so they end. Only the instances not yet at
+    # their root move (most chains are short: each round touches fewer of them)
+    active = np.flatnonzero(nxt[nxt] != nxt)
+    for _ in range(64):
+        if not active.size:
+            break
+        nxt[active] = nxt[nxt[active]]
+        active = active[nxt[nxt[active]] != nxt[active]]
+    root_rank = np.where(comm[nxt], -1, rank[late[nxt]])
+    root_rank = np.where(orphan, missing_rank, root_rank)
+    return WaitGraph(suspect, comm, orphan, delay, nxt, root_rank, missing_rank, excess_compute, excess_wait,
+                     excess_own, measured)

@@ -1,0 +1,173 @@
+"""Network resolution (which device explains the slow units) and rank-blame units."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collector.meta import JobMeta, RankInfo
+from localize.network.devices import resolve_network, slow_units, tie_note, tied_best
+from localize.waits.ranking import explain_rank_blame
+
+
+def meta16() -> JobMeta:
+    """32 ranks, 4 per host (8 hosts), 2 hosts per switch; tp inside hosts, dp rings across."""
+    ranks = {r: RankInfo(f"node-{r // 4}", r % 4) for r in range(32)}
+    groups = {f"tp-{h}": list(range(4 * h, 4 * h + 4)) for h in range(8)}
+    groups |= {f"dp-{i}": [i + 4 * h for h in range(4)] for i in range(4)}  # hosts 0..3
+    groups |= {f"dp-{4 + i}": [16 + i + 4 * h for h in range(4)] for i in range(4)}  # hosts 4..7
+    topo = {f"node-{h}": {"switch": f"tor-{h // 2}"} for h in range(8)}
+    return JobMeta("t", 32, ranks, groups, {}, topo)
+
+
+def units_of(meta: JobMeta) -> dict[str, list[int]]:
+    units = dict(meta.groups)
+    for r in range(16):  # pipeline p2p between host h and h+4
+        units[f"pp:{r}->{r + 16}"] = [r, r + 16]
+    return units
+
+
+def test_nic_beats_the_links_it_shares() -> None:
+    meta = meta16()
+    units = units_of(meta)
+    # NIC of node-1 slow: the dp rings of hosts 0..3 and node-1's pipeline transfers
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}
+    slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(4, 8)}
+    best = resolve_network(units, slow, meta)[0]
+    assert (best.kind, best.key) == ("nic", ("node-1",))
+
+
+def test_a_single_gpu_path_beats_its_host() -> None:
+    meta = meta16()
+    units = units_of(meta)
+    slow = {"dp-1": 1.0, "pp:5->21": 1.0}  # rank 5's transfers only
+    best = resolve_network(units, slow, meta)[0]
+    assert (best.kind, best.key) == ("gpu", 5)
+
+
+def test_switch_when_every_host_under_it_is_slow() -> None:
+    meta = meta16()
+    units = units_of(meta)
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}
+    slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(0, 8)}  # hosts 0,1 = tor-0
+    best = resolve_network(units, slow, meta)[0]
+    assert (best.kind, best.key) == ("switch", ("tor-0",))
+
+
+def test_slow_units_need_a_consistent_share() -> None:
+    unit = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    comm = np.array([1, 1, 1, 0, 1, 0, 0, 0], dtype=bool)
+    got = slow_units(unit, ["a", "b"], comm, np.ones(8, dtype=bool))
+    assert got == {"a": 0.75}
+
+
+def test_slow_units_count_only_what_changed_from_normal_steps() -> None:
+    # "a" measures slow in half its normal instances too (a noisy stream): not evidence
+    unit = np.array([0, 0, 0, 0, 1, 1, 1, 1] * 2)
+    comm = np.array([1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0], dtype=bool)
+    irregular = np.r_[np.ones(8, dtype=bool), np.zeros(8, dtype=bool)]
+    got = slow_units(unit, ["a", "b"], comm, irregular, normal=~irregular)
+    assert got == {"b": 1.0}
+
+
+KINDS = {**{f"tp-{h}": "tp" for h in range(8)}, **{f"dp-{i}": "dp" for i in range(8)}}
+
+
+def test_units_gpu_host_and_occam() -> None:
+    meta = meta16()
+    b = np.zeros(32)
+    b[6] = 5.0
+    b[[1, 20]] = 0.2
+    units = explain_rank_blame(b, meta, KINDS)
+    assert (units[0].kind, units[0].ranks) == ("gpu", [6])
+    b = np.zeros(32)
+    b[12:16] = [1.0, 0.9, 1.1, 1.0]  # all of node-3
+    assert explain_rank_blame(b, meta, KINDS)[0].label == "node-3"
+
+
+def test_stage_and_replicas() -> None:
+    ranks = {r: RankInfo(f"node-{r // 4}", r % 4) for r in range(16)}
+    groups = {f"pp-{i}": [i, i + 8] for i in range(8)}  # 2 stages: ranks 0-7, 8-15
+    groups |= {f"tp-{k}": list(range(2 * k, 2 * k + 2)) for k in range(8)}
+    meta = JobMeta("t", 16, ranks, groups)
+    kinds = {g: g.split("-")[0] for g in groups}
+    b = np.zeros(16)
+    b[8:16] = 1.0  # stage 1 on nodes 2 and 3
+    u = explain_rank_blame(b, meta, kinds)[0]
+    assert u.kind == "config" and u.detail["stage"] == 1
+    b = np.zeros(16)
+    b[[0, 1, 8, 9]] = 1.0  # replica of ranks 0,1 (+ their stage-1 peers)
+    b[[4, 5, 12, 13]] = 0.8  # another replica, another time
+    assert explain_rank_blame(b, meta, kinds)[0].kind == "data"
+
+
+
+def test_replicas_that_take_turns_unevenly_are_data() -> None:
+    # 4 replicas of tp2 x pp4 over 4 hosts each (the matrix's tp8 pp8 job in small): replica 0
+    # got the longest sequences in most slow steps, the others in one or two each
+    ranks = {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(32)}
+    groups = {f"tp-{k}": [2 * k, 2 * k + 1] for k in range(16)}
+    groups |= {f"pp-{d}-{t}": [8 * d + 2 * s + t for s in range(4)] for d in range(4) for t in range(2)}
+    meta = JobMeta("t", 32, ranks, groups)
+    kinds = {g: g.split("-")[0] for g in groups}
+    b = np.repeat([1.0, 0.25, 0.12, 0.2], 8)
+    u = explain_rank_blame(b, meta, kinds, static=False)[0]
+    assert u.kind == "data" and u.detail["replicas"] == 4
+    # one host of replica 0 slow, the rest noise: a host, not the data
+    b = np.full(32, 0.01)
+    b[[2, 3]] = 1.0
+    assert explain_rank_blame(b, meta, kinds, static=False)[0].kind == "host"
+
+def ring_meta(hosts: int = 8, gph: int = 4, hps: int = 4) -> JobMeta:
+    """No pipeline: tp inside each host, one dp ring per GPU index over every host in order."""
+    n = hosts * gph
+    ranks = {r: RankInfo(f"node-{r // gph}", r % gph) for r in range(n)}
+    groups = {f"tp-{h}": list(range(gph * h, gph * h + gph)) for h in range(hosts)}
+    groups |= {f"dp-{i}": [i + gph * h for h in range(hosts)] for i in range(gph)}
+    topo = {f"node-{h}": {"switch": f"tor-{h // hps}"} for h in range(hosts)}
+    return JobMeta("t", n, ranks, groups, {}, topo)
+
+
+def test_one_ring_over_every_host_is_a_tie_listed_scarcest_kind_first() -> None:
+    meta = ring_meta()
+    slow = {f"dp-{i}": 1.0 for i in range(4)}  # any NIC, link or switch of the ring would do this
+    net = resolve_network(dict(meta.groups), slow, meta, top=1000)
+    tie = tied_best(net)
+    assert {c.kind for c in tie} == {"nic", "link", "switch"}
+    assert len(tie) == 8 + 8 + 2  # every NIC, every ring link, both switches
+    assert [c.kind for c in tie[:2]] == ["switch", "switch"]  # 2 switches before 8 NICs / 8 links
+    note = tie_note(tie)
+    assert "18 devices" in note and "2 switches (tor-0, tor-1)" in note and "node-0<->node-1" in note
+
+
+def test_a_link_on_a_ring_ties_with_the_rings_other_links_only() -> None:
+    meta = meta16()
+    units = units_of(meta)  # pipeline transfers cross the NICs and switches, not the ring links
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}  # ring of hosts 0..3
+    tie = tied_best(resolve_network(units, slow, meta, top=1000))
+    assert {c.kind for c in tie} == {"link"}
+    assert sorted(c.key for c in tie) == [("node-0", "node-1"), ("node-0", "node-3"), ("node-1", "node-2"), ("node-2", "node-3")]
+
+
+def test_all_to_all_crosses_every_pair_of_its_hosts() -> None:
+    meta = meta16()
+    units = units_of(meta) | {"ep-0": [0, 4, 8, 12]}  # hosts 0..3, every pair exchanges data
+    slow = {"ep-0": 1.0}  # link node-0<->node-2 is on no ring: only the all-to-all crosses it
+    keys = {c.key for c in tied_best(resolve_network(units, slow, meta, top=1000, mesh={"ep-0"}))}
+    assert ("node-0", "node-2") in keys and ("node-1", "node-3") in keys
+    as_ring = {c.key for c in resolve_network(units, slow, meta, top=1000)}
+    assert ("node-0", "node-2") not in as_ring
+
+
+def test_flows_break_a_commops_tie_even_at_full_score() -> None:
+    from localize.combine import merge
+    from localize.verdict import Candidate, Verdict
+
+    tie = [Candidate("switch", 1.0, ["tie"], switch="tor-0", source="commops"),
+           Candidate("nic", 1.0, ["tie"], host="node-5", source="commops"),
+           Candidate("link", 1.0, ["tie"], hosts=["node-2", "node-3"], source="commops")]
+    a = Verdict("j", "irregular", [6], 1.5, tie, {"source": "commops", "network_tie": 3})
+    b = Verdict("j", "irregular", [6], 1.5, [Candidate("nic", 0.6, ["flows"], host="node-5", source="flows")],
+                {"source": "flows"})
+    m = merge("j", [a, b])
+    assert (m.candidates[0].kind, m.candidates[0].host) == ("nic", "node-5")
+    assert m.candidates[0].source == "commops+flows"

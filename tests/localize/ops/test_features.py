@@ -1,0 +1,150 @@
+"""The full path's compact frame (rows pre-sorted, strings as categoricals) analyses exactly as
+the frame read from the trace does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collector.traceio import Trace
+from localize.commops import COLUMNS
+from localize.ops.features import prepare_ops, sorted_rows
+
+TRACE = Path(__file__).resolve().parents[3] / "traces" / "gpu-straggler"
+ROW_ARRAYS = ("elapsed", "inst", "wait", "gap", "group_code", "slot", "pair", "opcode", "step", "rank", "nbytes")
+INST_ARRAYS = ("inst_size", "inst_min", "inst_mean", "inst_max", "late_row", "inst_group", "inst_step", "inst_p2p",
+               "inst_src", "inst_dst")
+
+
+def test_sorted_categorical_frame_gives_the_same_ops() -> None:
+    raw = Trace.open(TRACE).commops(columns=COLUMNS)
+    shuffled = raw.sample(frac=1.0, random_state=3).reset_index(drop=True)  # rows out of (rank, time) order
+    ref = prepare_ops(shuffled.copy())
+    compact = sorted_rows(shuffled.copy())
+    assert str(compact["group"].dtype) == "category" and str(compact["op"].dtype) == "category"
+    got = prepare_ops(compact)
+    assert got.order is None  # already in the analysis' order: Ops.df is the frame itself, no copy
+    assert got.df is got.source
+    for name in ROW_ARRAYS + INST_ARRAYS:
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
+    assert list(got.groups) == list(ref.groups)
+    for col in COLUMNS:
+        np.testing.assert_array_equal(got.df[col].astype(str).to_numpy(), ref.df[col].astype(str).to_numpy(), err_msg=col)
+
+
+def test_sorted_rows_consumes_its_input() -> None:
+    raw = Trace.open(TRACE).commops(columns=COLUMNS)
+    n = len(raw)
+    out = sorted_rows(raw)
+    assert len(out) == n and list(out.columns) == COLUMNS
+    assert raw.shape[1] == 0  # every column moved out: the sort never holds two whole frames
+
+
+def test_step_codes_are_dense_codes_in_step_order() -> None:
+    from localize.ops.features import _step_codes
+    from localize.ops.grouping import dense_codes
+
+    rng = np.random.default_rng(2)
+    for step in (rng.integers(-3, 40, 500), rng.integers(0, 2**30, 50), np.array([7, 7, 7]), np.zeros(0)):
+        step = step.astype(np.int32)
+        got, k = _step_codes(step)
+        want, k_want = dense_codes(step, by_first=False)
+        assert k == k_want and got.tolist() == want.tolist()
+
+
+def test_sorted_rows_narrows_int64_columns_only_where_every_value_fits() -> None:
+    raw = Trace.open(TRACE).commops(columns=COLUMNS)
+    raw["seq"], raw["nbytes"] = raw["seq"].astype(np.int64), raw["nbytes"].astype(np.int64)
+    big = raw.copy()
+    big.loc[3, "nbytes"] = 2**40  # a payload past int32: the column stays int64, the value intact
+    out = sorted_rows(raw.copy())
+    assert out["seq"].dtype == np.int32 and out["nbytes"].dtype == np.int32 and out["start_ns"].dtype == np.int64
+    ops = prepare_ops(out)
+    assert ops.nbytes.dtype == np.int32 and np.shares_memory(ops.nbytes, out["nbytes"].to_numpy())  # no copy
+    np.testing.assert_array_equal(ops.nbytes, prepare_ops(raw.copy()).nbytes)
+    wide = sorted_rows(big.copy())
+    assert wide["nbytes"].dtype == np.int64 and int(wide["nbytes"].max()) == 2**40
+    np.testing.assert_array_equal(prepare_ops(wide).nbytes, prepare_ops(big.copy()).nbytes)
+
+
+def test_dictionary_read_frame_compacts_to_the_string_frame() -> None:
+    """Group and op read dictionary-encoded (the dictionary in its own order, values no row uses
+    among it) compact to the frame the string columns give: the same categories, sorted."""
+    import pandas as pd
+
+    from timeline.columns import read_commops
+
+    trace = Trace.open(TRACE)
+    want = sorted_rows(trace.commops(columns=COLUMNS))
+    raw = read_commops(trace, COLUMNS)
+    for c in ("group", "op"):
+        cats = list(raw[c].cat.categories)
+        raw[c] = raw[c].cat.set_categories([*reversed(cats), "unused-name"])
+    got = sorted_rows(raw)
+    pd.testing.assert_frame_equal(got, want)
+    for c in ("group", "op"):
+        assert got[c].dtype == want[c].dtype and list(got[c].cat.categories) == sorted(set(want[c].astype(str)))
+
+
+def test_int32_frame_builds_the_keys_an_int64_frame_does() -> None:
+    """Codes are held narrow but every key is built in int64: a p2p stream whose ends number
+    apart (matched by order within the step, keyed by step x 1e6) in steps where that crosses 2**31
+    gives the same instances, pairs and slots from int32 columns as from int64 ones."""
+    import pandas as pd
+
+    rows = []
+    for i, step in enumerate(range(2145, 2149)):  # (step + 1) x 1e6 crosses 2**31
+        t = step * 10_000_000
+        rows.append({"rank": 0, "group": "pp-0", "op": "send", "seq": i, "peer": 1, "nbytes": 8, "start_ns": t,
+                     "end_ns": t + 1000, "step": step})
+        rows.append({"rank": 1, "group": "pp-0", "op": "recv", "seq": 100 + i, "peer": 0, "nbytes": 8,
+                     "start_ns": t + 10, "end_ns": t + 1000, "step": step})
+        for r in (0, 1):
+            rows.append({"rank": r, "group": "dp-0", "op": "all_reduce", "seq": i, "peer": -1, "nbytes": 64,
+                         "start_ns": t + 2000, "end_ns": t + 3000 + r, "step": step})
+    wide = pd.DataFrame(rows).astype({c: np.int64 for c in ("rank", "seq", "peer", "nbytes", "step")})
+    narrow = sorted_rows(wide.copy())
+    narrow = narrow.astype({c: np.int32 for c in ("rank", "seq", "peer", "nbytes", "step")})
+    got, ref = prepare_ops(narrow), prepare_ops(sorted_rows(wide.copy()).astype({"seq": np.int64, "step": np.int64}))
+    assert got.step.dtype == np.int32 and got.rank.dtype == np.int32
+    for name in ROW_ARRAYS + INST_ARRAYS:
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
+    assert got.n_inst == 8 and (got.inst_size == 2).all()  # each send met its recv, by order within its step
+
+
+def test_history_matrix_by_chunks_equals_the_sorted_codes_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slots x steps matrix filled chunk by chunk through a step table equals the one the
+    widely-spread-steps path builds from sorted step codes, with a keep mask and a step subset,
+    and at a chunk smaller than the rows."""
+    import dataclasses
+
+    from localize.ops import features
+
+    ops = prepare_ops(sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS)))
+    rng = np.random.default_rng(5)
+    e = rng.random(len(ops.step))
+    keep = rng.random(len(ops.step)) > 0.2
+    steps = np.unique(ops.step)
+    use = features.in_steps(ops, steps[1::2])
+    spread = dataclasses.replace(ops, step=ops.step.astype(np.int64) * 10_000_000)
+    want = features._history_matrix(spread, e, use, keep)
+    monkeypatch.setattr(features, "_CHUNK", 1000)
+    got = features._history_matrix(ops, e, use, keep)
+    assert got.shape == want.shape == (int(ops.slot.max()) + 1, len(steps[1::2]))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_idle_gaps_by_chunks_of_ranks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gaps computed a chunk of whole ranks at a time (chunks far smaller than the rows, ranks
+    cut at their first row) are the one-pass gaps bit for bit."""
+    from localize.ops import features
+
+    df = sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS))
+    rank, start, end = (df[c].to_numpy(np.int64) for c in ("rank", "start_ns", "end_ns"))
+    want = features._idle_gaps(rank, start, end)
+    for chunk in (1, 97, 5000):
+        monkeypatch.setattr(features, "_CHUNK", chunk)
+        got = features.idle_gaps(rank, start, end)
+        assert got.tobytes() == want.tobytes()

@@ -1,0 +1,50 @@
+"""Imbalance against peers of the same role: from the first step, or from a later one."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collector.meta import JobMeta, RankInfo
+from localize.waits.persistent import imbalance, worker_onset
+
+# 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4
+META = JobMeta("t", 16, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(16)},
+               {**{f"tp-{k}": [2 * k, 2 * k + 1] for k in range(8)},
+                **{f"pp-{k}": [k, k + 8] for k in range(8)}})
+KINDS = {**{f"tp-{k}": "tp" for k in range(8)}, **{f"pp-{k}": "pp" for k in range(8)}}
+STEPS = np.arange(1, 41)
+
+
+def table(rank: int, factor: float, since: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    comp = 0.2 * (1 + 0.03 * rng.standard_normal((16, len(STEPS))))
+    comp *= 1 + 0.1 * rng.standard_normal(len(STEPS))  # the machine's load moves every rank's steps alike
+    comp[rank, since <= STEPS] *= factor
+    return comp
+
+
+def test_a_worker_slowed_from_a_later_step_is_named_with_that_step() -> None:
+    """The job's step times are too noisy to show a 1.5x rank (real gloo runs on a busy machine);
+    its compute beside its peers' in the same steps shows it, and since when."""
+    found = imbalance(table(5, 1.5, 21), np.ones(16, bool), STEPS, META, KINDS)
+    assert found.units[0].kind == "gpu" and found.units[0].ranks == [5]
+    assert found.since is not None and abs(found.since - 21) <= 1
+    assert 1.4 < found.ratio[5] < 1.6  # judged on the steps since then
+
+
+def test_a_worker_slow_from_the_first_step_has_no_later_onset() -> None:
+    found = imbalance(table(5, 1.5, 0), np.ones(16, bool), STEPS, META, KINDS)
+    assert found.units[0].ranks == [5] and found.since is None
+
+
+def test_a_balanced_job_has_nothing() -> None:
+    found = imbalance(table(5, 1.0, 0), np.ones(16, bool), STEPS, META, KINDS)
+    assert not found.units and found.since is None
+
+
+def test_a_devices_onset_comes_from_its_compute_beside_its_peers() -> None:
+    """Onset from the device's own excess (the step times moved with the machine's load too)."""
+    seen = np.ones(16, bool)
+    assert worker_onset(table(5, 1.6, 25), seen, STEPS, META, KINDS, [5]) == 25
+    assert worker_onset(table(5, 1.6, 0), seen, STEPS, META, KINDS, [5]) is None  # slow all along: no onset in it
+    assert worker_onset(table(5, 1.6, 25), seen, STEPS, META, KINDS, [4]) is None  # a healthy peer has none

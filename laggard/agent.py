@@ -34,7 +34,7 @@ from collector.errors import UserError
 from collector.meta import JobMeta
 from laggard.cliutil import emit
 from localize.commops import COLUMNS
-from localize.summary import summarize, to_wire
+from localize.summary import groups_within, summarize, to_wire
 
 HISTORY = 20  # earlier steps the detector judges each operator against
 TIMEOUT_S = 10.0
@@ -184,7 +184,7 @@ class Agent:
         for first in range(lo, done + 1, self.window):
             end = min(first + self.window - 1, done)
             part = df[(df["step"] >= first - HISTORY) & (df["step"] <= end)].reset_index(drop=True)
-            s = summarize(part, lambda _r: self.host)
+            s = summarize(part, lambda _r: self.host, groups_within(view.groups, ranks))
             s = s[(s["step"] >= first) & (s["step"] <= end)]
             wire = to_wire(s)
             body = {"job": view.job, "node": self.host, "window": self.state.window, "first_step": first,

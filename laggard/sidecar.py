@@ -30,6 +30,7 @@ from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.summary import (
     Fetch,
+    groups_within,
     localize_from_summary,
     localize_summary,
     read_summary,
@@ -60,6 +61,7 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     ranks = sorted(r for r, i in meta.ranks.items() if i.host == host)
     if not ranks:
         raise TraceError(f"{root}: no ranks on host {host}", f"hosts in meta.json: {', '.join(meta.hosts())}")
+    mine = groups_within(meta.groups, ranks)
     outdir = root / SUMMARY_DIR
     state_path = outdir / f".{host}.state.json"  # dot: not read as part of the summary dataset
     state = json.loads(state_path.read_text()) if state_path.exists() else {"next_step": 0}
@@ -81,7 +83,7 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
         if win.empty:
             continue
         t0 = time.perf_counter()
-        summary = summarize(win.reset_index(drop=True), meta.host_of)
+        summary = summarize(win.reset_index(drop=True), meta.host_of, mine)
         path = outdir / f"{host}-w{w0:07d}-{w1:07d}.parquet"
         write_summary(summary, path)
         written.append(path)

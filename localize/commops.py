@@ -24,6 +24,7 @@ from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_
 from localize.ops.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.ops.grouping import group_sum, unique
 from localize.ops.groupkinds import group_kinds
+from localize.ops.lone import lone_copies, lone_time
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
 from localize.waits.persistent import Imbalance, compute_table, persistent_imbalance, worker_onset
@@ -255,7 +256,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
-        comp, logged, steps_of = compute_table(ops, world)
+        comp, logged, steps_of = compute_table(ops, world, lone_copies(ops, meta.groups, partial or ()))
         onset = worker_onset(comp, logged, steps_of, meta, kinds, candidate_ranks(candidates[0], meta)) or onset
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
@@ -309,7 +310,7 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         n_direct = int(direct.sum())
         ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
         exc = g.excess_compute[direct]
-        if exc.size and proxy_ranks(meta, ops.rank, max(meta.world_size, r + 1))[r] and np.median(exc) < 0.5 * np.median(g.delay[direct]):
+        if exc.size and (lone_copies(ops, meta.groups) & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
             ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
                       "members were not logged (one rank per group logged), not in compute")
         elif exc.size:
@@ -387,40 +388,20 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
                              steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
 
 
-def proxy_ranks(meta: JobMeta, rank: np.ndarray, world: int, skip: set[str] | None = None) -> np.ndarray:
-    """Per rank: it is the only logged member of some group of meta.json (a logger that keeps one
-    rank per TP group), so its peers' delays in that group show only as its own time there.
-    `skip`: groups not read whole (the summary path's partial fetch), which say nothing of it."""
-    logged = np.bincount(rank, minlength=world)[:world] > 0
-    out = np.zeros(world, dtype=bool)
-    for name, members in meta.groups.items():  # one iteration per group, not per row
-        if skip and name in skip:
-            continue
-        inside = [m for m in members if 0 <= m < world]
-        present = [m for m in inside if logged[m]]
-        if len(present) == 1 and len(inside) > 1:
-            out[present[0]] = True
-    return out
-
-
 def lone_excess(ops: Ops, meta: JobMeta, world: int, skip: set[str] | None, steps: np.ndarray,
                 ref: np.ndarray) -> np.ndarray:
-    """Rank × step (`steps`: the ops' steps, sorted): the time a proxy rank spent in operators no other copy
+    """Rank × step (`steps`: the ops' steps, sorted): the time a rank spent in operators no other copy
     of shows (its group's other members were not logged), beyond its median over the normal
     steps `ref`; 0 for other ranks. Only that time is its unlogged peers' delay: a transfer it
     waited on elsewhere (a slow NIC) is not."""
-    out = np.zeros((world, len(steps)))
-    proxy = proxy_ranks(meta, ops.rank, world, skip)
-    if not proxy.any():
-        return out
-    sizes = np.array([len(meta.groups.get(str(g), [])) for g in ops.groups], dtype=np.int64)
-    lone = ~ops.inst_p2p[ops.inst] & (ops.inst_size[ops.inst] == 1) & (sizes[ops.group_code] > 1) & proxy[ops.rank]
-    col = np.searchsorted(steps, ops.step[lone])
-    np.add.at(out, (ops.rank[lone].astype(np.int64), col), ops.elapsed[lone])
+    lone = lone_copies(ops, meta.groups, skip or ())
+    out = lone_time(ops, lone, world, steps)
     normal = np.isin(steps, ref)
     if normal.any():
         out -= np.median(out[:, normal], axis=1, keepdims=True)
-    return np.where(proxy[:, None], out, 0.0)
+    has = np.zeros(world, dtype=bool)
+    has[ops.rank[lone]] = True
+    return np.where(has[:, None], out, 0.0)
 
 
 def candidate_ranks(c: Candidate, meta: JobMeta) -> list[int]:

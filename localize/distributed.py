@@ -32,7 +32,14 @@ from collector.meta import JobMeta
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import Piece, frame, list_pieces, open_filesystem, read_pieces
 from localize.commops import COLUMNS
-from localize.summary import SUMMARY_SCHEMA, Fetch, FetchPlan, localize_summary, summarize
+from localize.summary import (
+    SUMMARY_SCHEMA,
+    Fetch,
+    FetchPlan,
+    groups_within,
+    localize_summary,
+    summarize,
+)
 from localize.verdict import Verdict
 
 #: rows (before filtering) one fetch task reads at most, unless a single row group is larger
@@ -91,8 +98,9 @@ class Stats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def host_tasks(src: Source) -> list[tuple[str, str, list[int], list[Piece]]]:
-    """(location, host, ranks, pieces) per host, in the order the summary files sort."""
+def host_tasks(src: Source) -> list[tuple[str, str, list[int], list[Piece], dict[str, list[int]]]]:
+    """(location, host, ranks, pieces, the groups within the host) per host, in the order the
+    summary files sort."""
     by_host: dict[str, list[int]] = {}
     for r, info in src.meta.ranks.items():
         by_host.setdefault(info.host, []).append(r)
@@ -105,17 +113,19 @@ def host_tasks(src: Source) -> list[tuple[str, str, list[int], list[Piece]]]:
         # a piece matters when some rank of the host lies within its statistics' range
         at = np.searchsorted(arr, lo)
         hit = (at < len(arr)) & (arr[np.minimum(at, len(arr) - 1)] <= hi)
-        out.append((src.location, host, ranks, [p for p, h in zip(src.pieces, hit, strict=True) if h]))
+        out.append((src.location, host, ranks, [p for p, h in zip(src.pieces, hit, strict=True) if h],
+                    groups_within(src.meta.groups, ranks)))
     return out
 
 
-def summarize_host(location: str, host: str, ranks: list[int], pieces: list[Piece]) -> pd.DataFrame | None:
+def summarize_host(location: str, host: str, ranks: list[int], pieces: list[Piece],
+                   groups: dict[str, list[int]]) -> pd.DataFrame | None:
     """Map: the abnormal-operator summary of one host's rows (what its sidecar would write)."""
     fs, _ = open_filesystem(location)
     df = frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(ranks)))
     if not len(df):
         return None
-    return summarize(df, dict.fromkeys(ranks, host).__getitem__)
+    return summarize(df, dict.fromkeys(ranks, host).__getitem__, groups)
 
 
 def combine_summaries(parts: Sequence[pd.DataFrame | None]) -> pd.DataFrame:

@@ -36,7 +36,7 @@ operator against its own history (drift-normalized robust rule, `detector.rule_d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +52,7 @@ from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_ve
 from localize.detect.detector import rule_detect
 from localize.ops.features import prepare_ops
 from localize.ops.groupkinds import group_kinds, named_kind
+from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView
 from localize.verdict import Verdict
 from localize.waits.persistent import imbalance, worker_onset
@@ -78,11 +79,22 @@ MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed lon
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
 
 
-def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None) -> pd.DataFrame:
+def groups_within(groups: Mapping[str, Sequence[int]], ranks: Collection[int]) -> dict[str, list[int]]:
+    """The groups all of whose members are among `ranks` (one node's): the only ones a node can
+    read whole, and so tell which of their members were not logged at all."""
+    mine = set(ranks)
+    return {g: list(m) for g, m in groups.items() if m and set(m) <= mine}
+
+
+def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None,
+              groups: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
     """The summary of one node's (or any set of ranks') CommOps rows, in SUMMARY_SCHEMA.
 
-    `host_of` maps a rank to its host (default: every rank is a host of its own, "rank-R")."""
+    `host_of` maps a rank to its host (default: every rank is a host of its own, "rank-R").
+    `groups`: the groups read whole here (`groups_within`); a rank's time in their operators that
+    no other member logged counts as its compute, as on the full-record path (`localize.ops.lone`)."""
     ops = prepare_ops(df)
+    own = ops.gap + np.where(lone_copies(ops, groups), ops.elapsed, 0.0) if groups else ops.gap
     steps = ops.step
     # the node's own step table, for drift normalization; history from all its steps
     det = rule_detect(ops, None, np.unique(steps))
@@ -91,7 +103,7 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None) -> 
     names = [host_of(int(r)) if host_of is not None else f"rank-{int(r)}" for r in ranks]
     hcode, hosts = pd.factorize(np.asarray(names, dtype=object))
     host = hcode[np.searchsorted(ranks, rank)]  # per row, as an integer: grouping on strings is slow
-    per_rank = pd.DataFrame({"host": host, "rank": rank, "step": steps, "compute_s": ops.gap,
+    per_rank = pd.DataFrame({"host": host, "rank": rank, "step": steps, "compute_s": own,
                              "step_end_ns": ops.df["end_ns"].to_numpy(np.int64)}).groupby(
         ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max")).reset_index()
     by_host = per_rank.groupby(["host", "step"], sort=True)
@@ -122,7 +134,8 @@ def write_summaries(trace: Trace, out_name: str = "summary") -> Path:
     for host, ranks in by_host.items():
         df = trace.commops(columns=COLUMNS, ranks=ranks)
         if len(df):
-            write_table(summarize(df, trace.meta.host_of), d / f"{host}.parquet", SUMMARY_SCHEMA)
+            write_table(summarize(df, trace.meta.host_of, groups_within(trace.meta.groups, ranks)),
+                        d / f"{host}.parquet", SUMMARY_SCHEMA)
     return d
 
 

@@ -20,6 +20,7 @@ from collector.meta import JobMeta
 from localize.ops.features import Ops, prepare_ops
 from localize.ops.grouping import dense_codes, group_sum, unique
 from localize.ops.groupkinds import group_kinds
+from localize.ops.lone import lone_copies, lone_time
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import SHIFT_MIN_STEPS, level_shift
 
@@ -30,9 +31,11 @@ OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
 
 
-def compute_table(ops: Ops, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rank × step compute (s, own clock), which ranks logged anything, and the steps of the
-    columns. The first step holds the job's warm-up and is left out when there are more than two."""
+    columns. The first step holds the job's warm-up and is left out when there are more than two.
+    `lone` (per row, `localize.ops.lone`): operators whose time is the rank's unlogged peers'
+    compute as much as its own, counted with it."""
     scode, n_steps = dense_codes(ops.step, by_first=False)  # (in step order)
     steps = unique(ops.step)
     key = ops.rank.astype(np.int64)  # (rank x step cells built in place: this may run at the analysis' peak)
@@ -42,6 +45,8 @@ def compute_table(ops: Ops, world: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     comp = group_sum(key, max(world * n_steps, int(key.max(initial=-1)) + 1), ops.gap)
     del key
     comp = comp[: world * n_steps].reshape(world, n_steps)
+    if lone is not None and lone.any():
+        comp += lone_time(ops, lone, world, np.asarray(steps, dtype=np.int64))
     seen = np.bincount(ops.rank, minlength=world)[:world] > 0
     steps = np.asarray(steps, dtype=np.int64)
     return (comp[:, 1:], seen, steps[1:]) if n_steps > 2 else (comp, seen, steps)
@@ -57,6 +62,23 @@ def stage_reference(comp: np.ndarray, seen: np.ndarray, stage: np.ndarray) -> np
         if mine.any():
             ref[s] = np.quantile(comp[mine], 0.25, axis=0)
     return ref
+
+
+@dataclass
+class StageRatio:
+    """Each rank's compute over its stage's reference (rank × step), with what it was built from."""
+
+    ratio: np.ndarray
+    ref: np.ndarray
+    stage: np.ndarray
+    replica: np.ndarray
+
+
+def stage_ratio(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str]) -> StageRatio:
+    """Every rank's compute per step over its stage peers' low quartile: 1 is typical."""
+    _, stage, replica, _ = layout_units(meta, comp.shape[0], kinds)
+    ref = stage_reference(comp, seen, stage)
+    return StageRatio(comp / np.maximum(ref[stage], 1e-9), ref, stage, replica)
 
 
 def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[tuple[RankUnit, float]]:
@@ -114,7 +136,7 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
     if len(df) == 0:
         return Imbalance([], np.ones(world), 0.0)
     ops = prepare_ops(df)
-    comp, seen, steps = compute_table(ops, world)
+    comp, seen, steps = compute_table(ops, world, lone_copies(ops, meta.groups))
     return imbalance(comp, seen, steps, meta, group_kinds(ops, hint), top)
 
 
@@ -148,9 +170,7 @@ def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: Jo
     mine = [r for r in ranks if 0 <= r < world and seen[r]]
     if not mine or comp.shape[1] < 2 * SHIFT_MIN_STEPS:
         return None
-    _, stage, _, _ = layout_units(meta, world, kinds)
-    ref = stage_reference(comp, seen, stage)
-    ratio = np.median(comp[mine] / np.maximum(ref[stage[mine]], 1e-9), axis=0)
+    ratio = np.median(stage_ratio(comp, seen, meta, kinds).ratio[mine], axis=0)
     k = level_shift(ratio, 1 + MIN_EXCESS)
     return int(steps[k]) if k is not None and k > 0 else None
 
@@ -159,10 +179,8 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
               top: int = 5) -> Imbalance:
     """`persistent_imbalance` on a rank × step compute table (full records, or the summaries'
     per-host and outlier-rank compute) whose columns are `steps`."""
-    world = comp.shape[0]
-    _, stage, replica, _ = layout_units(meta, world, kinds)
-    ref = stage_reference(comp, seen, stage)
-    ratio = comp / np.maximum(ref[stage], 1e-9)
+    sr = stage_ratio(comp, seen, meta, kinds)
+    ratio, ref, stage, replica = sr.ratio, sr.ref, sr.stage, sr.replica
     onset = excess_onsets(ratio, seen)
     cols = np.arange(ratio.shape[1])
     # a rank slow since some step is judged on the steps since then

@@ -55,7 +55,7 @@ def test_pieces_read_the_same_rows_as_the_trace(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(got, want)
     # every host task sees exactly its ranks' rows
     tasks = host_tasks(src)
-    assert sorted(r for _, _, rs, _ in tasks for r in rs) == sorted(trace.meta.ranks)
+    assert sorted(r for _, _, rs, _, _ in tasks for r in rs) == sorted(trace.meta.ranks)
 
 
 def test_rank_shards_are_skipped_by_their_statistics(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_rank_shards_are_skipped_by_their_statistics(tmp_path: Path) -> None:
     src = Source.open(tmp_path / "t")
     n_files = len({p.path for p in src.pieces})
     assert n_files > 64
-    for _, host, ranks, pieces in host_tasks(src):
+    for _, host, ranks, pieces, _ in host_tasks(src):
         assert {p.rank_lo for p in pieces} == set(ranks), host
     trace = Trace.open(tmp_path / "t")
     fs, _ = open_filesystem(str(tmp_path / "t"))

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from collector.meta import JobMeta, RankInfo
 from collector.traceio import Trace
 from localize.combine import localize_trace
-from localize.commops import proxy_ranks
+from localize.summary import localize_from_summary, write_summaries
 from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace
-
-
-def test_the_only_logged_member_of_a_group_is_its_proxy() -> None:
-    meta = JobMeta("t", 8, {r: RankInfo(f"node-{r // 4}", r % 4) for r in range(8)},
-                   {"tp-0": [0, 1, 2, 3], "tp-1": [4, 5, 6, 7], "dp-0": [0, 4]})
-    logged = np.array([0, 4, 5])
-    assert proxy_ranks(meta, logged, 8).tolist() == [True] + [False] * 7  # tp-1 has two logged members
-    assert not proxy_ranks(meta, logged, 8, skip={"tp-0"}).any()
 
 
 @pytest.mark.parametrize(("p2p", "gpus", "tp", "pp", "rank"), [("rendezvous", 64, 8, 1, 22), ("batched", 128, 4, 2, 45)])
@@ -33,3 +23,22 @@ def test_a_slow_unlogged_gpu_is_named_by_its_groups_logged_rank(tmp_path: Path, 
     v = localize_trace(Trace.open(tmp_path), ("commops",))
     assert v.status == "irregular" and v.candidates[0].kind == "gpu", [c.device() for c in v.candidates]
     assert v.candidates[0].rank == rank - rank % tp and abs(int(v.onset_step) - 5) <= 1
+
+
+@pytest.mark.parametrize("p2p", ["batched", "rendezvous"])
+def test_an_unlogged_gpu_slow_from_the_first_step_is_named_on_both_paths(tmp_path: Path, p2p: str) -> None:
+    """The real Megatron shape: tp4 pp4 dp4, TP rank 0 logged, sampled steps, no normal step; its
+    TP peer computes 2.3x longer in every step, which shows only as the logged rank's lone TP operators."""
+    cfg = SimConfig(gpus=64, tp=4, pp=4, steps=40, seed=4243, p2p=p2p, mp_sync=True, sample_steps=3,
+                    hosts_per_switch=16, logged_ranks="one-per-tp", faults=[FaultSpec.parse("gpu:rank=5,factor=2.3")],
+                    job="j")
+    simulate_trace(cfg, tmp_path, counterfactual=False)
+    trace = Trace.open(tmp_path)
+    full = localize_trace(trace, ("commops",))
+    write_summaries(trace)
+    summary, _ = localize_from_summary(trace)
+    for v in (full, summary):
+        assert v.status == "irregular" and v.candidates, v.status
+        top = v.candidates[0]
+        assert (top.kind, top.rank) == ("gpu", 4), [c.device() for c in v.candidates]
+        assert all(c.score < top.score for c in v.candidates[1:] if c.kind in ("config", "data"))

@@ -1,0 +1,39 @@
+"""Operators no other logged copy shares: where a logger keeps one rank per group, the rest wait unseen.
+
+Megatron jobs often log only tensor-parallel rank 0. That rank's TP all-reduces then have one
+copy, and the time a slow unlogged peer makes the group wait shows only as that copy's length,
+never as compute or as a wait measured across copies. Every method that weighs a rank's own time
+(blame in slow steps, imbalance among peers from the first step) reads it from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+
+from localize.ops.features import Ops
+
+
+def lone_copies(ops: Ops, groups: Mapping[str, Sequence[int]], skip: Collection[str] = ()) -> np.ndarray:
+    """Per row: a collective of a group with other members (per meta.json) of which the row's rank
+    is the only one that logged anything. `skip`: groups not read whole (a partial fetch, one
+    node's view), which cannot tell an unlogged member from one read elsewhere."""
+    names = [str(g) for g in ops.groups]
+    members = np.array([0 if g in skip else len(groups.get(g, ())) for g in names], dtype=np.int64)
+    if not (members > 1).any():
+        return np.zeros(len(ops.rank), dtype=bool)
+    code = ops.group_code.astype(np.int64)
+    world = int(ops.rank.max()) + 1
+    pairs = np.unique(code * world + ops.rank)
+    logged = np.bincount(pairs // world, minlength=len(names))
+    return (~ops.inst_p2p[ops.inst] & (ops.inst_size[ops.inst] == 1)
+            & (members[code] > 1) & (logged[code] == 1))
+
+
+def lone_time(ops: Ops, lone: np.ndarray, world: int, steps: np.ndarray) -> np.ndarray:
+    """Rank × step (`steps`: the ops' steps, sorted): time each rank spent in its lone copies."""
+    out = np.zeros((world, len(steps)))
+    col = np.searchsorted(steps, ops.step[lone])
+    np.add.at(out, (ops.rank[lone].astype(np.int64), col), ops.elapsed[lone])
+    return out

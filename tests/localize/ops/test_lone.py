@@ -1,0 +1,36 @@
+"""Operators no other logged copy shares (one rank logged per TP group)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from localize.ops.features import prepare_ops
+from localize.ops.lone import lone_copies
+
+GROUPS = {"tp-0": [0, 1, 2, 3], "tp-1": [4, 5, 6, 7], "dp-0": [0, 4]}
+
+
+def _rows() -> pd.DataFrame:
+    rows = []
+    for step in range(3):
+        t = step * 100
+        for group, ranks in (("tp-0", [0]), ("tp-1", [4, 5]), ("dp-0", [0, 4])):
+            for r in ranks:
+                rows.append({"rank": r, "group": group, "op": "all_reduce", "seq": step, "peer": -1, "nbytes": 1 << 20,
+                             "start_ns": t + 10, "end_ns": t + 30, "step": step})
+            t += 40
+    return pd.DataFrame(rows)
+
+
+def test_only_the_sole_logged_member_of_a_larger_group_has_lone_copies() -> None:
+    ops = prepare_ops(_rows())
+    lone = lone_copies(ops, GROUPS)
+    groups = ops.groups[ops.group_code]
+    assert set(zip(ops.rank[lone].tolist(), groups[lone].tolist(), strict=True)) == {(0, "tp-0")}
+    assert lone.sum() == 3  # one per step
+
+
+def test_groups_not_read_whole_say_nothing() -> None:
+    ops = prepare_ops(_rows())
+    assert not lone_copies(ops, GROUPS, skip={"tp-0"}).any()
+    assert not lone_copies(ops, {}).any()

@@ -256,7 +256,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
-        comp, logged, steps_of = compute_table(ops, world, lone_copies(ops, meta.groups, partial or ()))
+        comp, logged, steps_of = compute_table(ops, world, lone_copies(ops, meta.groups, partial or (), unlisted=not partial))
         onset = worker_onset(comp, logged, steps_of, meta, kinds, candidate_ranks(candidates[0], meta)) or onset
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
@@ -310,7 +310,7 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         n_direct = int(direct.sum())
         ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
         exc = g.excess_compute[direct]
-        if exc.size and (lone_copies(ops, meta.groups) & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
+        if exc.size and (lone_copies(ops, meta.groups, unlisted=True) & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
             ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
                       "members were not logged (one rank per group logged), not in compute")
         elif exc.size:
@@ -394,7 +394,7 @@ def lone_excess(ops: Ops, meta: JobMeta, world: int, skip: set[str] | None, step
     of shows (its group's other members were not logged), beyond its median over the normal
     steps `ref`; 0 for other ranks. Only that time is its unlogged peers' delay: a transfer it
     waited on elsewhere (a slow NIC) is not."""
-    lone = lone_copies(ops, meta.groups, skip or ())
+    lone = lone_copies(ops, meta.groups, skip or (), unlisted=not skip)
     out = lone_time(ops, lone, world, steps)
     normal = np.isin(steps, ref)
     if normal.any():

@@ -15,12 +15,16 @@ import numpy as np
 from localize.ops.features import Ops
 
 
-def lone_copies(ops: Ops, groups: Mapping[str, Sequence[int]], skip: Collection[str] = ()) -> np.ndarray:
+def lone_copies(ops: Ops, groups: Mapping[str, Sequence[int]], skip: Collection[str] = (),
+                unlisted: bool = False) -> np.ndarray:
     """Per row: a collective of a group with other members (per meta.json) of which the row's rank
     is the only one that logged anything. `skip`: groups not read whole (a partial fetch, one
-    node's view), which cannot tell an unlogged member from one read elsewhere."""
+    node's view), which cannot tell an unlogged member from one read elsewhere. `unlisted`: every
+    rank's records are here, so a group meta.json does not list, collective yet logged by one rank
+    only, had members that did not log (no job runs collectives over a group of one)."""
     names = [str(g) for g in ops.groups]
-    members = np.array([0 if g in skip else len(groups.get(g, ())) for g in names], dtype=np.int64)
+    members = np.array([0 if g in skip else len(groups.get(g, ())) if g in groups else 2 * unlisted
+                        for g in names], dtype=np.int64)
     if not (members > 1).any():
         return np.zeros(len(ops.rank), dtype=bool)
     code = ops.group_code.astype(np.int64)

@@ -136,7 +136,7 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
     if len(df) == 0:
         return Imbalance([], np.ones(world), 0.0)
     ops = prepare_ops(df)
-    comp, seen, steps = compute_table(ops, world, lone_copies(ops, meta.groups))
+    comp, seen, steps = compute_table(ops, world, lone_copies(ops, meta.groups, unlisted=True))
     return imbalance(comp, seen, steps, meta, group_kinds(ops, hint), top)
 
 

@@ -34,3 +34,11 @@ def test_groups_not_read_whole_say_nothing() -> None:
     ops = prepare_ops(_rows())
     assert not lone_copies(ops, GROUPS, skip={"tp-0"}).any()
     assert not lone_copies(ops, {}).any()
+
+
+def test_an_unlisted_group_logged_by_one_rank_is_lone_only_where_every_record_was_read() -> None:
+    ops = prepare_ops(_rows())
+    lone = lone_copies(ops, {}, unlisted=True)
+    groups = ops.groups[ops.group_code]
+    assert set(groups[lone].tolist()) == {"tp-0"}  # tp-1 and dp-0 were logged by two ranks
+    assert not lone_copies(ops, {}, unlisted=False).any()

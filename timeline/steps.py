@@ -25,6 +25,8 @@ FAST_HALF_WINDOW = 8
 NOISE_SIGMAS = 4.0
 #: lower quartile of |a - b| for a, b ~ N(0, σ²), in units of σ
 HALF_NORMAL_Q25 = 0.4506
+#: successive steps this many times further apart than steps two apart: a fault on and off, not noise
+ALTERNATION = 3.0
 #: Irregular steps at most this many steps apart belong to one episode.
 EPISODE_GAP = 4
 #: An episode with at least this share of its steps irregular, whose 90th/10th percentile
@@ -459,12 +461,15 @@ def level_shift(d: np.ndarray, delta: float) -> int | None:
 
 
 def step_noise(d: np.ndarray) -> float:
-    """Relative step-to-step noise σ: from the lower quartile of successive differences (a spike,
-    a level shift or a fault over most steps moves only the upper ones) over the median step."""
+    """Relative step-to-step noise σ: from the lower quartile of differences between steps one
+    and two apart (a spike, a level shift or a fault over most steps moves only the upper ones;
+    a fault on in every other step makes every successive difference large, not those two apart)
+    over the median step."""
     x = d[np.isfinite(d)]
     if len(x) < 4:
         return 0.0
-    q = float(np.quantile(np.abs(np.diff(x)), 0.25))
+    q1, q2 = (float(np.quantile(np.abs(x[lag:] - x[:-lag]), 0.25)) for lag in (1, 2))
+    q = q2 if q1 > ALTERNATION * q2 else q1  # (noise moves both alike)
     return q / HALF_NORMAL_Q25 / float(np.median(x))
 
 

@@ -73,3 +73,15 @@ def test_a_level_shift_over_the_last_third_survives_the_outlier_clipping() -> No
     y = 1 + 0.005 * rng.standard_normal(39)
     y[30] *= 3.0
     assert level_shift(y, 1.15) is None
+
+
+def test_a_fault_on_in_every_other_step_is_not_taken_for_noise() -> None:
+    """On/off every other step to the end makes every successive difference large; the steps two
+    apart stay as close as the job's noise, so δ is not widened and the slow steps are irregular."""
+    rng = np.random.default_rng(7)
+    d = 0.25 * np.exp(rng.normal(0, 0.02, 29))
+    d[7::2] *= 1.55
+    table, _, onset = settle(judge_steps(pd.Series(d, index=np.arange(29))))
+    assert table["irregular"].to_numpy().nonzero()[0].tolist() == list(range(7, 29, 2))
+    assert onset == 7
+    assert step_noise(d) < 0.05

@@ -257,7 +257,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
         comp, logged, steps_of = compute_table(ops, world, lone_copies(ops, meta.groups, partial or (), unlisted=not partial))
-        onset = worker_onset(comp, logged, steps_of, meta, kinds, candidate_ranks(candidates[0], meta)) or onset
+        own = worker_onset(comp, logged, steps_of, meta, kinds, candidate_ranks(candidates[0], meta))
+        onset = own if own in set(irr.tolist()) else onset  # (a level its on-and-off steps merely average to is none)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
 

@@ -330,8 +330,8 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     if verdict.onset_step is not None and top_c is not None and top_c.kind in ("gpu", "host"):
         comp, seen, steps = compute_matrix(summary, meta)
         kinds = group_kinds(analysis.ops) if analysis is not None else {}
-        verdict.onset_step = worker_onset(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds,
-                                          candidate_ranks(top_c, meta)) or verdict.onset_step
+        own = worker_onset(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, candidate_ranks(top_c, meta))
+        verdict.onset_step = own if own in set(plan.irregular) else verdict.onset_step
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan
 

@@ -355,13 +355,14 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
 
 
 def _onset(steps: np.ndarray, irr: np.ndarray, lost: np.ndarray) -> int | None:
-    """First step of the first episode (irregular steps at most EPISODE_GAP apart) that lost a
-    fair share of all the time lost: isolated slow steps before a fault are not its onset."""
+    """First step of the first episode (irregular steps at most EPISODE_GAP logged steps apart:
+    a sampling logger's steps are far apart in number) that lost a fair share of all the time
+    lost: isolated slow steps before a fault are not its onset."""
     idx = np.flatnonzero(irr)
     if not idx.size:
         return None
     total = float(lost[idx].sum())
-    for ep in np.split(idx, np.flatnonzero(np.diff(steps[idx]) > EPISODE_GAP) + 1):
+    for ep in np.split(idx, np.flatnonzero(np.diff(idx) > EPISODE_GAP) + 1):
         if total <= 0 or float(lost[ep].sum()) >= ONSET_SHARE * total:
             return int(steps[_episode_start(ep, lost)])
     return int(steps[idx[0]])
@@ -476,7 +477,7 @@ def step_noise(d: np.ndarray) -> float:
 def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray) -> np.ndarray:
     """Name each irregular step's pattern: spike, fluctuation or persistent ("" when normal).
 
-    Irregular steps at most EPISODE_GAP apart form an episode. One or two irregular steps are
+    Irregular steps at most EPISODE_GAP logged steps apart form an episode. One or two irregular steps are
     spikes; an episode that is (almost) unbroken at a steady level is persistent degradation;
     anything else (normal steps in between, or a level that swings) is fluctuation.
     """
@@ -484,8 +485,7 @@ def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarra
     idx = np.flatnonzero(irregular)
     if idx.size == 0:
         return out
-    s = steps[idx]
-    breaks = np.flatnonzero(np.diff(s) > EPISODE_GAP) + 1
+    breaks = np.flatnonzero(np.diff(idx) > EPISODE_GAP) + 1  # (in logged steps)
     for ep in np.split(np.arange(idx.size), breaks):  # one iteration per episode
         rows = idx[ep]
         density = ep.size / float(rows[-1] - rows[0] + 1)  # of the steps logged in its span (sampled steps)

@@ -85,3 +85,17 @@ def test_a_fault_on_in_every_other_step_is_not_taken_for_noise() -> None:
     assert table["irregular"].to_numpy().nonzero()[0].tolist() == list(range(7, 29, 2))
     assert onset == 7
     assert step_noise(d) < 0.05
+
+
+def test_episodes_are_counted_in_logged_steps_when_steps_are_sampled() -> None:
+    """A sampling logger wrote steps 0, 4, 5, ... 45; a fault from step 13 shows first at 14 and
+    17, which are the next logged steps after 10 although more than EPISODE_GAP numbers apart."""
+    steps = [0, 4, 5, 6, 7, 8, 10, 14, 17, 24, 25, 27, 31, 33, 35, 36, 41, 43, 45]
+    rng = np.random.default_rng(5)
+    d = 0.355 * np.exp(rng.normal(0, 0.015, len(steps)))
+    d[0] = 0.78  # warm-up
+    slow = np.asarray(steps) >= 13
+    d[slow] *= 1.47
+    table, _, onset = settle(judge_steps(pd.Series(d, index=pd.Index(steps, name="step"))))
+    assert onset == 14
+    assert set(table.loc[table["irregular"], "pattern"]) == {"persistent"}

@@ -23,7 +23,7 @@ from localize.network.devices import NetCandidate, resolve_network, slow_units, 
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.ops.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.ops.grouping import group_sum, unique
-from localize.ops.groupkinds import group_kinds
+from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
@@ -49,15 +49,6 @@ class Analysis:
     unit_names: list[str]
 
 
-def _observed_members(ops: Ops) -> dict[int, list[int]]:
-    """Per group code: the ranks that logged rows of it (for groups the metadata does not list)."""
-    width = int(ops.rank.max(initial=0)) + 1
-    pairs = unique(ops.group_code.astype(np.int64) * width + ops.rank)
-    g, r = pairs // width, pairs % width
-    cut = np.flatnonzero(np.diff(g)) + 1
-    return {int(gs[0]): rs.tolist() for gs, rs in zip(np.split(g, cut), np.split(r, cut), strict=True)}
-
-
 def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, dict[str, list[int]], set[str]]:
     """Per instance: expected copies, sum of expected member ranks, unit code; unit names,
     members, and the units whose operator is all-to-all."""
@@ -74,7 +65,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     ucode, _ = pd.factorize(ukey)
     names: list[str] = []
     members: dict[str, list[int]] = {}
-    seen = _observed_members(ops) if any(not meta.groups.get(str(g)) for g in gnames) else {}
+    seen = observed_members(ops) if any(not meta.groups.get(str(g)) for g in gnames) else {}
     first_inst = pd.Series(np.arange(ops.n_inst)).groupby(ucode).first().to_numpy()
     for i in first_inst:
         g = str(gnames[ops.inst_group[i]])
@@ -218,7 +209,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     tab = view.steps
     ran_normally = bool(((~tab["irregular"].astype(bool)) & (tab["pattern"] != "warm-up")
                          & (tab["step"].to_numpy() < irr.min())).any())
-    units = explain_rank_blame(rank_blame, meta, kinds, top=top,
+    layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
+    units = explain_rank_blame(rank_blame, layout, kinds, top=top,
                                logged=np.bincount(ops.rank, minlength=world)[:world] > 0, static=not ran_normally)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
@@ -257,7 +249,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
         comp, logged, steps_of = compute_table(ops, world, lone_copies(ops, meta.groups, partial or (), unlisted=not partial))
-        own = worker_onset(comp, logged, steps_of, meta, kinds, candidate_ranks(candidates[0], meta))
+        own = worker_onset(comp, logged, steps_of, layout, kinds, candidate_ranks(candidates[0], meta))
         onset = own if own in set(irr.tolist()) else onset  # (a level its on-and-off steps merely average to is none)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis

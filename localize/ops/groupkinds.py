@@ -10,12 +10,15 @@ is model parallel (tp).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
+from collector.meta import JobMeta
 from collector.schema import OPS
 from localize.ops.features import Ops
+from localize.ops.grouping import unique
 
 KINDS = ("dp", "tp", "pp", "ep", "cp")
 _NAMED = re.compile(r"^(dp|tp|pp|ep|cp)(?:[-_]|\d|$)", re.IGNORECASE)
@@ -58,3 +61,22 @@ def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
         else:
             out[names[i]] = "tp"
     return out
+
+
+def observed_members(ops: Ops) -> dict[int, list[int]]:
+    """Per group code: the ranks that logged rows of it (for groups the metadata does not list)."""
+    width = int(ops.rank.max(initial=0)) + 1
+    pairs = unique(ops.group_code.astype(np.int64) * width + ops.rank)
+    g, r = pairs // width, pairs % width
+    cut = np.flatnonzero(np.diff(g)) + 1
+    return {int(gs[0]): rs.tolist() for gs, rs in zip(np.split(g, cut), np.split(r, cut), strict=True)}
+
+
+def with_observed_groups(meta: JobMeta, ops: Ops) -> JobMeta:
+    """`meta` with the groups it leaves out (the contract allows it) as the ranks that logged in
+    them, so stages and model replicas can be laid out. Not for telling who was not logged."""
+    missing = [i for i, g in enumerate(ops.groups) if str(g) not in meta.groups]
+    if not missing:
+        return meta
+    seen = observed_members(ops)
+    return replace(meta, groups={**{str(ops.groups[i]): seen[i] for i in missing if i in seen}, **meta.groups})

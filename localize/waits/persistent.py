@@ -19,7 +19,7 @@ import pandas as pd
 from collector.meta import JobMeta
 from localize.ops.features import Ops, prepare_ops
 from localize.ops.grouping import dense_codes, group_sum, unique
-from localize.ops.groupkinds import group_kinds
+from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import SHIFT_MIN_STEPS, level_shift
@@ -137,7 +137,7 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
         return Imbalance([], np.ones(world), 0.0)
     ops = prepare_ops(df)
     comp, seen, steps = compute_table(ops, world, lone_copies(ops, meta.groups, unlisted=True))
-    return imbalance(comp, seen, steps, meta, group_kinds(ops, hint), top)
+    return imbalance(comp, seen, steps, with_observed_groups(meta, ops), group_kinds(ops, hint), top)
 
 
 def excess_onsets(ratio: np.ndarray, seen: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@ named by its group's logged rank, which spends the wait inside operators no peer
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,21 @@ def test_an_unlogged_gpu_slow_from_the_first_step_is_named_on_both_paths(tmp_pat
         top = v.candidates[0]
         assert (top.kind, top.rank) == ("gpu", 4), [c.device() for c in v.candidates]
         assert all(c.score < top.score for c in v.candidates[1:] if c.kind in ("config", "data"))
+
+
+@pytest.mark.parametrize("fault", [None, "gpu:rank=37,factor=2.0"])
+def test_a_meta_without_groups_lays_out_stages_and_replicas_from_the_records(tmp_path: Path, fault: str | None) -> None:
+    """The contract lets meta.json leave groups and parallelism out. With one rank logged per TP
+    group, stages and model replicas must still come from the groups the records show: with none,
+    every rank was its own replica and a healthy job's TP waits read as replicas taking turns."""
+    cfg = SimConfig(gpus=128, tp=8, pp=4, steps=26, seed=4244, p2p="batched", logged_ranks="one-per-tp",
+                    faults=[FaultSpec.parse(fault)] if fault else [], job="j")
+    simulate_trace(cfg, tmp_path, counterfactual=False)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta.pop("groups"), meta.pop("parallelism")
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    v = localize_trace(Trace.open(tmp_path), ("commops",))
+    if fault is None:
+        assert v.status == "healthy", [c.device() for c in v.candidates]
+    else:
+        assert v.candidates and (v.candidates[0].kind, v.candidates[0].rank) == ("gpu", 32), [c.device() for c in v.candidates]

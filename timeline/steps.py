@@ -40,9 +40,12 @@ WARMUP_MAX_STEPS = 3
 WARMUP_MAX_SHARE = 0.1
 WARMUP_NORMAL_AFTER = 3
 #: Irregular steps that together lost less than this share of the window's time, none of them
-#: SPIKE_RATIO times its baseline, are noise (a busy host now and then), not an irregularity.
+#: SPIKE_RATIO times its baseline, are noise (a busy host now and then), not an irregularity ...
 MIN_LOST_SHARE = 0.02
 SPIKE_RATIO = 1.5
+#: ... nor, in a job whose steps repeat closely, two steps in a row this many σ of its step noise
+#: beyond their baseline (one such step is a real healthy job's blip now and then).
+SPIKE_SIGMAS = 6.0
 #: The onset is the first step of the first episode that lost at least this share of the time lost.
 ONSET_SHARE = 0.2
 #: ... and it starts at the episode's first step that lost this share of its median step's loss.
@@ -343,7 +346,9 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
     counted = np.isfinite(d) & (pattern != "warm-up")
     ratio = t["ratio"].to_numpy(np.float64)
-    if irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO:
+    far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * step_noise(d[counted]))
+    if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO
+            and not (far[1:] & far[:-1]).any()):
         pattern[irr] = "noise"
         irr[:] = False
     steps = t["step"].to_numpy(np.int64)

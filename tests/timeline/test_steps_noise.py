@@ -99,3 +99,17 @@ def test_episodes_are_counted_in_logged_steps_when_steps_are_sampled() -> None:
     table, _, onset = settle(judge_steps(pd.Series(d, index=pd.Index(steps, name="step"))))
     assert onset == 14
     assert set(table.loc[table["irregular"], "pattern"]) == {"persistent"}
+
+
+def test_two_steps_far_beyond_a_quiet_jobs_noise_are_irregular_one_is_a_blip() -> None:
+    """Steps that repeat within 2%: two steps in a row at 1.19x are a spike; one alone (as a real
+    healthy gloo run's last step at 1.15x) stays noise."""
+    rng = np.random.default_rng(11)
+    d = 0.125 * np.exp(rng.normal(0, 0.02, 33))
+    pair, blip = d.copy(), d.copy()
+    pair[14:16] *= 1.19
+    blip[32] *= 1.19
+    table, _, onset = settle(judge_steps(pd.Series(pair, index=np.arange(33))))
+    assert table["irregular"].to_numpy().nonzero()[0].tolist() == [14, 15] and onset == 14
+    table, _, onset = settle(judge_steps(pd.Series(blip, index=np.arange(33))))
+    assert not table["irregular"].any() and onset is None

@@ -120,9 +120,11 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
     present = end.index.to_numpy(np.int64)
     prev_end = end.reindex(present - 1).to_numpy()
     # a step whose predecessor was not logged (sampled steps) lasts from its own first start,
-    # plus the pause the job typically takes between a step's end and the next one's start
+    # plus the pause the job typically takes between a step's end and the next one's start --
+    # negative where stages overlap steps (no sync at a step's end: the last stage posts the next
+    # step's recv while the first stage still finishes this one), which a span alone overstates
     pause = begin.to_numpy() - prev_end
-    typical = float(np.nanmedian(np.maximum(pause, 0.0))) if np.isfinite(pause).any() else 0.0
+    typical = float(np.nanmedian(pause)) if np.isfinite(pause).any() else 0.0
     own = end.to_numpy() - begin.to_numpy() + np.where(present == present.min(), 0.0, typical)
     dur = np.where(np.isfinite(prev_end), end.to_numpy() - prev_end, own)
     out = pd.Series(dur / 1e9, index=pd.Index(present, name="step"), name="duration_s")

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collector.meta import JobMeta, RankInfo
 from tests.timeline.timeline_factory import make_trace
 from timeline.build import COLUMNS
 from timeline.columns import read_commops
@@ -183,3 +184,20 @@ def test_a_persistent_fault_in_sampled_steps_is_persistent() -> None:
     assert got[3:].tolist() == ["persistent"] * 11
     gaps = np.r_[np.zeros(3, bool), np.tile([True, False], 5), True]  # normal logged steps in between
     assert set(classify_patterns(steps, gaps, np.where(gaps, 2.28, 1.0))[gaps]) == {"fluctuation"}
+
+
+def test_a_sampled_step_without_its_predecessor_is_not_stretched_by_overlapping_stages() -> None:
+    """No sync at a step's end: stage 1 posts step k's recv 20% of a step before stage 0 ends
+    step k-1. A logged step whose predecessor was not logged lasts its span less that overlap,
+    as the consecutive logged steps show, so every step reads one period."""
+    period = 400_000_000
+    rows = []
+    for k in (0, 1, 2, 5, 8, 9, 12, 13):
+        for rank, start, end in ((0, 0.0, 0.95), (1, -0.2, 0.9)):
+            rows.append({"rank": rank, "group": "pp-0", "op": "send" if rank == 0 else "recv", "seq": k,
+                         "peer": 1 - rank, "nbytes": 1 << 20, "start_ns": int((k + start) * period) + 10**12,
+                         "end_ns": int((k + end) * period) + 10**12, "step": k})
+    meta = JobMeta("j", 2, {0: RankInfo("node-0", 0), 1: RankInfo("node-0", 1)})
+    d = job_step_durations(pd.DataFrame(rows), meta)
+    later = d.drop(index=0)
+    assert np.allclose(later.to_numpy(), period / 1e9, rtol=0.01), later.round(3).to_dict()

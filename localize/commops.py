@@ -139,15 +139,22 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     operators with the robust rule, as the sidecars do (the fast path).
     """
     irr = np.asarray(view.irregular_steps, dtype=np.int64)
+    odd: list[int] = []  # steps that are neither irregular nor normal
     if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
         first = int(df["step"].min())
         if len(unique(df["step"].to_numpy())) >= 4:
             irr = irr[irr != first]
+            odd.append(first)
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
     all_steps = unique(ops.step)
-    ref = np.setdiff1d(all_steps, irr)
+    if view.steps is not None and "pattern" in view.steps:
+        odd += view.steps.loc[view.steps["pattern"] == "warm-up", "step"].astype(int).tolist()
+    # the normal steps: a warm-up's slow collectives are no one's normal
+    ref = np.setdiff1d(all_steps, np.r_[irr, np.asarray(odd, dtype=np.int64)])
+    if not len(ref):
+        ref = np.setdiff1d(all_steps, irr)
     detector = load_detector() if forest else None
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal, method = detection.abnormal, detection.method

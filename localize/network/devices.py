@@ -44,6 +44,11 @@ class NetCandidate:
         return "<->".join(key)
 
 
+#: a switch's uplink to the rest of the fabric: only the traffic that leaves the switch crosses it
+#: (a congested or degraded uplink slows that and spares the hosts' traffic among themselves)
+UPLINK = "uplink"
+
+
 def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[tuple[str, object]]:
     """Devices one unit's transfers cross: for each edge that leaves a host, both GPUs'
     network paths, both NICs, the link between the hosts and their switches.
@@ -70,10 +75,11 @@ def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[t
         devs.add(("nic", (ha,)))
         devs.add(("nic", (hb,)))
         devs.add(("link", tuple(sorted((ha, hb)))))
-        for h in (ha, hb):
-            sw = meta.switch_of(h)
-            if sw is not None:
-                devs.add(("switch", (sw,)))
+        sa, sb = meta.switch_of(ha), meta.switch_of(hb)
+        for sw in {sa, sb} - {None}:
+            devs.add(("switch", (sw,)))
+            if sa != sb:
+                devs.add((UPLINK, (sw,)))
     return devs
 
 
@@ -115,7 +121,15 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
         score = 2 * precision * recall / (precision + recall)
         kind, key = dev
         nkey: tuple[str, ...] | int = int(key) if isinstance(key, (int, np.integer)) else tuple(key)  # type: ignore[arg-type]
-        out.append(NetCandidate(kind, nkey, score, len(hit), len(names), sorted(hit, key=lambda n: -slow[n])[:3], names))
+        out.append(NetCandidate("switch" if kind == UPLINK else kind, nkey, score, len(hit), len(names),
+                                sorted(hit, key=lambda n: -slow[n])[:3], names))
+    # a switch is named once, as whole or as its uplink, whichever explains the transfers better
+    best: dict[tuple[str, object], NetCandidate] = {}
+    for c in out:
+        if (c.kind, c.key) not in best or c.score > best[(c.kind, c.key)].score:
+            best[(c.kind, c.key)] = c
+    out = list(best.values())
+    per_kind.pop(UPLINK, None)
     out.sort(key=lambda c: (-round(c.score, 6), per_kind[c.kind], c.carried_units, KIND_ORDER[c.kind], _natural(c.key)))
     return out[:top]
 

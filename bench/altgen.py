@@ -106,7 +106,7 @@ class JobSpec:
     steps: int
     p2p: str  # rendezvous | batched
     dp_mode: str  # all_reduce | rs_ag
-    barrier: bool
+    step_sync: str  # none | mp (Megatron's grad-norm all-reduce over the model-parallel group) | barrier
     logging: str
     step0: int
     naming: str  # docs | megatron | opaque
@@ -273,10 +273,11 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     lay, c, m = spec.layout, spec.costs, spec.microbatches
     R, H = lay.ranks(), lay.hosts()
     n_tp, n_pp, n_dp = lay.pp * lay.dp, lay.dp * lay.tp, lay.pp * lay.tp
-    tpg = np.arange(n_tp).reshape(lay.pp, lay.dp, 1)  # group index of the TP group of (s, d)
+    tpg = np.arange(n_tp).reshape(lay.pp, lay.dp, 1)  # group index (as in group_members) of the TP group of (s, d)
     ppg = n_tp + np.arange(n_pp).reshape(lay.dp, lay.tp)  # of the pipeline group of (d, t)
     dpg = n_tp + n_pp + np.arange(n_dp).reshape(lay.pp, 1, lay.tp)  # of the DP group of (s, t)
-    world_group = np.array(n_tp + n_pp + n_dp)
+    mpg = n_tp + n_pp + n_dp + np.arange(lay.dp).reshape(1, lay.dp, 1)  # of the model-parallel group of replica d
+    world_group = np.array(n_tp + n_pp + n_dp + lay.dp)
     progs = [stage_program(s, lay.pp, m) for s in range(lay.pp)]
     order = schedule_order(progs)
     mirror_at = {(s, op): k for s, prog in enumerate(progs) for k, it in enumerate(prog) if it[0] == "P" for op in it[1]}
@@ -345,9 +346,14 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
             T = done + rng.uniform(0, 5e-6, T.shape)
             if keep:
                 rows.add(R, dpg, OP[op_name], k * n_dp_ops + i, -1, c.grad_bytes, arrive, T, k)
+            if i == 0 and spec.step_sync == "mp":
+                arrive = T.copy()
+                T = arrive.max(axis=(0, 2), keepdims=True) + c.latency_s * 5 + rng.uniform(0, 5e-6, T.shape)
+                if keep:
+                    rows.add(R, mpg, OP["all_reduce"], k, -1, 4, arrive, T, k)
             if i == 0:
                 T = T + c.optimizer_s * rng.lognormal(0.0, c.compute_sigma, T.shape) * cf * warm
-        if spec.barrier:
+        if spec.step_sync == "barrier":
             arrive = T.copy()
             T = np.full(T.shape, arrive.max() + c.latency_s * 2) + rng.uniform(0, 5e-6, T.shape)
             if keep:
@@ -357,17 +363,33 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     return rows.arrays(), step_end
 
 
-def group_names(spec: JobSpec, rng: np.random.Generator) -> tuple[list[str], list[str], list[str], str]:
-    """Names of the TP, pipeline and DP groups (indexed as simulate() numbers them) and of the world group."""
-    lay = spec.layout
-    n_tp, n_pp, n_dp = lay.pp * lay.dp, lay.dp * lay.tp, lay.pp * lay.tp
-    if spec.naming == "docs":
-        return [f"tp-{i}" for i in range(n_tp)], [f"pp-{i}" for i in range(n_pp)], [f"dp-{i}" for i in range(n_dp)], "world"
-    if spec.naming == "megatron":
-        return ([f"tensor_model_parallel_{i}" for i in range(n_tp)], [f"pipeline_{i}" for i in range(n_pp)],
-                [f"data_parallel_group_{i}" for i in range(n_dp)], "default_pg")
-    ids = [f"pg{i}" for i in rng.permutation(n_tp + n_pp + n_dp + 1)]
-    return ids[:n_tp], ids[n_tp:n_tp + n_pp], ids[n_tp + n_pp:n_tp + n_pp + n_dp], ids[-1]
+def group_members(lay: Layout) -> list[tuple[str, list[int]]]:
+    """Every process group as (kind, ranks), in the index order simulate() logs them under."""
+    R = lay.ranks()
+    out = [("tp", R[s, d].tolist()) for s in range(lay.pp) for d in range(lay.dp)]
+    out += [("pp", R[:, d, t].tolist()) for d in range(lay.dp) for t in range(lay.tp)]
+    out += [("dp", R[s, :, t].tolist()) for s in range(lay.pp) for t in range(lay.tp)]
+    out += [("mp", sorted(R[:, d, :].ravel().tolist())) for d in range(lay.dp)]
+    return [*out, ("world", list(range(lay.world)))]
+
+
+MEGATRON_NAMES = {"tp": "tensor_model_parallel_", "pp": "pipeline_", "dp": "data_parallel_group_",
+                  "mp": "model_parallel_group_"}
+
+
+def group_names(kinds: list[str], naming: str, rng: np.random.Generator) -> list[str]:
+    """A name per group: the docs' `tp-3`, Megatron-like `tensor_model_parallel_3`, or opaque `pg17`."""
+    if naming == "opaque":
+        return [f"pg{i}" for i in rng.permutation(len(kinds))]
+    count: dict[str, int] = defaultdict(int)
+    names = []
+    for kind in kinds:
+        if kind == "world":
+            names.append("world" if naming == "docs" else "default_pg")
+            continue
+        names.append(f"{kind}-{count[kind]}" if naming == "docs" else f"{MEGATRON_NAMES[kind]}{count[kind]}")
+        count[kind] += 1
+    return names
 
 
 def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time: np.ndarray) -> dict[str, Any]:
@@ -375,8 +397,8 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
     rng = np.random.default_rng(spec.seed + 7)
     lay = spec.layout
     R = lay.ranks()
-    tp_names, pp_names, dp_names, world_name = group_names(spec, rng)
-    names = np.array(tp_names + pp_names + dp_names + [world_name], dtype=object)
+    members = group_members(lay)
+    names = np.array(group_names([k for k, _ in members], spec.naming, rng), dtype=object)
     t_index = np.zeros(lay.world, dtype=np.int64)
     t_index[R.ravel()] = np.broadcast_to(np.arange(lay.tp), R.shape).ravel()
     mask = np.ones(rows["rank"].size, dtype=bool)
@@ -410,19 +432,8 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
         "topology": {h: {"switch": f"tor-{i // lay.hosts_per_switch}"} for i, h in enumerate(host_name)},
     }
     if spec.meta_groups:
-        groups: dict[str, list[int]] = {}
-        for s in range(lay.pp):
-            for d in range(lay.dp):
-                groups[tp_names[s * lay.dp + d]] = R[s, d].tolist()
-        for d in range(lay.dp):
-            for t in range(lay.tp):
-                groups[pp_names[d * lay.tp + t]] = R[:, d, t].tolist()
-        for s in range(lay.pp):
-            for t in range(lay.tp):
-                groups[dp_names[s * lay.tp + t]] = R[s, :, t].tolist()
-        if spec.barrier:
-            groups[world_name] = list(range(lay.world))
-        meta["groups"] = groups
+        used = set(np.unique(rows["group"]).tolist())
+        meta["groups"] = {str(names[i]): ranks for i, (_, ranks) in enumerate(members) if i in used}
     if spec.meta_parallelism:
         meta["parallelism"] = {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": 1, "cp": 1}
     (out / "meta.json").write_text(json.dumps(meta))
@@ -453,7 +464,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
     return {"job": spec.name, "generator": "bench.altgen", "kind": spec.kind,
             "parallelism": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": 1, "cp": 1},
             "layout": asdict(lay), "microbatches": spec.microbatches, "p2p": spec.p2p, "dp_mode": spec.dp_mode,
-            "barrier": spec.barrier, "logging": spec.logging, "naming": spec.naming,
+            "step_sync": spec.step_sync, "logging": spec.logging, "naming": spec.naming,
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
             "warmup_steps": spec.warmup_steps, "faults": faults,
             "logged_steps": [spec.step0 + k for k in spec.logged],
@@ -526,7 +537,7 @@ def random_spec(i: int, kind: str, seed: int) -> JobSpec:
             fault.switch = int(rng.integers(n_hosts // hps))
     return JobSpec(name=f"alt{i:03d}-{kind}", layout=lay, microbatches=int(rng.choice([4, 8, 12])), steps=steps,
                    p2p=str(rng.choice(["rendezvous", "batched"])), dp_mode=str(rng.choice(["all_reduce", "rs_ag"])),
-                   barrier=bool(rng.random() < 0.3), logging=logging,
+                   step_sync=str(rng.choice(["none", "mp", "barrier"], p=[0.3, 0.5, 0.2])), logging=logging,
                    step0=int(rng.choice([0, 1000, 52_000], p=[0.6, 0.2, 0.2])),
                    naming=str(rng.choice(["docs", "megatron", "opaque"], p=[0.4, 0.3, 0.3])),
                    meta_groups=bool(rng.random() < 0.6), meta_parallelism=bool(rng.random() < 0.6),
@@ -656,6 +667,9 @@ def run(n_jobs: int, seed: int, keep: Path | None, timeout: float) -> list[dict[
         verdict = localize(trace, timeout)
         t2 = time.monotonic()
         r = {"name": spec.name, "kind": kind, "p2p": spec.p2p, "logging": spec.logging, "naming": spec.naming,
+             "step_sync": spec.step_sync, "order": spec.layout.order, "gph": spec.layout.gpus_per_host,
+             "unlogged_rank": spec.logging == "tp0" and spec.fault is not None and spec.fault.rank >= 0
+             and spec.fault.rank % spec.layout.tp != 0,
              "world": spec.layout.world, "slowdown": slow, "trace": str(trace), "gen_s": t1 - t0, "loc_s": t2 - t1,
              "pattern": spec.fault.pattern if spec.fault else "-", **score(truth, verdict),
              "want": truth["faults"][0]["device"] if truth["faults"] else "healthy",
@@ -676,6 +690,10 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(table(results, "p2p", ["rendezvous", "batched"])))
     print("\ntop-1 by fault kind x logging variant")
     print("\n".join(table(results, "logging", LOGGING)))
+    print("\ntop-1 by fault kind x step-end sync (mp: grad-norm all-reduce over the model-parallel group)")
+    print("\n".join(table(results, "step_sync", ["none", "mp", "barrier"])))
+    print("\ntop-1 by fault kind x rank order")
+    print("\n".join(table(results, "order", ["tp-dp-pp", "tp-pp-dp"])))
     print("\ntop-1 by fault kind x group naming")
     print("\n".join(table(results, "naming", ["docs", "megatron", "opaque"])))
     faulty = [r for r in results if r["kind"] != "healthy"]
@@ -687,14 +705,16 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\nwrong jobs:")
     for r in results:
         if r.get("false_alarm") or r.get("top1", 1.0) < 1.0 or not r.get("onset_ok", True):
-            print(f"  {r['name']} ({r['pattern']}, {r['p2p']}, {r['logging']}, {r['naming']}, {r['world']}g, "
+            unlogged = ", faulty rank not logged" if r["unlogged_rank"] else ""
+            print(f"  {r['name']} ({r['pattern']}, {r['p2p']}, {r['logging']}{unlogged}, {r['naming']}, "
+                  f"sync {r['step_sync']}, {r['order']}, {r['gph']}/host, {r['world']}g, "
                   f"x{r['slowdown']:.2f}) want {r['kind']}:{r['want']} onset {r.get('want_onset', '-')}; "
                   f"got {r['status']} onset {r['onset']}; top3: {'; '.join(r['top3']) or '-'}  [{r['trace']}]")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", type=int, default=21)
+    ap.add_argument("--jobs", type=int, default=42)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, default=None, help="write each trace directory under DIR")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per localize run")

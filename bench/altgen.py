@@ -94,6 +94,8 @@ class Costs:
     compute_sigma: float
     net_sigma: float
     optimizer_s: float
+    rank_sigma: float = 0.0  # static per-GPU speed spread (silicon, clocks, thermals)
+    stage_extra: tuple[float, ...] = ()  # per-stage compute multiplier: embedding on the first, loss on the last
 
 
 @dataclass
@@ -284,6 +286,7 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     n_dp_ops = 1 if spec.dp_mode == "all_reduce" else 2
     tp_ops_per_step = m * 4
     logged = set(spec.logged)
+    speed = rng.lognormal(0.0, c.rank_sigma, lay.world)[R] * np.asarray(c.stage_extra or (1.0,) * lay.pp)[:, None, None]
     rows = Rows()
     T = np.zeros((lay.pp, lay.dp, lay.tp))
     step_end = np.zeros(spec.steps)
@@ -291,7 +294,7 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     for k in range(spec.steps):
         warm = spec.warmup_factor if k < spec.warmup_steps else 1.0
         net = Net(spec, k, warm)
-        cf = compute_factor(spec, k, rng)[R]
+        cf = compute_factor(spec, k, rng)[R] * speed
         keep = k in logged
         tp_inv = net.ring(H)  # (pp, dp): TP ring per group
         tp_seq = np.full(lay.pp, k * tp_ops_per_step)
@@ -495,23 +498,36 @@ def fault_steps(pattern: str, steps: int, first: int, rng: np.random.Generator) 
     return [first, *later[rng.random(later.size) < 0.5].tolist()]
 
 
-def random_spec(i: int, kind: str, seed: int) -> JobSpec:
-    """One random job of the given fault kind; its variants drawn independently."""
+def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = None) -> JobSpec:
+    """One random job of the given fault kind, its variants drawn independently; `force` pins variants by name."""
     rng = np.random.default_rng([seed, i])
-    world = int(rng.choice([64, 128, 256, 512, 1024], p=[0.35, 0.3, 0.2, 0.1, 0.05]))
-    tp = int(rng.choice([2, 4, 8], p=[0.2, 0.3, 0.5]))
-    pp = int(rng.choice([p for p in (2, 4, 8) if world // (tp * p) >= 2]))
-    gph = int(rng.choice([8, 4], p=[0.8, 0.2]))
+    force = force or {}
+
+    def pick(key: str, drawn: Any) -> Any:
+        if key not in force:
+            return drawn
+        value = force[key]
+        return value.lower() in ("1", "true", "yes") if isinstance(drawn, bool | np.bool_) else type(drawn)(value)
+
+    world = pick("world", int(rng.choice([64, 128, 256, 512, 1024], p=[0.35, 0.3, 0.2, 0.1, 0.05])))
+    tp = pick("tp", int(rng.choice([2, 4, 8], p=[0.2, 0.3, 0.5])))
+    pp = pick("pp", int(rng.choice([p for p in (2, 4, 8) if world // (tp * p) >= 2])))
+    gph = pick("gph", int(rng.choice([8, 4], p=[0.8, 0.2])))
     n_hosts = world // gph
-    hps = int(rng.choice([h for h in (4, 8, 16, 32) if n_hosts // h >= 2] or [max(1, n_hosts // 2)]))
-    lay = Layout(tp, pp, world // (tp * pp), gph, hps, str(rng.choice(["tp-dp-pp", "tp-pp-dp"], p=[0.7, 0.3])))
-    logging = str(rng.choice(LOGGING, p=[0.4, 0.3, 0.15, 0.15]))
+    hps = pick("hps", int(rng.choice([h for h in (4, 8, 16, 32) if n_hosts // h >= 2] or [max(1, n_hosts // 2)])))
+    order = pick("order", str(rng.choice(["tp-dp-pp", "tp-pp-dp"], p=[0.7, 0.3])))
+    lay = Layout(tp, pp, world // (tp * pp), gph, hps, order)
+    logging = pick("logging", str(rng.choice(LOGGING, p=[0.4, 0.3, 0.15, 0.15])))
     steps = int(rng.integers(24, 41)) if logging in ("all", "tp0") else int(rng.integers(45, 61))
+    stage_extra = np.ones(pp)
+    stage_extra[0] += rng.uniform(0, 0.05)
+    stage_extra[-1] += rng.uniform(0, 0.12)
     costs = Costs(fwd_chunk_s=float(rng.uniform(1e-3, 4e-3)), tp_bytes=int(rng.uniform(8, 64) * 2**20),
                   act_bytes=int(rng.uniform(8, 64) * 2**20), grad_bytes=int(rng.uniform(0.25, 2) * 2**30),
                   nvlink_Bps=float(rng.uniform(200, 450) * 1e9), net_Bps=float(rng.uniform(12.5, 50) * 1e9),
                   latency_s=2e-5, compute_sigma=float(rng.uniform(0.03, 0.05)), net_sigma=0.05,
-                  optimizer_s=float(rng.uniform(2e-3, 1e-2)))
+                  optimizer_s=float(rng.uniform(2e-3, 1e-2)), rank_sigma=float(rng.uniform(0.005, 0.02)),
+                  stage_extra=tuple(float(x) for x in stage_extra))
     warmup = int(rng.integers(1, 4))
     if logging == "every3":
         logged = list(range(0, steps, 3))
@@ -523,6 +539,7 @@ def random_spec(i: int, kind: str, seed: int) -> JobSpec:
     if kind != "healthy":
         factor = float(rng.uniform(1.3, 3.0)) if kind != "slow_start" else float(rng.uniform(1.5, 2.5))
         pattern = "from_start" if kind == "slow_start" else str(rng.choice(["persistent", "spike", "alternate", "random"]))
+        pattern = pick("pattern", pattern) if kind != "slow_start" else pattern
         first = 0 if kind == "slow_start" else int(rng.integers(warmup + 3, steps // 2 + 1))
         active = list(range(steps)) if kind == "slow_start" else fault_steps(pattern, steps, first, rng)
         fault = Fault(kind, factor, pattern, active)
@@ -536,11 +553,13 @@ def random_spec(i: int, kind: str, seed: int) -> JobSpec:
         elif kind == "switch":
             fault.switch = int(rng.integers(n_hosts // hps))
     return JobSpec(name=f"alt{i:03d}-{kind}", layout=lay, microbatches=int(rng.choice([4, 8, 12])), steps=steps,
-                   p2p=str(rng.choice(["rendezvous", "batched"])), dp_mode=str(rng.choice(["all_reduce", "rs_ag"])),
-                   step_sync=str(rng.choice(["none", "mp", "barrier"], p=[0.3, 0.5, 0.2])), logging=logging,
-                   step0=int(rng.choice([0, 1000, 52_000], p=[0.6, 0.2, 0.2])),
-                   naming=str(rng.choice(["docs", "megatron", "opaque"], p=[0.4, 0.3, 0.3])),
-                   meta_groups=bool(rng.random() < 0.6), meta_parallelism=bool(rng.random() < 0.6),
+                   p2p=pick("p2p", str(rng.choice(["rendezvous", "batched"]))),
+                   dp_mode=pick("dp_mode", str(rng.choice(["all_reduce", "rs_ag"]))),
+                   step_sync=pick("step_sync", str(rng.choice(["none", "mp", "barrier"], p=[0.3, 0.5, 0.2]))),
+                   logging=logging, step0=pick("step0", int(rng.choice([0, 1000, 52_000], p=[0.6, 0.2, 0.2]))),
+                   naming=pick("naming", str(rng.choice(["docs", "megatron", "opaque"], p=[0.4, 0.3, 0.3]))),
+                   meta_groups=pick("meta_groups", bool(rng.random() < 0.6)),
+                   meta_parallelism=pick("meta_parallelism", bool(rng.random() < 0.6)),
                    warmup_steps=warmup, warmup_factor=float(rng.uniform(1.3, 2.5)), costs=costs, fault=fault,
                    kind=kind, seed=int(rng.integers(2**31)), logged=logged)
 
@@ -642,15 +661,17 @@ def table(results: list[dict[str, Any]], by: str, values: list[str]) -> list[str
     return lines
 
 
-def run(n_jobs: int, seed: int, keep: Path | None, timeout: float) -> list[dict[str, Any]]:
+def run(n_jobs: int, seed: int, keep: Path | None, timeout: float, kinds: list[str] | None = None,
+        force: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Generate, localize and score n_jobs jobs (kinds in turn); print one line per job as it goes."""
     results: list[dict[str, Any]] = []
     skipped: dict[str, int] = defaultdict(int)
     root = keep or Path(tempfile.mkdtemp(prefix="altgen-"))
     i = 0
     while len(results) < n_jobs:
-        kind = FAULT_KINDS[len(results) % len(FAULT_KINDS)]
-        spec = random_spec(i, kind, seed)
+        cycle = kinds or FAULT_KINDS
+        kind = cycle[len(results) % len(cycle)]
+        spec = random_spec(i, kind, seed, force)
         i += 1
         if spec.fault is not None and not set(spec.fault.active) & set(spec.logged):
             skipped[f"{kind}: fault in no logged step"] += 1
@@ -690,6 +711,8 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(table(results, "p2p", ["rendezvous", "batched"])))
     print("\ntop-1 by fault kind x logging variant")
     print("\n".join(table(results, "logging", LOGGING)))
+    print("\ntop-1 by fault kind x fault pattern")
+    print("\n".join(table(results, "pattern", ["persistent", "spike", "alternate", "random", "from_start"])))
     print("\ntop-1 by fault kind x step-end sync (mp: grad-norm all-reduce over the model-parallel group)")
     print("\n".join(table(results, "step_sync", ["none", "mp", "barrier"])))
     print("\ntop-1 by fault kind x rank order")
@@ -714,13 +737,18 @@ def report(results: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", type=int, default=42)
+    ap.add_argument("--jobs", type=int, default=56)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, default=None, help="write each trace directory under DIR")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per localize run")
     ap.add_argument("--json", type=Path, default=None, help="also write every job's result here")
+    ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="pin a variant in every job, e.g. logging=tp0, step_sync=mp, gph=4, order=tp-pp-dp, "
+                         "pattern=alternate, naming=opaque, meta_groups=false, world=256")
     args = ap.parse_args(argv)
-    results = run(args.jobs, args.seed, args.keep, args.timeout)
+    force = dict(kv.split("=", 1) for kv in args.set)
+    results = run(args.jobs, args.seed, args.keep, args.timeout, args.kinds.split(",") if args.kinds else None, force)
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

@@ -622,12 +622,23 @@ def score(truth: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def localize(trace: Path, timeout: float) -> dict[str, Any]:
-    """`laggard localize TRACE --format json` in a subprocess, as an outside evaluator would run it."""
+REPO = Path(__file__).resolve().parent.parent
+
+
+def under_test(checkout: Path) -> str:
+    """Which laggard code a run measures: the checkout and its commit (+ whether it has uncommitted changes)."""
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True)
+    return f"{checkout} @ {head.stdout.strip() or '?'}{' + uncommitted changes' if dirty.stdout.strip() else ''}"
+
+
+def localize(trace: Path, timeout: float, checkout: Path = REPO) -> dict[str, Any]:
+    """`laggard localize TRACE --format json` of the checkout's code, in a subprocess, as an outside evaluator runs it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
-        p = subprocess.run([sys.executable, "-m", "laggard", "localize", str(trace), "--format", "json"],
-                           capture_output=True, text=True, timeout=timeout, env=env)
+        p = subprocess.run([sys.executable, "-m", "laggard", "localize", str(trace.resolve()), "--format", "json"],
+                           capture_output=True, text=True, timeout=timeout, env=env, cwd=checkout)
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "candidates": []}
     if p.returncode not in (0, 1):
@@ -662,7 +673,7 @@ def table(results: list[dict[str, Any]], by: str, values: list[str]) -> list[str
 
 
 def run(n_jobs: int, seed: int, keep: Path | None, timeout: float, kinds: list[str] | None = None,
-        force: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        force: dict[str, str] | None = None, checkout: Path = REPO) -> list[dict[str, Any]]:
     """Generate, localize and score n_jobs jobs (kinds in turn); print one line per job as it goes."""
     results: list[dict[str, Any]] = []
     skipped: dict[str, int] = defaultdict(int)
@@ -685,7 +696,7 @@ def run(n_jobs: int, seed: int, keep: Path | None, timeout: float, kinds: list[s
         trace = root / spec.name
         truth = write_trace(spec, trace, rows, step_time)
         t1 = time.monotonic()
-        verdict = localize(trace, timeout)
+        verdict = localize(trace, timeout, checkout)
         t2 = time.monotonic()
         r = {"name": spec.name, "kind": kind, "p2p": spec.p2p, "logging": spec.logging, "naming": spec.naming,
              "step_sync": spec.step_sync, "order": spec.layout.order, "gph": spec.layout.gpus_per_host,
@@ -742,13 +753,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="write each trace directory under DIR")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per localize run")
     ap.add_argument("--json", type=Path, default=None, help="also write every job's result here")
+    ap.add_argument("--laggard", type=Path, default=REPO, help="checkout whose laggard is measured (default: this one)")
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0, step_sync=mp, gph=4, order=tp-pp-dp, "
                          "pattern=alternate, naming=opaque, meta_groups=false, world=256")
     args = ap.parse_args(argv)
     force = dict(kv.split("=", 1) for kv in args.set)
-    results = run(args.jobs, args.seed, args.keep, args.timeout, args.kinds.split(",") if args.kinds else None, force)
+    print(f"laggard under test: {under_test(args.laggard.resolve())}", flush=True)
+    results = run(args.jobs, args.seed, args.keep, args.timeout, args.kinds.split(",") if args.kinds else None, force,
+                  args.laggard.resolve())
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

@@ -612,8 +612,9 @@ def score(truth: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
         out["false_alarm"] = verdict.get("status") != "healthy"
         return out
     want = truth_device(truth)
-    top = [c for c in cands if cands and c.get("score") == cands[0].get("score")]
-    out["top1"] = (1.0 / len(top)) if want in [device_of(c) for c in top] else 0.0
+    top = [c for c in cands if c.get("score") == cands[0].get("score")]
+    k = max(len(top), int(cands[0].get("tie") or 1)) if cands else 1
+    out["top1"] = (1.0 / k) if want in [device_of(c) for c in top] else 0.0
     logged = set(truth["logged_steps"])
     first = min(s for s in truth["faults"][0]["active_steps"] if s in logged)
     out["want_onset"] = first
@@ -637,7 +638,8 @@ def localize(trace: Path, timeout: float, checkout: Path = REPO) -> dict[str, An
     """`laggard localize TRACE --format json` of the checkout's code, in a subprocess, as an outside evaluator runs it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
-        p = subprocess.run([sys.executable, "-m", "laggard", "localize", str(trace.resolve()), "--format", "json"],
+        p = subprocess.run([sys.executable, "-m", "laggard", "localize", str(trace.resolve()), "--format", "json",
+                            "--top", "100"],
                            capture_output=True, text=True, timeout=timeout, env=env, cwd=checkout)
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "candidates": []}

@@ -395,7 +395,8 @@ def group_names(kinds: list[str], naming: str, rng: np.random.Generator) -> list
     return names
 
 
-def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time: np.ndarray) -> dict[str, Any]:
+def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time: np.ndarray,
+                slowdown: float = 1.0) -> dict[str, Any]:
     """Write meta.json, commops.parquet and truth.json; return the truth."""
     rng = np.random.default_rng(spec.seed + 7)
     lay = spec.layout
@@ -440,7 +441,7 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
     if spec.meta_parallelism:
         meta["parallelism"] = {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": 1, "cp": 1}
     (out / "meta.json").write_text(json.dumps(meta))
-    truth = truth_of(spec, step_time, host_name, offsets)
+    truth = {**truth_of(spec, step_time, host_name, offsets), "job_slowdown": round(slowdown, 4)}
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return truth
 
@@ -469,7 +470,8 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             "layout": asdict(lay), "microbatches": spec.microbatches, "p2p": spec.p2p, "dp_mode": spec.dp_mode,
             "step_sync": spec.step_sync, "logging": spec.logging, "naming": spec.naming,
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
-            "warmup_steps": spec.warmup_steps, "faults": faults,
+            "warmup_steps": spec.warmup_steps, "faults": faults, "world": lay.world,
+            "unlogged_rank": spec.logging == "tp0" and f is not None and f.rank >= 0 and f.rank % lay.tp != 0,
             "logged_steps": [spec.step0 + k for k in spec.logged],
             "step_time_s": [round(float(x), 6) for x in step_time],
             "clock_offsets_ns": {h: int(o * 1e9) for h, o in zip(host_name, offsets, strict=True)}}
@@ -696,27 +698,31 @@ def run(n_jobs: int, seed: int, keep: Path | None, timeout: float, kinds: list[s
             skipped[f"{kind}: slowdown < {MIN_SLOWDOWN}"] += 1
             continue
         trace = root / spec.name
-        truth = write_trace(spec, trace, rows, step_time)
-        t1 = time.monotonic()
-        verdict = localize(trace, timeout, checkout)
-        t2 = time.monotonic()
-        r = {"name": spec.name, "kind": kind, "p2p": spec.p2p, "logging": spec.logging, "naming": spec.naming,
-             "step_sync": spec.step_sync, "order": spec.layout.order, "gph": spec.layout.gpus_per_host,
-             "unlogged_rank": spec.logging == "tp0" and spec.fault is not None and spec.fault.rank >= 0
-             and spec.fault.rank % spec.layout.tp != 0,
-             "world": spec.layout.world, "slowdown": slow, "trace": str(trace), "gen_s": t1 - t0, "loc_s": t2 - t1,
-             "pattern": spec.fault.pattern if spec.fault else "-", **score(truth, verdict),
-             "want": truth["faults"][0]["device"] if truth["faults"] else "healthy",
-             "top3": [describe(c) for c in verdict.get("candidates", [])[:3]]}
-        results.append(r)
-        print(f"{r['name']:<18} {r['world']:>5}g {r['p2p']:<10} {r['logging']:<8} {r['naming']:<8} x{slow:.2f} "
-              f"gen {r['gen_s']:.1f}s loc {r['loc_s']:.1f}s -> {r['status']} {'; '.join(r['top3'])}", flush=True)
+        write_trace(spec, trace, rows, step_time, slow)
+        results.append(judge(trace, timeout, checkout, time.monotonic() - t0))
     if keep is None:
         import shutil
         shutil.rmtree(root, ignore_errors=True)
     for why, n in sorted(skipped.items()):
         print(f"skipped {n}: {why}")
     return results
+
+
+def judge(trace: Path, timeout: float, checkout: Path, gen_s: float = 0.0) -> dict[str, Any]:
+    """Localize one kept trace and score the verdict against its truth.json; print one line."""
+    truth = json.loads((trace / "truth.json").read_text())
+    t0 = time.monotonic()
+    verdict = localize(trace, timeout, checkout)
+    f = truth["faults"][0] if truth["faults"] else None
+    r = {"name": truth["job"], "kind": truth["kind"], "p2p": truth["p2p"], "logging": truth["logging"],
+         "naming": truth["naming"], "step_sync": truth["step_sync"], "order": truth["layout"]["order"],
+         "gph": truth["layout"]["gpus_per_host"], "unlogged_rank": truth["unlogged_rank"], "world": truth["world"],
+         "slowdown": truth["job_slowdown"], "trace": str(trace), "gen_s": gen_s, "loc_s": time.monotonic() - t0,
+         "pattern": f["pattern"] if f else "-", **score(truth, verdict), "want": f["device"] if f else "healthy",
+         "top3": [describe(c) for c in verdict.get("candidates", [])[:3]]}
+    print(f"{r['name']:<18} {r['world']:>5}g {r['p2p']:<10} {r['logging']:<8} {r['naming']:<8} x{r['slowdown']:.2f} "
+          f"gen {r['gen_s']:.1f}s loc {r['loc_s']:.1f}s -> {r['status']} {'; '.join(r['top3'])}", flush=True)
+    return r
 
 
 def report(results: list[dict[str, Any]]) -> None:
@@ -756,6 +762,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per localize run")
     ap.add_argument("--json", type=Path, default=None, help="also write every job's result here")
     ap.add_argument("--laggard", type=Path, default=REPO, help="checkout whose laggard is measured (default: this one)")
+    ap.add_argument("--rescore", type=Path, default=None,
+                    help="generate nothing: localize and score every kept trace under DIR again (after a fix)")
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0, step_sync=mp, gph=4, order=tp-pp-dp, "
@@ -763,8 +771,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     force = dict(kv.split("=", 1) for kv in args.set)
     print(f"laggard under test: {under_test(args.laggard.resolve())}", flush=True)
-    results = run(args.jobs, args.seed, args.keep, args.timeout, args.kinds.split(",") if args.kinds else None, force,
-                  args.laggard.resolve())
+    if args.rescore:
+        traces = sorted(p.parent for p in args.rescore.glob("*/truth.json"))
+        results = [judge(t, args.timeout, args.laggard.resolve()) for t in traces]
+    else:
+        results = run(args.jobs, args.seed, args.keep, args.timeout, args.kinds.split(",") if args.kinds else None,
+                      force, args.laggard.resolve())
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

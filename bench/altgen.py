@@ -669,7 +669,7 @@ def table(results: list[dict[str, Any]], by: str, values: list[str]) -> list[str
             if not rs:
                 cells.append(f"{'-':>16}")
             elif kind == "healthy":
-                cells.append(f"{sum(r['false_alarm'] for r in rs):>9d}/{len(rs):<2d}FA  ")
+                cells.append(f"{sum(r['false_alarm'] for r in rs):>8d}/{len(rs):<3d}FA  ")
             else:
                 cells.append(f"{sum(r['top1'] for r in rs):>9.1f}/{len(rs):<6d}")
         lines.append(f"{kind:<11}" + "".join(cells))
@@ -740,10 +740,9 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(table(results, "naming", ["docs", "megatron", "opaque"])))
     faulty = [r for r in results if r["kind"] != "healthy"]
     healthy = [r for r in results if r["kind"] == "healthy"]
-    if faulty:
-        print(f"\ntop-1 overall {sum(r['top1'] for r in faulty):.1f}/{len(faulty)}; "
-              f"onset within ±1 {sum(r['onset_ok'] for r in faulty)}/{len(faulty)}; "
-              f"false alarms {sum(r['false_alarm'] for r in healthy)}/{len(healthy)}")
+    print(f"\ntop-1 overall {sum(r['top1'] for r in faulty):.1f}/{len(faulty)}; "
+          f"onset within ±1 {sum(r['onset_ok'] for r in faulty)}/{len(faulty)}; "
+          f"false alarms {sum(r['false_alarm'] for r in healthy)}/{len(healthy)}")
     print("\nwrong jobs:")
     for r in results:
         if r.get("false_alarm") or r.get("top1", 1.0) < 1.0 or not r.get("onset_ok", True):

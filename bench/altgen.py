@@ -121,6 +121,7 @@ class JobSpec:
     kind: str = "healthy"
     seed: int = 0
     logged: list[int] = field(default_factory=list)
+    step_ids: bool = True  # False: every row's step is -1 (the contract's "not known"), the reader finds iterations
 
 
 def stage_program(s: int, pp: int, m: int) -> list[Item]:
@@ -424,7 +425,8 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
         "nbytes": pa.array(rows["nbytes"][mask], pa.int64()),
         "start_ns": pa.array(clock(rows["start"])[mask], pa.int64()),
         "end_ns": pa.array(clock(rows["end"])[mask], pa.int64()),
-        "step": pa.array(rows["step"][mask] + spec.step0, pa.int32()),
+        "step": pa.array(rows["step"][mask] + spec.step0 if spec.step_ids else np.full(int(mask.sum()), -1),
+                         pa.int32()),
     })
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, out / "commops.parquet")
@@ -472,7 +474,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
             "warmup_steps": spec.warmup_steps, "faults": faults, "world": lay.world,
             "unlogged_rank": spec.logging == "tp0" and f is not None and f.rank >= 0 and f.rank % lay.tp != 0,
-            "logged_steps": [spec.step0 + k for k in spec.logged],
+            "logged_steps": [spec.step0 + k for k in spec.logged], "step_ids": spec.step_ids,
             "step_time_s": [round(float(x), 6) for x in step_time],
             "clock_offsets_ns": {h: int(o * 1e9) for h, o in zip(host_name, offsets, strict=True)}}
 
@@ -554,7 +556,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
             fault.hosts = pairs[int(rng.integers(len(pairs)))]
         elif kind == "switch":
             fault.switch = int(rng.integers(n_hosts // hps))
-    return JobSpec(name=f"alt{i:03d}-{kind}", layout=lay, microbatches=int(rng.choice([4, 8, 12])), steps=steps,
+    spec = JobSpec(name=f"alt{i:03d}-{kind}", layout=lay, microbatches=int(rng.choice([4, 8, 12])), steps=steps,
                    p2p=pick("p2p", str(rng.choice(["rendezvous", "batched"]))),
                    dp_mode=pick("dp_mode", str(rng.choice(["all_reduce", "rs_ag"]))),
                    step_sync=pick("step_sync", str(rng.choice(["none", "mp", "barrier"], p=[0.3, 0.5, 0.2]))),
@@ -564,6 +566,10 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
                    meta_parallelism=pick("meta_parallelism", bool(rng.random() < 0.6)),
                    warmup_steps=warmup, warmup_factor=float(rng.uniform(1.3, 2.5)), costs=costs, fault=fault,
                    kind=kind, seed=int(rng.integers(2**31)), logged=logged)
+    spec.step_ids = pick("step_ids", bool(rng.random() >= 0.12)) or logging in ("every3", "random40")
+    if not spec.step_ids:
+        spec.step0 = 0  # unnumbered rows: the reader counts iterations from 0
+    return spec
 
 
 def fault_slowdown(spec: JobSpec, step_time: np.ndarray) -> float:
@@ -659,9 +665,9 @@ def describe(c: dict[str, Any]) -> str:
     return f"{kind}:{dev} {c.get('score', 0):.2f}{tie}"
 
 
-def table(results: list[dict[str, Any]], by: str, values: list[str]) -> list[str]:
+def table(results: list[dict[str, Any]], by: str, values: list[Any]) -> list[str]:
     """Top-1 (faults) and false alarms (healthy) by fault kind x one variant."""
-    lines = [f"{'kind':<11}" + "".join(f"{v:>16}" for v in values) + f"{'all':>16}"]
+    lines = [f"{'kind':<11}" + "".join(f"{v!s:>16}" for v in values) + f"{'all':>16}"]
     for kind in FAULT_KINDS:
         cells = []
         for v in [*values, None]:
@@ -715,7 +721,7 @@ def judge(trace: Path, timeout: float, checkout: Path, gen_s: float = 0.0) -> di
     verdict = localize(trace, timeout, checkout)
     f = truth["faults"][0] if truth["faults"] else None
     r = {"name": truth["job"], "kind": truth["kind"], "p2p": truth["p2p"], "logging": truth["logging"],
-         "naming": truth["naming"], "step_sync": truth["step_sync"], "order": truth["layout"]["order"],
+         "naming": truth["naming"], "step_sync": truth["step_sync"], "step_ids": truth.get("step_ids", True), "order": truth["layout"]["order"],
          "gph": truth["layout"]["gpus_per_host"], "unlogged_rank": truth["unlogged_rank"], "world": truth["world"],
          "slowdown": truth["job_slowdown"], "trace": str(trace), "gen_s": gen_s, "loc_s": time.monotonic() - t0,
          "pattern": f["pattern"] if f else "-", **score(truth, verdict), "want": f["device"] if f else "healthy",
@@ -736,6 +742,8 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(table(results, "step_sync", ["none", "mp", "barrier"])))
     print("\ntop-1 by fault kind x rank order")
     print("\n".join(table(results, "order", ["tp-dp-pp", "tp-pp-dp"])))
+    print("\ntop-1 by fault kind x step numbers in the rows (known / all -1)")
+    print("\n".join(table(results, "step_ids", [True, False])).replace("True", "known").replace("False", "-1"))
     print("\ntop-1 by fault kind x group naming")
     print("\n".join(table(results, "naming", ["docs", "megatron", "opaque"])))
     faulty = [r for r in results if r["kind"] != "healthy"]

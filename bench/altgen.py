@@ -755,10 +755,11 @@ def report(results: list[dict[str, Any]]) -> None:
     for r in results:
         if r.get("false_alarm") or r.get("top1", 1.0) < 1.0 or not r.get("onset_ok", True):
             unlogged = ", faulty rank not logged" if r["unlogged_rank"] else ""
+            tie = f" [truth in the top tie: credit {r['top1']:.2f}]" if 0 < r.get("top1", 0) < 1 else ""
             print(f"  {r['name']} ({r['pattern']}, {r['p2p']}, {r['logging']}{unlogged}, {r['naming']}, "
                   f"sync {r['step_sync']}, {r['order']}, {r['gph']}/host, {r['world']}g, "
                   f"x{r['slowdown']:.2f}) want {r['kind']}:{r['want']} onset {r.get('want_onset', '-')}; "
-                  f"got {r['status']} onset {r['onset']}; top3: {'; '.join(r['top3']) or '-'}  [{r['trace']}]")
+                  f"got {r['status']} onset {r['onset']}; top3: {'; '.join(r['top3']) or '-'}{tie}  [{r['trace']}]")
 
 
 def main(argv: list[str] | None = None) -> int:

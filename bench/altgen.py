@@ -1,7 +1,7 @@
 """A second job model written from the data contract alone, so accuracy figures do not rest on one simulator's assumptions.
 
 Models Megatron-style tp x pp x dp jobs (1F1B, TP all-reduces, rendezvous or batched p2p, DP ring all-reduce or
-reduce_scatter+all_gather, skewed host clocks) with gpu/host/nic/link/switch faults, and scores `laggard localize` on them.
+reduce_scatter+all_gather, skewed host clocks) with gpu/host/nic/link/switch/data faults, and scores `laggard localize`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "barrier", "send", "recv"]
 OP = {name: i for i, name in enumerate(OPS)}
-FAULT_KINDS = ["healthy", "gpu", "host", "nic", "link", "switch", "slow_start"]
+FAULT_KINDS = ["healthy", "gpu", "host", "nic", "link", "switch", "slow_start", "data"]
 LOGGING = ["all", "tp0", "every3", "random40"]
 EPOCH_NS = 1_770_000_000_000_000_000
 MIN_SLOWDOWN = 1.1
@@ -254,7 +254,8 @@ class Net:
 
 
 def compute_factor(spec: JobSpec, step: int, rng: np.random.Generator) -> np.ndarray:
-    """Per-rank compute slowdown of one step from the fault (host faults with a little per-rank jitter)."""
+    """Per-rank compute slowdown of one step from the fault (host faults with a little per-rank jitter; data: the
+    replica that drew the longest sequences this step, a different one each time)."""
     lay, f = spec.layout, spec.fault
     out = np.ones(lay.world)
     jitter = 1.0 + 0.1 * rng.uniform(-1, 1, lay.world)
@@ -265,6 +266,8 @@ def compute_factor(spec: JobSpec, step: int, rng: np.random.Generator) -> np.nda
     elif f.kind == "host":
         on = np.arange(lay.world) // lay.gpus_per_host == f.host
         out[on] = f.factor * jitter[on]
+    elif f.kind == "data":
+        out[lay.ranks()[:, int(rng.integers(lay.dp)), :].ravel()] = f.factor
     return out
 
 
@@ -464,8 +467,10 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             entry.update(host=host_name[f.host], device=host_name[f.host])
         elif f.kind == "link":
             entry.update(hosts=[host_name[h] for h in f.hosts], device="+".join(host_name[h] for h in f.hosts))
-        else:
+        elif f.kind == "switch":
             entry.update(switch=f"tor-{f.switch}", device=f"tor-{f.switch}")
+        else:
+            entry.update(device="data")
         faults.append(entry)
     return {"job": spec.name, "generator": "bench.altgen", "kind": spec.kind,
             "parallelism": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": 1, "cp": 1},
@@ -602,7 +607,10 @@ def device_of(c: dict[str, Any]) -> tuple[str, Any]:
 
 
 def truth_device(truth: dict[str, Any]) -> tuple[str, Any]:
+    """The injected fault as (kind, device), comparable with device_of() of a candidate."""
     f = truth["faults"][0]
+    if f["kind"] == "data":
+        return "data", None
     if f["kind"] == "gpu":
         return "gpu", f["rank"]
     if f["kind"] == "link":

@@ -14,6 +14,7 @@ from bench.altgen import (
     Fault,
     JobSpec,
     Layout,
+    compute_factor,
     schedule_order,
     simulate,
     stage_program,
@@ -70,3 +71,16 @@ def test_a_healthy_job_has_no_fault_and_steady_steps(tmp_path: Path) -> None:
     truth = write_trace(spec, tmp_path, rows, step_time)
     assert truth["faults"] == []
     assert np.ptp(step_time[1:]) < 0.2 * np.median(step_time[1:])
+
+
+def test_a_data_fault_slows_one_whole_replica_per_step_and_moves_between_replicas() -> None:
+    spec = tiny_job(Fault("data", 1.5, "persistent", list(range(2, 12))))
+    rng = np.random.default_rng(0)
+    replicas = spec.layout.ranks().transpose(1, 0, 2).reshape(spec.layout.dp, -1)
+    hit = []
+    for step in range(2, 12):
+        slow = set(np.flatnonzero(compute_factor(spec, step, rng) > 1).tolist())
+        (d,) = [d for d in range(spec.layout.dp) if set(replicas[d].tolist()) == slow]
+        hit.append(d)
+    assert len(set(hit)) > 1
+    assert not (compute_factor(spec, 0, rng) > 1).any()

@@ -772,7 +772,7 @@ def report(results: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", type=int, default=56)
+    ap.add_argument("--jobs", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, default=None, help="write each trace directory under DIR")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per localize run")

@@ -527,7 +527,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
     order = pick("order", str(rng.choice(["tp-dp-pp", "tp-pp-dp"], p=[0.7, 0.3])))
     lay = Layout(tp, pp, world // (tp * pp), gph, hps, order)
     logging = pick("logging", str(rng.choice(LOGGING, p=[0.4, 0.3, 0.15, 0.15])))
-    steps = int(rng.integers(24, 41)) if logging in ("all", "tp0") else int(rng.integers(45, 61))
+    steps = pick("steps", int(rng.integers(24, 41)) if logging in ("all", "tp0") else int(rng.integers(45, 61)))
     stage_extra = np.ones(pp)
     stage_extra[0] += rng.uniform(0, 0.05)
     stage_extra[-1] += rng.uniform(0, 0.12)
@@ -783,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0, step_sync=mp, gph=4, order=tp-pp-dp, "
-                         "pattern=alternate, naming=opaque, meta_groups=false, world=256")
+                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false")
     args = ap.parse_args(argv)
     force = dict(kv.split("=", 1) for kv in args.set)
     print(f"laggard under test: {under_test(args.laggard.resolve())}", flush=True)

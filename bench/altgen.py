@@ -78,6 +78,7 @@ class Fault:
     host: int = -1
     hosts: tuple[int, int] = (-1, -1)
     switch: int = -1
+    scope: str = "uplink"  # switch faults: "uplink" (only traffic leaving the rack) or "all" (also host to host inside it)
 
 
 @dataclass
@@ -227,6 +228,7 @@ class Net:
         self.nic = np.ones(lay.n_hosts)
         self.link: tuple[int, int, float] | None = None
         self.switch: tuple[int, float] | None = None
+        self.rack_too = f is not None and f.scope == "all"
         if f is not None and step in f.active:
             if f.kind == "nic":
                 self.nic[f.host] = f.factor
@@ -245,7 +247,9 @@ class Net:
         if self.switch is not None:
             sw, sf = self.switch
             sa, sb = self.lay.switch_of(a), self.lay.switch_of(b)
-            factor = np.where((sa != sb) & ((sa == sw) | (sb == sw)), np.maximum(factor, sf), factor)
+            crosses = (sa == sw) | (sb == sw)
+            on = crosses & (a != b) if self.rack_too else crosses & (sa != sb)
+            factor = np.where(on, np.maximum(factor, sf), factor)
         return np.where(a == b, 1.0 / self.c.nvlink_Bps, factor / self.c.net_Bps) * self.warm
 
     def ring(self, members: np.ndarray) -> np.ndarray:
@@ -468,7 +472,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
         elif f.kind == "link":
             entry.update(hosts=[host_name[h] for h in f.hosts], device="+".join(host_name[h] for h in f.hosts))
         elif f.kind == "switch":
-            entry.update(switch=f"tor-{f.switch}", device=f"tor-{f.switch}")
+            entry.update(switch=f"tor-{f.switch}", device=f"tor-{f.switch}", scope=f.scope)
         else:
             entry.update(device="data")
         faults.append(entry)
@@ -561,6 +565,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
             fault.hosts = pairs[int(rng.integers(len(pairs)))]
         elif kind == "switch":
             fault.switch = int(rng.integers(n_hosts // hps))
+            fault.scope = pick("scope", str(rng.choice(["uplink", "all"])))
     spec = JobSpec(name=f"alt{i:03d}-{kind}", layout=lay, microbatches=int(rng.choice([4, 8, 12])), steps=steps,
                    p2p=pick("p2p", str(rng.choice(["rendezvous", "batched"]))),
                    dp_mode=pick("dp_mode", str(rng.choice(["all_reduce", "rs_ag"]))),
@@ -732,7 +737,7 @@ def judge(trace: Path, timeout: float, checkout: Path, gen_s: float = 0.0) -> di
          "naming": truth["naming"], "step_sync": truth["step_sync"], "step_ids": truth.get("step_ids", True), "order": truth["layout"]["order"],
          "gph": truth["layout"]["gpus_per_host"], "unlogged_rank": truth["unlogged_rank"], "world": truth["world"],
          "slowdown": truth["job_slowdown"], "trace": str(trace), "gen_s": gen_s, "loc_s": time.monotonic() - t0,
-         "pattern": f["pattern"] if f else "-", **score(truth, verdict), "want": f["device"] if f else "healthy",
+         "pattern": f["pattern"] if f else "-", "scope": f.get("scope", "-") if f else "-", **score(truth, verdict), "want": f["device"] if f else "healthy",
          "top3": [describe(c) for c in verdict.get("candidates", [])[:3]]}
     print(f"{r['name']:<18} {r['world']:>5}g {r['p2p']:<10} {r['logging']:<8} {r['naming']:<8} x{r['slowdown']:.2f} "
           f"gen {r['gen_s']:.1f}s loc {r['loc_s']:.1f}s -> {r['status']} {'; '.join(r['top3'])}", flush=True)
@@ -746,6 +751,8 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(table(results, "logging", LOGGING)))
     print("\ntop-1 by fault kind x fault pattern")
     print("\n".join(table(results, "pattern", ["persistent", "spike", "alternate", "random", "from_start"])))
+    print("\ntop-1 by fault kind x switch fault scope (uplink: traffic leaving the rack; all: inside it too)")
+    print("\n".join(line for line in table(results, "scope", ["uplink", "all"]) if not line.endswith("-")))
     print("\ntop-1 by fault kind x step-end sync (mp: grad-norm all-reduce over the model-parallel group)")
     print("\n".join(table(results, "step_sync", ["none", "mp", "barrier"])))
     print("\ntop-1 by fault kind x rank order")

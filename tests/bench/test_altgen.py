@@ -14,6 +14,7 @@ from bench.altgen import (
     Fault,
     JobSpec,
     Layout,
+    Net,
     compute_factor,
     schedule_order,
     simulate,
@@ -84,3 +85,13 @@ def test_a_data_fault_slows_one_whole_replica_per_step_and_moves_between_replica
         hit.append(d)
     assert len(set(hit)) > 1
     assert not (compute_factor(spec, 0, rng) > 1).any()
+
+
+@pytest.mark.parametrize(("scope", "inside_rack_slow"), [("uplink", False), ("all", True)])
+def test_a_switch_fault_slows_traffic_leaving_its_rack_and_inside_it_only_when_whole(
+        scope: str, inside_rack_slow: bool) -> None:
+    spec = tiny_job(Fault("switch", 3.0, "persistent", [5], switch=0, scope=scope))
+    net, healthy = Net(spec, 5, 1.0), Net(spec, 4, 1.0)
+    a, b = np.array([0, 0, 2]), np.array([1, 2, 3])  # hosts 0-1 share tor-0, hosts 2-3 share tor-1
+    slow = net.inv_bw(a, b) > healthy.inv_bw(a, b)
+    assert slow.tolist() == [inside_rack_slow, True, False]

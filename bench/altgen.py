@@ -684,7 +684,7 @@ def table(results: list[dict[str, Any]], by: str, values: list[Any]) -> list[str
     for kind in FAULT_KINDS:
         cells = []
         for v in [*values, None]:
-            rs = [r for r in results if r["kind"] == kind and (v is None or r[by] == v)]
+            rs = [r for r in results if r["kind"] == kind and (v is None or r.get(by) == v)]
             if not rs:
                 cells.append(f"{'-':>16}")
             elif kind == "healthy":
@@ -763,6 +763,11 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(table(results, "naming", ["docs", "megatron", "opaque"])))
     faulty = [r for r in results if r["kind"] != "healthy"]
     healthy = [r for r in results if r["kind"] == "healthy"]
+    print("\nonset within ±1 of the first logged fault step, by fault kind")
+    for kind in FAULT_KINDS[1:]:
+        rs = [r for r in faulty if r["kind"] == kind]
+        if rs:
+            print(f"{kind:<11}{sum(r['onset_ok'] for r in rs):>9d}/{len(rs):<6d}")
     print(f"\ntop-1 overall {sum(r['top1'] for r in faulty):.1f}/{len(faulty)}; "
           f"onset within ±1 {sum(r['onset_ok'] for r in faulty)}/{len(faulty)}; "
           f"false alarms {sum(r['false_alarm'] for r in healthy)}/{len(healthy)}")

@@ -78,7 +78,7 @@ class Fault:
     host: int = -1
     hosts: tuple[int, int] = (-1, -1)
     switch: int = -1
-    scope: str = "uplink"  # switch faults: "uplink" (only traffic leaving the rack) or "all" (also host to host inside it)
+    scope: str = "uplink"  # switch faults: "uplink" (only traffic leaving the rack) or "whole" (host to host inside it too)
 
 
 @dataclass
@@ -228,7 +228,7 @@ class Net:
         self.nic = np.ones(lay.n_hosts)
         self.link: tuple[int, int, float] | None = None
         self.switch: tuple[int, float] | None = None
-        self.rack_too = f is not None and f.scope == "all"
+        self.rack_too = f is not None and f.scope == "whole"
         if f is not None and step in f.active:
             if f.kind == "nic":
                 self.nic[f.host] = f.factor
@@ -565,7 +565,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
             fault.hosts = pairs[int(rng.integers(len(pairs)))]
         elif kind == "switch":
             fault.switch = int(rng.integers(n_hosts // hps))
-            fault.scope = pick("scope", str(rng.choice(["uplink", "all"])))
+            fault.scope = pick("scope", str(rng.choice(["uplink", "whole"])))
     spec = JobSpec(name=f"alt{i:03d}-{kind}", layout=lay, microbatches=int(rng.choice([4, 8, 12])), steps=steps,
                    p2p=pick("p2p", str(rng.choice(["rendezvous", "batched"]))),
                    dp_mode=pick("dp_mode", str(rng.choice(["all_reduce", "rs_ag"]))),
@@ -751,8 +751,8 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(table(results, "logging", LOGGING)))
     print("\ntop-1 by fault kind x fault pattern")
     print("\n".join(table(results, "pattern", ["persistent", "spike", "alternate", "random", "from_start"])))
-    print("\ntop-1 by fault kind x switch fault scope (uplink: traffic leaving the rack; all: inside it too)")
-    print("\n".join(line for line in table(results, "scope", ["uplink", "all"]) if not line.endswith("-")))
+    print("\ntop-1 of switch faults by scope (uplink: traffic leaving the rack slow; whole: inside the rack too)")
+    print("\n".join(ln for ln in table(results, "scope", ["uplink", "whole"]) if ln.startswith(("kind", "switch"))))
     print("\ntop-1 by fault kind x step-end sync (mp: grad-norm all-reduce over the model-parallel group)")
     print("\n".join(table(results, "step_sync", ["none", "mp", "barrier"])))
     print("\ntop-1 by fault kind x rank order")

@@ -87,7 +87,7 @@ def test_a_data_fault_slows_one_whole_replica_per_step_and_moves_between_replica
     assert not (compute_factor(spec, 0, rng) > 1).any()
 
 
-@pytest.mark.parametrize(("scope", "inside_rack_slow"), [("uplink", False), ("all", True)])
+@pytest.mark.parametrize(("scope", "inside_rack_slow"), [("uplink", False), ("whole", True)])
 def test_a_switch_fault_slows_traffic_leaving_its_rack_and_inside_it_only_when_whole(
         scope: str, inside_rack_slow: bool) -> None:
     spec = tiny_job(Fault("switch", 3.0, "persistent", [5], switch=0, scope=scope))

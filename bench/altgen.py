@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-OPS = ["all_reduce", "reduce_scatter", "all_gather", "barrier", "send", "recv"]
+OPS = ["all_reduce", "reduce_scatter", "all_gather", "barrier", "send", "recv", "all_to_all"]
 OP = {name: i for i, name in enumerate(OPS)}
 FAULT_KINDS = ["healthy", "gpu", "host", "nic", "link", "switch", "slow_start", "data"]
 LOGGING = ["all", "tp0", "every3", "random40"]
@@ -43,6 +43,7 @@ class Layout:
     gpus_per_host: int
     hosts_per_switch: int
     order: str  # "tp-dp-pp" (Megatron) or "tp-pp-dp"
+    ep: int = 1  # expert parallel: blocks of ep consecutive DP replicas exchange tokens (all_to_all) in every chunk
 
     @property
     def world(self) -> int:
@@ -95,6 +96,7 @@ class Costs:
     compute_sigma: float
     net_sigma: float
     optimizer_s: float
+    a2a_bytes: int = 0
     rank_sigma: float = 0.0  # static per-GPU speed spread (silicon, clocks, thermals)
     stage_extra: tuple[float, ...] = ()  # per-stage compute multiplier: embedding on the first, loss on the last
 
@@ -287,7 +289,10 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     ppg = n_tp + np.arange(n_pp).reshape(lay.dp, lay.tp)  # of the pipeline group of (d, t)
     dpg = n_tp + n_pp + np.arange(n_dp).reshape(lay.pp, 1, lay.tp)  # of the DP group of (s, t)
     mpg = n_tp + n_pp + n_dp + np.arange(lay.dp).reshape(1, lay.dp, 1)  # of the model-parallel group of replica d
-    world_group = np.array(n_tp + n_pp + n_dp + lay.dp)
+    n_blocks = lay.dp // lay.ep
+    epg = n_tp + n_pp + n_dp + lay.dp + np.repeat(np.arange(lay.pp * n_blocks * lay.tp).reshape(lay.pp, n_blocks, lay.tp),
+                                                   lay.ep, axis=1)  # of the EP group of (s, d // ep, t)
+    world_group = np.array(n_tp + n_pp + n_dp + lay.dp + (lay.pp * n_blocks * lay.tp if lay.ep > 1 else 0))
     progs = [stage_program(s, lay.pp, m) for s in range(lay.pp)]
     order = schedule_order(progs)
     mirror_at = {(s, op): k for s, prog in enumerate(progs) for k, it in enumerate(prog) if it[0] == "P" for op in it[1]}
@@ -305,6 +310,8 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
         cf = compute_factor(spec, k, rng)[R] * speed
         keep = k in logged
         tp_inv = net.ring(H)  # (pp, dp): TP ring per group
+        He = H.reshape(lay.pp, n_blocks, lay.ep, lay.tp)
+        ep_inv = net.inv_bw(He[:, :, :, None, :], He[:, :, None, :, :]).max(axis=(2, 3))  # (pp, blocks, tp): slowest pair
         tp_seq = np.full(lay.pp, k * tp_ops_per_step)
         post: dict[tuple[int, int], np.ndarray] = {(s, 0): T[s].copy() for s in range(lay.pp)}
         xfer: dict[tuple[int, str, int], np.ndarray] = {}
@@ -322,6 +329,13 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
                     cur = done[:, None] + rng.uniform(0, 5e-6, cur.shape)
                     if keep and lay.tp > 1:
                         rows.add(R[s], tpg[s], OP["all_reduce"], int(tp_seq[s]), -1, c.tp_bytes, arrive, cur, k)
+                    if lay.ep > 1:
+                        arrive = cur
+                        dur = c.a2a_bytes * (lay.ep - 1) / lay.ep * ep_inv[s] * rng.lognormal(0.0, c.net_sigma, ep_inv[s].shape)
+                        done = arrive.reshape(n_blocks, lay.ep, lay.tp).max(axis=1) + dur + c.latency_s
+                        cur = np.repeat(done, lay.ep, axis=0) + rng.uniform(0, 5e-6, cur.shape)
+                        if keep:
+                            rows.add(R[s], epg[s], OP["all_to_all"], int(tp_seq[s]), -1, c.a2a_bytes, arrive, cur, k)
                     tp_seq[s] += 1
                 T[s] = cur
             else:
@@ -381,11 +395,14 @@ def group_members(lay: Layout) -> list[tuple[str, list[int]]]:
     out += [("pp", R[:, d, t].tolist()) for d in range(lay.dp) for t in range(lay.tp)]
     out += [("dp", R[s, :, t].tolist()) for s in range(lay.pp) for t in range(lay.tp)]
     out += [("mp", sorted(R[:, d, :].ravel().tolist())) for d in range(lay.dp)]
+    if lay.ep > 1:
+        out += [("ep", R[s, b * lay.ep:(b + 1) * lay.ep, t].tolist())
+                for s in range(lay.pp) for b in range(lay.dp // lay.ep) for t in range(lay.tp)]
     return [*out, ("world", list(range(lay.world)))]
 
 
 MEGATRON_NAMES = {"tp": "tensor_model_parallel_", "pp": "pipeline_", "dp": "data_parallel_group_",
-                  "mp": "model_parallel_group_"}
+                  "mp": "model_parallel_group_", "ep": "expert_model_parallel_"}
 
 
 def group_names(kinds: list[str], naming: str, rng: np.random.Generator) -> list[str]:
@@ -448,7 +465,7 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
         used = set(np.unique(rows["group"]).tolist())
         meta["groups"] = {str(names[i]): ranks for i, (_, ranks) in enumerate(members) if i in used}
     if spec.meta_parallelism:
-        meta["parallelism"] = {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": 1, "cp": 1}
+        meta["parallelism"] = {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "cp": 1}
     (out / "meta.json").write_text(json.dumps(meta))
     truth = {**truth_of(spec, step_time, host_name, offsets), "job_slowdown": round(slowdown, 4)}
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
@@ -477,7 +494,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             entry.update(device="data")
         faults.append(entry)
     return {"job": spec.name, "generator": "bench.altgen", "kind": spec.kind,
-            "parallelism": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": 1, "cp": 1},
+            "parallelism": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "cp": 1},
             "layout": asdict(lay), "microbatches": spec.microbatches, "p2p": spec.p2p, "dp_mode": spec.dp_mode,
             "step_sync": spec.step_sync, "logging": spec.logging, "naming": spec.naming,
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
@@ -579,6 +596,10 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
     spec.step_ids = pick("step_ids", bool(rng.random() >= 0.12)) or logging in ("every3", "random40")
     if not spec.step_ids:
         spec.step0 = 0  # unnumbered rows: the reader counts iterations from 0
+    ep = pick("ep", int(rng.choice([1, 2, 4], p=[0.7, 0.15, 0.15])))
+    if ep > 1 and lay.dp % ep == 0:
+        spec.layout = Layout(tp, pp, lay.dp, gph, hps, order, ep)
+        spec.costs.a2a_bytes = int(rng.uniform(8, 64) * 2**20)
     return spec
 
 
@@ -734,7 +755,8 @@ def judge(trace: Path, timeout: float, checkout: Path, gen_s: float = 0.0) -> di
     verdict = localize(trace, timeout, checkout)
     f = truth["faults"][0] if truth["faults"] else None
     r = {"name": truth["job"], "kind": truth["kind"], "p2p": truth["p2p"], "logging": truth["logging"],
-         "naming": truth["naming"], "step_sync": truth["step_sync"], "step_ids": truth.get("step_ids", True), "order": truth["layout"]["order"],
+         "naming": truth["naming"], "step_sync": truth["step_sync"], "step_ids": truth.get("step_ids", True),
+         "ep": truth["parallelism"]["ep"], "order": truth["layout"]["order"],
          "gph": truth["layout"]["gpus_per_host"], "unlogged_rank": truth["unlogged_rank"], "world": truth["world"],
          "slowdown": truth["job_slowdown"], "trace": str(trace), "gen_s": gen_s, "loc_s": time.monotonic() - t0,
          "pattern": f["pattern"] if f else "-", "scope": f.get("scope", "-") if f else "-", **score(truth, verdict), "want": f["device"] if f else "healthy",
@@ -755,6 +777,8 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\n".join(ln for ln in table(results, "scope", ["uplink", "whole"]) if ln.startswith(("kind", "switch"))))
     print("\ntop-1 by fault kind x step-end sync (mp: grad-norm all-reduce over the model-parallel group)")
     print("\n".join(table(results, "step_sync", ["none", "mp", "barrier"])))
+    print("\ntop-1 by fault kind x expert parallelism (all_to_all over blocks of ep replicas)")
+    print("\n".join(table(results, "ep", [1, 2, 4])))
     print("\ntop-1 by fault kind x rank order")
     print("\n".join(table(results, "order", ["tp-dp-pp", "tp-pp-dp"])))
     print("\ntop-1 by fault kind x step numbers in the rows (known / all -1)")

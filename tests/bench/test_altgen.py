@@ -24,10 +24,11 @@ from bench.altgen import (
 from collector.validate import validate_trace
 
 
-def tiny_job(fault: Fault | None, p2p: str = "rendezvous", logging: str = "all") -> JobSpec:
-    lay = Layout(tp=2, pp=2, dp=4, gpus_per_host=4, hosts_per_switch=2, order="tp-dp-pp")
+def tiny_job(fault: Fault | None, p2p: str = "rendezvous", logging: str = "all", ep: int = 1) -> JobSpec:
+    lay = Layout(tp=2, pp=2, dp=4, gpus_per_host=4, hosts_per_switch=2, order="tp-dp-pp", ep=ep)
     costs = Costs(fwd_chunk_s=2e-3, tp_bytes=16 << 20, act_bytes=16 << 20, grad_bytes=1 << 30, nvlink_Bps=3e11,
-                  net_Bps=2.5e10, latency_s=2e-5, compute_sigma=0.03, net_sigma=0.05, optimizer_s=5e-3)
+                  net_Bps=2.5e10, latency_s=2e-5, compute_sigma=0.03, net_sigma=0.05, optimizer_s=5e-3,
+                  a2a_bytes=8 << 20)
     return JobSpec(name="tiny", layout=lay, microbatches=4, steps=12, p2p=p2p, dp_mode="all_reduce", step_sync="mp",
                    logging=logging, step0=1000, naming="megatron", meta_groups=True, meta_parallelism=False,
                    warmup_steps=1, warmup_factor=1.5, costs=costs, fault=fault, kind=fault.kind if fault else "healthy",
@@ -95,3 +96,17 @@ def test_a_switch_fault_slows_traffic_leaving_its_rack_and_inside_it_only_when_w
     a, b = np.array([0, 0, 2]), np.array([1, 2, 3])  # hosts 0-1 share tor-0, hosts 2-3 share tor-1
     slow = net.inv_bw(a, b) > healthy.inv_bw(a, b)
     assert slow.tolist() == [inside_rack_slow, True, False]
+
+
+def test_expert_parallel_groups_exchange_tokens_with_all_to_all(tmp_path: Path) -> None:
+    spec = tiny_job(Fault("nic", 3.0, "persistent", list(range(6, 12)), host=1), ep=2)
+    rows, step_time = simulate(spec)
+    write_trace(spec, tmp_path, rows, step_time)
+    assert validate_trace(tmp_path) == []
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    experts = [g for name, g in meta["groups"].items() if name.startswith("expert_model_parallel_")]
+    assert sorted(map(sorted, experts)) == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11], [12, 14], [13, 15]]
+    table = pq.read_table(tmp_path / "commops.parquet").to_pandas()
+    a2a = table[table.op == "all_to_all"]
+    assert len(a2a) == 16 * 4 * spec.microbatches * spec.steps
+    assert step_time[6:].mean() > 1.1 * step_time[1:6].mean()

@@ -130,6 +130,20 @@ def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.n
     return ((size >= expected) | lossy) & (size >= 2)
 
 
+def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame | None) -> np.ndarray:
+    """The steps operators' normal times are learned from: neither irregular, nor the first
+    (partial: a logger starting mid-step) when there are four or more, nor warm-up, whose
+    collectives all run slow and would cancel a slow ring's evidence. All but the irregular
+    ones when nothing else is left."""
+    odd = list(irregular)
+    if len(steps) >= 4:
+        odd.append(int(steps.min()))
+    if table is not None and "pattern" in table:
+        odd += table.loc[table["pattern"] == "warm-up", "step"].astype(int).tolist()
+    ref = np.setdiff1d(steps, np.asarray(odd, dtype=np.int64))
+    return ref if len(ref) else np.setdiff1d(steps, irregular)
+
+
 def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 partial: set[str] | None = None, forest: bool = True) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
@@ -139,22 +153,15 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     operators with the robust rule, as the sidecars do (the fast path).
     """
     irr = np.asarray(view.irregular_steps, dtype=np.int64)
-    odd: list[int] = []  # steps that are neither irregular nor normal
     if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
         first = int(df["step"].min())
         if len(unique(df["step"].to_numpy())) >= 4:
             irr = irr[irr != first]
-            odd.append(first)
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
     all_steps = unique(ops.step)
-    if view.steps is not None and "pattern" in view.steps:
-        odd += view.steps.loc[view.steps["pattern"] == "warm-up", "step"].astype(int).tolist()
-    # the normal steps: a warm-up's slow collectives are no one's normal
-    ref = np.setdiff1d(all_steps, np.r_[irr, np.asarray(odd, dtype=np.int64)])
-    if not len(ref):
-        ref = np.setdiff1d(all_steps, irr)
+    ref = normal_steps(all_steps, irr, view.steps)
     detector = load_detector() if forest else None
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal, method = detection.abnormal, detection.method

@@ -171,3 +171,15 @@ def test_flows_break_a_commops_tie_even_at_full_score() -> None:
     m = merge("j", [a, b])
     assert (m.candidates[0].kind, m.candidates[0].host) == ("nic", "node-5")
     assert m.candidates[0].source == "commops+flows"
+
+
+def test_a_slow_uplink_is_its_switch_though_traffic_inside_the_switch_ran_normally() -> None:
+    """tor-2's uplink (hosts 4, 5) is slow: every unit leaving tor-2 is slow, while transfers
+    between its two hosts ran normally; judged as a whole switch, those would clear it."""
+    meta = meta16()
+    units = units_of(meta)
+    units |= {f"x:{a}->{b}": [a, b] for a in range(16, 20) for b in range(20, 24)}  # node-4 <-> node-5, inside tor-2
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] >= 16}
+    slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(0, 8)}  # hosts 0, 1 -> 4, 5
+    best = resolve_network(units, slow, meta)[0]
+    assert (best.kind, best.key) == ("switch", ("tor-2",)), [(c.kind, c.key, round(c.score, 2)) for c in resolve_network(units, slow, meta)]

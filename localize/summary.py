@@ -50,7 +50,7 @@ from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
 from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_verdict
 from localize.detect.detector import rule_detect
-from localize.ops.features import prepare_ops
+from localize.ops.features import Ops, prepare_ops
 from localize.ops.groupkinds import group_kinds, named_kind
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView
@@ -86,6 +86,24 @@ def groups_within(groups: Mapping[str, Sequence[int]], ranks: Collection[int]) -
     return {g: list(m) for g, m in groups.items() if m and set(m) <= mine}
 
 
+def node_normal_steps(ops: Ops) -> np.ndarray:
+    """The steps a node ran normally, judged on its own ranks' step spans (median over its ranks)
+    as timeline/ judges a job's steps; all of them when too few. A fault on for over a quarter of
+    the steps would otherwise widen the operators' history until its own were not abnormal, and
+    the fetch plan missed the faulty host's groups."""
+    steps = np.unique(ops.step)
+    if len(steps) < 6:
+        return steps
+    frame = pd.DataFrame({"step": ops.step, "rank": ops.rank, "start": ops.df["start_ns"].to_numpy(np.int64),
+                          "end": ops.df["end_ns"].to_numpy(np.int64)})
+    per_rank = frame.groupby(["step", "rank"], sort=True).agg(start=("start", "min"), end=("end", "max"))
+    span = ((per_rank["end"] - per_rank["start"]) / 1e9).groupby(level="step").median()  # (sampled steps too)
+    table, _, _ = settle(judge_steps(span.iloc[1:]))
+    ok = ~table["irregular"].astype(bool) & (table["pattern"] != "warm-up") & np.isfinite(table["duration_s"])
+    normal = table.loc[ok, "step"].to_numpy(np.int64)
+    return normal if len(normal) >= 3 else steps
+
+
 def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None,
               groups: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
     """The summary of one node's (or any set of ranks') CommOps rows, in SUMMARY_SCHEMA.
@@ -96,8 +114,8 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None,
     ops = prepare_ops(df)
     own = ops.gap + np.where(lone_copies(ops, groups), ops.elapsed, 0.0) if groups else ops.gap
     steps = ops.step
-    # the node's own step table, for drift normalization; history from all its steps
-    det = rule_detect(ops, None, np.unique(steps))
+    # operators are judged against the node's own normal steps (no step table: no drift scaling)
+    det = rule_detect(ops, None, node_normal_steps(ops))
     rank = ops.rank
     ranks = np.unique(rank)
     names = [host_of(int(r)) if host_of is not None else f"rank-{int(r)}" for r in ranks]

@@ -6,11 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from collector.traceio import Trace
+from localize.combine import localize_trace
 from localize.commops import COLUMNS
 from localize.ops.features import prepare_ops
-from localize.summary import summarize
+from localize.summary import localize_from_summary, summarize, write_summaries
+from simulator.config import FaultSpec, SimConfig
+from simulator.writer import simulate_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "gpu-straggler"
 
@@ -30,3 +34,22 @@ def test_a_hosts_typical_compute_is_its_fast_ranks_own_not_lifted_by_a_slow_peer
     np.testing.assert_allclose(hosts["compute_s"].to_numpy(), want, rtol=1e-9)
     slowest = per_rank.groupby(["pair", "step"]).max()
     assert (slowest / fastest).max() > 1.5  # the trace's slow GPU shares a pair: the case is exercised
+
+
+@pytest.mark.parametrize(("fault", "layout"), [
+    ("nic:host=node-3,factor=2.5,steps=6:29", {"gpus": 64, "tp": 8, "pp": 2, "gpus_per_host": 4}),
+    ("link:hosts=node-1+node-2,factor=3,steps=5:29", {"gpus": 64, "tp": 8, "pp": 2}),
+])
+def test_a_fault_over_most_steps_is_found_from_summaries_as_from_records(tmp_path: Path, fault: str,
+                                                                          layout: dict[str, int]) -> None:
+    """The sidecars judge operators against the node's own normal steps: against all its steps, a
+    fault on for over a quarter of them widened the history until its own operators were not
+    abnormal, and the summary path read "healthy" where the full records named the device."""
+    simulate_trace(SimConfig(steps=30, seed=77, faults=[FaultSpec.parse(fault)], job="j", **layout), tmp_path,
+                   counterfactual=False)
+    trace = Trace.open(tmp_path)
+    full = localize_trace(trace, ("commops",))
+    write_summaries(trace)
+    summary, _ = localize_from_summary(trace)
+    assert summary.status == "irregular" and summary.candidates, summary.status
+    assert summary.candidates[0].device() == full.candidates[0].device()

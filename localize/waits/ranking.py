@@ -78,16 +78,21 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         return float((b[mine] >= 0.3 * top).mean()) if top > 0 and mine.size else 0.0
 
     host, stage, replica, hosts = layout_units(meta, world, kinds)
+    filling = [set(m) for m in meta.groups.values() if len(m) > 1]  # (groups that may be a whole host)
     b = blame.astype(np.float64).copy()
     out: list[RankUnit] = []
     while len(out) < top and b.sum() > MIN_SHARE * total:
         options: list[RankUnit] = []
         r = int(np.argmax(b))
         top_b = float(b[r])
-        options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
         h = host[r]
-        if h >= 0:
-            hr = np.flatnonzero(host == h)
+        hr = np.flatnonzero(host == h) if h >= 0 else np.array([r])
+        if len(hr) > 1 and seen[hr].sum() == 1 and set(hr.tolist()) in filling:
+            # the host's one logged rank stands for all its GPUs (one TP group fills the host):
+            # what its records show is the host's, and which GPU cannot be told
+            options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, 1.0, hosts[h]))
+        else:
+            options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
             if len(hr) > 1:
                 options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr, top_b), hosts[h]))
         if static and stage.max() > 0:
@@ -107,7 +112,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 rr = np.flatnonzero(np.isin(replica, np.flatnonzero(good)))
                 options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[good].mean()),
                                         f"{int(good.sum())} model replicas", {"replicas": int(good.sum())}))
-        qualified = [o for o in options if o.kind == "gpu" or o.coverage >= COVERAGE]
+        qualified = [o for o in options if o is options[0] or o.coverage >= COVERAGE]
         # Occam: the smallest unit that explains nearly as much as the largest
         top_share = max(o.share for o in qualified)
         best = min((o for o in qualified if o.share >= 0.85 * top_share), key=lambda o: len(o.ranks))

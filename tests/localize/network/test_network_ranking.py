@@ -183,3 +183,21 @@ def test_a_slow_uplink_is_its_switch_though_traffic_inside_the_switch_ran_normal
     slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(0, 8)}  # hosts 0, 1 -> 4, 5
     best = resolve_network(units, slow, meta)[0]
     assert (best.kind, best.key) == ("switch", ("tor-2",)), [(c.kind, c.key, round(c.score, 2)) for c in resolve_network(units, slow, meta)]
+
+
+def test_a_hosts_one_logged_rank_names_the_host_when_its_tp_group_fills_it() -> None:
+    """One rank logged per TP group: node-1's TP group is the whole host, so its logged rank 4
+    stands for every GPU there and the host is named; where the group spans hosts, the GPU is."""
+    meta = meta16()
+    logged = np.zeros(32, dtype=bool)
+    logged[::4] = True  # TP rank 0 of every host's group
+    b = np.zeros(32)
+    b[4] = 5.0
+    units = explain_rank_blame(b, meta, KINDS, logged=logged)
+    assert (units[0].kind, units[0].label) == ("host", "node-1")
+    spanning = JobMeta("t", 32, meta.ranks, {**{k: v for k, v in meta.groups.items() if not k.startswith("tp")},
+                                             **{f"tp-{h}": list(range(8 * h, 8 * h + 8)) for h in range(4)}})
+    logged = np.zeros(32, dtype=bool)
+    logged[::8] = True
+    units = explain_rank_blame(b * 0 + np.eye(32)[8] * 5.0, spanning, KINDS, logged=logged)
+    assert (units[0].kind, units[0].ranks) == ("gpu", [8])

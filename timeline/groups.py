@@ -23,6 +23,8 @@ from timeline.instances import host_codes
 
 #: At most this many collectives per rank per step: the once-a-step data-parallel kind.
 DP_MAX_PER_STEP = 4
+#: Largest group × rank bitmap `membership` marks pairs in (bytes) before it sorts instead.
+BITMAP_CELLS = 1 << 26
 _HINT = re.compile(r"^(dp|tp|pp|ep|cp)(?![a-z])", re.IGNORECASE)
 
 
@@ -74,9 +76,18 @@ def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
 
 
 def membership(group: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique (group code, rank) pairs, sorted by group then rank: who is in each group."""
+    """Unique (group code, rank) pairs, sorted by group then rank: who is in each group.
+
+    A group × rank bitmap where it is small (linear, no sort of every row), else a sort."""
     width = int(rank.max(initial=0)) + 1
-    pairs = np.unique(group.astype(np.int64) * width + rank)
+    key = group.astype(np.int64) * width + rank
+    cells = (int(group.max(initial=0)) + 1) * width
+    if cells <= BITMAP_CELLS:
+        seen = np.zeros(cells, dtype=bool)
+        seen[key] = True
+        pairs = np.flatnonzero(seen)
+    else:
+        pairs = np.unique(key)
     return pairs // width, pairs % width
 
 

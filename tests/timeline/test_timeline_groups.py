@@ -12,7 +12,7 @@ import pytest
 from tests.timeline.timeline_factory import kinds_by_members, layout, make_trace
 from timeline.build import COLUMNS
 from timeline.columns import read_commops
-from timeline.groups import infer_group_kinds, sync_groups
+from timeline.groups import infer_group_kinds, membership, sync_groups
 
 LAYOUTS = [
     {"tp": 2, "pp": 2, "dp": 2},
@@ -108,3 +108,14 @@ def test_sync_groups_from_membership_alone() -> None:
     assert [k for k, s in zip(kinds, got, strict=True) if s] == ["mp", "mp", "world"]
     # two once-a-step groups seen to share one rank: neither holds the other
     assert not sync_groups(np.array([0, 1]), np.array([0, 0]), np.array(["dp", "dp"], dtype=object)).any()
+
+
+def test_membership_bitmap_and_sort_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Who is in each group, from rows in any order with repeats: the bitmap and the sort give the same pairs."""
+    rng = np.random.default_rng(3)
+    group, rank = rng.integers(0, 40, 5000), rng.integers(0, 300, 5000)
+    want = sorted(set(zip(group.tolist(), rank.tolist(), strict=True)))
+    got = membership(group, rank)
+    monkeypatch.setattr("timeline.groups.BITMAP_CELLS", 0)
+    for g, r in (got, membership(group, rank)):
+        assert list(zip(g.tolist(), r.tolist(), strict=True)) == want

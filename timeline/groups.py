@@ -95,16 +95,18 @@ def sync_groups(group: np.ndarray, rank: np.ndarray, kind: np.ndarray) -> np.nda
     """Per group code: a once-a-step (`kind` "dp") group that is really a sync over other groups.
 
     A data-parallel group holds the ranks of one tensor/pipeline position, one per replica: it
-    shares at most one rank with any tp or pp group and holds no other once-a-step group whole.
-    Megatron's model-parallel group (a replica's tp × pp ranks) shares a whole tp group; a world
-    group holds every dp group. Ranks only, never names; `group`, `rank`: membership pairs
-    (`membership`); `kind`: per group code. Linear in the pairs: a rank is in a few groups.
+    shares at most one rank with any tp or pp group, is no cp group and holds no other
+    once-a-step group whole. Megatron's model-parallel group (a replica's tp × pp ranks) shares a
+    whole tp group (or is the cp group, with context parallelism alone); a world group holds
+    every dp group. A dp × cp gradient group holds whole cp groups and stays dp. Ranks only, never
+    names; `group`, `rank`: membership pairs (`membership`); `kind`: per group code. Linear in
+    the pairs: a rank is in a few groups.
     """
     kind = np.asarray(kind, dtype=object)
     out = np.zeros(len(kind), dtype=bool)
     size = np.bincount(group, minlength=len(kind))
     cand = kind[group] == "dp"
-    other = np.isin(kind[group], ("tp", "pp", "dp"))
+    other = np.isin(kind[group], ("tp", "pp", "cp", "dp"))
     if not cand.any() or not other.any():
         return out
     a = pd.DataFrame({"g": group[cand], "r": rank[cand]})
@@ -116,8 +118,10 @@ def sync_groups(group: np.ndarray, rank: np.ndarray, kind: np.ndarray) -> np.nda
     h = shared.index.get_level_values("h").to_numpy(np.int64)
     n = shared.to_numpy()
     crosses = np.isin(kind[h], ("tp", "pp")) & (n >= 2)
-    holds = (kind[h] == "dp") & (n == size[h]) & (n >= 2) & (size[g] > size[h])
-    out[g[crosses | holds]] = True
+    is_cp = (kind[h] == "cp") & (n >= 2) & (n == size[g]) & (n == size[h])
+    out[g[crosses | is_cp]] = True
+    holds = (kind[h] == "dp") & ~out[h] & (n == size[h]) & (n >= 2) & (size[g] > size[h])
+    out[g[holds]] = True
     return out
 
 

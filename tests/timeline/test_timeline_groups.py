@@ -56,6 +56,7 @@ SYNC_LAYOUTS = [
     {"tp": 2, "cp": 2, "ep": 2, "dp": 2, "pp": 2},
     {"tp": 4, "dp": 4},
     {"pp": 4, "dp": 2},
+    {"cp": 2, "dp": 4},
     {"dp": 4, "ep": 2},
 ]
 
@@ -96,18 +97,26 @@ def test_a_world_that_is_the_data_parallel_group_stays_dp(tmp_path: Path) -> Non
     assert set(infer_group_kinds(df, trace.meta).values()) == {"dp"}
 
 
+def _syncs(groups: dict[str, list[list[int]]], once: list[str]) -> list[str]:
+    """The names (keys of `groups`) of the groups `sync_groups` marks; `once`: kind per group in order."""
+    names = [k for k, gl in groups.items() for _ in gl]
+    code = np.array([i for i, m in enumerate(m for gl in groups.values() for m in gl) for _ in m])
+    rank = np.array([r for gl in groups.values() for m in gl for r in m])
+    got = sync_groups(code, rank, np.array(once, dtype=object))
+    return [k for k, s in zip(names, got, strict=True) if s]
+
+
 def test_sync_groups_from_membership_alone() -> None:
     """Two replicas of tp=2 x pp=2 (ranks 0-3, 4-7): the dp groups cross each tp/pp group at one rank."""
     groups = {"tp": [[0, 1], [2, 3], [4, 5], [6, 7]], "pp": [[0, 2], [1, 3], [4, 6], [5, 7]],
               "dp": [[0, 4], [1, 5], [2, 6], [3, 7]], "mp": [[0, 1, 2, 3], [4, 5, 6, 7]], "world": [list(range(8))]}
-    kinds = [k for k, gl in groups.items() for _ in gl]
-    code = np.array([i for i, m in enumerate(m for gl in groups.values() for m in gl) for _ in m])
-    rank = np.array([r for gl in groups.values() for m in gl for r in m])
-    once = np.array([k if k in ("tp", "pp") else "dp" for k in kinds], dtype=object)
-    got = sync_groups(code, rank, once)
-    assert [k for k, s in zip(kinds, got, strict=True) if s] == ["mp", "mp", "world"]
+    assert _syncs(groups, ["tp"] * 4 + ["pp"] * 4 + ["dp"] * 7) == ["mp", "mp", "world"]
+    # context parallelism alone (cp=2, dp=2): the model-parallel group is a cp group's ranks; a dp x cp
+    # gradient group holds whole cp groups and the model-parallel ones, and is still the data-parallel sync
+    assert _syncs({"cp": [[0, 1], [2, 3]], "mp": [[0, 1], [2, 3]], "dpcp": [[0, 1, 2, 3]]},
+                  ["cp", "cp", "dp", "dp", "dp"]) == ["mp", "mp"]
     # two once-a-step groups seen to share one rank: neither holds the other
-    assert not sync_groups(np.array([0, 1]), np.array([0, 0]), np.array(["dp", "dp"], dtype=object)).any()
+    assert _syncs({"a": [[0]], "b": [[0]]}, ["dp", "dp"]) == []
 
 
 def test_membership_bitmap_and_sort_agree(monkeypatch: pytest.MonkeyPatch) -> None:

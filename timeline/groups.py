@@ -1,10 +1,12 @@
-"""What each process group is for (dp/tp/pp/ep/cp), read from how its operators behave.
+"""What each process group is for (dp/tp/pp/ep/cp/sync), read from how its operators behave.
 
 Names like `tp-3` are a hint only — real jobs call groups `pg17`. The physics: pipeline
 stages talk by send/recv; expert parallelism by all_to_all; data parallelism runs one or two
 large reduce-scatter/all-gather/all-reduce per step; tensor and context parallelism run many
 small collectives per layer, tensor parallelism on adjacent ranks (inside one host), context
-parallelism (all-gather of keys/values) on ranks a tensor-parallel group apart.
+parallelism (all-gather of keys/values) on ranks a tensor-parallel group apart. A once-a-step
+group over a union of others (Megatron's model-parallel grad-norm all-reduce, a world barrier)
+is a sync: who talks to whom tells it from data parallelism (`sync_groups`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from timeline.instances import host_codes
 
 #: At most this many collectives per rank per step: the once-a-step data-parallel kind.
 DP_MAX_PER_STEP = 4
+#: Largest group × rank bitmap `membership` marks pairs in (bytes) before it sorts instead.
+BITMAP_CELLS = 1 << 26
 _HINT = re.compile(r"^(dp|tp|pp|ep|cp)(?![a-z])", re.IGNORECASE)
 
 
@@ -42,8 +46,7 @@ def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
     def share(mask: np.ndarray) -> np.ndarray:
         return np.bincount(g, weights=mask.astype(np.float64), minlength=n_groups) / np.maximum(rows, 1)
 
-    pairs = np.unique(g * (int(rank.max()) + 1) + rank)
-    pg, pr = pairs // (int(rank.max()) + 1), pairs % (int(rank.max()) + 1)
+    pg, pr = membership(g, rank)
     size = np.bincount(pg, minlength=n_groups)
     gaps = np.where(pg[1:] == pg[:-1], np.diff(pr), np.iinfo(np.int64).max)
     stride = np.full(n_groups, np.iinfo(np.int64).max)
@@ -72,6 +75,56 @@ def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
     return feat.sort_index()
 
 
+def membership(group: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique (group code, rank) pairs, sorted by group then rank: who is in each group.
+
+    A group × rank bitmap where it is small (linear, no sort of every row), else a sort."""
+    width = int(rank.max(initial=0)) + 1
+    key = group.astype(np.int64) * width + rank
+    cells = (int(group.max(initial=0)) + 1) * width
+    if cells <= BITMAP_CELLS:
+        seen = np.zeros(cells, dtype=bool)
+        seen[key] = True
+        pairs = np.flatnonzero(seen)
+    else:
+        pairs = np.unique(key)
+    return pairs // width, pairs % width
+
+
+def sync_groups(group: np.ndarray, rank: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Per group code: a once-a-step (`kind` "dp") group that is really a sync over other groups.
+
+    A data-parallel group holds the ranks of one tensor/pipeline position, one per replica: it
+    shares at most one rank with any tp or pp group, is no cp group and holds no other
+    once-a-step group whole. Megatron's model-parallel group (a replica's tp × pp ranks) shares a
+    whole tp group (or is the cp group, with context parallelism alone); a world group holds
+    every dp group. A dp × cp gradient group holds whole cp groups and stays dp. Ranks only, never
+    names; `group`, `rank`: membership pairs (`membership`); `kind`: per group code. Linear in
+    the pairs: a rank is in a few groups.
+    """
+    kind = np.asarray(kind, dtype=object)
+    out = np.zeros(len(kind), dtype=bool)
+    size = np.bincount(group, minlength=len(kind))
+    cand = kind[group] == "dp"
+    other = np.isin(kind[group], ("tp", "pp", "cp", "dp"))
+    if not cand.any() or not other.any():
+        return out
+    a = pd.DataFrame({"g": group[cand], "r": rank[cand]})
+    b = pd.DataFrame({"h": group[other], "r": rank[other]})
+    pairs = a.merge(b, on="r")
+    pairs = pairs[pairs["g"] != pairs["h"]]
+    shared = pairs.groupby(["g", "h"]).size()
+    g = shared.index.get_level_values("g").to_numpy(np.int64)
+    h = shared.index.get_level_values("h").to_numpy(np.int64)
+    n = shared.to_numpy()
+    crosses = np.isin(kind[h], ("tp", "pp")) & (n >= 2)
+    is_cp = (kind[h] == "cp") & (n >= 2) & (n == size[g]) & (n == size[h])
+    out[g[crosses | is_cp]] = True
+    holds = (kind[h] == "dp") & ~out[h] & (n == size[h]) & (n >= 2) & (size[g] > size[h])
+    out[g[holds]] = True
+    return out
+
+
 def _group_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Integer code of each row's group and the group names."""
     if isinstance(col.dtype, pd.CategoricalDtype):
@@ -81,7 +134,8 @@ def _group_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
 
 
 def infer_group_kinds(df: pd.DataFrame, meta: JobMeta, notes: list[str] | None = None) -> dict[str, str]:
-    """Kind of every group seen in the records (dp/tp/pp/ep/cp), from operator physics.
+    """Kind of every group seen in the records (dp/tp/pp/ep/cp/sync), from operator physics
+    and who communicates with whom (`sync_groups`).
 
     Names only break a tie the physics leaves (tp vs cp with one kind of frequent group);
     disagreements between names and physics are reported in `notes`.
@@ -100,6 +154,7 @@ def infer_group_kinds(df: pd.DataFrame, meta: JobMeta, notes: list[str] | None =
     hints = {g: m.group(1).lower() for g in feat.index if (m := _HINT.match(g))}
     if len(frequent):
         kind = _break_ties(kind, feat, hints)
+    kind = _mark_sync(kind, df)
     out = {str(g): str(k) for g, k in kind.items()}
     if notes is not None:
         disagree = sorted(g for g, h in hints.items() if out.get(g) != h)
@@ -110,6 +165,18 @@ def infer_group_kinds(df: pd.DataFrame, meta: JobMeta, notes: list[str] | None =
             )
         _check_parallelism(out, feat, meta, notes)
     return out
+
+
+def _mark_sync(kind: pd.Series, df: pd.DataFrame) -> pd.Series:
+    """The once-a-step groups that sync a union of other groups, marked "sync" (`sync_groups`)."""
+    g, names = _group_codes(df["group"])
+    pg, pr = membership(g, df["rank"].to_numpy(np.int64))
+    by_code = kind.reindex(names).fillna("").to_numpy(dtype=object)
+    sync = sync_groups(pg, pr, by_code)
+    if sync.any():
+        kind = kind.copy()
+        kind[[names[i] for i in np.flatnonzero(sync)]] = "sync"
+    return kind
 
 
 def _tp_or_cp(freq: pd.DataFrame) -> pd.Series:

@@ -1,10 +1,11 @@
-"""The kind of every process group (dp/tp/pp/ep/cp), for naming rank units.
+"""The kind of every process group (dp/tp/pp/ep/cp/sync), for naming rank units.
 
 The timeline stage infers kinds properly and is preferred (`hint`). Without it, a name that
 says its kind ("tp-3", "dp_0") is believed; an opaque name ("pg-3f2a...") is judged from its
 records: point-to-point streams are pipeline, all-to-all is expert parallel, a collective
-that runs at most twice a step is data parallel (the gradient sync), anything more frequent
-is model parallel (tp).
+that runs at most twice a step is data parallel (the gradient sync) unless its members are a
+union of other groups (a sync, `timeline.groups.sync_groups`), anything more frequent is model
+parallel (tp).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import pandas as pd
 from collector.meta import JobMeta
 from collector.schema import OPS
 from localize.ops.features import Ops
-from localize.ops.grouping import unique
+from timeline.groups import membership, sync_groups
 
-KINDS = ("dp", "tp", "pp", "ep", "cp")
+KINDS = ("dp", "tp", "pp", "ep", "cp", "sync")
 _NAMED = re.compile(r"^(dp|tp|pp|ep|cp)(?:[-_]|\d|$)", re.IGNORECASE)
 
 
@@ -60,14 +61,19 @@ def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
             out[names[i]] = "dp"
         else:
             out[names[i]] = "tp"
+    if not any(out[names[i]] == "dp" for i in need):
+        return out
+    pg, pr = membership(gcode, ops.rank.astype(np.int64))
+    sync = sync_groups(pg, pr, np.array([out[g] for g in names], dtype=object))
+    for i in need:
+        if sync[i]:
+            out[names[i]] = "sync"
     return out
 
 
 def observed_members(ops: Ops) -> dict[int, list[int]]:
     """Per group code: the ranks that logged rows of it (for groups the metadata does not list)."""
-    width = int(ops.rank.max(initial=0)) + 1
-    pairs = unique(ops.group_code.astype(np.int64) * width + ops.rank)
-    g, r = pairs // width, pairs % width
+    g, r = membership(ops.group_code, ops.rank.astype(np.int64))
     cut = np.flatnonzero(np.diff(g)) + 1
     return {int(gs[0]): rs.tolist() for gs, rs in zip(np.split(g, cut), np.split(r, cut), strict=True)}
 

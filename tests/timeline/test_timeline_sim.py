@@ -73,13 +73,16 @@ def test_hidden_steps_with_lost_rows(tmp_path: Path) -> None:
     assert tl.irregular_steps == truth["irregular_steps"]
 
 
+@pytest.mark.parametrize("mp_sync", [False, True], ids=["no-mp-sync", "mp-sync"])
 @pytest.mark.parametrize("opaque", [False, True])
-def test_group_kinds_of_a_6d_layout(tmp_path: Path, opaque: bool) -> None:
-    """Kinds by membership: with opaque names ("pg-3f2a...") and no parallelism in meta too."""
-    cfg = SimConfig(gpus=64, tp=2, pp=2, cp=2, ep=2, steps=3, seed=34, virtual_stages=2)
+def test_group_kinds_of_a_6d_layout(tmp_path: Path, opaque: bool, mp_sync: bool) -> None:
+    """Kinds by membership: with opaque names ("pg-3f2a...") and no parallelism in meta too; the
+    iteration-end all_reduce over each replica's tp x cp x pp ranks is a sync, not dp."""
+    cfg = SimConfig(gpus=64, tp=2, pp=2, cp=2, ep=2, steps=3, seed=34, virtual_stages=2, mp_sync=mp_sync)
     simulate_trace(cfg, tmp_path / "named")
     named = Trace.open(tmp_path / "named").meta.groups
-    want = {tuple(m): g.split("-")[0] for g, m in named.items()}
+    want = {tuple(m): "sync" if g.startswith("mp-") else g.split("-")[0] for g, m in named.items()}
+    assert ("sync" in want.values()) == mp_sync
     _, tl = _run(replace(cfg, opaque_groups=opaque), tmp_path / "t")
     got = {tuple(tl.meta.groups[g]): k for g, k in tl.group_kind.items()}
     assert got == want

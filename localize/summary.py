@@ -51,7 +51,7 @@ from collector.traceio import FORMATS, Trace, read_table, write_table
 from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_verdict
 from localize.detect.detector import rule_detect
 from localize.ops.features import Ops, prepare_ops
-from localize.ops.groupkinds import group_kinds, named_kind
+from localize.ops.groupkinds import group_kinds, named_kind, with_observed_groups
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView
 from localize.verdict import Verdict
@@ -328,6 +328,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     switches to the random forest, about three times slower). With no irregular step, the
     summaries' compute says whether the job was slow from the start (`localize.waits.persistent`)."""
     table, onset = step_table(summary)
+    meta = _with_groups(summary, meta, fetch)
     plan = plan_fetch(summary, meta, table)
     if not plan.irregular:
         return _persistent_from_summary(summary, meta, fetch, top), plan
@@ -352,6 +353,16 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
         verdict.onset_step = own if own in set(plan.irregular) else verdict.onset_step
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan
+
+
+def _with_groups(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch) -> JobMeta:
+    """`meta`, with its groups read from one fetched step of every rank when meta.json has none
+    (the contract allows it): the fetch plan picks groups to read whole, and needs their members."""
+    if meta.groups or summary.empty:
+        return meta
+    last = int(summary["step"].max())
+    sample = fetch(sorted(meta.ranks), (last, last))
+    return with_observed_groups(meta, prepare_ops(sample)) if len(sample) else meta
 
 
 def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: int) -> Verdict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -53,3 +54,18 @@ def test_a_fault_over_most_steps_is_found_from_summaries_as_from_records(tmp_pat
     summary, _ = localize_from_summary(trace)
     assert summary.status == "irregular" and summary.candidates, summary.status
     assert summary.candidates[0].device() == full.candidates[0].device()
+
+
+def test_the_summary_path_reads_the_groups_from_one_step_when_meta_has_none(tmp_path: Path) -> None:
+    """The fetch plan picks groups to read whole; with no groups in meta.json it fetched nothing
+    and said "healthy" where the full records named the host."""
+    simulate_trace(SimConfig(gpus=64, tp=4, pp=2, steps=24, seed=78, job="j",
+                             faults=[FaultSpec.parse("host:host=node-3,factor=2,steps=10:23")]), tmp_path,
+                   counterfactual=False)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta.pop("groups"), meta.pop("parallelism")
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    trace = Trace.open(tmp_path)
+    write_summaries(trace)
+    summary, plan = localize_from_summary(trace)
+    assert plan.ranks and summary.candidates and summary.candidates[0].device() == "host node-3", summary.status

@@ -676,12 +676,13 @@ def under_test(checkout: Path) -> str:
     return f"{checkout} @ {head.stdout.strip() or '?'}{' + uncommitted changes' if dirty.stdout.strip() else ''}"
 
 
-def localize(trace: Path, timeout: float, checkout: Path = REPO) -> dict[str, Any]:
-    """`laggard localize TRACE --format json` of the checkout's code, in a subprocess, as an outside evaluator runs it."""
+def localize(trace: Path, timeout: float, checkout: Path = REPO, summary_first: bool = False) -> dict[str, Any]:
+    """`laggard localize TRACE --format json` of the checkout's code, in a subprocess, as an outside evaluator runs it
+    (`summary_first`: as the sidecars do, from per-host summaries)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
         p = subprocess.run([sys.executable, "-m", "laggard", "localize", str(trace.resolve()), "--format", "json",
-                            "--top", "100"],
+                            "--top", "100", *(["--summary-first"] if summary_first else [])],
                            capture_output=True, text=True, timeout=timeout, env=env, cwd=checkout)
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "candidates": []}
@@ -717,7 +718,7 @@ def table(results: list[dict[str, Any]], by: str, values: list[Any]) -> list[str
 
 
 def run(n_jobs: int, seed: int, keep: Path | None, timeout: float, kinds: list[str] | None = None,
-        force: dict[str, str] | None = None, checkout: Path = REPO) -> list[dict[str, Any]]:
+        force: dict[str, str] | None = None, checkout: Path = REPO, summary_first: bool = False) -> list[dict[str, Any]]:
     """Generate, localize and score n_jobs jobs (kinds in turn); print one line per job as it goes."""
     results: list[dict[str, Any]] = []
     skipped: dict[str, int] = defaultdict(int)
@@ -739,7 +740,7 @@ def run(n_jobs: int, seed: int, keep: Path | None, timeout: float, kinds: list[s
             continue
         trace = root / spec.name
         write_trace(spec, trace, rows, step_time, slow)
-        results.append(judge(trace, timeout, checkout, time.monotonic() - t0))
+        results.append(judge(trace, timeout, checkout, time.monotonic() - t0, summary_first))
     if keep is None:
         import shutil
         shutil.rmtree(root, ignore_errors=True)
@@ -748,11 +749,11 @@ def run(n_jobs: int, seed: int, keep: Path | None, timeout: float, kinds: list[s
     return results
 
 
-def judge(trace: Path, timeout: float, checkout: Path, gen_s: float = 0.0) -> dict[str, Any]:
+def judge(trace: Path, timeout: float, checkout: Path, gen_s: float = 0.0, summary_first: bool = False) -> dict[str, Any]:
     """Localize one kept trace and score the verdict against its truth.json; print one line."""
     truth = json.loads((trace / "truth.json").read_text())
     t0 = time.monotonic()
-    verdict = localize(trace, timeout, checkout)
+    verdict = localize(trace, timeout, checkout, summary_first)
     f = truth["faults"][0] if truth["faults"] else None
     r = {"name": truth["job"], "kind": truth["kind"], "p2p": truth["p2p"], "logging": truth["logging"],
          "naming": truth["naming"], "step_sync": truth["step_sync"], "step_ids": truth.get("step_ids", True),
@@ -820,15 +821,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0, step_sync=mp, gph=4, order=tp-pp-dp, "
                          "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false")
+    ap.add_argument("--summary-first", action="store_true",
+                    help="localize as the sidecars do (`laggard localize --summary-first`): the other path's figures")
     args = ap.parse_args(argv)
     force = dict(kv.split("=", 1) for kv in args.set)
     print(f"laggard under test: {under_test(args.laggard.resolve())}", flush=True)
     if args.rescore:
         traces = sorted(p.parent for p in args.rescore.glob("*/truth.json"))
-        results = [judge(t, args.timeout, args.laggard.resolve()) for t in traces]
+        results = [judge(t, args.timeout, args.laggard.resolve(), summary_first=args.summary_first) for t in traces]
     else:
         results = run(args.jobs, args.seed, args.keep, args.timeout, args.kinds.split(",") if args.kinds else None,
-                      force, args.laggard.resolve())
+                      force, args.laggard.resolve(), args.summary_first)
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

@@ -339,7 +339,10 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     if warmup and n and irr[0]:
         lead = int(np.argmin(irr)) if not irr.all() else n
         after = irr[lead:lead + WARMUP_NORMAL_AFTER]
-        if lead <= max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n)) and len(after) == WARMUP_NORMAL_AFTER and not after.any():
+        # (one step of noise just over δ among them does not make the warm-up a fault's first steps)
+        blip = t["ratio"].to_numpy(np.float64)[lead:lead + WARMUP_NORMAL_AFTER][after]
+        calm = len(after) == WARMUP_NORMAL_AFTER and after.sum() <= 1 and not (blip >= SPIKE_RATIO).any()
+        if lead <= max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n)) and calm:
             irr[:lead] = False
             pattern[:lead] = "warm-up"
             warm = [int(x) for x in t["step"].to_numpy()[:lead]]

@@ -113,3 +113,12 @@ def test_two_steps_far_beyond_a_quiet_jobs_noise_are_irregular_one_is_a_blip() -
     assert table["irregular"].to_numpy().nonzero()[0].tolist() == [14, 15] and onset == 14
     table, _, onset = settle(judge_steps(pd.Series(blip, index=np.arange(33))))
     assert not table["irregular"].any() and onset is None
+
+
+def test_one_step_of_noise_after_the_warm_up_leaves_it_warm_up() -> None:
+    """A real overlapped gloo job (a GPU 2x from step 20): step 0 ran 1.37 s, step 2 1.10x its
+    baseline. The blip made the warm-up a slow episode of steps 0-2, and the onset read 2."""
+    d = np.array([1.37, 0.3375, 0.3686, 0.3134, 0.3307, 0.3249] + [0.335] * 14 + [0.51] * 20)
+    d[6:20] *= np.exp(np.random.default_rng(3).normal(0, 0.015, 14))
+    table, warm, onset = settle(judge_steps(pd.Series(d, index=np.arange(40))))
+    assert warm == [0] and onset == 20

@@ -120,5 +120,5 @@ def test_one_step_of_noise_after_the_warm_up_leaves_it_warm_up() -> None:
     baseline. The blip made the warm-up a slow episode of steps 0-2, and the onset read 2."""
     d = np.array([1.37, 0.3375, 0.3686, 0.3134, 0.3307, 0.3249] + [0.335] * 14 + [0.51] * 20)
     d[6:20] *= np.exp(np.random.default_rng(3).normal(0, 0.015, 14))
-    table, warm, onset = settle(judge_steps(pd.Series(d, index=np.arange(40))))
+    _, warm, onset = settle(judge_steps(pd.Series(d, index=np.arange(40))))
     assert warm == [0] and onset == 20

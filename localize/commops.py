@@ -24,7 +24,7 @@ from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_
 from localize.ops.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.ops.grouping import group_sum, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
-from localize.ops.lone import lone_copies, lone_time
+from localize.ops.lone import lone_copies, lone_time, unlogged_peers
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
 from localize.waits.persistent import Imbalance, compute_table, persistent_imbalance, worker_onset
@@ -191,15 +191,20 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # Where a rank's group peers were not logged (one rank per TP group), the time it spent in
     # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
     world = max(meta.world_size, int(ops.rank.max()) + 1)
-    unseen_wait = lone_excess(ops, meta, world, partial, all_steps, ref)[graph.root_rank.clip(0),
-                                                                         np.searchsorted(all_steps, ops.inst_step)]
+    lone = lone_copies(ops, meta.groups, partial or (), unlisted=not partial)
+    unseen_wait = lone_excess(ops, lone, world, all_steps, ref)[graph.root_rank.clip(0),
+                                                               np.searchsorted(all_steps, ops.inst_step)]
     explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)
     to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
 
     def per_rank(mask: np.ndarray) -> np.ndarray:
         return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
 
-    rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * per_rank(to_rank & in_ref), 0.0)
+    def blame_of(mask: np.ndarray) -> np.ndarray:
+        return np.maximum(per_rank(mask & in_irr) - norm * per_rank(mask & in_ref), 0.0)
+
+    rank_blame = blame_of(to_rank)
+    unseen_blame = blame_of(to_rank & ~graph.orphan & (unseen_wait > graph.excess_compute))
     # a last arriver that was not late on its own clock (since the copies last ended together it
     # spent no more time than its peers computing, waiting or in other transfers) did not hold
     # them up: its data reached them late, so the transfer between them was slow -- e.g. a
@@ -225,7 +230,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                          & (tab["step"].to_numpy() < irr.min())).any())
     layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
     units = explain_rank_blame(rank_blame, layout, kinds, top=top,
-                               logged=np.bincount(ops.rank, minlength=world)[:world] > 0, static=not ran_normally)
+                               logged=np.bincount(ops.rank, minlength=world)[:world] > 0, static=not ran_normally,
+                               unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world))
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
@@ -233,7 +239,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         return Verdict(meta.job, "healthy", [], 1.0, [],
                        {"source": "commops", "note": f"steps {[int(s) for s in irr]} ran long, but no operator delay "
                         "explains it (noise, or time outside communication)"}), None
-    primaries = [_rank_candidate(u, rank_total / total, graph, ops, meta) for u in units]
+    primaries = [c for u in units for c in with_ties(_rank_candidate(u, rank_total / total, graph, ops, meta, lone), u, meta)]
     alternates: list[Candidate] = []
     if net and comm_total > 0:
         # devices that explain the slow transfers equally well cannot be told apart: each is
@@ -262,7 +268,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
-        comp, logged, steps_of = compute_table(ops, world, lone_copies(ops, meta.groups, partial or (), unlisted=not partial))
+        comp, logged, steps_of = compute_table(ops, world, lone)
         own = worker_onset(comp, logged, steps_of, layout, kinds, candidate_ranks(candidates[0], meta))
         onset = own if own in set(irr.tolist()) else onset  # (a level its on-and-off steps merely average to is none)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
@@ -300,9 +306,21 @@ def _dedupe(cands: list[Candidate]) -> list[Candidate]:
     return out
 
 
-def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops | None, meta: JobMeta) -> Candidate:
+def with_ties(cand: Candidate, u: RankUnit, meta: JobMeta) -> list[Candidate]:
+    """`cand` and the devices its unit's records cannot tell from it, at its score, marked a tie."""
+    if not u.also:
+        return [cand]
+    others = [_bare_candidate(a, cand.score, meta) for a in u.also]
+    for c in [cand, *others]:
+        c.tie = 1 + len(u.also)
+        c.evidence = c.evidence or cand.evidence
+    return [cand, *others]
+
+
+def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops | None, meta: JobMeta,
+                    lone: np.ndarray | None = None) -> Candidate:
     score = u.share * rank_frac
-    ranks = np.asarray(u.ranks)
+    ranks = np.asarray(u.witnesses)
     if g is None or ops is None:
         return _bare_candidate(u, score, meta)
     hit = (g.suspect | g.orphan) & np.isin(g.root_rank, ranks)
@@ -311,13 +329,25 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
     top_groups = ", ".join(f"{n} ({c})" for n, c in groups.most_common(3))
     waited = float(g.delay[hit].sum())
     ev = []
+    if u.via is not None:
+        tied = ", ".join(f"{a.kind} {a.label}" for a in [u, *u.also])
+        ev.append(f"rank {u.via} was the last copy while its peers waited in {int(direct.sum())} prolonged operators "
+                  f"({top_groups}), yet computed no longer than before: it waited in collectives whose other members "
+                  "logged nothing (one rank per group logged)")
+        ev.append(f"one of {tied} was slow; the records cannot tell which; {waited:.3f} s of waiting caused")
+        cand = _bare_candidate(u, score, meta)
+        cand.evidence = ev
+        return cand
     if u.kind == "gpu":
         r = int(ranks[0])
         info = meta.ranks.get(r)
         n_direct = int(direct.sum())
         ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
         exc = g.excess_compute[direct]
-        if exc.size and (lone_copies(ops, meta.groups, unlisted=True) & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
+        if u.also:
+            ev.append(f"it is the only rank of {u.also[0].label} that logged: a slow GPU there and the whole host "
+                      "slowed show the same records")
+        if exc.size and lone is not None and (lone & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
             ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
                       "members were not logged (one rank per group logged), not in compute")
         elif exc.size:
@@ -344,8 +374,11 @@ def _bare_candidate(u: RankUnit, score: float, meta: JobMeta) -> Candidate:
         info = meta.ranks.get(u.ranks[0])
         return Candidate("gpu", score, [], rank=u.ranks[0], host=info.host if info else None,
                          gpu=info.gpu if info else None, source="commops")
-    if u.kind == "host":
-        return Candidate("host", score, [], host=u.label, source="commops")
+    if u.kind in ("host", "nic"):
+        return Candidate(u.kind, score, [], host=u.label, source="commops")
+    if u.kind == "link":
+        pair = u.detail.get("hosts")
+        return Candidate("link", score, [], hosts=[str(h) for h in pair] if isinstance(pair, list) else None, source="commops")
     return Candidate(u.kind, score, [], source="commops", stage=_stage(u) if u.kind == "config" else None)
 
 
@@ -395,13 +428,11 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
                              steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
 
 
-def lone_excess(ops: Ops, meta: JobMeta, world: int, skip: set[str] | None, steps: np.ndarray,
-                ref: np.ndarray) -> np.ndarray:
-    """Rank × step (`steps`: the ops' steps, sorted): the time a rank spent in operators no other copy
-    of shows (its group's other members were not logged), beyond its median over the normal
-    steps `ref`; 0 for other ranks. Only that time is its unlogged peers' delay: a transfer it
-    waited on elsewhere (a slow NIC) is not."""
-    lone = lone_copies(ops, meta.groups, skip or (), unlisted=not skip)
+def lone_excess(ops: Ops, lone: np.ndarray, world: int, steps: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Rank × step (`steps`: the ops' steps, sorted): the time a rank spent in its lone copies (rows
+    `lone`: operators no other copy of shows), beyond its median over the normal steps `ref`; 0
+    for other ranks. Only that time is its unlogged peers' delay: a transfer it waited on
+    elsewhere (a slow NIC) is not."""
     out = lone_time(ops, lone, world, steps)
     normal = np.isin(steps, ref)
     if normal.any():
@@ -437,8 +468,8 @@ def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, e
     for u in units:
         cand = _bare_candidate(u, u.share, meta)
         cand.evidence = _persistent_evidence(u, x, found.since)
-        cands.append(cand)
-    workers = [float(np.median(x[np.asarray(u.ranks)])) for u in units if u.kind in ("gpu", "host")]
+        cands += with_ties(cand, u, meta)
+    workers = [float(np.median(x[np.asarray(u.witnesses)])) for u in units if u.kind in ("gpu", "host")]
     slow = max(workers, default=1.0)
     if found.since is not None and steps is not None:
         later = [int(s) for s in steps if s >= found.since]
@@ -458,10 +489,15 @@ def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, e
 def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None) -> list[str]:
     since = "in every step since the first: the job has been slow from the start, so no iteration is irregular against its neighbours"
     if u.kind in ("gpu", "host"):
-        slower = float(np.median(x[np.asarray(u.ranks)]) - 1)
+        slower = float(np.median(x[np.asarray(u.witnesses)]) - 1)
         if began is not None:
             since = (f"in every step since step {began}, and not before: the step times are too noisy to show it, "
                      "its compute beside its peers' in the same steps does")
+        if u.via is not None:
+            tied = ", ".join(f"{a.kind} {a.label}" for a in [u, *u.also])
+            return [f"rank {u.via} spent {slower:.0%} longer per step than its stage peers, waiting in collectives whose "
+                    f"other members logged nothing (one rank per group logged): one of {tied} is slow, and its "
+                    "records cannot tell which", since]
         return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
     if u.kind == "config":
         return [f"{u.label} computes longer than the fastest stage on every worker of the stage: the split of layers, not a device",

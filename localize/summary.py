@@ -55,7 +55,8 @@ from localize.ops.groupkinds import group_kinds, named_kind, with_observed_group
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView
 from localize.verdict import Verdict
-from localize.waits.persistent import imbalance, worker_onset
+from localize.waits.persistent import imbalance, persistent_imbalance, worker_onset
+from localize.waits.ranking import RankUnit
 from timeline.steps import judge_steps, settle
 
 SUMMARY_SCHEMA = pa.schema(
@@ -374,10 +375,28 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     if not steps or not seen.any():
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})
     kinds = {g: k for g in meta.groups if (k := named_kind(g)) is not None}
+    sample = None
     if len(kinds) < len(meta.groups):
         sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
         kinds = group_kinds(prepare_ops(sample)) if len(sample) else kinds
     table, _ = step_table(summary)
     durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
-    return imbalance_verdict(meta, imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top),
-                             int(summary["step"].min()), extra, steps=np.asarray(steps), durations=durations)
+    found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
+    if found.units and found.units[0].kind == "gpu":
+        if sample is None:
+            sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
+        found.units[0] = unlogged_wait(found.units[0], sample, meta, kinds, top)
+    return imbalance_verdict(meta, found, int(summary["step"].min()), extra, steps=np.asarray(steps), durations=durations)
+
+
+def unlogged_wait(unit: RankUnit, rows: pd.DataFrame, meta: JobMeta, kinds: dict[str, str], top: int) -> RankUnit:
+    """`unit` (a GPU the summaries name), or the tie it stands for: a host's compute counts the
+    time its ranks waited in collectives whose other members logged nothing, which the summaries
+    cannot tell from their own; a step of every rank's records (`rows`) can."""
+    if not len(rows):
+        return unit
+    for u in persistent_imbalance(rows, meta, top, kinds).units:
+        if u.witnesses == unit.ranks:
+            u.share = unit.share
+            return u
+    return unit

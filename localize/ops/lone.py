@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from localize.ops.features import Ops
+from timeline.groups import membership
 
 
 def lone_copies(ops: Ops, groups: Mapping[str, Sequence[int]], skip: Collection[str] = (),
@@ -27,10 +28,8 @@ def lone_copies(ops: Ops, groups: Mapping[str, Sequence[int]], skip: Collection[
                         for g in names], dtype=np.int64)
     if not (members > 1).any():
         return np.zeros(len(ops.rank), dtype=bool)
-    code = ops.group_code.astype(np.int64)
-    world = int(ops.rank.max()) + 1
-    pairs = np.unique(code * world + ops.rank)
-    logged = np.bincount(pairs // world, minlength=len(names))
+    code = ops.group_code
+    logged = np.bincount(membership(code, ops.rank)[0], minlength=len(names))
     return (~ops.inst_p2p[ops.inst] & (ops.inst_size[ops.inst] == 1)
             & (members[code] > 1) & (logged[code] == 1))
 
@@ -41,3 +40,23 @@ def lone_time(ops: Ops, lone: np.ndarray, world: int, steps: np.ndarray) -> np.n
     col = np.searchsorted(steps, ops.step[lone])
     np.add.at(out, (ops.rank[lone].astype(np.int64), col), ops.elapsed[lone])
     return out
+
+
+def unlogged_peers(ops: Ops, groups: Mapping[str, Sequence[int]], lone: np.ndarray, world: int) -> dict[int, list[int]]:
+    """Per rank with lone copies: the other members of those groups, none of whom logged them. When
+    the rank waited in them, one of these was slow; its records cannot say which. A group meta.json
+    does not list is taken as the ranks numbered after it up to the next that logged (tensor
+    parallel ranks are numbered consecutively by Megatron, DeepSpeed and torch's device mesh)."""
+    code = ops.group_code[lone]
+    logged = np.zeros(world + 1, dtype=bool)
+    logged[ops.rank] = True
+    logged[world] = True
+    out: dict[int, set[int]] = {}
+    for c, r in zip(*membership(code, ops.rank[lone]), strict=True):  # one per lone group (a few per rank)
+        name, r = str(ops.groups[c]), int(r)
+        if name in groups:
+            out.setdefault(r, set()).update(int(m) for m in groups[name] if m != r)
+        else:
+            nxt = r + 1 + int(np.argmax(logged[r + 1:]))
+            out.setdefault(r, set()).update(range(r + 1, nxt))
+    return {r: sorted(m) for r, m in out.items() if m}

@@ -20,7 +20,7 @@ from collector.meta import JobMeta
 from localize.ops.features import Ops, prepare_ops
 from localize.ops.grouping import dense_codes, group_sum, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
-from localize.ops.lone import lone_copies, lone_time
+from localize.ops.lone import lone_copies, lone_time, unlogged_peers
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import SHIFT_MIN_STEPS, level_shift
 
@@ -136,8 +136,11 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
     if len(df) == 0:
         return Imbalance([], np.ones(world), 0.0)
     ops = prepare_ops(df)
-    comp, seen, steps = compute_table(ops, world, lone_copies(ops, meta.groups, unlisted=True))
-    return imbalance(comp, seen, steps, with_observed_groups(meta, ops), group_kinds(ops, hint), top)
+    lone = lone_copies(ops, meta.groups, unlisted=True)
+    comp, seen, steps = compute_table(ops, world, lone)
+    waited = lone_time(ops, lone, world, unique(ops.step))[:, -comp.shape[1]:] if lone.any() else None
+    return imbalance(comp, seen, steps, with_observed_groups(meta, ops), group_kinds(ops, hint), top,
+                     waited, unlogged_peers(ops, meta.groups, lone, world))
 
 
 def excess_onsets(ratio: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -176,19 +179,28 @@ def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: Jo
 
 
 def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
-              top: int = 5) -> Imbalance:
+              top: int = 5, waited: np.ndarray | None = None, peers: dict[int, list[int]] | None = None) -> Imbalance:
     """`persistent_imbalance` on a rank × step compute table (full records, or the summaries'
-    per-host and outlier-rank compute) whose columns are `steps`."""
+    per-host and outlier-rank compute) whose columns are `steps`. `waited` (same shape): the part
+    of it spent in lone copies, waiting on `peers` that logged nothing (`localize.ops.lone`)."""
     sr = stage_ratio(comp, seen, meta, kinds)
     ratio, ref, stage, replica = sr.ratio, sr.ref, sr.stage, sr.replica
     onset = excess_onsets(ratio, seen)
     cols = np.arange(ratio.shape[1])
+    since = cols >= onset[:, None]
     # a rank slow since some step is judged on the steps since then
-    x = np.where(seen, np.nanmedian(np.where(cols >= onset[:, None], ratio, np.nan), axis=1), 1.0)
+    x = np.where(seen, np.nanmedian(np.where(since, ratio, np.nan), axis=1), 1.0)
     typical = float(np.nanmedian(ref))
     own = np.nanmedian(ref[stage], axis=1)
     worker_blame = np.where(seen, np.maximum(x - 1 - MIN_EXCESS, 0.0) * own, 0.0)
-    workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen) if u.kind in ("gpu", "host")]
+    unseen = None
+    if waited is not None:
+        # the excess that is time in lone copies beyond the stage peers': the unlogged peers' delay
+        extra = (waited - stage_reference(waited, seen, stage)[stage]) / np.maximum(ref[stage], 1e-9)
+        xw = np.where(seen, np.nanmedian(np.where(since, extra, np.nan), axis=1), 0.0)
+        unseen = worker_blame * np.clip(xw / np.maximum(x - 1, 1e-9), 0.0, 1.0)
+    workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen, unseen=unseen, peers=peers)
+               if u.kind in ("gpu", "host")]
     found = [(u, u.share * float(worker_blame.sum())) for u in workers]
     found += _stage_units(ref, stage, seen) + _data_unit(ratio, seen, replica, typical)
     total = sum(b for _, b in found)
@@ -198,5 +210,5 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
         u.share = b / total
     units = sorted((u for u, _ in found), key=lambda u: -u.share)[:top]
     first = units[0]
-    began = int(onset[np.asarray(first.ranks)].min()) if first.kind in ("gpu", "host") else 0
+    began = int(onset[np.asarray(first.witnesses)].min()) if first.kind in ("gpu", "host") else 0
     return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None)

@@ -22,12 +22,19 @@ MIN_SHARE = 0.08  # a further candidate must explain at least this share of the 
 
 @dataclass
 class RankUnit:
-    kind: str  # gpu, host, config, data
+    kind: str  # gpu, host, config, data (nic, link: only in a tie of devices its records cannot tell apart)
     ranks: list[int]
     share: float  # share of all rank blame it explains
     coverage: float
     label: str
     detail: dict[str, object] = field(default_factory=dict)
+    also: list[RankUnit] = field(default_factory=list)  # devices its records cannot tell from it (a tie)
+    via: int | None = None  # the logged rank whose records show it, when it logged nothing itself
+
+    @property
+    def witnesses(self) -> list[int]:
+        """The logged ranks whose records show it."""
+        return self.ranks if self.via is None else [self.via]
 
 
 def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -59,13 +66,16 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
 
 
 def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5,
-                       logged: np.ndarray | None = None, static: bool = True) -> list[RankUnit]:
+                       logged: np.ndarray | None = None, static: bool = True,
+                       unseen: np.ndarray | None = None, peers: dict[int, list[int]] | None = None) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
     that logs one rank per TP group says nothing of the others). `static`: the blame may have a
     static cause (the window was slow from its first step); a split of layers does not change
-    mid-run, so a slowdown with an onset is never named config."""
+    mid-run, so a slowdown with an onset is never named config. `unseen`: per rank, the part of
+    its blame that is time it waited in collectives whose other members, `peers`, logged
+    nothing: one of those was slow, and which one its records cannot say."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
@@ -78,7 +88,6 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         return float((b[mine] >= 0.3 * top).mean()) if top > 0 and mine.size else 0.0
 
     host, stage, replica, hosts = layout_units(meta, world, kinds)
-    filling = [set(m) for m in meta.groups.values() if len(m) > 1]  # (groups that may be a whole host)
     b = blame.astype(np.float64).copy()
     out: list[RankUnit] = []
     while len(out) < top and b.sum() > MIN_SHARE * total:
@@ -87,10 +96,13 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         top_b = float(b[r])
         h = host[r]
         hr = np.flatnonzero(host == h) if h >= 0 else np.array([r])
-        if len(hr) > 1 and seen[hr].sum() == 1 and set(hr.tolist()) in filling:
-            # the host's one logged rank stands for all its GPUs (one TP group fills the host):
-            # what its records show is the host's, and which GPU cannot be told
-            options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, 1.0, hosts[h]))
+        if unseen is not None and peers and peers.get(r) and unseen[r] > 0.5 * blame[r]:
+            options.append(_unlogged_peer(r, peers[r], float(b[r]) / total, host, hosts, seen))
+        elif len(hr) > 1 and seen[hr].sum() == 1:
+            # the host's one logged rank: a slow GPU there and the whole host slowed alike show
+            # the same records (its unlogged peers wait unseen either way)
+            options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}",
+                                    also=[RankUnit("host", hr.tolist(), float(b[r]) / total, 1.0, hosts[h])]))
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
             if len(hr) > 1:
@@ -119,5 +131,23 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         if best.share < MIN_SHARE and out:
             break
         out.append(best)
-        b[best.ranks] = 0.0
+        b[best.ranks if best.via is None else [best.via]] = 0.0
     return out
+
+
+def _unlogged_peer(r: int, peers: list[int], share: float, host: np.ndarray, hosts: list[str],
+                   seen: np.ndarray) -> RankUnit:
+    """A tie of the unlogged members rank `r` waited on and of the hosts none of whose GPUs logged:
+    a host slowed whole there, or its NIC or link to `r`'s host where the group spans hosts, would
+    show the same (`r`'s own host or NIC would slow `r`'s records too)."""
+    gpus = [RankUnit("gpu", [p], share, 1.0, f"rank {p}", via=r) for p in peers]
+    quiet = sorted({int(host[p]) for p in peers if host[p] >= 0 and not seen[host == host[p]].any()})
+    also = gpus[1:]
+    for h in quiet:
+        mine = np.flatnonzero(host == h).tolist()
+        also.append(RankUnit("host", mine, share, 1.0, hosts[h], via=r))
+        if host[r] >= 0 and host[r] != h:
+            also.append(RankUnit("nic", mine, share, 1.0, hosts[h], via=r))
+            also.append(RankUnit("link", mine, share, 1.0, f"{hosts[int(host[r])]}<->{hosts[h]}", via=r,
+                                 detail={"hosts": [hosts[int(host[r])], hosts[h]]}))
+    return RankUnit("gpu", gpus[0].ranks, share, 1.0, gpus[0].label, via=r, also=also)

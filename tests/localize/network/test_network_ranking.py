@@ -185,19 +185,37 @@ def test_a_slow_uplink_is_its_switch_though_traffic_inside_the_switch_ran_normal
     assert (best.kind, best.key) == ("switch", ("tor-2",)), [(c.kind, c.key, round(c.score, 2)) for c in resolve_network(units, slow, meta)]
 
 
-def test_a_hosts_one_logged_rank_names_the_host_when_its_tp_group_fills_it() -> None:
-    """One rank logged per TP group: node-1's TP group is the whole host, so its logged rank 4
-    stands for every GPU there and the host is named; where the group spans hosts, the GPU is."""
+def test_a_hosts_one_logged_rank_ties_its_gpu_with_the_host() -> None:
+    """One rank logged per TP group: node-1's logged rank 4 computing long is that GPU or the
+    whole host (its unlogged peers would wait unseen either way): a tie of both, never a guess."""
     meta = meta16()
     logged = np.zeros(32, dtype=bool)
     logged[::4] = True  # TP rank 0 of every host's group
     b = np.zeros(32)
     b[4] = 5.0
-    units = explain_rank_blame(b, meta, KINDS, logged=logged)
-    assert (units[0].kind, units[0].label) == ("host", "node-1")
+    u = explain_rank_blame(b, meta, KINDS, logged=logged)[0]
+    assert [(x.kind, x.label) for x in [u, *u.also]] == [("gpu", "rank 4"), ("host", "node-1")]
+    logged[5] = True  # a second logged rank there, on time: the host is cleared
+    u = explain_rank_blame(b, meta, KINDS, logged=logged)[0]
+    assert (u.kind, u.ranks, u.also) == ("gpu", [4], [])
+
+
+def test_waiting_on_unlogged_members_ties_them_and_the_hosts_none_of_whose_gpus_logged() -> None:
+    """Rank 8's blame is time in TP collectives whose other members logged nothing: one of them
+    was slow. Its group spans node-2 (its own host, which would have slowed it too) and node-3
+    (no GPU logged there: the host, its NIC or the link between could be it)."""
+    meta = meta16()
     spanning = JobMeta("t", 32, meta.ranks, {**{k: v for k, v in meta.groups.items() if not k.startswith("tp")},
-                                             **{f"tp-{h}": list(range(8 * h, 8 * h + 8)) for h in range(4)}})
+                                             **{f"tp-{h}": list(range(8 * h, 8 * h + 8)) for h in range(4)}},
+                       {}, meta.topology)
     logged = np.zeros(32, dtype=bool)
     logged[::8] = True
-    units = explain_rank_blame(b * 0 + np.eye(32)[8] * 5.0, spanning, KINDS, logged=logged)
-    assert (units[0].kind, units[0].ranks) == ("gpu", [8])
+    b = np.eye(32)[8] * 5.0
+    peers = {8: list(range(9, 16))}
+    u = explain_rank_blame(b, spanning, KINDS, logged=logged, unseen=b * 0.9, peers=peers)[0]
+    tie = [(x.kind, x.label) for x in [u, *u.also]]
+    assert tie == [("gpu", f"rank {p}") for p in range(9, 16)] + [("host", "node-3"), ("nic", "node-3"),
+                                                                  ("link", "node-2<->node-3")]
+    assert all(x.via == 8 for x in [u, *u.also])
+    own = explain_rank_blame(b, spanning, KINDS, logged=logged, unseen=b * 0.2, peers=peers)[0]
+    assert (own.kind, own.ranks, [a.label for a in own.also]) == ("gpu", [8], ["node-2"])

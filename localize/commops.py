@@ -152,7 +152,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     keep their place in each rank's timeline but are never judged. `forest=False` judges
     operators with the robust rule, as the sidecars do (the fast path).
     """
-    irr = np.asarray(view.irregular_steps, dtype=np.int64)
+    irr = np.sort(np.asarray(view.irregular_steps, dtype=np.int64))
     if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
         first = int(df["step"].min())
         if len(unique(df["step"].to_numpy())) >= 4:
@@ -204,6 +204,12 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         return np.maximum(per_rank(mask & in_irr) - norm * per_rank(mask & in_ref), 0.0)
 
     rank_blame = blame_of(to_rank)
+    # per slow step: each step's blame beyond a normal step's
+    col = np.searchsorted(irr, ops.inst_step)
+    at = to_rank & in_irr
+    by_step = np.zeros((world, len(irr)))
+    np.add.at(by_step, (graph.root_rank[at], col[at]), graph.delay[at])
+    by_step = np.maximum(by_step - per_rank(to_rank & in_ref)[:, None] / max(len(ref), 1), 0.0)
     unseen_blame = blame_of(to_rank & ~graph.orphan & (unseen_wait > graph.excess_compute))
     # a last arriver that was not late on its own clock (since the copies last ended together it
     # spent no more time than its peers computing, waiting or in other transfers) did not hold
@@ -231,7 +237,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
     units = explain_rank_blame(rank_blame, layout, kinds, top=top,
                                logged=np.bincount(ops.rank, minlength=world)[:world] > 0, static=not ran_normally,
-                               unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world))
+                               unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)

@@ -67,7 +67,8 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
 
 def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5,
                        logged: np.ndarray | None = None, static: bool = True,
-                       unseen: np.ndarray | None = None, peers: dict[int, list[int]] | None = None) -> list[RankUnit]:
+                       unseen: np.ndarray | None = None, peers: dict[int, list[int]] | None = None,
+                       by_step: np.ndarray | None = None) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
@@ -75,7 +76,9 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     static cause (the window was slow from its first step); a split of layers does not change
     mid-run, so a slowdown with an onset is never named config. `unseen`: per rank, the part of
     its blame that is time it waited in collectives whose other members, `peers`, logged
-    nothing: one of those was slow, and which one its records cannot say."""
+    nothing: one of those was slow, and which one its records cannot say. `by_step`: the blame
+    per rank in each slow step, where replicas taking turns show even when each turn's blame
+    lands on the one stage its delay began at (`replica_turns`)."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
@@ -124,6 +127,10 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 rr = np.flatnonzero(np.isin(replica, np.flatnonzero(good)))
                 options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[good].mean()),
                                         f"{int(good.sum())} model replicas", {"replicas": int(good.sum())}))
+            elif by_step is not None and (turns := replica_turns(by_step, replica)) is not None and replica[r] in turns[0]:
+                rr = np.flatnonzero(np.isin(replica, turns[0]))
+                options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, turns[1],
+                                        f"{len(turns[0])} model replicas", {"replicas": len(turns[0])}))
         qualified = [o for o in options if o is options[0] or o.coverage >= COVERAGE]
         # Occam: the smallest unit that explains nearly as much as the largest
         top_share = max(o.share for o in qualified)
@@ -133,6 +140,26 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         out.append(best)
         b[best.ranks if best.via is None else [best.via]] = 0.0
     return out
+
+
+def replica_turns(by_step: np.ndarray, replica: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """The model replicas that take turns holding a slow step's blame (rank × step `by_step`), and
+    the share of steps one replica held; None unless most steps' blame lies in one replica, at
+    least two replicas had turns and none more than half of them (one that does is a device)."""
+    n_rep = int(replica.max()) + 1
+    if n_rep < 2 or by_step.shape[1] < 3:
+        return None
+    per = np.zeros((n_rep, by_step.shape[1]))
+    np.add.at(per, replica[: by_step.shape[0]], by_step)
+    total = per.sum(axis=0)
+    held = (total > 0) & (per.max(axis=0) >= 0.5 * total)
+    if held.sum() < COVERAGE * max(int((total > 0).sum()), 1):
+        return None
+    owners = per.argmax(axis=0)[held]
+    counts = np.bincount(owners, minlength=n_rep)
+    if (counts > 0).sum() < 2 or counts.max() > 0.5 * len(owners):
+        return None
+    return np.flatnonzero(counts), float(held.mean())
 
 
 def _unlogged_peer(r: int, peers: list[int], share: float, host: np.ndarray, hosts: list[str],

@@ -219,3 +219,19 @@ def test_waiting_on_unlogged_members_ties_them_and_the_hosts_none_of_whose_gpus_
     assert all(x.via == 8 for x in [u, *u.also])
     own = explain_rank_blame(b, spanning, KINDS, logged=logged, unseen=b * 0.2, peers=peers)[0]
     assert (own.kind, own.ranks, [a.label for a in own.also]) == ("gpu", [8], ["node-2"])
+
+
+def test_replicas_that_take_turns_holding_each_slow_steps_blame_are_the_data() -> None:
+    """Each slow step's blame lands on one stage of whichever replica got the longest sequences:
+    no replica looks whole in the sum, but turn by turn the blame moves between replicas."""
+    meta = meta16()
+    kinds = KINDS | {f"pp-{i}": "pp" for i in range(16)}
+    meta.groups |= {f"pp-{i}": [i, i + 16] for i in range(16)}  # replicas: tp x pp, hosts h and h+4
+    by_step = np.zeros((32, 6))
+    for s, r in enumerate([0, 4, 8, 12, 1 + 4, 16 + 8]):
+        by_step[r, s] = 1.0
+    u = explain_rank_blame(by_step.sum(axis=1), meta, kinds, static=False, by_step=by_step)[0]
+    assert u.kind == "data", (u.kind, u.label)
+    one = np.zeros((32, 6))
+    one[4, :] = 1.0  # the same GPU every step: a device
+    assert explain_rank_blame(one.sum(axis=1), meta, kinds, static=False, by_step=one)[0].kind == "gpu"

@@ -99,17 +99,18 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         top_b = float(b[r])
         h = host[r]
         hr = np.flatnonzero(host == h) if h >= 0 else np.array([r])
+        alone = len(hr) > 1 and seen[hr].sum() == 1
         if unseen is not None and peers and peers.get(r) and unseen[r] > 0.5 * blame[r]:
             options.append(_unlogged_peer(r, peers[r], float(b[r]) / total, host, hosts, seen))
-        elif len(hr) > 1 and seen[hr].sum() == 1:
+        elif alone:
             # the host's one logged rank: a slow GPU there and the whole host slowed alike show
             # the same records (its unlogged peers wait unseen either way)
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}",
                                     also=[RankUnit("host", hr.tolist(), float(b[r]) / total, 1.0, hosts[h])]))
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
-            if len(hr) > 1:
-                options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr, top_b), hosts[h]))
+        if len(hr) > 1 and not alone:
+            options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr, top_b), hosts[h]))
         if static and stage.max() > 0:
             sr = np.flatnonzero(stage == stage[r])
             if len(np.unique(host[sr])) > 1:

@@ -235,3 +235,19 @@ def test_replicas_that_take_turns_holding_each_slow_steps_blame_are_the_data() -
     one = np.zeros((32, 6))
     one[4, :] = 1.0  # the same GPU every step: a device
     assert explain_rank_blame(one.sum(axis=1), meta, kinds, static=False, by_step=one)[0].kind == "gpu"
+
+
+def test_a_host_whose_logged_ranks_all_wait_on_their_unlogged_peers_is_the_host() -> None:
+    """Two TP pairs on node-1, one rank of each logged: both logged ranks' blame is waiting on their
+    unlogged partner. One slow partner would hold up one pair; both at once is the host."""
+    meta = meta16()
+    logged = np.zeros(32, dtype=bool)
+    logged[::2] = True
+    b = np.zeros(32)
+    b[[4, 6]] = 5.0
+    peers = {4: [5], 6: [7]}
+    u = explain_rank_blame(b, meta, KINDS, logged=logged, unseen=b * 0.9, peers=peers)[0]
+    assert (u.kind, u.label) == ("host", "node-1")
+    b[6] = 0.0
+    u = explain_rank_blame(b, meta, KINDS, logged=logged, unseen=b * 0.9, peers=peers)[0]
+    assert (u.kind, u.ranks, u.via, u.also) == ("gpu", [5], 4, [])

@@ -82,17 +82,41 @@ def stage_ratio(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[s
 
 
 def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[tuple[RankUnit, float]]:
-    """Stages that compute clearly longer than the fastest stage, each with its blame (s/step)."""
+    """Stages that compute clearly longer than the fastest stage, each with its blame (s/step) and,
+    in its detail, the column its excess began at where that is not the first ("since")."""
     if ref.shape[0] < 2 or not np.isfinite(ref).any():
         return []
-    fastest = np.nanmin(ref, axis=0)
-    y = np.nanmedian(ref / np.maximum(fastest, 1e-9), axis=1)
+    over = ref / np.maximum(np.nanmin(ref, axis=0), 1e-9)
+    y = np.nanmedian(over, axis=1)
     out = []
     for s in np.flatnonzero(y > 1 + STAGE_EXCESS):
         ranks = np.flatnonzero(seen & (stage == s)).tolist()
-        blame = float((y[s] - 1) * np.nanmedian(fastest))
-        out.append((RankUnit("config", ranks, 0.0, 1.0, f"pipeline stage {int(s)}", {"stage": int(s)}), blame))
+        blame = float((y[s] - 1) * np.nanmedian(np.nanmin(ref, axis=0)))
+        k = level_shift(over[s], 1 + STAGE_EXCESS)
+        detail: dict[str, object] = {"stage": int(s)}
+        if k:
+            detail["since"] = k
+        out.append((RankUnit("config", ranks, 0.0, 1.0, f"pipeline stage {int(s)}", detail), blame))
     return out
+
+
+def _stage_devices(unit: RankUnit, comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+                   waited: np.ndarray | None, peers: dict[int, list[int]] | None) -> list[RankUnit]:
+    """A stage whose compute stepped up mid-run is no split of layers: the devices of the stage
+    whose own time grew from that column on (where the stage has no peers to compare with, as
+    with one model replica logged one rank per TP group), each against its own earlier steps."""
+    k, ranks = int(unit.detail["since"]), np.asarray(unit.ranks, dtype=np.int64)  # type: ignore[call-overload]
+    grow = np.zeros(comp.shape[0])
+    grow[ranks] = np.maximum(np.median(comp[ranks, k:], axis=1) - np.median(comp[ranks, :k], axis=1), 0.0)
+    unseen = None
+    if waited is not None:
+        more = np.median(waited[ranks, k:], axis=1) - np.median(waited[ranks, :k], axis=1)
+        unseen = np.zeros_like(grow)
+        unseen[ranks] = grow[ranks] * np.clip(more / np.maximum(grow[ranks], 1e-12), 0.0, 1.0)
+    units = explain_rank_blame(grow, meta, kinds, logged=seen, static=False, unseen=unseen, peers=peers)
+    for u in units:
+        u.detail["against"] = "its own steps before"
+    return [u for u in units if u.kind in ("gpu", "host")]
 
 
 def _data_unit(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray, typical: float) -> list[tuple[RankUnit, float]]:
@@ -202,7 +226,15 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen, unseen=unseen, peers=peers)
                if u.kind in ("gpu", "host")]
     found = [(u, u.share * float(worker_blame.sum())) for u in workers]
-    found += _stage_units(ref, stage, seen) + _data_unit(ratio, seen, replica, typical)
+    for unit, blame in _stage_units(ref, stage, seen):
+        if "since" not in unit.detail:
+            found.append((unit, blame))
+            continue
+        for u in _stage_devices(unit, comp, seen, meta, kinds, waited, peers):
+            found.append((u, u.share * blame))
+            onset[u.witnesses] = int(unit.detail["since"])  # type: ignore[call-overload]
+            x[u.witnesses] = 1 + blame / max(typical, 1e-9)
+    found += _data_unit(ratio, seen, replica, typical)
     total = sum(b for _, b in found)
     if total <= 0:
         return Imbalance([], x, typical)

@@ -48,3 +48,23 @@ def test_a_devices_onset_comes_from_its_compute_beside_its_peers() -> None:
     assert worker_onset(table(5, 1.6, 25), seen, STEPS, META, KINDS, [5]) == 25
     assert worker_onset(table(5, 1.6, 0), seen, STEPS, META, KINDS, [5]) is None  # slow all along: no onset in it
     assert worker_onset(table(5, 1.6, 25), seen, STEPS, META, KINDS, [4]) is None  # a healthy peer has none
+
+
+def test_a_stage_that_slows_mid_run_is_a_device_there_not_the_split_of_layers() -> None:
+    """One replica logged one rank per TP group (a real tp4 pp2 dp1 gloo job): each stage has one
+    logged worker, so no stage peer to compare with. Stage 0 stepping up at step 21 is no split of
+    layers; its worker's growth is time waiting on its unlogged TP peers: those are named, tied."""
+    seen = np.zeros(16, bool)
+    seen[[0, 8]] = True
+    comp = table(0, 1.0, 0)
+    waited = np.full_like(comp, 0.01)
+    waited[0, STEPS >= 21] += 0.12  # the slow unlogged peer shows as rank 0's lone TP time
+    comp[0] += waited[0]
+    found = imbalance(comp, seen, STEPS, META, KINDS, waited=waited, peers={0: [1]})
+    top = found.units[0]
+    assert (top.kind, top.ranks, top.via) == ("gpu", [1], 0), [(u.kind, u.label) for u in found.units]
+    assert found.since is not None and abs(found.since - 21) <= 1
+    stage = imbalance(comp, seen, STEPS, META, KINDS)  # without knowing the lone time: rank 0's own
+    assert stage.units[0].kind == "gpu" and stage.units[0].witnesses == [0]
+    comp[0, :] = comp[0, -1]  # slow from the first step: the split of layers
+    assert imbalance(comp, seen, STEPS, META, KINDS).units[0].kind == "config"

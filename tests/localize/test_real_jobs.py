@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,21 @@ def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: 
     assert sorted(counts.columns) == sorted(want)
     for col, n in want.items():
         assert (counts[col] == n).all(), (col, counts[col].value_counts().to_dict())
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_job_logged_one_rank_per_tp_group_names_the_unlogged_slow_gpu(ran: Any, path: str, tmp_path: Path) -> None:
+    """The same real run re-logged as Megatron does (TP rank 0 only): slow rank 5 logged nothing;
+    its TP partner 4 waited for it inside all-reduces no other copy shows. Rank 5 is the one
+    member 4 could have waited on, so it is named alone, with the onset."""
+    trace, _, steps = ran("gpu-from-20")
+    fault = SCENARIOS["gpu-from-20"]
+    assert fault is not None
+    if why := disturbed(steps, fault):
+        pytest.skip(why)
+    tp0 = tmp_path / "tp0"
+    shutil.copytree(trace, tp0, ignore=shutil.ignore_patterns("summary"))
+    for f in (tp0 / "commops").glob("rank-*.parquet"):
+        if int(f.name.split("-")[1]) % JOB.tp:
+            f.unlink()
+    check(verdicts(tp0)[path], fault, steps)

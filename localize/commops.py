@@ -192,8 +192,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
     world = max(meta.world_size, int(ops.rank.max()) + 1)
     lone = lone_copies(ops, meta.groups, partial or (), unlisted=not partial)
-    unseen_wait = lone_excess(ops, lone, world, all_steps, ref)[graph.root_rank.clip(0),
-                                                               np.searchsorted(all_steps, ops.inst_step)]
+    lone_more = lone_excess(ops, lone, world, all_steps, ref)
+    unseen_wait = lone_more[graph.root_rank.clip(0), np.searchsorted(all_steps, ops.inst_step)]
     explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)
     to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
 
@@ -210,7 +210,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     by_step = np.zeros((world, len(irr)))
     np.add.at(by_step, (graph.root_rank[at], col[at]), graph.delay[at])
     by_step = np.maximum(by_step - per_rank(to_rank & in_ref)[:, None] / max(len(ref), 1), 0.0)
-    unseen_blame = blame_of(to_rank & ~graph.orphan & (unseen_wait > graph.excess_compute))
+    unseen_blame = rank_blame * unseen_share(ops, lone_more, world, all_steps, ref, irr)
     # a last arriver that was not late on its own clock (since the copies last ended together it
     # spent no more time than its peers computing, waiting or in other transfers) did not hold
     # them up: its data reached them late, so the transfer between them was slow -- e.g. a
@@ -446,6 +446,21 @@ def lone_excess(ops: Ops, lone: np.ndarray, world: int, steps: np.ndarray, ref: 
     has = np.zeros(world, dtype=bool)
     has[ops.rank[lone]] = True
     return np.where(has[:, None], out, 0.0)
+
+
+def unseen_share(ops: Ops, lone_more: np.ndarray, world: int, steps: np.ndarray, ref: np.ndarray,
+                 slow: np.ndarray) -> np.ndarray:
+    """Per rank: of what its time per step grew by in the `slow` steps over its normal ones `ref`,
+    the share spent waiting in its lone copies (`lone_more`, `lone_excess`) rather than computing.
+    A slow unlogged peer grows the one; the rank itself, or its whole host, the other."""
+    n = len(steps)
+    cell = ops.rank.astype(np.int64) * n + np.searchsorted(steps, ops.step)
+    own = np.bincount(cell, weights=ops.gap, minlength=world * n)[: world * n].reshape(world, n)
+    normal, hit = np.isin(steps, ref), np.isin(steps, slow)
+    if normal.any():
+        own -= np.median(own[:, normal], axis=1, keepdims=True)
+    waited = np.maximum(lone_more[:, hit], 0.0).sum(axis=1)
+    return waited / np.maximum(np.maximum(own[:, hit], 0.0).sum(axis=1) + waited, 1e-12)
 
 
 def candidate_ranks(c: Candidate, meta: JobMeta) -> list[int]:

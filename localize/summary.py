@@ -382,7 +382,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     table, _ = step_table(summary)
     durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
     found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
-    if found.units and found.units[0].kind == "gpu":
+    if found.units and found.units[0].kind in ("gpu", "host"):
         if sample is None:
             sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
         found.units[0] = unlogged_wait(found.units[0], sample, meta, kinds, top)
@@ -390,13 +390,14 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
 
 
 def unlogged_wait(unit: RankUnit, rows: pd.DataFrame, meta: JobMeta, kinds: dict[str, str], top: int) -> RankUnit:
-    """`unit` (a GPU the summaries name), or the tie it stands for: a host's compute counts the
-    time its ranks waited in collectives whose other members logged nothing, which the summaries
-    cannot tell from their own; a step of every rank's records (`rows`) can."""
+    """`unit` (a GPU or host the summaries name), or what its records show it stands for: a host's
+    compute counts the time its ranks waited in collectives whose other members logged nothing,
+    and its unlogged GPUs its logged ones' compute, which the summaries cannot tell apart; a step
+    of every rank's records (`rows`) can."""
     if not len(rows):
         return unit
     for u in persistent_imbalance(rows, meta, top, kinds).units:
-        if u.witnesses == unit.ranks:
+        if u.kind in ("gpu", "host") and set(u.witnesses) <= set(unit.ranks):
             u.share = unit.share
             return u
     return unit

@@ -36,11 +36,12 @@ def test_a_slow_unlogged_gpu_is_named_in_a_tie_of_its_groups_unlogged_members(tm
     assert rank in tie and rank - rank % tp not in tie, [c.device() for c in v.candidates]
 
 
-@pytest.mark.parametrize("p2p", ["batched", "rendezvous"])
-def test_an_unlogged_gpu_slow_from_the_first_step_is_named_on_both_paths(tmp_path: Path, p2p: str) -> None:
+@pytest.mark.parametrize(("p2p", "per_host"), [("batched", 8), ("rendezvous", 8), ("batched", 4)])
+def test_an_unlogged_gpu_slow_from_the_first_step_is_named_on_both_paths(tmp_path: Path, p2p: str, per_host: int) -> None:
     """The real Megatron shape: tp4 pp4 dp4, TP rank 0 logged, sampled steps, no normal step; its
-    TP peer computes 2.3x longer in every step, which shows only as the logged rank's lone TP operators."""
-    cfg = SimConfig(gpus=64, tp=4, pp=4, steps=40, seed=4243, p2p=p2p, mp_sync=True, sample_steps=3,
+    TP peer computes 2.3x longer in every step, which shows only as the logged rank's lone TP operators.
+    With 4 GPUs a host the TP group is the host, whose summary compute is its one logged rank's."""
+    cfg = SimConfig(gpus=64, tp=4, pp=4, steps=40, seed=4243, p2p=p2p, mp_sync=True, sample_steps=3, gpus_per_host=per_host,
                     hosts_per_switch=16, logged_ranks="one-per-tp", faults=[FaultSpec.parse("gpu:rank=5,factor=2.3")],
                     job="j")
     simulate_trace(cfg, tmp_path, counterfactual=False)

@@ -55,7 +55,7 @@ from localize.ops.groupkinds import group_kinds, named_kind, with_observed_group
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView
 from localize.verdict import Verdict
-from localize.waits.persistent import imbalance, persistent_imbalance, worker_onset
+from localize.waits.persistent import grown_devices, imbalance, persistent_imbalance, worker_onset
 from localize.waits.ranking import RankUnit
 from timeline.steps import judge_steps, settle
 
@@ -382,10 +382,20 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     table, _ = step_table(summary)
     durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
     found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
-    if found.units and found.units[0].kind in ("gpu", "host"):
+    first = found.units[0] if found.units else None
+    if first is not None and first.kind in ("gpu", "host") and found.since is not None:
+        # slow since a step: what grew in the unit's own records, each rank against its earlier steps
+        # (on their hosts: a host's other logged ranks say whether the host is the cause)
+        near = sorted({r for r in meta.ranks if meta.host_of(r) in {meta.host_of(x) for x in first.ranks}} | set(first.ranks))
+        rows = fetch(near, (int(summary["step"].min()), int(summary["step"].max())))
+        grown = grown_devices(rows, meta, kinds, found.since, groups_within(meta.groups, near))
+        if grown and set(grown[0].witnesses) <= set(first.ranks):
+            grown[0].share = first.share
+            found.units[0] = grown[0]
+    elif first is not None and first.kind in ("gpu", "host"):
         if sample is None:
             sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
-        found.units[0] = unlogged_wait(found.units[0], sample, meta, kinds, top)
+        found.units[0] = unlogged_wait(first, sample, meta, kinds, top)
     return imbalance_verdict(meta, found, int(summary["step"].min()), extra, steps=np.asarray(steps), durations=durations)
 
 

@@ -11,6 +11,7 @@ moves between model replicas from step to step is the data (sequence-length imba
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,6 +151,25 @@ class Imbalance:
     ratio: np.ndarray
     typical: float
     since: int | None = None
+
+
+def grown_devices(df: pd.DataFrame, meta: JobMeta, kinds: dict[str, str], since: int,
+                  groups: Mapping[str, Sequence[int]]) -> list[RankUnit]:
+    """The devices among the ranks of `df` (a few ranks' records, all steps) whose own time grew
+    from step `since` on, each judged against its own earlier steps as `_stage_devices` judges a
+    stage; `groups`: those read whole in `df`, whose lone copies are its ranks' waiting."""
+    if len(df) == 0:
+        return []
+    world = max(meta.world_size, int(df["rank"].max()) + 1)
+    ops = prepare_ops(df)
+    lone = lone_copies(ops, groups)
+    comp, seen, steps = compute_table(ops, world, lone)
+    k = int(np.searchsorted(steps, since))
+    if not 0 < k < len(steps):
+        return []
+    waited = lone_time(ops, lone, world, unique(ops.step))[:, -comp.shape[1]:] if lone.any() else None
+    unit = RankUnit("config", np.flatnonzero(seen).tolist(), 0.0, 1.0, "", {"since": k})
+    return _stage_devices(unit, comp, seen, meta, kinds, waited, unlogged_peers(ops, groups, lone, world))
 
 
 def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,

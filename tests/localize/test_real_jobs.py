@@ -54,6 +54,8 @@ SCENARIOS: dict[str, Fault | None] = {
 MILD = {"gpu-mild-from-25": 1.1}  # the step slowdown a scenario's fault must show (default 1.2)
 PP4 = RealJob(tp=1, pp=4, dp=2, steps=40)
 PP4_FAULT = Fault("gpu", 0, 2.0, ranks=[0])
+TP4 = RealJob(tp=4, pp=2, dp=1, nproc=4, steps=40)  # one model replica: a stage has no peer
+TP4_FAULT = Fault("gpu", 20, 2.0, ranks=[2])
 WARMUP = 3  # steps 0..2: connection set-up and first allocations (0.4-0.8 s against 0.35 here)
 LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
 NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each namespace's hostname
@@ -163,6 +165,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 trace = run_nic(out)
             elif name == "pp4-gpu-from-0":
                 trace = run(out, PP4, f"real-{name}", PP4_FAULT)
+            elif name == "tp4-gpu-from-20":
+                trace = run(out, TP4, f"real-{name}", TP4_FAULT)
             else:
                 trace = run(out, JOB, f"real-{name}", SCENARIOS[name])
             cache[name] = (trace, verdicts(trace), own_steps(out))
@@ -241,3 +245,26 @@ def test_real_job_logged_one_rank_per_tp_group_names_the_unlogged_slow_gpu(ran: 
         if int(f.name.split("-")[1]) % JOB.tp:
             f.unlink()
     check(verdicts(tp0)[path], fault, steps)
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_single_replica_logged_one_rank_per_tp_group_names_the_unlogged_members(ran: Any, path: str,
+                                                                                     tmp_path: Path) -> None:
+    """tp4 pp2 dp1, re-logged TP rank 0 only: each stage has one logged worker and no peer, and
+    rank 2 slowed from step 20 shows as rank 0 waiting in its lone TP all-reduces (this read
+    "config, slow from the first step"). Its three unlogged TP members are the tie, since step 20."""
+    trace, _, steps = ran("tp4-gpu-from-20")  # (its world is JOB's: 8 ranks)
+    if why := disturbed(steps, TP4_FAULT):
+        pytest.skip(why)
+    tp0 = tmp_path / "tp0"
+    shutil.copytree(trace, tp0, ignore=shutil.ignore_patterns("summary"))
+    for f in (tp0 / "commops").glob("rank-*.parquet"):
+        if int(f.name.split("-")[1]) % TP4.tp:
+            f.unlink()
+    v = verdicts(tp0)[path]
+    said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
+    assert v["status"] == "irregular" and v["candidates"], said
+    best = v["candidates"][0]["score"]
+    assert {c.get("rank") for c in v["candidates"] if c["score"] >= best - 1e-9} == {1, 2, 3}, said
+    got = onset(v)
+    assert got is not None and abs(got - TP4_FAULT.start) <= 1, said

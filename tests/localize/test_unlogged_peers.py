@@ -72,3 +72,20 @@ def test_a_meta_without_groups_lays_out_stages_and_replicas_from_the_records(tmp
         assert v.status == "healthy", [c.device() for c in v.candidates]
     else:
         assert v.candidates and 37 in {c.rank for c in top_tie(v)}, [c.device() for c in v.candidates]
+
+
+def test_one_replica_logged_one_rank_per_tp_group_names_the_unlogged_members_since_the_fault(tmp_path: Path) -> None:
+    """tp4 pp2 dp1 (the shape of a real gloo run that read "config"): each stage has one logged
+    worker and no peer; stage 0 slowing from step 10 is no split of layers. Both paths name rank
+    0's unlogged TP members, as a tie, with the onset."""
+    cfg = SimConfig(gpus=8, tp=4, pp=2, steps=30, seed=4245, p2p="batched", gpus_per_host=4, logged_ranks="one-per-tp",
+                    faults=[FaultSpec.parse("gpu:rank=2,factor=2.0,steps=10:29")], job="j")
+    simulate_trace(cfg, tmp_path, counterfactual=False)
+    trace = Trace.open(tmp_path)
+    full = localize_trace(trace, ("commops",), top=20)
+    write_summaries(trace)
+    summary, _ = localize_from_summary(trace, top=20)
+    for v in (full, summary):
+        assert v.status == "irregular" and v.candidates, v.status
+        assert {c.rank for c in top_tie(v)} == {1, 2, 3}, [c.device() for c in v.candidates]
+        assert v.onset_step is not None and abs(int(v.onset_step) - 10) <= 1, v.onset_step

@@ -7,8 +7,10 @@ which is what the sidecar writes; it is read as one table.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,18 +241,47 @@ def read_pieces(fs: pafs.FileSystem, pieces: Sequence[Piece], schema: pa.Schema,
 
 
 def frame(table: pa.Table) -> pd.DataFrame:
-    """A table as a DataFrame, each column's Arrow buffers released as it is converted (the
-    table is unusable after): the read's peak is the frame, not the frame plus the table."""
-    df = table.to_pandas(split_blocks=True, self_destruct=True)
-    release_arrow_memory()
-    return df
+    """A table as a DataFrame, converted a column at a time, each column's Arrow buffers handed
+    back to the system once it is converted (the caller keeps no reference to the table): the
+    read's peak is the frame plus one column, not the frame plus the table."""
+    cols = {}
+    names = table.column_names
+    for name in names:
+        part = table.select([0])
+        table = table.remove_column(0)  # (the only reference left to this column: `part`)
+        cols[name] = part.to_pandas(split_blocks=True, self_destruct=True)[name]
+        del part
+        release_arrow_memory()
+    return pd.DataFrame(cols, copy=False) if cols else table.to_pandas()
 
 
 def release_arrow_memory() -> None:
     """Hand the Arrow pool's freed buffers back to the system: its allocator keeps them for
     reuse, so a process that read a large table stays that large while pandas and numpy,
-    which allocate elsewhere, grow on top of it."""
+    which allocate elsewhere, grow on top of it. The C heap's free pages too (numpy's arrays
+    live there): Arrow's allocator cannot reuse them, so a read after an analysis would stand
+    on what the analysis freed."""
     pa.default_memory_pool().release_unused()
+    _trim_c_heap()
+
+
+def _trim_c_heap() -> None:
+    """glibc's malloc_trim(0): free pages anywhere in the heap go back to the system (a no-op
+    where the C library has no such call)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
 
 
 class ChunkedParquetWriter:

@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 from collector.contract import commops_problems, hang_snapshot
 from collector.errors import TraceError
 from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, frame
+from collector.traceio import Trace, frame, release_arrow_memory
 
 STRING_COLUMNS = ("group", "op")
 
@@ -28,6 +28,7 @@ STRING_COLUMNS = ("group", "op")
 def read_commops(trace: Trace, columns: Sequence[str], expr: ds.Expression | None = None) -> pd.DataFrame:
     """The named CommOps columns, optionally only the rows matching a filter expression."""
     path = trace.evidence.get("commops")
+    release_arrow_memory()  # (what an earlier stage freed, handed back before the read allocates)
     if path is not None and (path.is_dir() or path.suffix == ".parquet"):
         table = _scan_parquet(path, columns, expr)
         problems = commops_problems(table, trace.meta, str(path),  # the readers' one contract check

@@ -99,8 +99,12 @@ class Ops:
         steps that were not logged); computed on each use, a fresh array (each analysis reads it
         once: not holding it keeps 8 bytes a row off the detection's and transfers' peaks)."""
         gap = idle_gaps(self.rank, self._times("start_ns"), self._times("end_ns"))
-        later_step = np.subtract(self.step[1:], self.step[:-1], dtype=np.int64) > 1
-        gap[1:][later_step & (self.rank[1:] == self.rank[:-1])] = 0.0  # steps between were not logged
+        n = len(gap)
+        for lo in range(0, n - 1, _CHUNK):  # (by chunks: the step differences are int64, 8 bytes a row)
+            hi = min(lo + _CHUNK, n - 1)
+            later_step = np.subtract(self.step[lo + 1:hi + 1], self.step[lo:hi], dtype=np.int64) > 1
+            later_step &= self.rank[lo + 1:hi + 1] == self.rank[lo:hi]
+            gap[lo + 1:hi + 1][later_step] = 0.0  # steps between were not logged
         return gap
 
     def _times(self, name: str) -> np.ndarray:
@@ -261,16 +265,39 @@ def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndar
     that order; None when already sorted."""
     if len(rank) < 2:
         return None
-    d = np.diff(rank)
-    if not (d < 0).any() and ((np.diff(start) >= 0) | (d > 0)).all():
+    if _ordered(rank, start):
         return None
-    order, r = sort_keys(rank)  # rows usually arrive in time order: sorting by rank suffices
+    order, r = _rank_order(rank)  # rows usually arrive in time order: sorting by rank suffices
     t = start[order]
-    if not ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
+    if not _ordered(r, t):
         rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
         order = np.argsort((rank.astype(np.int64) << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
         r, t = rank[order], start[order]
     return order, r, t
+
+
+def _ordered(rank: np.ndarray, start: np.ndarray) -> bool:
+    """Whether rows are sorted by (rank, start), checked a chunk at a time (no row-sized
+    differences)."""
+    n = len(rank)
+    for lo in range(0, n - 1, _CHUNK):
+        hi = min(lo + _CHUNK, n - 1)
+        r0, r1 = rank[lo:hi], rank[lo + 1:hi + 1]
+        if ((r1 < r0) | ((r1 == r0) & (start[lo + 1:hi + 1] < start[lo:hi]))).any():
+            return False
+    return True
+
+
+def _rank_order(rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`sort_keys(rank)` (a stable argsort and the ranks in that order, ranks in their own type),
+    by a 16-bit radix sort without int64 copies of the ranks when they span under 65,536."""
+    lo, hi = int(rank.min()), int(rank.max())
+    if hi - lo >= 1 << 16:
+        order, r = sort_keys(rank)
+        return order, r.astype(rank.dtype, copy=False)
+    order = np.argsort(np.subtract(rank, lo, dtype=np.int64 if rank.dtype.itemsize > 4 else np.int32)
+                       .astype(np.uint16), kind="stable").astype(np.int64, copy=False)
+    return order, rank[order]
 
 
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -204,12 +204,17 @@ def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | N
     step_col = df["step"].to_numpy()
     if steps is None:
         steps = np.unique(step_col[step_col >= 0])
-    normal = np.intersect1d(steps, trusted) if trusted is not None else np.empty(0, dtype=np.int64)
-    picks = spread(normal if len(normal) >= 2 else steps, samples)
+    picks = offset_samples(steps, samples, trusted)
     est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
     keep = consistent_samples(picks.astype(np.float64), est)
     table = np.column_stack([np.interp(steps, picks[keep[:, h]], est[keep[:, h], h]) for h in range(est.shape[1])])
     return pd.DataFrame(table, index=pd.Index(steps, name="step"))
+
+
+def offset_samples(steps: np.ndarray, samples: int = 5, trusted: np.ndarray | None = None) -> np.ndarray:
+    """The steps `clock_offsets_by_step` estimates offsets on (the only rows of `df` it reads)."""
+    normal = np.intersect1d(steps, trusted) if trusted is not None else np.empty(0, dtype=np.int64)
+    return spread(normal if len(normal) >= 2 else steps, samples)
 
 
 def consistent_samples(x: np.ndarray, est: np.ndarray, floor_ns: float = 1e6) -> np.ndarray:

@@ -42,6 +42,11 @@ _OPS_ARRAY = pa.array(list(OPS))
 #: rows per chunk of scatters whose indices numpy would widen all at once
 _CHUNK = 1 << 20
 
+#: CommOps columns `prepare_ops` holds as codes only (`Ops.rows_frame` rebuilds them)
+CODED = ("group", "op", "peer")
+#: the contract's column order
+COLUMN_ORDER = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
+
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
     "log_elapsed_norm",
@@ -132,8 +137,31 @@ class Ops:
     @cached_property
     def df(self) -> pd.DataFrame:
         """The original columns in sorted order, index 0..n-1 (built on first use: detection
-        itself reads only the arrays above)."""
+        itself reads only the arrays above), but those held as codes above (CODED: group, op,
+        peer), which `rows_frame` rebuilds for the rows that need them."""
         return self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
+
+    def rows_frame(self, rows: np.ndarray) -> pd.DataFrame:
+        """Some rows (a mask or indices, in the analysis' order) with every original column:
+        group and op rebuilt from their codes as categoricals, a p2p row's peer from its
+        instance's ends (collectives read -1, as the contract writes them)."""
+        idx = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
+        out = self.df.take(idx).reset_index(drop=True)
+        code = self.opcode[idx].astype(np.int64)
+        out["group"] = pd.Categorical.from_codes(self.inst_group[self.inst[idx]].astype(np.int64),
+                                                 categories=pd.Index(self.groups, dtype=object))
+        out["op"] = pd.Categorical.from_codes(np.where(code < len(OPS), code, -1), categories=pd.Index(list(OPS), dtype=object))
+        inst = self.inst[idx]
+        send = code == OPS.index("send")
+        peer = np.where(send, self.inst_dst[inst], np.where(self.inst_p2p[inst], self.inst_src[inst], -1))
+        out["peer"] = _narrow(peer.astype(np.int64))
+        return out[[c for c in self.columns if c in out.columns]]
+
+    @property
+    def columns(self) -> list[str]:
+        """The frame's columns as given to `prepare_ops`, the coded ones included."""
+        return [c for c in COLUMN_ORDER if c in (*self.source.columns, *CODED)] + [
+            c for c in self.source.columns if c not in COLUMN_ORDER]
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -488,6 +516,8 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
     del cand, start, end
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
+    # (the coded columns leave the frame: their codes above are what the analysis reads)
+    df = df.drop(columns=[c for c in CODED if c in df.columns])
     return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
                opcode, step, rank, first, column("nbytes"))

@@ -241,18 +241,22 @@ def read_pieces(fs: pafs.FileSystem, pieces: Sequence[Piece], schema: pa.Schema,
 
 
 def frame(table: pa.Table) -> pd.DataFrame:
-    """A table as a DataFrame, converted a column at a time, each column's Arrow buffers handed
-    back to the system once it is converted (the caller keeps no reference to the table): the
-    read's peak is the frame plus one column, not the frame plus the table."""
-    cols = {}
-    names = table.column_names
-    for name in names:
-        part = table.select([0])
-        table = table.remove_column(0)  # (the only reference left to this column: `part`)
-        cols[name] = part.to_pandas(split_blocks=True, self_destruct=True)[name]
-        del part
+    """A table as a DataFrame, each column's Arrow buffers released as it is converted (the
+    table is unusable after): the read's peak is the frame, not the frame plus the table."""
+    df = table.to_pandas(split_blocks=True, self_destruct=True)
+    release_arrow_memory()
+    return df
+
+
+def frame_of_columns(cols: dict[str, pa.ChunkedArray]) -> pd.DataFrame:
+    """Columns as a DataFrame, emptying `cols` as it goes: each column is converted, dropped (the
+    dict held its only reference) and its Arrow buffers handed back before the next, so the
+    peak is the frame plus one column, whatever Arrow's allocator keeps for reuse."""
+    out = {}
+    for name in list(cols):
+        out[name] = cols.pop(name).to_pandas()
         release_arrow_memory()
-    return pd.DataFrame(cols, copy=False) if cols else table.to_pandas()
+    return pd.DataFrame(out, copy=False)
 
 
 def release_arrow_memory() -> None:

@@ -291,41 +291,42 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
 def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The order that sorts rows by (rank, own start time), stably, with rank and start in
     that order; None when already sorted."""
-    if len(rank) < 2:
+    order = _sort_order(rank, start)
+    return None if order is None else (order, rank[order], start[order])
+
+
+def _sort_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray | None:
+    """`_row_order`'s order alone (no gathered copies of the rows' ranks and starts)."""
+    if len(rank) < 2 or _ordered(rank, start):
         return None
-    if _ordered(rank, start):
-        return None
-    order, r = _rank_order(rank)  # rows usually arrive in time order: sorting by rank suffices
-    t = start[order]
-    if not _ordered(r, t):
+    order = _rank_order(rank)  # rows usually arrive in time order: sorting by rank suffices
+    if not _ordered(rank, start, order):
         rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
         order = np.argsort((rank.astype(np.int64) << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
-        r, t = rank[order], start[order]
-    return order, r, t
+    return order
 
 
-def _ordered(rank: np.ndarray, start: np.ndarray) -> bool:
-    """Whether rows are sorted by (rank, start), checked a chunk at a time (no row-sized
-    differences)."""
+def _ordered(rank: np.ndarray, start: np.ndarray, order: np.ndarray | None = None) -> bool:
+    """Whether rows (taken in `order`, if given) are sorted by (rank, start), checked a chunk at
+    a time (no row-sized differences or gathers)."""
     n = len(rank)
     for lo in range(0, n - 1, _CHUNK):
         hi = min(lo + _CHUNK, n - 1)
-        r0, r1 = rank[lo:hi], rank[lo + 1:hi + 1]
-        if ((r1 < r0) | ((r1 == r0) & (start[lo + 1:hi + 1] < start[lo:hi]))).any():
+        at = slice(lo, hi + 1) if order is None else order[lo:hi + 1]
+        r, t = rank[at], start[at]
+        if ((r[1:] < r[:-1]) | ((r[1:] == r[:-1]) & (t[1:] < t[:-1]))).any():
             return False
     return True
 
 
-def _rank_order(rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`sort_keys(rank)` (a stable argsort and the ranks in that order, ranks in their own type),
-    by a 16-bit radix sort without int64 copies of the ranks when they span under 65,536."""
+def _rank_order(rank: np.ndarray) -> np.ndarray:
+    """`sort_keys(rank)`'s order (a stable argsort), by a 16-bit radix sort without int64 copies
+    of the ranks when they span under 65,536."""
     lo, hi = int(rank.min()), int(rank.max())
     if hi - lo >= 1 << 16:
-        order, r = sort_keys(rank)
-        return order, r.astype(rank.dtype, copy=False)
-    order = np.argsort(np.subtract(rank, lo, dtype=np.int64 if rank.dtype.itemsize > 4 else np.int32)
-                       .astype(np.uint16), kind="stable").astype(np.int64, copy=False)
-    return order, rank[order]
+        return sort_keys(rank)[0]
+    return np.argsort(np.subtract(rank, lo, dtype=np.int64 if rank.dtype.itemsize > 4 else np.int32)
+                      .astype(np.uint16), kind="stable").astype(np.int64, copy=False)
 
 
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -334,9 +335,7 @@ def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
     become categoricals (with sorted categories, however they were read), int64 columns whose
     values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
     never holds two whole frames)."""
-    sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
-    order = None if sort is None else sort[0]
-    del sort
+    order = _sort_order(_int_column(df, "rank"), df["start_ns"].to_numpy(np.int64))
     cols = {}
     for c in list(df.columns):
         col = _compact(df.pop(c))

@@ -3,11 +3,13 @@
     python -m bench.cluster                      # 2048 GPUs x 20 steps, workers capped at 1 GiB
     python -m bench.cluster --gpus 4096 --worker-memory 1.5GiB --skip-full
     python -m bench.cluster --quick              # 256 GPUs: a smoke run
-    python -m bench.cluster --memory 512,1024,2048   # only the full one-process path: peak RSS, bytes/row
+    python -m bench.cluster --memory 2048,4096   # only `laggard localize --commops`: peak RSS, bytes/row
+    python -m bench.cluster --memory 16384       # issue 17's scale (runs with 14 GiB available only)
 
 Simulates a job with one slow GPU, lays its CommOps out one Parquet shard per host (as the
 node sidecars keep them), then measures, each in a fresh process:
-- the full single-process localizer (`laggard localize --commops`): peak RSS, bytes per row;
+- the full single-process localizer (`laggard localize --commops`, the CLI itself with --memory):
+  peak RSS, bytes per row;
 - the summary-first localizer in one process (`laggard localize --summary-first`): peak RSS,
   bytes per row (target <= 150);
 - the same on a LocalCluster of 1 and of 2 worker processes, each with a memory limit below
@@ -29,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -90,6 +93,30 @@ def _child(code: str, timeout: float) -> dict[str, Any]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def cli_path(trace: Path, timeout: float) -> dict[str, Any]:
+    """`laggard localize TRACE --commops` as a user runs it (its allocator settings included), in a
+    fresh process: peak RSS (the child's, from wait4), wall time and the top candidate's rank."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "laggard.cli", "localize", str(trace), "--commops", "--format", "json"]
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode()
+    if rc not in (0, 1):
+        return {"error": f"exit {rc}" + (f" (killed after {timeout:.0f} s)" if rc < 0 else "")}
+    cands = json.loads(text).get("candidates") or [{}]
+    return {"top": cands[0].get("rank"), "wall_s": round(time.perf_counter() - t0, 2),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024)}
+
+
 def full_path(trace: Path, timeout: float) -> dict[str, Any]:
     return _child(
         "from collector.traceio import Trace\nfrom localize.combine import localize_trace\n"
@@ -135,24 +162,56 @@ def simulate(tmp: Path, gpus: int, steps: int) -> tuple[Path, dict[str, Any], in
     return sim, simulate_trace(cfg, sim, counterfactual=False), bad
 
 
+def simulate_apart(tmp: Path, gpus: int, steps: int, timeout: float) -> tuple[Path, int, int]:
+    """`simulate` in a child process, so that this one does not hold the simulator's memory
+    while the measured process runs beside it: (trace, rows, the slow GPU's rank)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    code = f"from pathlib import Path\nfrom bench.cluster import simulate\nsimulate(Path({str(tmp)!r}), {gpus}, {steps})\n"
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=REPO, timeout=timeout,
+                   stdout=subprocess.DEVNULL)
+    sim = tmp / "sim"
+    return sim, int(json.loads((sim / "truth.json").read_text())["rows"]), gpus // 3 + 1
+
+
+def available_gib() -> float:
+    """MemAvailable of /proc/meminfo in GiB (inf where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return float("inf")
+
+
+#: scales above this many GPUs run only with LARGE_FREE_GIB available (the machine is shared)
+SHARED_MAX_GPUS = 8192
+LARGE_FREE_GIB = 14.0
+
+
 def memory(scales: list[int], steps: int, timeout: float) -> int:
-    """Peak RSS of the full one-process localizer per operator row analysed, at each scale (issue
+    """Peak RSS of `laggard localize --commops` per operator row analysed, at each scale (issue
     17's target: <= 150 bytes per row, i.e. 16,384 GPUs x 20 steps within 10 GB)."""
+    print(f"load average before: {os.getloadavg()[0]:.1f} (2 cores shared: wall times vary, peaks do not)")
     print(f"{'gpus':>6} {'rows':>11} {'peak MiB':>9} {'B/row':>6} {'wall s':>7}  top-1 right")
     ok = True
     for gpus in scales:
+        if gpus > SHARED_MAX_GPUS and available_gib() < LARGE_FREE_GIB:
+            print(f"{gpus:>6} skipped: {available_gib():.1f} GiB available, {LARGE_FREE_GIB:.0f} needed")
+            continue
         with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-            sim, truth, bad = simulate(Path(tmp), gpus, steps)
-            run = full_path(sim, timeout)
+            sim, rows, bad = simulate_apart(Path(tmp), gpus, steps, timeout)
+            run = cli_path(sim, timeout)
         if "peak_rss_mib" not in run:
-            print(f"{gpus:>6} {truth['rows']:>11,} failed: {run.get('error')}")
+            print(f"{gpus:>6} {rows:>11,} failed: {run.get('error')}")
             ok = False
             continue
-        per_row = run["peak_rss_mib"] * 2**20 / truth["rows"]
-        print(f"{gpus:>6} {truth['rows']:>11,} {run['peak_rss_mib']:>9,} {per_row:>6.0f} {run['wall_s']:>7.1f}  "
-              f"{run['top'] == bad}")
+        per_row = run["peak_rss_mib"] * 2**20 / rows
+        print(f"{gpus:>6} {rows:>11,} {run['peak_rss_mib']:>9,} {per_row:>6.0f} {run['wall_s']:>7.1f}  "
+              f"{run['top'] == bad}", flush=True)
         ok &= run["top"] == bad
-    print("(peak RSS of a fresh process, the interpreter and libraries included: ~170 MiB before any row)")
+    print("(peak RSS of a fresh `laggard localize --commops`, the interpreter and libraries included: "
+          f"~170 MiB before any row); load average after: {os.getloadavg()[0]:.1f}")
     return 0 if ok else 1
 
 
@@ -170,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.gpus, args.steps = 256, 12
     scales = [int(x) for x in args.memory.split(",")] if args.memory else [args.gpus]
-    if max(scales) > 8192:
-        ap.error("at most 8192 GPUs on a shared machine")
     if args.memory:
         return memory(scales, args.steps, args.timeout)
+    if max(scales) > SHARED_MAX_GPUS:
+        ap.error(f"at most {SHARED_MAX_GPUS} GPUs on a shared machine (--memory runs larger ones when memory allows)")
 
     res: dict[str, Any] = {"gpus": args.gpus, "steps": args.steps, "worker_memory": args.worker_memory,
                            "load_avg_before": os.getloadavg()}

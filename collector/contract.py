@@ -7,7 +7,7 @@ problem is one line: where, what is wrong, what to do. Checks are vectorized ove
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,14 +149,74 @@ def commops_problems(t: pa.Table, meta: JobMeta, where: str, full: bool = False,
     nbytes = _np(t, "nbytes")
     if nbytes is not None and (nbytes < 0).any():
         out.append(Problem(where, "negative nbytes", "payload sizes are >= 0"))
-    keys = ["rank", "group", "op", "seq", "peer"]
-    if full and all(k in t.column_names for k in keys):
-        counts = t.select(keys).group_by(keys).aggregate([([], "count_all")])
-        dup = t.num_rows - counts.num_rows
+    if full and all(k in t.column_names for k in DUP_KEYS):
+        dup = duplicate_rows(t)
         if dup:
             out.append(Problem(where, f"{dup} duplicate row(s) (same rank, group, op, seq, peer)",
                                "deduplicate; each rank logs an operator once"))
     return out
+
+
+#: the columns that name one operator copy: two rows equal in all of them are a duplicate
+DUP_KEYS = ("rank", "group", "op", "seq", "peer")
+
+
+def duplicate_rows(t: pa.Table) -> int:
+    """Rows that repeat another row's DUP_KEYS. The keys are packed into one int64 per row
+    (each column offset by its minimum, strings by their dictionary code) and sorted in place:
+    8 bytes a row and one column's codes at a time, where a hash aggregation over the five
+    columns held several times the table. Keys too wide to pack go to that aggregation."""
+    n = t.num_rows
+    spans = [_key_span(t.column(k)) for k in DUP_KEYS]
+    bits = [max(int(hi - lo).bit_length(), 1) for lo, hi in spans]
+    if sum(bits) > 63:
+        cols = [t.column(k) for k in DUP_KEYS]
+        plain = pa.table([c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in cols],
+                         names=list(DUP_KEYS))
+        return n - plain.group_by(list(DUP_KEYS)).aggregate([([], "count_all")]).num_rows
+    key = np.zeros(n, dtype=np.int64)
+    for k, (lo, _), b in zip(DUP_KEYS, spans, bits, strict=True):
+        key <<= b
+        at = 0
+        for chunk in _key_chunks(t.column(k)):
+            part = key[at:at + len(chunk)]
+            part |= chunk.astype(np.int64) - lo
+            at += len(chunk)
+    key.sort()
+    return int(np.count_nonzero(key[1:] == key[:-1]))
+
+
+def _key_span(col: pa.ChunkedArray) -> tuple[int, int]:
+    """(min, max) of a key column's values, or of its codes for strings."""
+    if _is_text(col.type):
+        return 0, max(len(_unique_values(col)) - 1, 0)
+    mm = pc.min_max(col)
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    return (0, 0) if lo is None else (int(lo), int(hi))
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_dictionary(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _unique_values(col: pa.ChunkedArray) -> pa.Array:
+    """The distinct strings of a string or dictionary column (a dictionary may list a value twice)."""
+    u = pc.unique(col)
+    return pc.unique(u.cast(u.type.value_type)) if pa.types.is_dictionary(u.type) else u
+
+
+def _key_chunks(col: pa.ChunkedArray) -> Iterator[np.ndarray]:
+    """A key column chunk by chunk as integers: strings as their index among the column's
+    distinct values (equal strings, equal codes, whichever chunk's dictionary holds them)."""
+    values = _unique_values(col) if _is_text(col.type) else None
+    for c in col.chunks:
+        if values is None:
+            yield c.to_numpy(zero_copy_only=False)
+        elif pa.types.is_dictionary(c.type):  # the chunk's dictionary mapped once, then its indices
+            remap = pc.index_in(c.dictionary, value_set=values).to_numpy(zero_copy_only=False)
+            yield remap[c.indices.to_numpy(zero_copy_only=False)]
+        else:
+            yield pc.index_in(c, value_set=values).to_numpy(zero_copy_only=False)
 
 
 def flows_problems(t: pa.Table, where: str) -> list[Problem]:

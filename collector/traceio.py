@@ -7,8 +7,10 @@ which is what the sidecar writes; it is read as one table.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,8 +47,9 @@ def find_evidence(trace: Path, kind: str) -> Path | None:
     return None
 
 
-def _conform(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
-    """Select and cast the contract's columns; raise a one-line error naming what is wrong."""
+def _conform(table: pa.Table, schema: pa.Schema, source: Path, dictionary: bool = False) -> pa.Table:
+    """Select and cast the contract's columns; raise a one-line error naming what is wrong.
+    `dictionary`: string columns are kept (or made) dictionary-encoded, a code a row."""
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
         raise TraceError(
@@ -56,7 +59,10 @@ def _conform(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
     cols = []
     for f in schema:
         col = table.column(f.name)
-        if col.type != f.type:
+        coded = dictionary and pa.types.is_string(f.type)
+        if coded and pa.types.is_dictionary(col.type) and pa.types.is_string(col.type.value_type):
+            pass
+        elif col.type != f.type:
             try:
                 col = pc.cast(col, f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -64,9 +70,13 @@ def _conform(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
                     f"{source}: column '{f.name}' has type {col.type}, expected {f.type}",
                     "fix the producer or convert the column",
                 ) from exc
+        if coded and not pa.types.is_dictionary(col.type):
+            col = pc.dictionary_encode(col)
         if col.null_count:
             raise TraceError(f"{source}: column '{f.name}' has {col.null_count} null value(s)", "every cell is required")
         cols.append(col)
+    if dictionary:
+        schema = pa.schema([f.with_type(c.type) for f, c in zip(schema, cols, strict=True)])
     return pa.Table.from_arrays(cols, schema=schema)
 
 
@@ -75,20 +85,25 @@ def read_table(
     schema: pa.Schema,
     columns: Sequence[str] | None = None,
     filter_expr: ds.Expression | None = None,
+    dictionary: bool = False,
 ) -> pa.Table:
-    """Read one evidence file or shard directory into an Arrow table with the contract's types."""
+    """Read one evidence file or shard directory into an Arrow table with the contract's types.
+    `dictionary`: string columns arrive dictionary-encoded (Parquet's own dictionaries, never
+    expanded to a string a row), for readers that only compare or count them."""
     for f in sorted(path.glob("*.parquet")) if path.is_dir() else [path]:
         check_regular(f)  # a FIFO or device would block the reader
     try:
         if path.is_dir() or path.suffix == ".parquet":
-            dataset = ds.dataset(path, format="parquet")
+            text = {f.name for f in schema if pa.types.is_string(f.type)} if dictionary else set()
+            fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=text))
+            dataset = ds.dataset(path, format=fmt)
             want = list(columns) if columns else None
             # read columns needed by the filter too, then conform the full schema only if asked
             table = dataset.to_table(columns=want, filter=filter_expr)
             if columns:
                 sub = pa.schema([schema.field(c) for c in columns])
-                return _conform(table, sub, path)
-            return _conform(table, schema, path)
+                return _conform(table, sub, path, dictionary)
+            return _conform(table, schema, path, dictionary)
         if path.suffix == ".jsonl":
             table = pajson.read_json(path)
         elif path.suffix == ".csv":
@@ -101,7 +116,7 @@ def read_table(
             raise
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise TraceError(f"{path}: cannot be read ({first})", "check that the file is complete and in the format its name says") from exc
-    table = _conform(table, schema, path)
+    table = _conform(table, schema, path, dictionary)
     if filter_expr is not None:
         table = table.filter(filter_expr)
     if columns:
@@ -233,11 +248,44 @@ def frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
+def frame_of_columns(cols: dict[str, pa.ChunkedArray]) -> pd.DataFrame:
+    """Columns as a DataFrame, emptying `cols` as it goes: each column is converted, dropped (the
+    dict held its only reference) and its Arrow buffers handed back before the next, so the
+    peak is the frame plus one column, whatever Arrow's allocator keeps for reuse."""
+    out = {}
+    for name in list(cols):
+        out[name] = cols.pop(name).to_pandas()
+        release_arrow_memory()
+    return pd.DataFrame(out, copy=False)
+
+
 def release_arrow_memory() -> None:
     """Hand the Arrow pool's freed buffers back to the system: its allocator keeps them for
     reuse, so a process that read a large table stays that large while pandas and numpy,
-    which allocate elsewhere, grow on top of it."""
+    which allocate elsewhere, grow on top of it. The C heap's free pages too (numpy's arrays
+    live there): Arrow's allocator cannot reuse them, so a read after an analysis would stand
+    on what the analysis freed."""
     pa.default_memory_pool().release_unused()
+    _trim_c_heap()
+
+
+def _trim_c_heap() -> None:
+    """glibc's malloc_trim(0): free pages anywhere in the heap go back to the system (a no-op
+    where the C library has no such call)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
 
 
 class ChunkedParquetWriter:

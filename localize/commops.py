@@ -21,7 +21,7 @@ from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
 from localize.network.devices import NetCandidate, resolve_network, slow_units, tie_note, tied_best
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
-from localize.ops.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
+from localize.ops.features import CODED, Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.ops.grouping import group_sum, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers
@@ -148,6 +148,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 partial: set[str] | None = None, forest: bool = True) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
+    Consumes `df`'s group, op and peer columns (`localize.ops.features.CODED`).
     `partial`: groups whose members were not all fetched (summary path); their operators
     keep their place in each rank's timeline but are never judged. `forest=False` judges
     operators with the robust rule, as the sidecars do (the fast path).
@@ -160,6 +161,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
+    df.drop(columns=list(CODED), inplace=True)  # (`ops` holds them as codes: the frame's copies go)
     all_steps = unique(ops.step)
     ref = normal_steps(all_steps, irr, view.steps)
     detector = load_detector() if forest else None

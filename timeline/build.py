@@ -16,13 +16,14 @@ from timeline.groups import infer_group_kinds
 from timeline.model import Timeline, empty_steps
 from timeline.steps import (
     clock_offsets_by_step,
+    extent_step_durations,
     infer_steps,
-    job_step_durations,
     judge_steps,
     lasting_fault,
     settle,
     slowdown,
     spread,
+    step_rank_extent,
 )
 
 COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
@@ -67,11 +68,19 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
         if steps is not None:
             df = df[(df["step"] >= steps[0]) & (df["step"] <= steps[1] + 1)]
     step_col = df["step"].to_numpy()
-    all_steps = np.unique(step_col[step_col >= 0])
+    known = step_col >= 0
+    all_steps = np.unique(step_col[known])
+    # what the step times need of every row, taken before the sample is read: the rows' times
+    # and ranks are not held beside it
+    extent = step_rank_extent(df if known.all() else df[known])
+    del step_col, known
+    if not set(COLUMNS) <= set(df.columns):
+        df = df[["step", "group"]]
     sample = _sample(trace, df, spread(all_steps, SAMPLED_STEPS))
+    del df
     kinds = infer_group_kinds(sample, trace.meta, notes)
     offsets = clock_offsets_by_step(sample, trace.meta, all_steps, SAMPLED_STEPS)
-    durations = job_step_durations(df, trace.meta, offsets)
+    durations = extent_step_durations(extent, trace.meta, offsets)
     if steps is not None:
         durations = durations[(durations.index >= steps[0]) & (durations.index <= steps[1])]
     table = judge_steps(durations, delta) if len(durations) else empty_steps()

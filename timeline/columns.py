@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 from collector.contract import commops_problems, hang_snapshot
 from collector.errors import TraceError
 from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, frame
+from collector.traceio import Trace, frame_of_columns, release_arrow_memory
 
 STRING_COLUMNS = ("group", "op")
 
@@ -28,6 +28,7 @@ STRING_COLUMNS = ("group", "op")
 def read_commops(trace: Trace, columns: Sequence[str], expr: ds.Expression | None = None) -> pd.DataFrame:
     """The named CommOps columns, optionally only the rows matching a filter expression."""
     path = trace.evidence.get("commops")
+    release_arrow_memory()  # (what an earlier stage freed, handed back before the read allocates)
     if path is not None and (path.is_dir() or path.suffix == ".parquet"):
         table = _scan_parquet(path, columns, expr)
         problems = commops_problems(table, trace.meta, str(path),  # the readers' one contract check
@@ -42,9 +43,8 @@ def read_commops(trace: Trace, columns: Sequence[str], expr: ds.Expression | Non
         if name in STRING_COLUMNS and not pa.types.is_dictionary(col.type):
             col = col.dictionary_encode()
         cols[name] = col
-    encoded = pa.table(cols)
-    del table, cols  # only `encoded` holds the buffers: `frame` frees each as it converts it
-    return frame(encoded)
+    del table  # only `cols` holds the buffers: each is freed once converted
+    return frame_of_columns(cols)
 
 
 def codes(col: pd.Series) -> np.ndarray:

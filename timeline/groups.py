@@ -52,9 +52,9 @@ def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
     stride = np.full(n_groups, np.iinfo(np.int64).max)
     np.minimum.at(stride, pg[1:], gaps)
     stride[stride == np.iinfo(np.int64).max] = 0
-    hosts = np.bincount(np.unique(g * (int(host.max()) + 1) + host) // (int(host.max()) + 1), minlength=n_groups)
-    step = df["step"].to_numpy(np.int64)
-    n_steps = max(int(np.unique(step[step >= 0]).size), 1)
+    hosts = np.bincount(membership(g, host)[0], minlength=n_groups)  # (group, host) pairs, as for ranks
+    step = df["step"].to_numpy()
+    n_steps = max(int(pd.unique(step[step >= 0]).size), 1)
     feat = pd.DataFrame(
         {
             "rows": rows,

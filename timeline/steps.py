@@ -95,6 +95,51 @@ def step_durations_per_rank(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def step_rank_extent(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (step, rank) that has rows, in (step, rank) order: step, rank, first start_ns and
+    last end_ns. `groupby(["step", "rank"]).agg(min, max)` over a table of the cells (steps x
+    ranks: few steps, every rank), which keeps no row-sized copy of the keys beside the rows."""
+    if df.empty:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    step = df["step"].to_numpy()
+    rank = df["rank"].to_numpy()
+    s_lo, r_lo = int(step.min()), int(rank.min())
+    s_val, r_val = _present(step, s_lo), _present(rank, r_lo)
+    if len(s_val) * len(r_val) > 4 * len(step) + 4096:  # widely spread numbers: pandas' hash groupby
+        agg = df.groupby(["step", "rank"], sort=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
+        return (agg.index.get_level_values("step").to_numpy(np.int64),
+                agg.index.get_level_values("rank").to_numpy(np.int64),
+                agg["first"].to_numpy(np.int64), agg["last"].to_numpy(np.int64))
+    n_cells = len(s_val) * len(r_val)
+    kind = np.int32 if n_cells < 2**31 else np.int64  # (cell codes held narrow: a row-sized array)
+    s_code = np.zeros(int(s_val[-1]) - s_lo + 1, dtype=kind)
+    s_code[s_val - s_lo] = np.arange(len(s_val)) * len(r_val)
+    r_code = np.zeros(int(r_val[-1]) - r_lo + 1, dtype=kind)
+    r_code[r_val - r_lo] = np.arange(len(r_val))
+    cell = s_code[step - s_lo]
+    cell += r_code[rank - r_lo]
+    never = np.iinfo(np.int64).max  # (no start_ns reaches it: the contract bounds them)
+    first = np.full(n_cells, never, dtype=np.int64)
+    np.minimum.at(first, cell, df["start_ns"].to_numpy(np.int64))
+    last = np.full(n_cells, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, cell, df["end_ns"].to_numpy(np.int64))
+    del cell
+    at = np.flatnonzero(first != never)
+    return s_val[at // len(r_val)], r_val[at % len(r_val)], first[at], last[at]
+
+
+def _present(values: np.ndarray, lo: int) -> np.ndarray:
+    """The distinct values of an integer column, sorted (by a table over their range when it is
+    no wider than the column, else by a sort)."""
+    span = int(values.max()) - lo + 1
+    if span > len(values) + 4096:
+        return np.unique(values).astype(np.int64)
+    seen = np.zeros(span, dtype=bool)
+    seen[values - lo] = True
+    return np.flatnonzero(seen) + lo
+
+
 def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | None = None) -> pd.Series:
     """One duration per step: from the job's step end to the next, on a common clock.
 
@@ -105,18 +150,27 @@ def job_step_durations(df: pd.DataFrame, meta: JobMeta, offsets: pd.DataFrame | 
     computed here unless given), and a step ends at the latest corrected end of any rank.
     Needs rank, step, start_ns, end_ns (and group, op, seq, peer when offsets are not given).
     """
-    known = df[df["step"].to_numpy() >= 0]
+    keep = df["step"].to_numpy() >= 0
+    known = df if keep.all() else df[keep]  # (no copy of every row when every row has its step)
+    del keep
     if known.empty:
         return pd.Series(dtype="float64", name="duration_s")
-    agg = known.groupby(["step", "rank"], sort=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
-    steps = agg.index.get_level_values("step").to_numpy(np.int64)
-    ranks = agg.index.get_level_values("rank").to_numpy(np.int64)
+    return extent_step_durations(step_rank_extent(known), meta,
+                                 clock_offsets_by_step(known, meta) if offsets is None else offsets)
+
+
+def extent_step_durations(extent: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], meta: JobMeta,
+                          offset: pd.DataFrame) -> pd.Series:
+    """`job_step_durations` from each (step, rank)'s extent (`step_rank_extent` of the rows with
+    a step) and the clock offsets: what it needs of the rows, so they need not be kept for it."""
+    steps, ranks, first, last = extent
+    if len(steps) == 0:
+        return pd.Series(dtype="float64", name="duration_s")
     host, _ = host_codes(meta, ranks)
-    offset = clock_offsets_by_step(known, meta) if offsets is None else offsets
-    base = float(agg["first"].min())
+    base = float(first.min())
     shift = offset.to_numpy()[np.searchsorted(offset.index.to_numpy(), steps), host]
-    end = pd.Series(agg["last"].to_numpy(np.float64) - base - shift).groupby(steps).max()
-    begin = pd.Series(agg["first"].to_numpy(np.float64) - base - shift).groupby(steps).min()
+    end = pd.Series(last.astype(np.float64) - base - shift).groupby(steps).max()
+    begin = pd.Series(first.astype(np.float64) - base - shift).groupby(steps).min()
     present = end.index.to_numpy(np.int64)
     prev_end = end.reindex(present - 1).to_numpy()
     # a step whose predecessor was not logged (sampled steps) lasts from its own first start,
@@ -150,12 +204,17 @@ def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | N
     step_col = df["step"].to_numpy()
     if steps is None:
         steps = np.unique(step_col[step_col >= 0])
-    normal = np.intersect1d(steps, trusted) if trusted is not None else np.empty(0, dtype=np.int64)
-    picks = spread(normal if len(normal) >= 2 else steps, samples)
+    picks = offset_samples(steps, samples, trusted)
     est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
     keep = consistent_samples(picks.astype(np.float64), est)
     table = np.column_stack([np.interp(steps, picks[keep[:, h]], est[keep[:, h], h]) for h in range(est.shape[1])])
     return pd.DataFrame(table, index=pd.Index(steps, name="step"))
+
+
+def offset_samples(steps: np.ndarray, samples: int = 5, trusted: np.ndarray | None = None) -> np.ndarray:
+    """The steps `clock_offsets_by_step` estimates offsets on (the only rows of `df` it reads)."""
+    normal = np.intersect1d(steps, trusted) if trusted is not None else np.empty(0, dtype=np.int64)
+    return spread(normal if len(normal) >= 2 else steps, samples)
 
 
 def consistent_samples(x: np.ndarray, est: np.ndarray, floor_ns: float = 1e6) -> np.ndarray:

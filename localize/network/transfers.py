@@ -19,10 +19,10 @@ import numpy as np
 
 from collector.meta import JobMeta
 from collector.schema import OPS
-from localize.ops.features import Ops
+from localize.ops.features import Ops, in_steps
 from localize.ops.grouping import dense_codes, group_quantile
 from timeline.instances import host_codes
-from timeline.steps import clock_offsets_by_step
+from timeline.steps import clock_offsets_by_step, offset_samples
 
 #: a transfer is slow when its data took this much longer than the path needs
 SLOW_EXCESS = 0.5
@@ -51,7 +51,11 @@ def p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
 def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per row: start and end in seconds on one clock (each host's offset removed, as the
     timeline estimates it step by step, from the normal steps `ref` where there are some)."""
-    offsets = clock_offsets_by_step(ops.df, meta, trusted=ref)
+    step = ops.step
+    steps = np.unique(step[step >= 0])
+    # (only the sampled steps' rows, with the columns the frame no longer holds: `Ops.rows_frame`)
+    offsets = clock_offsets_by_step(ops.rows_frame(in_steps(ops, offset_samples(steps, trusted=ref))), meta,
+                                    steps, trusted=ref)
     host, _ = host_codes(meta, ops.rank)
     at = np.clip(np.searchsorted(offsets.index.to_numpy(), ops.step), 0, len(offsets) - 1)
     off = offsets.to_numpy()[at, host]

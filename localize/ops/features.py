@@ -42,6 +42,11 @@ _OPS_ARRAY = pa.array(list(OPS))
 #: rows per chunk of scatters whose indices numpy would widen all at once
 _CHUNK = 1 << 20
 
+#: CommOps columns `prepare_ops` holds as codes only (`Ops.rows_frame` rebuilds them)
+CODED = ("group", "op", "peer")
+#: the contract's column order
+COLUMN_ORDER = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
+
 #: detector feature names, in column order of `detector_matrix`
 FEATURES = (
     "log_elapsed_norm",
@@ -99,8 +104,12 @@ class Ops:
         steps that were not logged); computed on each use, a fresh array (each analysis reads it
         once: not holding it keeps 8 bytes a row off the detection's and transfers' peaks)."""
         gap = idle_gaps(self.rank, self._times("start_ns"), self._times("end_ns"))
-        later_step = np.subtract(self.step[1:], self.step[:-1], dtype=np.int64) > 1
-        gap[1:][later_step & (self.rank[1:] == self.rank[:-1])] = 0.0  # steps between were not logged
+        n = len(gap)
+        for lo in range(0, n - 1, _CHUNK):  # (by chunks: the step differences are int64, 8 bytes a row)
+            hi = min(lo + _CHUNK, n - 1)
+            later_step = np.subtract(self.step[lo + 1:hi + 1], self.step[lo:hi], dtype=np.int64) > 1
+            later_step &= self.rank[lo + 1:hi + 1] == self.rank[lo:hi]
+            gap[lo + 1:hi + 1][later_step] = 0.0  # steps between were not logged
         return gap
 
     def _times(self, name: str) -> np.ndarray:
@@ -128,8 +137,31 @@ class Ops:
     @cached_property
     def df(self) -> pd.DataFrame:
         """The original columns in sorted order, index 0..n-1 (built on first use: detection
-        itself reads only the arrays above)."""
+        itself reads only the arrays above), but those held as codes above (CODED: group, op,
+        peer), which `rows_frame` rebuilds for the rows that need them."""
         return self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
+
+    def rows_frame(self, rows: np.ndarray) -> pd.DataFrame:
+        """Some rows (a mask or indices, in the analysis' order) with every original column:
+        group and op rebuilt from their codes as categoricals, a p2p row's peer from its
+        instance's ends (collectives read -1, as the contract writes them)."""
+        idx = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
+        out = self.df.take(idx).reset_index(drop=True)
+        code = self.opcode[idx].astype(np.int64)
+        out["group"] = pd.Categorical.from_codes(self.inst_group[self.inst[idx]].astype(np.int64),
+                                                 categories=pd.Index(self.groups, dtype=object))
+        out["op"] = pd.Categorical.from_codes(np.where(code < len(OPS), code, -1), categories=pd.Index(list(OPS), dtype=object))
+        inst = self.inst[idx]
+        send = code == OPS.index("send")
+        peer = np.where(send, self.inst_dst[inst], np.where(self.inst_p2p[inst], self.inst_src[inst], -1))
+        out["peer"] = _narrow(peer.astype(np.int64))
+        return out[[c for c in self.columns if c in out.columns]]
+
+    @property
+    def columns(self) -> list[str]:
+        """The frame's columns as given to `prepare_ops`, the coded ones included."""
+        return [c for c in COLUMN_ORDER if c in (*self.source.columns, *CODED)] + [
+            c for c in self.source.columns if c not in COLUMN_ORDER]
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -259,18 +291,42 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
 def _row_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The order that sorts rows by (rank, own start time), stably, with rank and start in
     that order; None when already sorted."""
-    if len(rank) < 2:
+    order = _sort_order(rank, start)
+    return None if order is None else (order, rank[order], start[order])
+
+
+def _sort_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray | None:
+    """`_row_order`'s order alone (no gathered copies of the rows' ranks and starts)."""
+    if len(rank) < 2 or _ordered(rank, start):
         return None
-    d = np.diff(rank)
-    if not (d < 0).any() and ((np.diff(start) >= 0) | (d > 0)).all():
-        return None
-    order, r = sort_keys(rank)  # rows usually arrive in time order: sorting by rank suffices
-    t = start[order]
-    if not ((np.diff(t) >= 0) | (np.diff(r) > 0)).all():
+    order = _rank_order(rank)  # rows usually arrive in time order: sorting by rank suffices
+    if not _ordered(rank, start, order):
         rmin = pd.Series(start).groupby(rank).transform("min").to_numpy()
         order = np.argsort((rank.astype(np.int64) << 42) + np.minimum(start - rmin, (1 << 42) - 1), kind="stable")
-        r, t = rank[order], start[order]
-    return order, r, t
+    return order
+
+
+def _ordered(rank: np.ndarray, start: np.ndarray, order: np.ndarray | None = None) -> bool:
+    """Whether rows (taken in `order`, if given) are sorted by (rank, start), checked a chunk at
+    a time (no row-sized differences or gathers)."""
+    n = len(rank)
+    for lo in range(0, n - 1, _CHUNK):
+        hi = min(lo + _CHUNK, n - 1)
+        at = slice(lo, hi + 1) if order is None else order[lo:hi + 1]
+        r, t = rank[at], start[at]
+        if ((r[1:] < r[:-1]) | ((r[1:] == r[:-1]) & (t[1:] < t[:-1]))).any():
+            return False
+    return True
+
+
+def _rank_order(rank: np.ndarray) -> np.ndarray:
+    """`sort_keys(rank)`'s order (a stable argsort), by a 16-bit radix sort without int64 copies
+    of the ranks when they span under 65,536."""
+    lo, hi = int(rank.min()), int(rank.max())
+    if hi - lo >= 1 << 16:
+        return sort_keys(rank)[0]
+    return np.argsort(np.subtract(rank, lo, dtype=np.int64 if rank.dtype.itemsize > 4 else np.int32)
+                      .astype(np.uint16), kind="stable").astype(np.int64, copy=False)
 
 
 def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -279,9 +335,7 @@ def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
     become categoricals (with sorted categories, however they were read), int64 columns whose
     values fit int32 int32. Consumes `df` (its columns are moved out one at a time, so the sort
     never holds two whole frames)."""
-    sort = _row_order(df["rank"].to_numpy(np.int64), df["start_ns"].to_numpy(np.int64))
-    order = None if sort is None else sort[0]
-    del sort
+    order = _sort_order(_int_column(df, "rank"), df["start_ns"].to_numpy(np.int64))
     cols = {}
     for c in list(df.columns):
         col = _compact(df.pop(c))
@@ -461,6 +515,8 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
     del cand, start, end
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
+    # (the coded columns leave the frame: their codes above are what the analysis reads)
+    df = df.drop(columns=[c for c in CODED if c in df.columns])
     return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
                opcode, step, rank, first, column("nbytes"))

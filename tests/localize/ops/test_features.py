@@ -30,8 +30,11 @@ def test_sorted_categorical_frame_gives_the_same_ops() -> None:
     for name in ROW_ARRAYS + INST_ARRAYS:
         np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
     assert list(got.groups) == list(ref.groups)
+    every = np.ones(len(got.rank), dtype=bool)  # (group, op, peer live as codes: rows_frame rebuilds them)
+    got_all, ref_all = got.rows_frame(every), ref.rows_frame(every)
     for col in COLUMNS:
-        np.testing.assert_array_equal(got.df[col].astype(str).to_numpy(), ref.df[col].astype(str).to_numpy(), err_msg=col)
+        np.testing.assert_array_equal(got_all[col].astype(str).to_numpy(), ref_all[col].astype(str).to_numpy(), err_msg=col)
+        np.testing.assert_array_equal(got_all[col].astype(str).to_numpy(), compact[col].astype(str).to_numpy(), err_msg=col)
 
 
 def test_sorted_rows_consumes_its_input() -> None:

@@ -28,6 +28,7 @@ from collector.errors import TraceError
 from collector.meta import JobMeta
 from collector.traceio import Trace
 from localize.commops import COLUMNS
+from localize.ops.steps import with_steps
 from localize.summary import (
     Fetch,
     groups_within,
@@ -68,9 +69,11 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     files = _shards(root, ranks)
     if not files:
         return []
-    df = ds.dataset(files, format="parquet").to_table(
-        columns=list(COLUMNS), filter=ds.field("step") >= state["next_step"]).to_pandas()
-    df = df[df["step"] >= 0]
+    # a logger without step markers (step = -1) leaves every row to read, numbered on this node's
+    # rows as `summarize` numbers them (`with_steps`): the windows then cut the numbered steps
+    df = with_steps(ds.dataset(files, format="parquet").to_table(
+        columns=list(COLUMNS), filter=(ds.field("step") >= state["next_step"]) | (ds.field("step") < 0)).to_pandas())
+    df = df[df["step"] >= state["next_step"]]
     if df.empty:
         return []
     last = int(df["step"].max())

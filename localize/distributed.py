@@ -37,6 +37,7 @@ from localize.summary import (
     Fetch,
     FetchPlan,
     groups_within,
+    host_rows,
     localize_summary,
     summarize,
 )
@@ -163,6 +164,15 @@ def fetch_rows(location: str, pieces: list[Piece], ranks: list[int], steps: tupl
     return frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, expr))
 
 
+def fetch_host_rows(location: str, pieces: list[Piece], host_ranks: list[int], ranks: list[int],
+                    steps: tuple[int, int]) -> pd.DataFrame:
+    """Map, for rows logged without step numbers: one host's rows, numbered as its summary
+    numbered them (`summary.host_rows`), cut to `ranks` within `steps`."""
+    fs, _ = open_filesystem(location)
+    df = frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(host_ranks)))
+    return host_rows(df, ranks, steps)
+
+
 def localize_distributed(src: Source, run: Executor, top: int = 5,
                          stats: Stats | None = None) -> tuple[Verdict, FetchPlan | None]:
     """A hang first (local traces: the pending operators); else the summary-first localizer with
@@ -187,13 +197,19 @@ def localize_distributed(src: Source, run: Executor, top: int = 5,
 
 def fetcher(src: Source, run: Executor, stats: Stats | None = None) -> Fetch:
     """`summary.Fetch` with its reads as map tasks on `run`: rows in trace order, as
-    `Trace.commops(columns=COLUMNS, ranks=..., steps=...)` returns them."""
+    `Trace.commops(columns=COLUMNS, ranks=..., steps=...)` returns them; where the logger wrote
+    no step numbers, one task per host reads its rows and numbers them as its summary did."""
+
+    numbered = any(p.step_hi >= 0 for p in src.pieces)
+    hosts = [(loc, pieces, host_ranks) for loc, _, host_ranks, pieces, _ in host_tasks(src)] if not numbered else []
 
     def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
-        ft = fetch_tasks(src, ranks, steps)
+        want = set(ranks)
+        ft = fetch_tasks(src, ranks, steps) if numbered else [
+            (loc, pieces, hr, sorted(want.intersection(hr)), steps) for loc, pieces, hr in hosts if want.intersection(hr)]
         if stats is not None:
             stats.fetch_tasks += len(ft)
-        parts = run.map(fetch_rows, ft)
+        parts = run.map(fetch_rows if numbered else fetch_host_rows, ft)
         if not parts:
             return COMMOPS_SCHEMA.empty_table().select(COLUMNS).to_pandas()
         return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

@@ -53,7 +53,7 @@ from localize.detect.detector import rule_detect
 from localize.ops.features import Ops, prepare_ops
 from localize.ops.groupkinds import group_kinds, named_kind, with_observed_groups
 from localize.ops.lone import lone_copies
-from localize.ops.steps import StepView
+from localize.ops.steps import StepView, with_steps
 from localize.verdict import Verdict
 from localize.waits.persistent import grown_devices, imbalance, persistent_imbalance, worker_onset
 from localize.waits.ranking import RankUnit
@@ -87,6 +87,16 @@ def groups_within(groups: Mapping[str, Sequence[int]], ranks: Collection[int]) -
     return {g: list(m) for g, m in groups.items() if m and set(m) <= mine}
 
 
+def host_rows(df: pd.DataFrame, ranks: Collection[int], steps: tuple[int, int]) -> pd.DataFrame:
+    """The rows of `ranks` within `steps` (inclusive) out of all of one host's rows: numbered as
+    that host's summary numbered them where the logger wrote no step numbers (`with_steps` on the
+    same rows), so a fetched step is the step the summary named."""
+    df = with_steps(df)
+    step = df["step"].to_numpy()
+    keep = df["rank"].isin(list(ranks)).to_numpy() & (step >= steps[0]) & (step <= steps[1])
+    return df[keep].reset_index(drop=True)
+
+
 def node_normal_steps(ops: Ops) -> np.ndarray:
     """The steps a node ran normally, judged on its own ranks' step spans (median over its ranks)
     as timeline/ judges a job's steps; all of them when too few. A fault on for over a quarter of
@@ -111,8 +121,10 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None,
 
     `host_of` maps a rank to its host (default: every rank is a host of its own, "rank-R").
     `groups`: the groups read whole here (`groups_within`); a rank's time in their operators that
-    no other member logged counts as its compute, as on the full-record path (`localize.ops.lone`)."""
-    ops = prepare_ops(df)
+    no other member logged counts as its compute, as on the full-record path (`localize.ops.lone`).
+    Rows logged without step numbers are numbered on this node's rows alone (`with_steps`, as the
+    timeline numbers a whole job's); the fetch numbers them the same way (`host_rows`)."""
+    ops = prepare_ops(with_steps(df))
     own = ops.gap + np.where(lone_copies(ops, groups), ops.elapsed, 0.0) if groups else ops.gap
     steps = ops.step
     # operators are judged against the node's own normal steps (no step table: no drift scaling)
@@ -313,9 +325,20 @@ Fetch = Callable[[list[int], tuple[int, int]], pd.DataFrame]
 
 
 def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False) -> tuple[Verdict, FetchPlan]:
-    """Localize from the trace's summaries, fetching full records only for the planned ranks and steps."""
+    """Localize from the trace's summaries, fetching full records only for the planned ranks and
+    steps (whole hosts' rows, numbered as their summaries were, where the logger wrote no step numbers)."""
+    hosts: dict[str, list[int]] = {}
+    for r, info in trace.meta.ranks.items():
+        hosts.setdefault(info.host, []).append(r)
+    probe = trace.commops(columns=["step"], ranks=[min(trace.meta.ranks, default=0)])["step"].to_numpy()
+    numbered = not len(probe) or bool((probe >= 0).any())
+
     def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:
-        return trace.commops(columns=COLUMNS, ranks=ranks, steps=steps)
+        if numbered:
+            return trace.commops(columns=COLUMNS, ranks=ranks, steps=steps)
+        parts = [host_rows(trace.commops(columns=COLUMNS, ranks=hosts[h]), ranks, steps)
+                 for h in sorted({trace.meta.host_of(r) for r in ranks})]
+        return pd.concat(parts, ignore_index=True) if parts else trace.commops(columns=COLUMNS, ranks=[])
 
     return localize_summary(read_summary(trace), trace.meta, fetch, top, forest)
 

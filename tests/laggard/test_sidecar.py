@@ -99,3 +99,23 @@ def test_cli_output_escapes_terminal_sequences_in_names(sharded: Path, tmp_path:
     out = ran.stdout + ran.stderr + proc.stdout + proc.stderr
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
     assert proc.stdout.startswith("run7\\x1b]0;pwned\\x07\\x1b[2J\\u202e: irregular"), proc.stdout
+
+
+def test_a_log_without_step_numbers_is_numbered_on_each_node(tmp_path: Path) -> None:
+    """A logger without step markers writes step = -1: the sidecar read no row of it and wrote no
+    summary ("no node summaries"). Each node now numbers its own rows, and the central localizer
+    names the device the full records name."""
+    from collector.traceio import Trace
+    from localize.combine import localize_trace
+
+    cfg = SimConfig(gpus=32, tp=4, pp=2, steps=30, seed=5, hide_steps=True,
+                    faults=[FaultSpec(kind="gpu", factor=2.5, rank=13, steps=(12, 21))])
+    simulate_trace(cfg, tmp_path / "sim")
+    shard_like_logger(tmp_path / "sim", tmp_path / "trace")
+    root = tmp_path / "trace"
+    for h in JobMeta.load(root / "meta.json").hosts():
+        assert summarize_node(root, h, window=10)
+    verdict, _ = central_localize(root)
+    full = localize_trace(Trace.open(root), ("commops",))
+    assert verdict.candidates and verdict.candidates[0].device() == full.candidates[0].device()
+    assert verdict.candidates[0].rank == 13 and verdict.onset_step == full.onset_step == 12

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +70,27 @@ def test_the_summary_path_reads_the_groups_from_one_step_when_meta_has_none(tmp_
     write_summaries(trace)
     summary, plan = localize_from_summary(trace)
     assert plan.ranks and summary.candidates and summary.candidates[0].device() == "host node-3", summary.status
+
+
+def test_rows_without_step_numbers_are_numbered_per_node_and_fetched_as_numbered(tmp_path: Path) -> None:
+    """A logger without step markers (step = -1 everywhere): each node numbers its own rows as the
+    timeline numbers the job's, and the fetch numbers the hosts it reads the same way. Before, the
+    summary held one step (-1), the fetch by step range read nothing, and the verdict was
+    "healthy" where the full records named the host."""
+    from localize.distributed import Serial, Source, localize_distributed
+
+    simulate_trace(SimConfig(gpus=32, tp=4, pp=2, steps=24, seed=79, job="j", hide_steps=True,
+                             faults=[FaultSpec.parse("host:host=node-2,factor=2,steps=12:23")]), tmp_path,
+                   counterfactual=False)
+    trace = Trace.open(tmp_path)
+    assert (trace.commops(columns=["step"])["step"] < 0).all()
+    full = localize_trace(trace, ("commops",))
+    assert full.candidates and full.candidates[0].device() == "host node-2"
+    write_summaries(trace)
+    summary, plan = localize_from_summary(trace)
+    assert plan.rows_fetched and summary.candidates, summary.status
+    assert summary.candidates[0].device() == full.candidates[0].device()
+    assert summary.onset_step == full.onset_step
+    shutil.rmtree(tmp_path / "summary")
+    distributed, _ = localize_distributed(Source.open(tmp_path), Serial())
+    assert distributed.to_dict() == summary.to_dict()

@@ -39,7 +39,7 @@ from localize.summary import groups_within, summarize, to_wire
 HISTORY = 20  # earlier steps the detector judges each operator against
 TIMEOUT_S = 10.0
 MAX_BACKOFF_S = 30.0
-WIRE_COLUMNS = ("rank", "step", "group", "abnormal", "abnormal_us", "compute_us", "step_end_us")
+WIRE_COLUMNS = ("rank", "step", "group", "abnormal", "abnormal_us", "compute_us", "step_end_us", "step_start_us")
 PENDING_COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "step", "seen_ns", "failed")
 MAX_PENDING = 64  # stuck operators per post, longest waits first: a hang needs a few, never thousands
 

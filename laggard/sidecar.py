@@ -99,7 +99,7 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
 #: integers delta-encoded, no statistics and no schema copy in the footer.
 _ENCODING = {"rank": "DELTA_BINARY_PACKED", "step": "DELTA_BINARY_PACKED", "abnormal": "DELTA_BINARY_PACKED",
              "abnormal_us": "DELTA_BINARY_PACKED", "compute_us": "DELTA_BINARY_PACKED",
-             "step_end_us": "DELTA_BINARY_PACKED"}
+             "step_end_us": "DELTA_BINARY_PACKED", "step_start_us": "DELTA_BINARY_PACKED"}
 
 
 def write_summary(summary: pd.DataFrame, path: Path) -> None:

@@ -10,8 +10,10 @@ Summary format — `summary.parquet` (or `.jsonl`/`.csv`, or a directory `summar
 Parquet file per node and window) in the trace directory. A summary describes hosts, not
 ranks, wherever that is all the central localizer needs; one row per
 
-- (host, step) with `rank` = -1 and `group` = "*": the host's step — `step_end_ns` (median
-  over its ranks of the end of their last operator of the step, the host's own clock) and
+- (host, step) with `rank` = -1 and `group` = "*": the host's step — `step_end_ns` and
+  `step_start_ns` (medians over its ranks of the end of their last operator of the step and the
+  start of their first, the host's own clock: a step logged without the one before it, sampled
+  steps, is measured from its own start) and
   `compute_s` (low quartile over its ranks of the time with no operator in flight: compute,
   what its healthy ranks spent);
 - (host, rank, step) with `group` = "*" for a rank that computed over OUTLIER x its host's
@@ -29,6 +31,7 @@ ranks, wherever that is all the central localizer needs; one row per
 | abnormal_s | float64 | their total elapsed time |
 | compute_s | float64 | "*" rows: compute time of the step; else 0 |
 | step_end_ns | int64 | "*" rows: own-clock end of the step; else 0 |
+| step_start_ns | int64 | "*" rows: own-clock start of the step; else 0 (0 everywhere: unknown) |
 
 Node-local detection can only see the node's own copies of an operator, so it judges each
 operator against its own history (drift-normalized robust rule, `detector.rule_detect`).
@@ -36,6 +39,7 @@ operator against its own history (drift-normalized robust rule, `detector.rule_d
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +61,7 @@ from localize.ops.steps import StepView, with_steps
 from localize.verdict import Verdict
 from localize.waits.persistent import grown_devices, imbalance, persistent_imbalance, worker_onset
 from localize.waits.ranking import RankUnit
-from timeline.steps import judge_steps, settle
+from timeline.steps import durations_from_bounds, judge_steps, settle
 
 SUMMARY_SCHEMA = pa.schema(
     [
@@ -69,6 +73,7 @@ SUMMARY_SCHEMA = pa.schema(
         pa.field("abnormal_s", pa.float64(), nullable=False),
         pa.field("compute_s", pa.float64(), nullable=False),
         pa.field("step_end_ns", pa.int64(), nullable=False),
+        pa.field("step_start_ns", pa.int64(), nullable=False),
     ]
 )
 OUTLIER = 1.05  # a rank computing this much over its host's typical rank is summarized on its own
@@ -135,20 +140,23 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None,
     hcode, hosts = pd.factorize(np.asarray(names, dtype=object))
     host = hcode[np.searchsorted(ranks, rank)]  # per row, as an integer: grouping on strings is slow
     per_rank = pd.DataFrame({"host": host, "rank": rank, "step": steps, "compute_s": own,
-                             "step_end_ns": ops.df["end_ns"].to_numpy(np.int64)}).groupby(
-        ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max")).reset_index()
+                             "step_end_ns": ops.df["end_ns"].to_numpy(np.int64),
+                             "step_start_ns": ops.df["start_ns"].to_numpy(np.int64)}).groupby(
+        ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max"),
+                                                 step_start_ns=("step_start_ns", "min")).reset_index()
     by_host = per_rank.groupby(["host", "step"], sort=True)
-    med = by_host.agg(step_end_ns=("step_end_ns", "median")).reset_index()
+    med = by_host.agg(step_end_ns=("step_end_ns", "median"), step_start_ns=("step_start_ns", "median")).reset_index()
     med["compute_s"] = by_host["compute_s"].quantile(LOW, interpolation="lower").to_numpy()
     med["rank"] = -1
-    med["step_end_ns"] = med["step_end_ns"].round().astype(np.int64)
+    for col in ("step_end_ns", "step_start_ns"):
+        med[col] = med[col].round().astype(np.int64)
     typical = per_rank[["host", "step"]].merge(med[["host", "step", "compute_s"]], on=["host", "step"], how="left")["compute_s"].to_numpy()
     out = pd.concat([med, per_rank[per_rank["compute_s"] > OUTLIER * typical]], ignore_index=True)
     out = out.assign(group="*", abnormal=0, abnormal_s=0.0)
     ab = pd.DataFrame({"host": host, "step": steps, "group": ops.group_code,
                        "abnormal": det.abnormal.astype(np.int32), "abnormal_s": np.where(det.abnormal, ops.elapsed, 0.0)})
     ab = ab[det.abnormal].groupby(["host", "step", "group"], sort=True).sum().reset_index()
-    ab = ab.assign(rank=-1, compute_s=0.0, step_end_ns=0, group=np.asarray(ops.groups, dtype=object)[ab["group"].to_numpy()])
+    ab = ab.assign(rank=-1, compute_s=0.0, step_end_ns=0, step_start_ns=0, group=np.asarray(ops.groups, dtype=object)[ab["group"].to_numpy()])
     res = pd.concat([out, ab], ignore_index=True)
     res["host"] = np.asarray(hosts, dtype=object)[res["host"].to_numpy()]
     res = res[list(SUMMARY_SCHEMA.names)]
@@ -180,14 +188,15 @@ def find_summary(trace: Trace) -> Path | None:
 
 
 #: on the wire, times travel as integer microseconds (delta-encoded they take a byte or two)
-WIRE_US = {"abnormal_s": "abnormal_us", "compute_s": "compute_us", "step_end_ns": "step_end_us"}
+WIRE_US = {"abnormal_s": "abnormal_us", "compute_s": "compute_us", "step_end_ns": "step_end_us",
+           "step_start_ns": "step_start_us"}
 
 
 def to_wire(summary: pd.DataFrame) -> pd.DataFrame:
     out = summary.copy()
     for col, wire in WIRE_US.items():
         x = out.pop(col).to_numpy()
-        out[wire] = (x // 1000 if col == "step_end_ns" else np.rint(x * 1e6)).astype(np.int64)
+        out[wire] = (x // 1000 if col.endswith("_ns") else np.rint(x * 1e6)).astype(np.int64)
     return out
 
 
@@ -205,9 +214,19 @@ def read_summary(trace: Trace) -> pd.DataFrame:
         for col, wire in WIRE_US.items():
             if wire in df:
                 x = df.pop(wire).to_numpy(np.int64)
-                df[col] = x * 1000 if col == "step_end_ns" else x * 1e-6
+                df[col] = x * 1000 if col.endswith("_ns") else x * 1e-6
+        df = with_start(df)
         return pa.Table.from_pandas(df[list(SUMMARY_SCHEMA.names)], schema=SUMMARY_SCHEMA, preserve_index=False).to_pandas()
-    return read_table(p, SUMMARY_SCHEMA).to_pandas()
+    try:
+        return read_table(p, SUMMARY_SCHEMA).to_pandas()
+    except TraceError:  # written before steps carried their start: read without it, then say so again if still wrong
+        earlier = [n for n in SUMMARY_SCHEMA.names if n != "step_start_ns"]
+        return with_start(read_table(p, SUMMARY_SCHEMA, earlier).to_pandas())
+
+
+def with_start(summary: pd.DataFrame) -> pd.DataFrame:
+    """A summary written before steps carried their start (`step_start_ns`): 0, unknown."""
+    return summary if "step_start_ns" in summary else summary.assign(step_start_ns=np.int64(0))
 
 
 @dataclass
@@ -227,8 +246,13 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
     noise left out); and the onset step."""
     star = summary[(summary["group"] == "*") & (summary["rank"] < 0)]
     ends = star.pivot_table(index="host", columns="step", values="step_end_ns", aggfunc="max").sort_index(axis=1)
-    dur = ends.diff(axis=1).median(axis=0) * 1e-9
-    dur = dur.iloc[1:] if len(dur) > 1 else dur
+    starts = star.assign(step_start_ns=star["step_start_ns"].where(star["step_start_ns"] > 0)).pivot_table(
+        index="host", columns="step", values="step_start_ns", aggfunc="min", dropna=False).reindex_like(ends)
+    steps = ends.columns.to_numpy(np.int64)
+    per_host = durations_from_bounds(steps, starts.to_numpy(np.float64), ends.to_numpy(np.float64))
+    with warnings.catch_warnings():  # a step no host measured has no duration (NaN)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        dur = pd.Series(np.nanmedian(per_host, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
     table, _, onset = settle(judge_steps(dur.rename("duration_s")))
     return table, onset
 

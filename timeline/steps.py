@@ -9,6 +9,8 @@ when its last rank ends it, as the training loop sees it.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -172,19 +174,32 @@ def extent_step_durations(extent: tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     end = pd.Series(last.astype(np.float64) - base - shift).groupby(steps).max()
     begin = pd.Series(first.astype(np.float64) - base - shift).groupby(steps).min()
     present = end.index.to_numpy(np.int64)
-    prev_end = end.reindex(present - 1).to_numpy()
-    # a step whose predecessor was not logged (sampled steps) lasts from its own first start,
-    # plus the pause the job typically takes between a step's end and the next one's start --
-    # negative where stages overlap steps (no sync at a step's end: the last stage posts the next
-    # step's recv while the first stage still finishes this one), which a span alone overstates
-    pause = begin.to_numpy() - prev_end
-    typical = float(np.nanmedian(pause)) if np.isfinite(pause).any() else 0.0
-    own = end.to_numpy() - begin.to_numpy() + np.where(present == present.min(), 0.0, typical)
-    dur = np.where(np.isfinite(prev_end), end.to_numpy() - prev_end, own)
+    dur = durations_from_bounds(present, begin.to_numpy()[None, :], end.to_numpy()[None, :])[0]
     out = pd.Series(dur / 1e9, index=pd.Index(present, name="step"), name="duration_s")
-    if np.isfinite(prev_end[1:]).all():  # consecutive steps: keep a step no rank logged, as NaN
+    if np.isin(present[1:] - 1, present).all():  # consecutive steps: keep a step no rank logged, as NaN
         out = out.reindex(pd.RangeIndex(int(present.min()), int(present.max()) + 1, name="step"))
     return out
+
+
+def durations_from_bounds(steps: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Clocks × steps durations (ns) from each step's begin and end on each clock (rows; NaN where
+    a clock has no step): a step lasts from the previous step's end to its own. A step whose
+    predecessor was not logged (sampled steps) lasts from its own begin, plus the pause that clock
+    typically shows between a step's end and the next one's begin -- negative where stages overlap
+    steps (no sync at a step's end: the last stage posts the next step's recv while the first
+    stage still finishes this one), which a span alone overstates; a clock's first step gets no pause.
+    `steps` sorted. One rule for the job's clock (`job_step_durations`) and each host's (the summaries)."""
+    at = np.searchsorted(steps, steps - 1)
+    has_prev = (at < len(steps)) & (steps[np.minimum(at, len(steps) - 1)] == steps - 1)
+    prev_end = np.where(has_prev, end[:, np.minimum(at, len(steps) - 1)], np.nan)
+    pause = begin - prev_end
+    with warnings.catch_warnings():  # a clock with no consecutive steps has no typical pause
+        warnings.simplefilter("ignore", RuntimeWarning)
+        typical = np.nan_to_num(np.nanmedian(pause, axis=1, keepdims=True))
+    seen = np.isfinite(end)
+    first = seen & (np.cumsum(seen, axis=1) == 1)
+    own = end - begin + np.where(first, 0.0, typical)
+    return np.where(np.isfinite(prev_end), end - prev_end, own)
 
 
 def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,

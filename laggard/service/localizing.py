@@ -88,14 +88,16 @@ class _JobCache:
 _CACHE: OrderedDict[tuple[str, str], _JobCache] = OrderedDict()
 MAX_CACHED_JOBS = 256  # least recently localized jobs are parsed again from the store if they come back
 _TYPES = {"rank": np.int32, "step": np.int32, "group": object, "abnormal": np.int32, "abnormal_us": np.int64,
-          "compute_us": np.int64, "step_end_us": np.int64}
+          "compute_us": np.int64, "step_end_us": np.int64, "step_start_us": np.int64}
 
 
 def parse_post(pid: int, node: str, body: str) -> _Post:
     raw = json.loads(body)
     stuck = raw.get("pending") or {}
     pending = pd.DataFrame({f.name: stuck[f.name] for f in PENDING_SCHEMA}) if stuck.get("rank") else None
-    return _Post(pid, node, int(raw["last_step"]), {c: np.asarray(raw["rows"][c], t) for c, t in _TYPES.items()},
+    rows = {"step_start_us": [0] * len(raw["rows"]["rank"]), **{c: v for c, v in raw["rows"].items() if len(v)}}
+    # (an older agent posts no step starts: 0, unknown)
+    return _Post(pid, node, int(raw["last_step"]), {c: np.asarray(rows.get(c, []), t) for c, t in _TYPES.items()},
                  pending)
 
 
@@ -129,7 +131,7 @@ def summary_frame(posts: list[_Post]) -> pd.DataFrame:
                        "rank": cols["rank"], "step": cols["step"], "group": cols["group"],
                        "abnormal": cols["abnormal"]})
     for col, wire in WIRE_US.items():
-        df[col] = cols[wire] * 1000 if col == "step_end_ns" else cols[wire] * 1e-6
+        df[col] = cols[wire] * 1000 if col.endswith("_ns") else cols[wire] * 1e-6
     return df[list(SUMMARY_SCHEMA.names)]
 
 

@@ -57,6 +57,8 @@ class SummaryRows(BaseModel):
     abnormal_us: list[Micros] = Field(max_length=MAX_ROWS)
     compute_us: list[Micros] = Field(max_length=MAX_ROWS)
     step_end_us: list[Micros] = Field(max_length=MAX_ROWS)
+    # (an agent from before steps carried their start posts none: unknown, steps measured end to end)
+    step_start_us: list[Micros] = Field(default_factory=list, max_length=MAX_ROWS)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -103,7 +105,8 @@ class SummaryPost(BaseModel):
         if self.last_step < self.first_step or self.last_step - self.first_step > MAX_STEP_SPAN:
             raise ValueError(f"steps {self.first_step}..{self.last_step} are not a run of at most {MAX_STEP_SPAN}")
         n = len(self.rows.rank)
-        lengths = {len(getattr(self.rows, c)) for c in SummaryRows.model_fields}
+        lengths = {len(getattr(self.rows, c)) for c in SummaryRows.model_fields
+                   if c != "step_start_us" or self.rows.step_start_us}
         if lengths != {n}:
             raise ValueError(f"rows: columns have different lengths {sorted(lengths)}")
         if max(self.ranks) >= self.world_size:

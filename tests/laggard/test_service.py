@@ -117,6 +117,8 @@ def _bad_posts(p: dict[str, Any]) -> list[tuple[str, dict[str, Any] | bytes, int
         ("a group that is not a range", w(groups={"dp-y": "0:abc"}), 422, "invalid", "start:stop:step"),
         ("an empty range", w(groups={"dp-z": "5:5:1"}), 422, "invalid", "empty"),
         ("columns of different lengths", r(step=rows["step"][:-1]), 422, "invalid", "different lengths"),
+        ("step starts of another length", r(step_start_us=rows["step_start_us"][:-1]), 422, "invalid",
+         "different lengths"),
         ("rows of another node's rank", r(rank=[31] * n), 422, "invalid", "not on node"),
         ("world_size 2**40", w(world_size=2**40), 422, "invalid", "world_size"),
         ("rank beyond world", w(world_size=2), 422, "invalid", "world_size"),
@@ -145,10 +147,23 @@ def test_every_bad_post_gets_a_4xx_with_one_reason_and_stores_nothing(tmp_path: 
         assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 0
         assert c.post("/v1/summaries", json=p).status_code == 202  # the good one still goes in
         m = c.get("/metrics").text
-        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 17
+        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 18
         assert _metric(m, "laggard_posts_rejected_total", reason="too_large") == 1
     with sqlite3.connect(tmp_path / "s.db") as db:
         assert db.execute("SELECT COUNT(*) FROM groups WHERE grp IN ('dp-x', 'dp-y', 'dp-z')").fetchone()[0] == 0
+
+
+def test_an_agent_that_posts_no_step_starts_is_heard(tmp_path: Path, trace: Path) -> None:
+    """Step starts came later than the rest of the summary: an older agent's posts go in, and its
+    steps read as unknown starts (0), measured end to end."""
+    from laggard.service.localizing import parse_post, summary_frame
+
+    p = _posts(trace, tmp_path)[4]
+    assert p["rows"].pop("step_start_us")
+    with _client(tmp_path / "s.db") as c:
+        assert c.post("/v1/summaries", json=p).status_code == 202
+    df = summary_frame([parse_post(1, p["node"], json.dumps(p))])
+    assert len(df) == len(p["rows"]["rank"]) and (df["step_start_ns"] == 0).all()
 
 
 def test_records_only_for_an_open_request_and_only_what_was_asked(tmp_path: Path, trace: Path) -> None:

@@ -94,3 +94,30 @@ def test_rows_without_step_numbers_are_numbered_per_node_and_fetched_as_numbered
     shutil.rmtree(tmp_path / "summary")
     distributed, _ = localize_distributed(Source.open(tmp_path), Serial())
     assert distributed.to_dict() == summary.to_dict()
+
+
+@pytest.mark.parametrize("sample", [3.0, 0.4])
+def test_sampled_steps_last_as_long_from_summaries_as_on_the_timeline(tmp_path: Path, sample: float) -> None:
+    """A logger keeping every K-th step, or a random 40% never two in a row: each host's summary
+    says when its steps started as well as ended, and a step logged without the one before it is
+    measured as the timeline measures it (`durations_from_bounds`). From step ends alone, a step
+    lasted until the previous *logged* step's end -- K steps' time -- and the irregular steps were
+    wrong, the verdict "healthy" where the full records named the GPU."""
+    from localize.summary import read_summary, step_table
+    from timeline.build import build_timeline
+
+    simulate_trace(SimConfig(gpus=32, tp=4, pp=2, steps=60, seed=81, job="j", sample_steps=sample,
+                             faults=[FaultSpec.parse("gpu:rank=13,factor=2.5,steps=30:59")]), tmp_path,
+                   counterfactual=False)
+    trace = Trace.open(tmp_path)
+    timeline = build_timeline(trace).steps.set_index("step")
+    write_summaries(trace)
+    table, _ = step_table(read_summary(trace))
+    ours = table.set_index("step")
+    assert list(ours.index) == list(timeline.index)
+    np.testing.assert_allclose(ours["ratio"].to_numpy(), timeline["ratio"].to_numpy(), rtol=0.1)
+    assert (ours["irregular"] == timeline["irregular"]).all() and ours["irregular"].sum() >= 5
+    full = localize_trace(trace, ("commops",))
+    summary, _ = localize_from_summary(trace)
+    assert full.candidates and summary.candidates, summary.status
+    assert summary.candidates[0].device() == full.candidates[0].device() == "gpu rank 13 (node-1 gpu 5)"

@@ -145,14 +145,19 @@ def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame |
 
 
 def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
-                partial: set[str] | None = None, forest: bool = True) -> tuple[Verdict, Analysis | None]:
+                partial: set[str] | None = None, forest: bool = True,
+                unlisted: bool | None = None) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
     Consumes `df`'s group, op and peer columns (`localize.ops.features.CODED`).
     `partial`: groups whose members were not all fetched (summary path); their operators
     keep their place in each rank's timeline but are never judged. `forest=False` judges
-    operators with the robust rule, as the sidecars do (the fast path).
+    operators with the robust rule, as the sidecars do (the fast path). `unlisted`: a group
+    meta.json does not list, logged by one rank only, had members that did not log (default:
+    when every rank's records are here, no `partial`; the summary path knows it from one step
+    of every rank).
     """
+    unlisted = not partial if unlisted is None else unlisted
     irr = np.sort(np.asarray(view.irregular_steps, dtype=np.int64))
     if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
         first = int(df["step"].min())
@@ -193,7 +198,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # Where a rank's group peers were not logged (one rank per TP group), the time it spent in
     # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
     world = max(meta.world_size, int(ops.rank.max()) + 1)
-    lone = lone_copies(ops, meta.groups, partial or (), unlisted=not partial)
+    lone = lone_copies(ops, meta.groups, partial or (), unlisted=unlisted)
     lone_more = lone_excess(ops, lone, world, all_steps, ref)
     unseen_wait = lone_more[graph.root_rank.clip(0), np.searchsorted(all_steps, ops.inst_step)]
     explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)

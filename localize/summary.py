@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -376,6 +376,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     switches to the random forest, about three times slower). With no irregular step, the
     summaries' compute says whether the job was slow from the start (`localize.waits.persistent`)."""
     table, onset = step_table(summary)
+    observed = not meta.groups
     meta = _with_groups(summary, meta, fetch)
     plan = plan_fetch(summary, meta, table)
     if not plan.irregular:
@@ -384,13 +385,15 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     df = df[df["step"].isin(plan.fetch_steps)].reset_index(drop=True)
     plan.rows_fetched = len(df)
     fetched = set(plan.ranks)
+    if observed:  # a group one rank logged has unknown members, who did not log: listed, it would read as whole
+        meta = replace(meta, groups={g: m for g, m in meta.groups.items() if len(m) > 1})
     partial = {g for g, m in meta.groups.items() if not set(m) <= fetched}
     worst = [s for s in plan.fetch_steps if s in set(plan.irregular)]
     sub_table = table[table["step"].isin(plan.fetch_steps)]
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
     view = StepView(meta.job, meta, sub_table, worst, slow, "irregular")
-    verdict, analysis = analyse_ops(df, meta, view, top, partial, forest)
+    verdict, analysis = analyse_ops(df, meta, view, top, partial, forest, unlisted=observed)
     verdict.irregular_steps = plan.irregular
     verdict.onset_step = onset if verdict.status == "irregular" else None
     top_c = verdict.candidates[0] if verdict.candidates else None

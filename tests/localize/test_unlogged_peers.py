@@ -89,3 +89,23 @@ def test_one_replica_logged_one_rank_per_tp_group_names_the_unlogged_members_sin
         assert v.status == "irregular" and v.candidates, v.status
         assert {c.rank for c in top_tie(v)} == {1, 2, 3}, [c.device() for c in v.candidates]
         assert v.onset_step is not None and abs(int(v.onset_step) - 10) <= 1, v.onset_step
+
+def test_without_groups_in_meta_the_summary_path_still_sees_lone_copies(tmp_path: Path) -> None:
+    """meta.json without groups, one rank logged per TP group, an unlogged GPU slow from step 8: the
+    summary path reads the groups from one step of every rank, where a TP group shows one logged
+    member. Listed as a whole group of one, its operators were not lone copies, the logged rank's
+    wait was nobody's, and the verdict "healthy" where the full records named the slow GPU in a tie."""
+    cfg = SimConfig(gpus=64, tp=4, pp=2, steps=24, seed=4245, p2p="rendezvous", logged_ranks="one-per-tp",
+                    faults=[FaultSpec.parse("gpu:rank=22,factor=2.0,steps=8:23")], job="j")
+    simulate_trace(cfg, tmp_path, counterfactual=False)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta.pop("groups"), meta.pop("parallelism")
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    trace = Trace.open(tmp_path)
+    full = localize_trace(trace, ("commops",))
+    write_summaries(trace)
+    summary, _ = localize_from_summary(trace)
+    for v in (full, summary):
+        assert v.status == "irregular" and v.candidates, v.status
+        assert 22 in {c.rank for c in top_tie(v)}, [c.device() for c in v.candidates]
+    assert [c.device() for c in top_tie(summary)] == [c.device() for c in top_tie(full)]

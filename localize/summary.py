@@ -283,19 +283,27 @@ def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> tuple[np.ndarray, np
     return np.nan_to_num(comp), seen, steps
 
 
-def rank_compute(summary: pd.DataFrame, meta: JobMeta, steps: list[int]) -> pd.Series:
-    """Per rank, median over `steps` of its compute: its own row where it was an outlier on its
-    host, else its host's median."""
-    sub = summary[summary["step"].isin(steps) & (summary["group"] == "*")]
-    hosts = sub[sub["rank"] < 0].groupby("host")["compute_s"].median()
-    own = sub[sub["rank"] >= 0].groupby("rank")["compute_s"].median()
-    ranks = sorted(meta.ranks)
-    # (a summary made without a host map names every rank a host of its own)
-    comp = pd.Series([hosts.get(meta.host_of(r), hosts.get(f"rank-{r}", np.nan)) for r in ranks], index=ranks,
-                     dtype=np.float64)
-    hit = own.index[own.index.isin(comp.index)]
-    comp.loc[hit] = np.maximum(comp.loc[hit].to_numpy(), own.loc[hit].to_numpy())
-    return comp.dropna()
+def slow_ranks(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: list[int], most: int) -> list[int]:
+    """Up to `most` ranks that computed longer than the step's typical rank in some of `steps`, by
+    more than 1.1x and than any rank did in the `normal` steps (the ranks' noise), the slowest of
+    each step in turn (`compute_matrix`: a rank's own row where it was an outlier on its host,
+    else its host's): a fault that moves from step to step (a different replica's data each time)
+    is seen in every step, one that stays (a slow GPU) in all of them."""
+    comp, seen, all_steps = compute_matrix(summary, meta)
+    ranks = np.flatnonzero(seen)
+
+    def ratio(at: list[int]) -> np.ndarray:
+        x = comp[np.ix_(ranks, np.flatnonzero(np.isin(all_steps, at)))]
+        return x / np.maximum(np.median(x, axis=0), 1e-12) if x.size else x
+
+    slow, calm = ratio(steps), ratio(normal)
+    if not slow.size:
+        return []
+    bar = max(1.1, float(calm.max(initial=0.0)))
+    # each step's ranks by ratio, slowest first, interleaved step by step (the slowest of every step first)
+    order = np.argsort(-slow, axis=0, kind="stable")
+    picked = ranks[order.ravel()][np.take_along_axis(slow, order, axis=0).ravel() > bar]
+    return [int(r) for r in dict.fromkeys(picked.tolist())][:most]
 
 
 def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
@@ -315,17 +323,18 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     normal = table.loc[usable & (table["step"] < worst[0]), "step"].astype(int).tolist()
     if len(normal) < MAX_NORMAL:
         normal = table.loc[usable, "step"].astype(int).tolist()
-    # each step with the one before it: a rank's operator streams run across step boundaries,
+    # each step with the one logged before it: a rank's operator streams run across step boundaries,
     # and the wait graph measures a rank's compute only between consecutive records of a stream
     # (the normal step only gives the operators' history: it needs no predecessor)
-    fetch_steps = sorted(({x - d for x in worst for d in (0, 1)} | set(normal[-MAX_NORMAL:])) & set(table["step"].astype(int)))
+    logged = np.sort(table["step"].astype(int).to_numpy())
+    before = logged[np.maximum(np.searchsorted(logged, worst) - 1, 0)]
+    fetch_steps = sorted({*worst, *before.tolist(), *normal[-MAX_NORMAL:]})
     sub = summary[summary["step"].isin(worst)]
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
-    comp = rank_compute(summary, meta, worst)
-    slow_ranks = comp[comp > 1.1 * comp.median()].nlargest(16).index.tolist()
+    slow = slow_ranks(summary, meta, worst, normal[-MAX_NORMAL:], 16)
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
     # one NIC, link or switch -- the wide budget
-    budget = MAX_RANKS if slow_ranks else MAX_RANKS_NET
+    budget = MAX_RANKS if slow else MAX_RANKS_NET
     rank_groups: dict[int, list[str]] = {}
     for g, mem in meta.groups.items():
         for r in mem:
@@ -333,7 +342,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     chosen: list[str] = []
     ranks: set[int] = set()
     # smallest groups first over all slow ranks: a slow host's ranks each get their nearest peers
-    wanted = sorted({g for r in slow_ranks for g in rank_groups.get(int(r), [])}, key=lambda g: (len(meta.groups[g]), g))
+    wanted = sorted({g for r in slow for g in rank_groups.get(int(r), [])}, key=lambda g: (len(meta.groups[g]), g))
     # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones
     for g in wanted or [str(g) for g in per_group.index]:
         mem = meta.groups.get(g, [])

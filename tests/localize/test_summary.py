@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collector.meta import JobMeta
 from collector.traceio import Trace
 from localize.combine import localize_trace
 from localize.commops import COLUMNS
@@ -121,3 +122,68 @@ def test_sampled_steps_last_as_long_from_summaries_as_on_the_timeline(tmp_path: 
     summary, _ = localize_from_summary(trace)
     assert full.candidates and summary.candidates, summary.status
     assert summary.candidates[0].device() == full.candidates[0].device() == "gpu rank 13 (node-1 gpu 5)"
+
+
+def _layout() -> JobMeta:
+    """16 ranks on 8 hosts of 2: model replica k = ranks 4k..4k+3 (two stages of a TP pair), DP over replicas."""
+    groups = {f"tp-{h}": [2 * h, 2 * h + 1] for h in range(8)}
+    groups |= {f"dp-{j}": [j, 4 + j, 8 + j, 12 + j] for j in range(4)}
+    groups |= {f"pp-{k}-{j}": [4 * k + j, 4 * k + 2 + j] for k in range(4) for j in range(2)}
+    return JobMeta.from_dict({"job": "j", "world_size": 16, "groups": groups,
+                              "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(16)}})
+
+
+def _host_rows(compute: pd.DataFrame, abnormal: dict[tuple[int, str], float] | None = None) -> pd.DataFrame:
+    """A summary of host rows (hosts x steps of `compute`, seconds; 1 s steps) and abnormal group rows."""
+    rows = [{"host": f"node-{h}", "rank": -1, "step": int(s), "group": "*", "abnormal": 0, "abnormal_s": 0.0,
+             "compute_s": float(compute.loc[h, s]), "step_end_ns": int((s + 1) * 1e9), "step_start_ns": int(s * 1e9)}
+            for h in compute.index for s in compute.columns]
+    rows += [{"host": "node-0", "rank": -1, "step": s, "group": g, "abnormal": 1, "abnormal_s": t, "compute_s": 0.0,
+              "step_end_ns": 0, "step_start_ns": 0} for (s, g), t in (abnormal or {}).items()]
+    return pd.DataFrame(rows)
+
+
+def _steps(logged: list[int], irregular: list[int]) -> pd.DataFrame:
+    irr = np.isin(logged, irregular)
+    return pd.DataFrame({"step": logged, "duration_s": np.where(irr, 1.5, 1.0), "baseline_s": 1.0,
+                         "ratio": np.where(irr, 1.5, 1.0), "irregular": irr, "pattern": ""})
+
+
+def test_a_fault_that_moves_between_replicas_is_fetched_in_every_step_it_was_in() -> None:
+    """Data: a different replica computes longer in each irregular step. Judged by its median over
+    the irregular steps, no rank was slow, and nothing was fetched; the slowest of each step are."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    for s, replica in ((6, 0), (8, 1), (10, 2)):
+        compute.loc[[2 * replica, 2 * replica + 1], s] = 1.6
+    plan = plan_fetch(_host_rows(compute), _layout(), _steps(steps, [6, 8, 10]))
+    assert {r // 4 for r in plan.ranks} >= {0, 1, 2}, plan
+
+
+def test_a_rank_within_the_noise_of_normal_steps_does_not_narrow_the_fetch() -> None:
+    """A network fault: abnormal transfers in one DP group, and a host 1.105x its peers in the slow
+    steps -- less than one reached in a normal step. Taken for a slow rank, it cut the budget to
+    its own groups' and the abnormal group was never fetched."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    compute.loc[5, 3] = 1.12
+    compute.loc[3, [6, 8]] = 1.105
+    ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
+    plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert plan.groups == ["dp-1"] and plan.ranks == [1, 5, 9, 13], plan
+
+
+def test_a_sampled_irregular_step_is_fetched_with_the_step_logged_before_it() -> None:
+    """Every third step logged: the step before an irregular one is not in the trace, so the one
+    logged before it stands in (the operators' streams across the boundary); before, none did."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(0, 36, 3))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    compute.loc[3, [12, 27]] = 2.0
+    plan = plan_fetch(_host_rows(compute), _layout(), _steps(steps, [12, 27]))
+    assert {9, 12, 24, 27} <= set(plan.fetch_steps), plan.fetch_steps

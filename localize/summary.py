@@ -284,11 +284,13 @@ def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> tuple[np.ndarray, np
 
 
 def slow_ranks(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: list[int], most: int) -> list[int]:
-    """Up to `most` ranks that computed longer than the step's typical rank in some of `steps`, by
-    more than 1.1x and than any rank did in the `normal` steps (the ranks' noise), the slowest of
-    each step in turn (`compute_matrix`: a rank's own row where it was an outlier on its host,
-    else its host's): a fault that moves from step to step (a different replica's data each time)
-    is seen in every step, one that stays (a slow GPU) in all of them."""
+    """Up to `most` ranks that computed longer in some of `steps` than in the `normal` ones, against
+    the step's typical rank: by more than 1.1x and than any rank strayed from its own level in a
+    normal step (the ranks' noise); the slowest of each step in turn. A rank's level is its own
+    (a last stage computes longer every step: that is its role, not a fault). Compute is
+    `compute_matrix`'s: a rank's own row where it was an outlier on its host, else its host's. A
+    fault that moves from step to step (a different replica's data each time) is seen in every
+    step, one that stays (a slow GPU) in all of them."""
     comp, seen, all_steps = compute_matrix(summary, meta)
     ranks = np.flatnonzero(seen)
 
@@ -299,6 +301,8 @@ def slow_ranks(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: l
     slow, calm = ratio(steps), ratio(normal)
     if not slow.size:
         return []
+    level = np.median(calm, axis=1, keepdims=True) if calm.size else np.ones((len(ranks), 1))
+    slow, calm = slow / np.maximum(level, 1e-12), calm / np.maximum(level, 1e-12)
     bar = max(1.1, float(calm.max(initial=0.0)))
     # each step's ranks by ratio, slowest first, interleaved step by step (the slowest of every step first)
     order = np.argsort(-slow, axis=0, kind="stable")

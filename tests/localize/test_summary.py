@@ -164,14 +164,17 @@ def test_a_fault_that_moves_between_replicas_is_fetched_in_every_step_it_was_in(
 
 def test_a_rank_within_the_noise_of_normal_steps_does_not_narrow_the_fetch() -> None:
     """A network fault: abnormal transfers in one DP group, and a host 1.105x its peers in the slow
-    steps -- less than one reached in a normal step. Taken for a slow rank, it cut the budget to
-    its own groups' and the abnormal group was never fetched."""
+    steps -- less than one reached in a normal step -- and another, a last stage that computes
+    1.12x every step, 1.15x then. Taken for slow ranks, they cut the budget to their own groups'
+    and the abnormal group was never fetched."""
     from localize.summary import plan_fetch
 
     steps = list(range(12))
     compute = pd.DataFrame(1.0, index=range(8), columns=steps)
     compute.loc[5, 3] = 1.12
     compute.loc[3, [6, 8]] = 1.105
+    compute.loc[7] = 1.12
+    compute.loc[7, [6, 8, 10]] = 1.15
     ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
     plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
     assert plan.groups == ["dp-1"] and plan.ranks == [1, 5, 9, 13], plan

@@ -81,7 +81,7 @@ LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one
 # taken as one rank's own value: interpolated, on a host of two ranks a slow one lifts its peer by a quarter
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
-MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest
+MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
 
 
@@ -311,10 +311,11 @@ def slow_ranks(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: l
 
 
 def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
-    """Steps: the most typical irregular ones, each with the step before it, and the last normal ones before.
-    Ranks: the groups of the ranks that computed longest in that step, smallest groups first,
-    within a small budget of ranks; when no rank did (a network fault), the groups with the most
-    abnormal time within a wide one. A group not fetched whole is never judged."""
+    """Steps: the most typical irregular ones, each with the step logged before it, and the last normal
+    ones before. Ranks: the groups of the ranks that computed longest in each of those steps
+    (`slow_ranks`), smallest groups first, within a small budget of ranks per step; when no rank did
+    (a network fault), the groups with the most abnormal time within a wide one. A group not
+    fetched whole is never judged."""
     irr_tab = table[table["irregular"].astype(bool)]
     irregular = [int(s) for s in irr_tab["step"]]
     if not irregular:
@@ -338,7 +339,9 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     slow = slow_ranks(summary, meta, worst, normal[-MAX_NORMAL:], 16)
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
     # one NIC, link or switch -- the wide budget
-    budget = MAX_RANKS if slow else MAX_RANKS_NET
+    # (each irregular step may have its own slowest ranks -- a different replica's data each time --
+    # and a unit is told from its peers only with their groups fetched whole)
+    budget = MAX_RANKS * len(worst) if slow else MAX_RANKS_NET
     rank_groups: dict[int, list[str]] = {}
     for g, mem in meta.groups.items():
         for r in mem:

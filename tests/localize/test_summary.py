@@ -190,3 +190,18 @@ def test_a_sampled_irregular_step_is_fetched_with_the_step_logged_before_it() ->
     compute.loc[3, [12, 27]] = 2.0
     plan = plan_fetch(_host_rows(compute), _layout(), _steps(steps, [12, 27]))
     assert {9, 12, 24, 27} <= set(plan.fetch_steps), plan.fetch_steps
+
+
+def test_each_irregular_step_gets_its_own_budget_of_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data again, with a budget of one replica's ranks: spent on the first step's slow replica, the
+    other steps' replicas were never fetched, and the analysis named a host where the full records
+    named the data (replicas taking turns)."""
+    import localize.summary as summary
+
+    monkeypatch.setattr(summary, "MAX_RANKS", 4)
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    for s, replica in ((6, 0), (8, 1), (10, 2)):
+        compute.loc[[2 * replica, 2 * replica + 1], s] = 1.6
+    plan = summary.plan_fetch(_host_rows(compute), _layout(), _steps(steps, [6, 8, 10]))
+    assert {r // 4 for r in plan.ranks} == {0, 1, 2} and len(plan.ranks) <= 12, plan

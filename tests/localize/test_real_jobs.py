@@ -229,6 +229,15 @@ def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: 
         assert (counts[col] == n).all(), (col, counts[col].value_counts().to_dict())
 
 
+def relogged_tp0(trace: Path, out: Path, tp: int) -> Path:
+    """A copy of a real run's trace as Megatron logs it: only each TP group's first rank."""
+    shutil.copytree(trace, out, ignore=shutil.ignore_patterns("summary"))
+    for f in (out / "commops").glob("rank-*.parquet"):
+        if int(f.name.split("-")[1]) % tp:
+            f.unlink()
+    return out
+
+
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_logged_one_rank_per_tp_group_names_the_unlogged_slow_gpu(ran: Any, path: str, tmp_path: Path) -> None:
     """The same real run re-logged as Megatron does (TP rank 0 only): slow rank 5 logged nothing;
@@ -239,11 +248,7 @@ def test_real_job_logged_one_rank_per_tp_group_names_the_unlogged_slow_gpu(ran: 
     assert fault is not None
     if why := disturbed(steps, fault):
         pytest.skip(why)
-    tp0 = tmp_path / "tp0"
-    shutil.copytree(trace, tp0, ignore=shutil.ignore_patterns("summary"))
-    for f in (tp0 / "commops").glob("rank-*.parquet"):
-        if int(f.name.split("-")[1]) % JOB.tp:
-            f.unlink()
+    tp0 = relogged_tp0(trace, tmp_path / "tp0", JOB.tp)
     check(verdicts(tp0)[path], fault, steps)
 
 
@@ -256,11 +261,7 @@ def test_real_single_replica_logged_one_rank_per_tp_group_names_the_unlogged_mem
     trace, _, steps = ran("tp4-gpu-from-20")  # (its world is JOB's: 8 ranks)
     if why := disturbed(steps, TP4_FAULT):
         pytest.skip(why)
-    tp0 = tmp_path / "tp0"
-    shutil.copytree(trace, tp0, ignore=shutil.ignore_patterns("summary"))
-    for f in (tp0 / "commops").glob("rank-*.parquet"):
-        if int(f.name.split("-")[1]) % TP4.tp:
-            f.unlink()
+    tp0 = relogged_tp0(trace, tmp_path / "tp0", TP4.tp)
     v = verdicts(tp0)[path]
     said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
     assert v["status"] == "irregular" and v["candidates"], said

@@ -17,6 +17,15 @@ from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace
 
 
+def both_paths(cfg: SimConfig, out: Path) -> tuple[Verdict, Verdict]:
+    """The simulated job's verdicts from the full records and from the node summaries."""
+    simulate_trace(cfg, out, counterfactual=False)
+    trace = Trace.open(out)
+    full = localize_trace(trace, ("commops",), top=20)
+    write_summaries(trace)
+    return full, localize_from_summary(trace, top=20)[0]
+
+
 def top_tie(v: Verdict) -> list[Candidate]:
     """The candidates at the top score, checked to be declared a tie of that many."""
     tie = [c for c in v.candidates if c.score == v.candidates[0].score]
@@ -44,12 +53,7 @@ def test_an_unlogged_gpu_slow_from_the_first_step_is_named_on_both_paths(tmp_pat
     cfg = SimConfig(gpus=64, tp=4, pp=4, steps=40, seed=4243, p2p=p2p, mp_sync=True, sample_steps=3, gpus_per_host=per_host,
                     hosts_per_switch=16, logged_ranks="one-per-tp", faults=[FaultSpec.parse("gpu:rank=5,factor=2.3")],
                     job="j")
-    simulate_trace(cfg, tmp_path, counterfactual=False)
-    trace = Trace.open(tmp_path)
-    full = localize_trace(trace, ("commops",), top=20)
-    write_summaries(trace)
-    summary, _ = localize_from_summary(trace, top=20)
-    for v in (full, summary):
+    for v in both_paths(cfg, tmp_path):
         assert v.status == "irregular" and v.candidates, v.status
         tie = top_tie(v)
         assert {c.rank for c in tie} == {5, 6, 7}, [c.device() for c in v.candidates]
@@ -80,15 +84,11 @@ def test_one_replica_logged_one_rank_per_tp_group_names_the_unlogged_members_sin
     0's unlogged TP members, as a tie, with the onset."""
     cfg = SimConfig(gpus=8, tp=4, pp=2, steps=30, seed=4245, p2p="batched", gpus_per_host=4, logged_ranks="one-per-tp",
                     faults=[FaultSpec.parse("gpu:rank=2,factor=2.0,steps=10:29")], job="j")
-    simulate_trace(cfg, tmp_path, counterfactual=False)
-    trace = Trace.open(tmp_path)
-    full = localize_trace(trace, ("commops",), top=20)
-    write_summaries(trace)
-    summary, _ = localize_from_summary(trace, top=20)
-    for v in (full, summary):
+    for v in both_paths(cfg, tmp_path):
         assert v.status == "irregular" and v.candidates, v.status
         assert {c.rank for c in top_tie(v)} == {1, 2, 3}, [c.device() for c in v.candidates]
         assert v.onset_step is not None and abs(int(v.onset_step) - 10) <= 1, v.onset_step
+
 
 def test_without_groups_in_meta_the_summary_path_still_sees_lone_copies(tmp_path: Path) -> None:
     """meta.json without groups, one rank logged per TP group, an unlogged GPU slow from step 8: the

@@ -27,7 +27,13 @@ from localize.ops.groupkinds import group_kinds, observed_members, with_observed
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
-from localize.waits.persistent import Imbalance, compute_table, persistent_imbalance, worker_onset
+from localize.waits.persistent import (
+    Imbalance,
+    compute_table,
+    first_slow_step,
+    persistent_imbalance,
+    worker_onset,
+)
 from localize.waits.ranking import RankUnit, explain_rank_blame
 from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
@@ -166,7 +172,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
-    df.drop(columns=list(CODED), inplace=True)  # (`ops` holds them as codes: the frame's copies go)
+    for name in CODED:  # (`ops` holds them as codes: the caller's frame lets its copies go)
+        del df[name]
     all_steps = unique(ops.step)
     ref = normal_steps(all_steps, irr, view.steps)
     detector = load_detector() if forest else None
@@ -207,16 +214,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     def per_rank(mask: np.ndarray) -> np.ndarray:
         return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
 
-    def blame_of(mask: np.ndarray) -> np.ndarray:
-        return np.maximum(per_rank(mask & in_irr) - norm * per_rank(mask & in_ref), 0.0)
-
-    rank_blame = blame_of(to_rank)
+    normal_blame = per_rank(to_rank & in_ref)
+    rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * normal_blame, 0.0)
     # per slow step: each step's blame beyond a normal step's
     col = np.searchsorted(irr, ops.inst_step)
     at = to_rank & in_irr
     by_step = np.zeros((world, len(irr)))
     np.add.at(by_step, (graph.root_rank[at], col[at]), graph.delay[at])
-    by_step = np.maximum(by_step - per_rank(to_rank & in_ref)[:, None] / max(len(ref), 1), 0.0)
+    by_step = np.maximum(by_step - normal_blame[:, None] / max(len(ref), 1), 0.0)
     unseen_blame = rank_blame * unseen_share(ops, lone_more, world, all_steps, ref, irr)
     # a last arriver that was not late on its own clock (since the copies last ended together it
     # spent no more time than its peers computing, waiting or in other transfers) did not hold
@@ -281,9 +286,13 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
+        ranks = candidate_ranks(candidates[0], meta)
         comp, logged, steps_of = compute_table(ops, world, lone)
-        own = worker_onset(comp, logged, steps_of, layout, kinds, candidate_ranks(candidates[0], meta))
+        own = worker_onset(comp, logged, steps_of, layout, kinds, ranks)
         onset = own if own in set(irr.tolist()) else onset  # (a level its on-and-off steps merely average to is none)
+        began = first_slow_step(comp, logged, steps_of, layout, kinds, ranks, irr.tolist())
+        if began is not None and (onset is None or began < onset):
+            onset = began  # (on and off: its first slow step)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
 
@@ -343,11 +352,10 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
     waited = float(g.delay[hit].sum())
     ev = []
     if u.via is not None:
-        tied = ", ".join(f"{a.kind} {a.label}" for a in [u, *u.also])
         ev.append(f"rank {u.via} was the last copy while its peers waited in {int(direct.sum())} prolonged operators "
                   f"({top_groups}), yet computed no longer than before: it waited in collectives whose other members "
                   "logged nothing (one rank per group logged)")
-        ev.append(f"one of {tied} was slow; the records cannot tell which; {waited:.3f} s of waiting caused")
+        ev.append(f"one of {u.tie_names()} was slow; the records cannot tell which; {waited:.3f} s of waiting caused")
         cand = _bare_candidate(u, score, meta)
         cand.evidence = ev
         return cand
@@ -522,9 +530,8 @@ def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None) -
             since = (f"in every step since step {began}, and not before: the step times are too noisy to show it, "
                      "its compute beside its peers' in the same steps does")
         if u.via is not None:
-            tied = ", ".join(f"{a.kind} {a.label}" for a in [u, *u.also])
             return [f"rank {u.via} spent {slower:.0%} longer per step than its stage peers, waiting in collectives whose "
-                    f"other members logged nothing (one rank per group logged): one of {tied} is slow, and its "
+                    f"other members logged nothing (one rank per group logged): one of {u.tie_names()} is slow, and its "
                     "records cannot tell which", since]
         return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
     if u.kind == "config":

@@ -59,7 +59,13 @@ from localize.ops.groupkinds import group_kinds, named_kind, with_observed_group
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Verdict
-from localize.waits.persistent import grown_devices, imbalance, persistent_imbalance, worker_onset
+from localize.waits.persistent import (
+    first_slow_step,
+    grown_devices,
+    imbalance,
+    persistent_imbalance,
+    worker_onset,
+)
 from localize.waits.ranking import RankUnit
 from timeline.steps import durations_from_bounds, judge_steps, settle
 
@@ -416,8 +422,12 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     if verdict.onset_step is not None and top_c is not None and top_c.kind in ("gpu", "host"):
         comp, seen, steps = compute_matrix(summary, meta)
         kinds = group_kinds(analysis.ops) if analysis is not None else {}
-        own = worker_onset(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, candidate_ranks(top_c, meta))
+        ranks, steps_of = candidate_ranks(top_c, meta), np.asarray(steps, dtype=np.int64)
+        own = worker_onset(comp, seen, steps_of, meta, kinds, ranks)
         verdict.onset_step = own if own in set(plan.irregular) else verdict.onset_step
+        first = first_slow_step(comp, seen, steps_of, meta, kinds, ranks, plan.irregular)
+        if first is not None and first < verdict.onset_step:
+            verdict.onset_step = first  # (on and off: its first slow step)
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
     return verdict, plan
 

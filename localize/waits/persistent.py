@@ -23,7 +23,7 @@ from localize.ops.grouping import dense_codes, group_sum, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
-from timeline.steps import SHIFT_MIN_STEPS, level_shift
+from timeline.steps import ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
 
 MIN_EXCESS = 0.15  # a worker must compute at least this much longer than its stage peers
 STAGE_EXCESS = 0.25  # a stage must compute this much longer than the fastest stage
@@ -220,6 +220,24 @@ def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: Jo
     ratio = np.median(stage_ratio(comp, seen, meta, kinds).ratio[mine], axis=0)
     k = level_shift(ratio, 1 + MIN_EXCESS)
     return int(steps[k]) if k is not None and k > 0 else None
+
+
+def first_slow_step(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+                    ranks: list[int], slow_steps: list[int]) -> int | None:
+    """The first of `slow_steps` in which `ranks` computed beyond their stage peers, by half their
+    typical excess in those steps or more; None when they never did.
+
+    A device slow on and off has slow steps far apart, and the step times alone cannot tell its
+    first one from an unrelated blip: its own compute beside its peers' in that step can."""
+    mine = [r for r in ranks if 0 <= r < comp.shape[0] and seen[r]]
+    if not mine:
+        return None
+    ratio = np.median(stage_ratio(comp, seen, meta, kinds).ratio[mine], axis=0)
+    excess = np.where(np.isin(steps, slow_steps), ratio - 1, 0.0)
+    over = excess > MIN_EXCESS
+    if not over.any():
+        return None
+    return int(steps[np.flatnonzero(over & (excess >= ONSET_LEVEL * np.median(excess[over])))[0]])
 
 
 def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],

@@ -36,6 +36,10 @@ class RankUnit:
         """The logged ranks whose records show it."""
         return self.ranks if self.via is None else [self.via]
 
+    def tie_names(self) -> str:
+        """It and the devices tied with it, as the evidence names them."""
+        return ", ".join(f"{a.kind} {a.label}" for a in [self, *self.also])
+
 
 def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Per rank: host index, pipeline stage, model replica (connected over tp/cp/pp/ep groups)."""

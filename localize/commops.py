@@ -254,9 +254,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
     if total <= 0 or (lost > 0 and total < 0.05 * lost):
-        return Verdict(meta.job, "healthy", [], 1.0, [],
-                       {"source": "commops", "note": f"steps {[int(s) for s in irr]} ran long, but no operator delay "
-                        "explains it (noise, or time outside communication)"}), None
+        # the steps are slow beyond their noise (`timeline.steps.settle`): said, with why no device is named
+        unlogged = world - len(unique(ops.rank))
+        where = (f"to the {unlogged} ranks that logged nothing (log every rank, or capture flows with `laggard "
+                 "capture`) or " if unlogged > 0 else "")
+        return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), [],
+                       {"source": "commops", "note": f"steps {[int(s) for s in irr]} ran {view.slowdown:.2f}x their "
+                        f"normal time, but no logged operator's delay explains it: the time went {where}outside "
+                        "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
     primaries = [c for u in units for c in with_ties(_rank_candidate(u, rank_total / total, graph, ops, meta, lone), u, meta)]
     alternates: list[Candidate] = []
     if net and comm_total > 0:

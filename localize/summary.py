@@ -67,7 +67,7 @@ from localize.waits.persistent import (
     worker_onset,
 )
 from localize.waits.ranking import RankUnit
-from timeline.steps import durations_from_bounds, judge_steps, settle
+from timeline.steps import durations_from_bounds, judge_window
 
 SUMMARY_SCHEMA = pa.schema(
     [
@@ -120,7 +120,7 @@ def node_normal_steps(ops: Ops) -> np.ndarray:
                           "end": ops.df["end_ns"].to_numpy(np.int64)})
     per_rank = frame.groupby(["step", "rank"], sort=True).agg(start=("start", "min"), end=("end", "max"))
     span = ((per_rank["end"] - per_rank["start"]) / 1e9).groupby(level="step").median()  # (sampled steps too)
-    table, _, _ = settle(judge_steps(span.iloc[1:]))
+    table, _, _ = judge_window(span.iloc[1:])
     ok = ~table["irregular"].astype(bool) & (table["pattern"] != "warm-up") & np.isfinite(table["duration_s"])
     normal = table.loc[ok, "step"].to_numpy(np.int64)
     return normal if len(normal) >= 3 else steps
@@ -259,7 +259,7 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
     with warnings.catch_warnings():  # a step no host measured has no duration (NaN)
         warnings.simplefilter("ignore", RuntimeWarning)
         dur = pd.Series(np.nanmedian(per_host, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
-    table, _, onset = settle(judge_steps(dur.rename("duration_s")))
+    table, _, onset = judge_window(dur.rename("duration_s"))
     return table, onset
 
 

@@ -18,9 +18,7 @@ from timeline.steps import (
     clock_offsets_by_step,
     extent_step_durations,
     infer_steps,
-    judge_steps,
-    lasting_fault,
-    settle,
+    judge_window,
     slowdown,
     spread,
     step_rank_extent,
@@ -83,13 +81,10 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
     durations = extent_step_durations(extent, trace.meta, offsets)
     if steps is not None:
         durations = durations[(durations.index >= steps[0]) & (durations.index <= steps[1])]
-    table = judge_steps(durations, delta) if len(durations) else empty_steps()
     if len(durations) and len(durations) < 3:
         notes.append(f"only {len(durations)} step(s): too few for a rolling baseline")
     from_start = steps is None or (len(all_steps) > 0 and steps[0] <= int(all_steps[0]))
-    table, warmup, onset = settle(table, warmup=from_start) if len(table) else (table, [], None)
-    if (lasting := lasting_fault(table, warmup=bool(warmup) or from_start)) is not None:
-        table, onset = lasting
+    table, warmup, onset = judge_window(durations, delta, warmup=from_start) if len(durations) else (empty_steps(), [], None)
     if warmup:
         notes.append(f"steps {warmup[0]}..{warmup[-1]} ran slow as the job warmed up (allocator, communicators, "
                      "compilation): not counted as irregular")

@@ -58,6 +58,12 @@ ONSET_LEVEL = 0.5
 #: earlier or more, which is worth saying whatever its shape -- a step fits the durations clearly
 #: better than a steady drift does (squared residuals under SHIFT_OVER_TREND x the line's).
 SHIFT_SIGMAS = 5.0
+#: Step times at two levels (a fault on and off) when the levels lie this many robust σ of the
+#: wider one apart, each level holding TWO_LEVEL_MIN_STEPS steps and TWO_LEVEL_MIN_SHARE of them or
+#: more (a few blips are spikes, which δ judges).
+TWO_LEVEL_SIGMAS = 5.0
+TWO_LEVEL_MIN_STEPS = 3
+TWO_LEVEL_MIN_SHARE = 0.2
 SHIFT_MIN_STEPS = 3
 SHIFT_OVER_TREND = 0.5
 DRIFT_MAX = 1.5
@@ -488,26 +494,65 @@ def judge_from_fast_half(durations: pd.Series, delta: float = 1.1, window: int =
                          "ratio": vals / base, "irregular": irregular, "pattern": ""})
 
 
-def lasting_fault(table: pd.DataFrame, warmup: bool) -> tuple[pd.DataFrame, int | None] | None:
-    """The steps judged again against the steps before a fault that covers most of the window,
-    or None when that finds nothing more than `table` (a settled `judge_steps` table) does.
+def judge_window(durations: pd.Series, delta: float = 1.1, warmup: bool = True) -> tuple[pd.DataFrame, list[int], int | None]:
+    """The steps table of a window, as every path judges it: δ against recent normal steps
+    (`judge_steps`), warm-up and noise left out (`settle`), then a fault over most steps judged
+    against the steps it left alone (`widespread_fault`). Returns the table, the warm-up steps
+    and the onset step."""
+    table = judge_steps(durations, delta)
+    table, warm, onset = settle(table, warmup=warmup)
+    if (again := widespread_fault(table, warmup=bool(warm) or warmup)) is not None:
+        table, onset = again
+    return table, warm, onset
+
+
+def widespread_fault(table: pd.DataFrame, warmup: bool) -> tuple[pd.DataFrame, int | None] | None:
+    """The steps judged again against the steps a fault over most of the window left alone, or
+    None when that finds nothing more than `table` (a settled `judge_steps` table) does.
 
     Such a fault becomes its own baseline (the rolling median then sees nothing, or only a spike
     on top of it), so the steps are judged against the faster half (`judge_from_fast_half`).
-    That is believed only for a degradation that lasts to the end: a drift slower at first than
-    later must not make the first steps irregular, nor a noisy healthy job's slower half.
-    Warm-up and noise are left out as `settle` leaves them out. Returns the table and onset.
+    That is believed for a degradation that lasts to the end, and for one on and off whose slow
+    steps sit at one level far above the others for their noise (`two_levels`): a drift slower
+    at first than later must not make the first steps irregular, nor a noisy healthy job's
+    slower half. Warm-up and noise are left out as `settle` leaves them out. Returns the table
+    and onset.
     """
     if len(table) < 3:
         return None
-    again, _, onset = settle(judge_from_fast_half(table.set_index("step")["duration_s"].astype(float)), warmup=warmup)
+    durations = table.set_index("step")["duration_s"].astype(float)
+    again, _, onset = settle(judge_from_fast_half(durations), warmup=warmup)
     flags = again["irregular"].to_numpy(bool)
     irr = set(again.loc[flags, "step"].astype(int))
     before = set(table.loc[table["irregular"].astype(bool), "step"].astype(int))
     lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
-    if irr and lasting and (not before or (before <= irr and len(irr) > len(before))):
+    usable = (table["pattern"] != "warm-up").to_numpy()
+    on_and_off = two_levels(durations.to_numpy(np.float64)[usable])
+    if irr and (lasting or on_and_off) and (not before or (before <= irr and len(irr) > len(before))):
         return again, onset
     return None
+
+
+def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
+    """Whether the step times sit at two levels, the upper δ or more above the lower and
+    TWO_LEVEL_SIGMAS of their own spread apart: a fault on in many steps, off in the others.
+
+    The split is the best two-means split of the log step times; noise split so gives levels
+    about 2.7 of its halves' spreads apart (healthy jobs of both generators and real gloo runs: at
+    most 4.7, their levels under δ apart)."""
+    x = np.sort(np.log(d[np.isfinite(d) & (d > 0)]))
+    n = len(x)
+    m = max(TWO_LEVEL_MIN_STEPS, int(np.ceil(TWO_LEVEL_MIN_SHARE * n)))
+    if n < 2 * m:
+        return False
+    k = np.arange(m, n - m + 1)
+    cs, cs2 = np.r_[0.0, np.cumsum(x)], np.r_[0.0, np.cumsum(x * x)]
+    sse = (cs2[k] - cs[k] ** 2 / k) + ((cs2[n] - cs2[k]) - (cs[n] - cs[k]) ** 2 / (n - k))
+    split = int(k[np.argmin(sse)])
+    lo, hi = x[:split], x[split:]
+    gap = float(np.median(hi) - np.median(lo))
+    spread = max(1.4826 * float(np.median(np.abs(part - np.median(part)))) for part in (lo, hi))
+    return gap >= np.log(delta) and gap >= TWO_LEVEL_SIGMAS * max(spread, 1e-6)
 
 
 def level_shift(d: np.ndarray, delta: float) -> int | None:

@@ -57,7 +57,8 @@ def render_text(v: Verdict) -> str:
         return "\n".join([story.status_line(), *note])
     lines = [story.status_line()]
     if not v.candidates:
-        lines.append("  no device stands out")
+        why = v.extra.get("note")
+        lines.append(f"  no device stands out: {why}" if isinstance(why, str) else "  no device stands out")
     for i, c in enumerate(v.candidates, 1):
         tie = f"  {tie_words(c)}" if c.tie else ""
         lines.append(f"{'=>' if i == 1 else '  '} {i}. {c.kind:<7} {c.device():<40} score {c.score:.2f}{tie}")

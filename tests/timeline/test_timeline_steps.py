@@ -18,10 +18,12 @@ from timeline.steps import (
     job_step_durations,
     judge_from_fast_half,
     judge_steps,
-    lasting_fault,
+    judge_window,
     settle,
     slowdown,
     step_durations_per_rank,
+    two_levels,
+    widespread_fault,
 )
 
 STEPS = [1.0, 1.0, 1.2, 1.0, 2.0, 1.0, 1.0, 1.5, 1.5, 1.5, 1.0, 1.0]
@@ -155,23 +157,23 @@ def test_a_fault_over_most_steps_leaves_the_first_steps_at_the_normal_baseline()
     np.testing.assert_allclose(t["baseline_s"], 0.1315)
 
 
-def test_a_lasting_fault_over_most_steps_is_found_when_the_rolling_baseline_learns_it() -> None:
+def test_a_widespread_fault_over_most_steps_is_found_when_the_rolling_baseline_learns_it() -> None:
     """The rolling baseline's first window is the fault's level (the normal steps, under half its
-    median, read as mis-cut): `lasting_fault` judges against the steps before it."""
+    median, read as mis-cut): `widespread_fault` judges against the steps before it."""
     settled, _, _ = settle(judge_steps(FAULT_OVER_MOST))
     assert not settled["irregular"].any()
-    again = lasting_fault(settled, warmup=True)
+    again = widespread_fault(settled, warmup=True)
     assert again is not None
     table, onset = again
     assert table.loc[table["irregular"], "step"].tolist() == list(range(6, 28, 2)) and onset == 6
-    assert lasting_fault(table, warmup=True) is None  # nothing more to find
+    assert widespread_fault(table, warmup=True) is None  # nothing more to find
 
 
 def test_a_healthy_noisy_job_is_left_as_it_is() -> None:
     rng = np.random.default_rng(4)
     d = pd.Series(0.2 * (1 + 0.02 * rng.standard_normal(30)))
     settled, _, _ = settle(judge_steps(d))
-    assert lasting_fault(settled, warmup=True) is None
+    assert widespread_fault(settled, warmup=True) is None
     assert not judge_from_fast_half(d)["irregular"].any()
 
 
@@ -201,3 +203,35 @@ def test_a_sampled_step_without_its_predecessor_is_not_stretched_by_overlapping_
     d = job_step_durations(pd.DataFrame(rows), meta)
     later = d.drop(index=0)
     assert np.allclose(later.to_numpy(), period / 1e9, rtol=0.01), later.round(3).to_dict()
+
+
+def on_and_off(share: float, factor: float, noise: float, seed: int = 7) -> tuple[pd.Series, np.ndarray]:
+    """Steps of 0.3 s with `noise` relative jitter; a fault of `factor` on in a random `share` of
+    them after the first five (the step numbers it was on in)."""
+    rng = np.random.default_rng(seed)
+    on = np.r_[np.zeros(5, bool), rng.random(35) < share]
+    d = 0.3 * np.where(on, factor, 1.0) * (1 + noise * rng.standard_normal(40))
+    return pd.Series(d, index=np.arange(40)), np.flatnonzero(on)
+
+
+def test_a_fault_on_in_half_the_steps_is_found_though_the_rolling_baseline_learns_it() -> None:
+    """On and off at 1.2x with 2.5% jitter: steps at the fault's level just under δ × a baseline
+    already lifted are learned as normal, and δ widened by the on/off noise finds nothing."""
+    d, on = on_and_off(0.5, 1.2, 0.025)
+    settled, _, _ = settle(judge_steps(d))
+    assert settled["irregular"].sum() < len(on) // 2
+    assert two_levels(d.to_numpy())
+    table, _, onset = judge_window(d)
+    assert table.loc[table["irregular"], "step"].tolist() == on.tolist() and onset == on[0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_and_a_few_blips_are_not_two_levels(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    noisy = 0.3 * (1 + 0.06 * rng.standard_normal(40))
+    assert not two_levels(noisy)
+    blips = 0.3 * (1 + 0.01 * rng.standard_normal(40))
+    blips[rng.choice(40, 4, replace=False)] *= 1.3  # a tenth of the steps: spikes, δ's to judge
+    assert not two_levels(blips)
+    d, _ = on_and_off(0.5, 1.05, 0.005, seed)  # two levels, but under δ apart
+    assert not two_levels(d.to_numpy())

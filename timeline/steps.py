@@ -501,12 +501,12 @@ def judge_window(durations: pd.Series, delta: float = 1.1, warmup: bool = True) 
     and the onset step."""
     table = judge_steps(durations, delta)
     table, warm, onset = settle(table, warmup=warmup)
-    if (again := widespread_fault(table, warmup=bool(warm) or warmup)) is not None:
+    if (again := widespread_fault(table, warmup=bool(warm) or warmup, delta=delta)) is not None:
         table, onset = again
     return table, warm, onset
 
 
-def widespread_fault(table: pd.DataFrame, warmup: bool) -> tuple[pd.DataFrame, int | None] | None:
+def widespread_fault(table: pd.DataFrame, warmup: bool, delta: float = 1.1) -> tuple[pd.DataFrame, int | None] | None:
     """The steps judged again against the steps a fault over most of the window left alone, or
     None when that finds nothing more than `table` (a settled `judge_steps` table) does.
 
@@ -521,13 +521,13 @@ def widespread_fault(table: pd.DataFrame, warmup: bool) -> tuple[pd.DataFrame, i
     if len(table) < 3:
         return None
     durations = table.set_index("step")["duration_s"].astype(float)
-    again, _, onset = settle(judge_from_fast_half(durations), warmup=warmup)
+    again, _, onset = settle(judge_from_fast_half(durations, delta), warmup=warmup)
     flags = again["irregular"].to_numpy(bool)
     irr = set(again.loc[flags, "step"].astype(int))
     before = set(table.loc[table["irregular"].astype(bool), "step"].astype(int))
     lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
     usable = (table["pattern"] != "warm-up").to_numpy()
-    on_and_off = two_levels(durations.to_numpy(np.float64)[usable])
+    on_and_off = two_levels(durations.to_numpy(np.float64)[usable], delta)
     if irr and (lasting or on_and_off) and (not before or (before <= irr and len(irr) > len(before))):
         return again, onset
     return None

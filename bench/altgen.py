@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "barrier", "send", "recv", "all_to_all"]
 OP = {name: i for i, name in enumerate(OPS)}
 FAULT_KINDS = ["healthy", "gpu", "host", "nic", "link", "switch", "slow_start", "data"]
-LOGGING = ["all", "tp0", "every3", "random40"]
+LOGGING = ["all", "tp0", "every3", "random40"]  # drawn; also "tp0-random40" with --set (Megatron's usual)
 EPOCH_NS = 1_770_000_000_000_000_000
 MIN_SLOWDOWN = 1.1
 
@@ -431,7 +431,7 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
     t_index = np.zeros(lay.world, dtype=np.int64)
     t_index[R.ravel()] = np.broadcast_to(np.arange(lay.tp), R.shape).ravel()
     mask = np.ones(rows["rank"].size, dtype=bool)
-    if spec.logging == "tp0":
+    if spec.logging.startswith("tp0"):
         mask = t_index[rows["rank"]] == 0
     hosts = rows["rank"] // lay.gpus_per_host
     offsets = rng.uniform(-0.1, 0.1, lay.n_hosts)
@@ -499,7 +499,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             "step_sync": spec.step_sync, "logging": spec.logging, "naming": spec.naming,
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
             "warmup_steps": spec.warmup_steps, "faults": faults, "world": lay.world,
-            "unlogged_rank": spec.logging == "tp0" and f is not None and f.rank >= 0 and f.rank % lay.tp != 0,
+            "unlogged_rank": spec.logging.startswith("tp0") and f is not None and f.rank >= 0 and f.rank % lay.tp != 0,
             "logged_steps": [spec.step0 + k for k in spec.logged], "step_ids": spec.step_ids,
             "step_time_s": [round(float(x), 6) for x in step_time],
             "clock_offsets_ns": {h: int(o * 1e9) for h, o in zip(host_name, offsets, strict=True)}}
@@ -561,7 +561,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
     warmup = int(rng.integers(1, 4))
     if logging == "every3":
         logged = list(range(0, steps, 3))
-    elif logging == "random40":
+    elif logging.endswith("random40"):
         logged = np.flatnonzero(rng.random(steps) < 0.4).tolist()
     else:
         logged = list(range(steps))
@@ -593,7 +593,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
                    meta_parallelism=pick("meta_parallelism", bool(rng.random() < 0.6)),
                    warmup_steps=warmup, warmup_factor=float(rng.uniform(1.3, 2.5)), costs=costs, fault=fault,
                    kind=kind, seed=int(rng.integers(2**31)), logged=logged)
-    spec.step_ids = pick("step_ids", bool(rng.random() >= 0.12)) or logging in ("every3", "random40")
+    spec.step_ids = pick("step_ids", bool(rng.random() >= 0.12)) or logging in ("every3", "random40", "tp0-random40")
     if not spec.step_ids:
         spec.step0 = 0  # unnumbered rows: the reader counts iterations from 0
     ep = pick("ep", int(rng.choice([1, 2, 4], p=[0.7, 0.15, 0.15])))
@@ -771,7 +771,7 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\ntop-1 by fault kind x p2p semantics (healthy: false alarms)")
     print("\n".join(table(results, "p2p", ["rendezvous", "batched"])))
     print("\ntop-1 by fault kind x logging variant")
-    print("\n".join(table(results, "logging", LOGGING)))
+    print("\n".join(table(results, "logging", [*LOGGING, "tp0-random40"])))
     print("\ntop-1 by fault kind x fault pattern")
     print("\n".join(table(results, "pattern", ["persistent", "spike", "alternate", "random", "from_start"])))
     print("\ntop-1 of switch faults by scope (uplink: traffic leaving the rack slow; whole: inside the rack too)")
@@ -819,7 +819,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="generate nothing: localize and score every kept trace under DIR again (after a fix)")
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="pin a variant in every job, e.g. logging=tp0, step_sync=mp, gph=4, order=tp-pp-dp, "
+                    help="pin a variant in every job, e.g. logging=tp0 (or tp0-random40), step_sync=mp, gph=4, order=tp-pp-dp, "
                          "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false")
     ap.add_argument("--summary-first", action="store_true",
                     help="localize as the sidecars do (`laggard localize --summary-first`): the other path's figures")

@@ -16,6 +16,7 @@ from bench.altgen import (
     Layout,
     Net,
     compute_factor,
+    random_spec,
     schedule_order,
     simulate,
     stage_program,
@@ -110,3 +111,13 @@ def test_expert_parallel_groups_exchange_tokens_with_all_to_all(tmp_path: Path) 
     a2a = table[table.op == "all_to_all"]
     assert len(a2a) == 16 * 4 * spec.microbatches * spec.steps
     assert step_time[6:].mean() > 1.1 * step_time[1:6].mean()
+
+
+def test_megatron_logging_keeps_one_rank_per_tp_group_in_sampled_steps(tmp_path: Path) -> None:
+    spec = random_spec(3, "gpu", seed=11, force={"logging": "tp0-random40", "tp": "4"})
+    rows, step_time = simulate(spec)
+    write_trace(spec, tmp_path, rows, step_time)
+    assert validate_trace(tmp_path) == []
+    table = pq.read_table(tmp_path / "commops.parquet")
+    assert {r % 4 for r in set(table.column("rank").to_pylist())} == {0}
+    assert 0 < len(spec.logged) < 0.7 * spec.steps

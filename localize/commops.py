@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_
 from localize.ops.features import CODED, Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.ops.grouping import group_sum, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
-from localize.ops.lone import lone_copies, lone_time, unlogged_peers
+from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_change
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
 from localize.waits.persistent import (
@@ -249,7 +250,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
     units = explain_rank_blame(rank_blame, layout, kinds, top=top,
                                logged=np.bincount(ops.rank, minlength=world)[:world] > 0, static=not ran_normally,
-                               unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step)
+                               unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
+                               peer_wait=wait_change(lone_time(ops, lone, world, all_steps), np.isin(all_steps, irr),
+                                                     np.isin(all_steps, ref)))
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
@@ -373,6 +376,11 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         if u.also:
             ev.append(f"it is the only rank of {u.also[0].label} that logged: a slow GPU there and the whole host "
                       "slowed show the same records")
+        if "peer_wait" in u.detail:
+            ev.append(f"it is the only rank of {info.host if info else 'its host'} that logged, and in the slow steps "
+                      f"it waited {cast(float, u.detail['peer_wait']):.2f}x its normal time in the collectives it shares "
+                      "with its unlogged peers: it arrived last and they waited on it, so they were not slow (the "
+                      "GPU, not the host)")
         if exc.size and lone is not None and (lone & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
             ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
                       "members were not logged (one rank per group logged), not in compute")
@@ -382,6 +390,14 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
             ev.append(f"rank {r} logged no record of {int(g.orphan[hit].sum())} operators its peers waited in")
         ev.append(f"{int((hit & ~direct).sum())} more delays elsewhere trace back to it through waiting; {waited:.3f} s of waiting caused")
         return Candidate("gpu", score, ev, rank=r, host=info.host if info else None, gpu=info.gpu if info else None, source="commops")
+    if u.kind == "host" and "peer_wait" in u.detail:
+        r = cast(int, u.detail["logged_rank"])
+        ev.append(f"rank {r}, the only rank of {u.label} that logged, delayed its peers ({top_groups}) computing "
+                  f"longer, and in the slow steps it also waited {cast(float, u.detail['peer_wait']):.2f}x its normal time "
+                  "in the collectives it shares with its unlogged peers on the host: they were slow too (the "
+                  "host, not one GPU)")
+        ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
+        return Candidate("host", score, ev, host=u.label, source="commops")
     if u.kind == "host":
         ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
         ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
@@ -538,6 +554,13 @@ def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None) -
             return [f"rank {u.via} spent {slower:.0%} longer per step than its stage peers, waiting in collectives whose "
                     f"other members logged nothing (one rank per group logged): one of {u.tie_names()} is slow, and its "
                     "records cannot tell which", since]
+        if "peer_wait" in u.detail:
+            r, change = cast(int, u.detail["logged_rank"]), cast(float, u.detail["peer_wait"])
+            told = ("it arrived last and they waited on it, so they are not slow (the GPU, not the host)" if u.kind == "gpu"
+                    else "they are slow too (the host, not one GPU)")
+            return [f"rank {r}, the only rank of its host that logged, computes {slower:.0%} longer per step than its "
+                    f"peers of the same pipeline stage, and waits {change:.2f}x as long as they do in the collectives "
+                    f"it shares with its unlogged peers: {told}", since]
         return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
     if u.kind == "config":
         return [f"{u.label} computes longer than the fastest stage on every worker of the stage: the split of layers, not a device",

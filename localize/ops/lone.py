@@ -60,3 +60,34 @@ def unlogged_peers(ops: Ops, groups: Mapping[str, Sequence[int]], lone: np.ndarr
             nxt = r + 1 + int(np.argmax(logged[r + 1:]))
             out.setdefault(r, set()).update(range(r + 1, nxt))
     return {r: sorted(m) for r, m in out.items() if m}
+
+
+def wait_change(waited: np.ndarray, slow: np.ndarray, normal: np.ndarray) -> np.ndarray:
+    """Per rank: its time in lone copies per slow step over that per normal step (medians over
+    the columns `slow` and `normal` of rank × step `waited`, `lone_time`); NaN where unknown.
+
+    The slowest member of a collective waits least. A logged rank slow alone arrives last at the
+    collectives it shares with its unlogged peers, and its time in them falls to the transfer
+    (well under 1); slowed with them (its host), it keeps waiting on the slowest of them, longer
+    as all slow (over 1)."""
+    out = np.full(waited.shape[0], np.nan)
+    if not slow.any() or not normal.any():
+        return out
+    before = np.median(waited[:, normal], axis=1)
+    known = before > 0
+    out[known] = np.median(waited[known][:, slow], axis=1) / before[known]
+    return out
+
+
+def wait_beside_peers(waited: np.ndarray, seen: np.ndarray, peer_set: np.ndarray) -> np.ndarray:
+    """Per rank: its median time in lone copies per step over that of the logged ranks of its
+    `peer_set` (per rank, e.g. its pipeline stage) in the same steps; NaN where unknown. A job
+    slow from its first step has no normal step to compare with (`wait_change`): its peers are."""
+    out = np.full(waited.shape[0], np.nan)
+    for s in np.unique(peer_set[seen]):  # one iteration per peer set (pipeline stage)
+        mine = seen & (peer_set == s)
+        typical = np.median(waited[mine], axis=0)
+        if mine.sum() >= 3 and np.median(typical) > 0:
+            out[mine] = np.median(waited[mine], axis=1) / np.median(typical)
+    return out
+

@@ -21,7 +21,7 @@ from collector.meta import JobMeta
 from localize.ops.features import Ops, prepare_ops
 from localize.ops.grouping import dense_codes, group_sum, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
-from localize.ops.lone import lone_copies, lone_time, unlogged_peers
+from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
 
@@ -261,8 +261,9 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
         extra = (waited - stage_reference(waited, seen, stage)[stage]) / np.maximum(ref[stage], 1e-9)
         xw = np.where(seen, np.nanmedian(np.where(since, extra, np.nan), axis=1), 0.0)
         unseen = worker_blame * np.clip(xw / np.maximum(x - 1, 1e-9), 0.0, 1.0)
-    workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen, unseen=unseen, peers=peers)
-               if u.kind in ("gpu", "host")]
+    beside = wait_beside_peers(waited, seen, stage) if waited is not None else None
+    workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen, unseen=unseen, peers=peers,
+                                             peer_wait=beside) if u.kind in ("gpu", "host")]
     found = [(u, u.share * float(worker_blame.sum())) for u in workers]
     for unit, blame in _stage_units(ref, stage, seen):
         if "since" not in unit.detail:

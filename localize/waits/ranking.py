@@ -17,6 +17,11 @@ import numpy as np
 from collector.meta import JobMeta
 
 COVERAGE = 0.6  # share of a unit's ranks that must carry blame to name the unit
+# a host's one logged rank, slow: its time in collectives with its unlogged peers fell under this
+# share of its normal (it arrived last: its GPU alone), or rose over this many times (they were
+# slow too: the host); between them its records cannot tell (`localize.ops.lone.wait_change`)
+LAST_ARRIVER = 0.8
+PEERS_SLOW = 1.3
 MIN_SHARE = 0.08  # a further candidate must explain at least this share of the blame
 
 
@@ -34,7 +39,9 @@ class RankUnit:
     @property
     def witnesses(self) -> list[int]:
         """The logged ranks whose records show it."""
-        return self.ranks if self.via is None else [self.via]
+        if self.via is not None:
+            return [self.via]
+        return [int(self.detail["logged_rank"])] if "logged_rank" in self.detail else self.ranks  # type: ignore[call-overload]
 
     def tie_names(self) -> str:
         """It and the devices tied with it, as the evidence names them."""
@@ -72,7 +79,7 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
 def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5,
                        logged: np.ndarray | None = None, static: bool = True,
                        unseen: np.ndarray | None = None, peers: dict[int, list[int]] | None = None,
-                       by_step: np.ndarray | None = None) -> list[RankUnit]:
+                       by_step: np.ndarray | None = None, peer_wait: np.ndarray | None = None) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
@@ -82,7 +89,9 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     its blame that is time it waited in collectives whose other members, `peers`, logged
     nothing: one of those was slow, and which one its records cannot say. `by_step`: the blame
     per rank in each slow step, where replicas taking turns show even when each turn's blame
-    lands on the one stage its delay began at (`replica_turns`)."""
+    lands on the one stage its delay began at (`replica_turns`). `peer_wait`: per rank, its time in
+    collectives with unlogged peers in the slow steps over before (`localize.ops.lone.wait_change`):
+    for a host's one logged rank it tells its GPU from its host."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
@@ -107,10 +116,18 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         if unseen is not None and peers and peers.get(r) and unseen[r] > 0.5 * blame[r]:
             options.append(_unlogged_peer(r, peers[r], float(b[r]) / total, host, hosts, seen))
         elif alone:
-            # the host's one logged rank: a slow GPU there and the whole host slowed alike show
-            # the same records (its unlogged peers wait unseen either way)
-            options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}",
-                                    also=[RankUnit("host", hr.tolist(), float(b[r]) / total, 1.0, hosts[h])]))
+            # the host's one logged rank: a slow GPU there and the whole host slowed alike make it
+            # compute longer; whether its unlogged peers kept it waiting tells them apart, if clearly
+            change = float(peer_wait[r]) if peer_wait is not None else float("nan")
+            gpu = RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}")
+            whole = RankUnit("host", hr.tolist(), float(b[r]) / total, 1.0, hosts[h])
+            if change < LAST_ARRIVER or change > PEERS_SLOW:
+                decided = gpu if change < LAST_ARRIVER else whole
+                decided.detail.update({"peer_wait": change, "logged_rank": r})
+                options.append(decided)
+            else:
+                gpu.also = [whole]
+                options.append(gpu)
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
         if len(hr) > 1 and not alone:

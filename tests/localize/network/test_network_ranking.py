@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from collector.meta import JobMeta, RankInfo
 from localize.network.devices import resolve_network, slow_units, tie_note, tied_best
@@ -198,6 +199,26 @@ def test_a_hosts_one_logged_rank_ties_its_gpu_with_the_host() -> None:
     logged[5] = True  # a second logged rank there, on time: the host is cleared
     u = explain_rank_blame(b, meta, KINDS, logged=logged)[0]
     assert (u.kind, u.ranks, u.also) == ("gpu", [4], [])
+
+
+@pytest.mark.parametrize(("change", "named"), [(0.2, ("gpu", "rank 4")), (2.5, ("host", "node-1")), (1.0, None)])
+def test_whether_its_unlogged_peers_kept_it_waiting_tells_the_gpu_from_the_host(change: float,
+                                                                                named: tuple[str, str] | None) -> None:
+    """The slowest member of a collective waits least: node-1's one logged rank waiting far less
+    than before in its TP collectives arrived last (its GPU); far more, its peers were slow too
+    (the host); about as long, its records cannot tell (the tie)."""
+    meta = meta16()
+    logged = np.zeros(32, dtype=bool)
+    logged[::4] = True
+    b = np.zeros(32)
+    b[4] = 5.0
+    wait = np.full(32, np.nan)
+    wait[4] = change
+    u = explain_rank_blame(b, meta, KINDS, logged=logged, peer_wait=wait)[0]
+    if named is None:
+        assert [(x.kind, x.label) for x in [u, *u.also]] == [("gpu", "rank 4"), ("host", "node-1")]
+    else:
+        assert ((u.kind, u.label), u.also, u.detail["peer_wait"]) == (named, [], change)
 
 
 def test_waiting_on_unlogged_members_ties_them_and_the_hosts_none_of_whose_gpus_logged() -> None:

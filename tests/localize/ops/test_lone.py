@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from localize.ops.features import prepare_ops
-from localize.ops.lone import lone_copies, unlogged_peers
+from localize.ops.lone import lone_copies, unlogged_peers, wait_beside_peers, wait_change
 
 GROUPS = {"tp-0": [0, 1, 2, 3], "tp-1": [4, 5, 6, 7], "dp-0": [0, 4]}
 
@@ -53,3 +54,24 @@ def test_without_listed_groups_the_peers_are_the_ranks_numbered_up_to_the_next_l
     """Tensor-parallel ranks are numbered consecutively: rank 0's lone group runs to rank 4, which logged."""
     ops = prepare_ops(_rows())
     assert unlogged_peers(ops, {}, lone_copies(ops, {}, unlisted=True), world=8) == {0: [1, 2, 3]}
+
+
+def test_wait_change_is_time_in_lone_copies_per_slow_step_over_per_normal_step() -> None:
+    waited = np.array([[2.0, 2.0, 2.0, 0.5, 0.5],   # waits far less once slow: it arrives last
+                       [1.0, 1.0, 1.0, 3.0, 3.0],   # waits longer: its peers slowed too
+                       [0.0, 0.0, 0.0, 0.0, 0.0]])  # no lone copies
+    slow = np.array([False, False, False, True, True])
+    change = wait_change(waited, slow, ~slow)
+    np.testing.assert_allclose(change[:2], [0.25, 3.0])
+    assert np.isnan(change[2])
+    assert np.isnan(wait_change(waited, slow, np.zeros(5, dtype=bool))).all()
+
+
+def test_slow_from_the_start_a_ranks_lone_wait_is_judged_beside_its_stage_peers() -> None:
+    waited = np.array([[1.0, 1.2], [1.1, 0.9], [1.0, 1.0], [0.2, 0.3],  # stage 0: rank 3 waits least
+                       [2.0, 2.0], [2.0, 2.0], [7.0, 6.0]])             # stage 1: two ranks only logged
+    seen = np.array([True] * 6 + [False])
+    stage = np.array([0, 0, 0, 0, 1, 1, 1])
+    beside = wait_beside_peers(waited, seen, stage)
+    np.testing.assert_allclose(beside[:4], np.array([1.1, 1.0, 1.0, 0.25]) / 0.975)  # (stage median per step: 1.0, 0.95)
+    assert np.isnan(beside[4:]).all()  # too few peers to judge by, or not logged

@@ -248,8 +248,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     ran_normally = bool(((~tab["irregular"].astype(bool)) & (tab["pattern"] != "warm-up")
                          & (tab["step"].to_numpy() < irr.min())).any())
     layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
-    units = explain_rank_blame(rank_blame, layout, kinds, top=top,
-                               logged=np.bincount(ops.rank, minlength=world)[:world] > 0, static=not ran_normally,
+    logged = np.bincount(ops.rank, minlength=world)[:world] > 0
+    units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
                                peer_wait=wait_change(lone_time(ops, lone, world, all_steps), np.isin(all_steps, irr),
                                                      np.isin(all_steps, ref)))
@@ -274,18 +274,18 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         share = comm_total / total
         note = tie_note(tie) if len(tie) > 1 else None
         for c in tie[:top]:
-            cand = _net_candidate(c, share * c.score, meta)
+            cand = _net_candidate(c, share * c.score, meta, logged)
             cand.evidence += [note] if note else []
             cand.tie = len(tie) if len(tie) > 1 else None
             primaries.append(cand)
-        alternates = [_net_candidate(c, share * c.score * 0.5 / len(tie), meta) for c in net[len(tie):len(tie) + top]]
+        alternates = [_net_candidate(c, share * c.score * 0.5 / len(tie), meta, logged) for c in net[len(tie):len(tie) + top]]
         # a second network fault: slow units the best device does not carry, explained apart
         rest = {u: w for u, w in slow.items() if u not in set(tie[0].carried)}
         if sum(rest.values()) >= 0.25 * sum(slow.values()):
             second = resolve_network(judged, rest, meta, top=1, mesh=mesh)
             if second:
                 frac = sum(rest.values()) / sum(slow.values())
-                primaries.append(_net_candidate(second[0], comm_total / total * frac * second[0].score, meta))
+                primaries.append(_net_candidate(second[0], comm_total / total * frac * second[0].score, meta, logged))
     candidates = _merge(primaries, alternates, top)
     analysis = Analysis(ops, abnormal, graph, rank_blame, units, net, comm_total, unit_names)
     extra: dict[str, object] = {"source": "commops", "detector": method, "abnormal_ops": int(abnormal.sum()),
@@ -429,15 +429,20 @@ def _stage(u: RankUnit) -> int | None:
     return int(st) if isinstance(st, int) else None
 
 
-def _net_candidate(c: NetCandidate, score: float, meta: JobMeta) -> Candidate:
+def _net_candidate(c: NetCandidate, score: float, meta: JobMeta, logged: np.ndarray) -> Candidate:
+    """`logged`: per rank, whether it logged any record (a GPU's path is told from its host's NIC
+    only by the host's other GPUs)."""
     ex = ", ".join(c.examples)
     common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}): every copy of a collective was slow, or a transfer's data arrived late while its sender was on time"
     if c.kind == "gpu":
         r = int(c.key)  # type: ignore[arg-type]
         info = meta.ranks.get(r)
-        return Candidate("gpu", score, [f"communication path of rank {r} (PCIe/NIC port of this GPU): {common}",
-                                        "other GPUs of the same host communicate normally"],
-                         rank=r, host=info.host if info else None, gpu=info.gpu if info else None, source="commops")
+        host = info.host if info else None
+        others = [x for x, i in meta.ranks.items() if i.host == host and x != r and x < len(logged) and logged[x]]
+        beside = ("other GPUs of the same host communicate normally" if others else
+                  f"no other GPU of {host} logged: this GPU's own path and the host's NIC show the same records")
+        return Candidate("gpu", score, [f"communication path of rank {r} (PCIe/NIC port of this GPU): {common}", beside],
+                         rank=r, host=host, gpu=info.gpu if info else None, source="commops")
     key = c.key if isinstance(c.key, tuple) else (str(c.key),)
     if c.kind == "nic":
         return Candidate("nic", score, [f"NIC of {key[0]}: {common}"], host=key[0], source="commops")

@@ -459,6 +459,16 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
     found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
     first = found.units[0] if found.units else None
+    if (first is None or first.kind not in ("gpu", "host")) and set(meta.hosts()) - set(summary["host"]):
+        # hosts none of whose ranks logged: their delay shows only as their peers' waits in
+        # collectives across hosts that no other member logged, which no node's summary can count
+        # as such; one step of every rank's records can (as on the full-record path)
+        if sample is None:
+            sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
+        whole = persistent_imbalance(sample, meta, top, kinds) if len(sample) else None
+        if whole is not None and whole.units and whole.units[0].kind in ("gpu", "host"):
+            found, first = whole, whole.units[0]
+            extra["note"] = "hosts without records: judged on one step of every rank's records"
     if first is not None and first.kind in ("gpu", "host") and found.since is not None:
         # slow since a step: what grew in the unit's own records, each rank against its earlier steps
         # (on their hosts: a host's other logged ranks say whether the host is the cause)

@@ -258,9 +258,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     lost = _lost_seconds(view.steps, irr)
     if total <= 0 or (lost > 0 and total < 0.05 * lost):
         # the steps are slow beyond their noise (`timeline.steps.settle`): said, with why no device is named
-        unlogged = world - len(unique(ops.rank))
-        where = (f"to the {unlogged} ranks that logged nothing (log every rank, or capture flows with `laggard "
-                 "capture`) or " if unlogged > 0 else "")
+        unseen = world - len(unique(ops.rank))
+        what = ("whose records were not read here (`laggard localize` reads them all)" if partial else
+                "that logged nothing (log every rank, or capture flows with `laggard capture`)")
+        where = f"to the {unseen} ranks {what} or " if unseen > 0 else ""
         return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), [],
                        {"source": "commops", "note": f"steps {[int(s) for s in irr]} ran {view.slowdown:.2f}x their "
                         f"normal time, but no logged operator's delay explains it: the time went {where}outside "

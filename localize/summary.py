@@ -399,16 +399,16 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     summaries' compute says whether the job was slow from the start (`localize.waits.persistent`)."""
     table, onset = step_table(summary)
     observed = not meta.groups
-    meta = _with_groups(summary, meta, fetch)
+    meta, sample = _with_groups(summary, meta, fetch)
     plan = plan_fetch(summary, meta, table)
     if not plan.irregular:
-        return _persistent_from_summary(summary, meta, fetch, top), plan
+        return _persistent_from_summary(summary, meta, fetch, top, sample), plan
     df = fetch(plan.ranks, (plan.fetch_steps[0], plan.fetch_steps[-1]))
     df = df[df["step"].isin(plan.fetch_steps)].reset_index(drop=True)
     plan.rows_fetched = len(df)
     fetched = set(plan.ranks)
-    if observed:  # a group one rank logged has unknown members, who did not log: listed, it would read as whole
-        meta = replace(meta, groups={g: m for g, m in meta.groups.items() if len(m) > 1})
+    if observed:
+        meta = without_singletons(meta)
     partial = {g for g, m in meta.groups.items() if not set(m) <= fetched}
     worst = [s for s in plan.fetch_steps if s in set(plan.irregular)]
     sub_table = table[table["step"].isin(plan.fetch_steps)]
@@ -432,43 +432,55 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     return verdict, plan
 
 
-def _with_groups(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch) -> JobMeta:
+def without_singletons(meta: JobMeta) -> JobMeta:
+    """`meta` less its groups of one member: groups observed in fetched rows, where one rank logged
+    a group whose other members did not log (no job runs a collective over a group of one).
+    Listed so, the group would read as whole, and its waits as no one's (`localize.ops.lone`)."""
+    return replace(meta, groups={g: m for g, m in meta.groups.items() if len(m) > 1})
+
+
+def _with_groups(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch) -> tuple[JobMeta, pd.DataFrame | None]:
     """`meta`, with its groups read from one fetched step of every rank when meta.json has none
-    (the contract allows it): the fetch plan picks groups to read whole, and needs their members."""
+    (the contract allows it): the fetch plan picks groups to read whole, and needs their members.
+    Also that step's rows (None when nothing was fetched)."""
     if meta.groups or summary.empty:
-        return meta
+        return meta, None
     last = int(summary["step"].max())
     sample = fetch(sorted(meta.ranks), (last, last))
-    return with_observed_groups(meta, prepare_ops(sample)) if len(sample) else meta
+    return (with_observed_groups(meta, prepare_ops(sample)) if len(sample) else meta), sample
 
 
-def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: int) -> Verdict:
+def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: int,
+                             sample: pd.DataFrame | None = None) -> Verdict:
     """Slow from the start, judged on the summaries' compute per rank and step: worker against
     its stage peers, stage against stage (the group kinds from one fetched step when the group
-    names do not say them)."""
+    names do not say them). `sample`: the last step of every rank's records, when fetched already
+    (meta.json listed no groups)."""
     comp, seen, steps = compute_matrix(summary, meta)
     extra: dict[str, object] = {"from": "summary"}
     if not steps or not seen.any():
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})
     kinds = {g: k for g in meta.groups if (k := named_kind(g)) is not None}
-    sample = None
+    observed = sample is not None
     if len(kinds) < len(meta.groups):
-        sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
+        if sample is None:
+            sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
         kinds = group_kinds(prepare_ops(sample)) if len(sample) else kinds
     table, _ = step_table(summary)
     durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
     found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
     first = found.units[0] if found.units else None
-    if (first is None or first.kind not in ("gpu", "host")) and set(meta.hosts()) - set(summary["host"]):
-        # hosts none of whose ranks logged: their delay shows only as their peers' waits in
-        # collectives across hosts that no other member logged, which no node's summary can count
-        # as such; one step of every rank's records can (as on the full-record path)
+    if (first is None or first.kind not in ("gpu", "host")) and (observed or set(meta.hosts()) - set(summary["host"])):
+        # hosts none of whose ranks logged, or no groups listed: an unlogged rank's delay shows only
+        # as its peers' waits in collectives no other member logged, which a node cannot tell from
+        # groups whose other members log elsewhere; one step of every rank's records can (as on the
+        # full-record path)
         if sample is None:
             sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
-        whole = persistent_imbalance(sample, meta, top, kinds) if len(sample) else None
+        whole = persistent_imbalance(sample, without_singletons(meta), top, kinds) if len(sample) else None
         if whole is not None and whole.units and whole.units[0].kind in ("gpu", "host"):
             found, first = whole, whole.units[0]
-            extra["note"] = "hosts without records: judged on one step of every rank's records"
+            extra["note"] = "judged on one step of every rank's records (ranks that logged nothing)"
     if first is not None and first.kind in ("gpu", "host") and found.since is not None:
         # slow since a step: what grew in the unit's own records, each rank against its earlier steps
         # (on their hosts: a host's other logged ranks say whether the host is the cause)
@@ -492,7 +504,7 @@ def unlogged_wait(unit: RankUnit, rows: pd.DataFrame, meta: JobMeta, kinds: dict
     of every rank's records (`rows`) can."""
     if not len(rows):
         return unit
-    for u in persistent_imbalance(rows, meta, top, kinds).units:
+    for u in persistent_imbalance(rows, without_singletons(meta), top, kinds).units:
         if u.kind in ("gpu", "host") and set(u.witnesses) <= set(unit.ranks):
             u.share = unit.share
             return u

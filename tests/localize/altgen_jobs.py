@@ -16,10 +16,10 @@ COSTS = Costs(fwd_chunk_s=2e-3, tp_bytes=16 << 20, act_bytes=16 << 20, grad_byte
 
 
 def altgen_job(name: str, layout: Layout, fault: Fault, steps: int, seed: int, logging: str = "all",
-               step_sync: str = "mp", step0: int = 0) -> JobSpec:
-    """A job with rendezvous p2p, one warm-up step, meta.json listing its groups, every step logged."""
+               step_sync: str = "mp", step0: int = 0, meta_groups: bool = True) -> JobSpec:
+    """A job with rendezvous p2p, one warm-up step, every step logged."""
     return JobSpec(name=name, layout=layout, microbatches=4, steps=steps, p2p="rendezvous", dp_mode="all_reduce",
-                   step_sync=step_sync, logging=logging, step0=step0, naming="megatron", meta_groups=True,
+                   step_sync=step_sync, logging=logging, step0=step0, naming="megatron", meta_groups=meta_groups,
                    meta_parallelism=False, warmup_steps=1, warmup_factor=1.5, costs=COSTS, fault=fault,
                    kind=fault.kind, seed=seed, logged=list(range(steps)))
 

@@ -89,6 +89,7 @@ MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
+UNSEEN_STEPS = 3  # steps of every rank's records read for waits on ranks that logged nothing, slow from the start
 
 
 def groups_within(groups: Mapping[str, Sequence[int]], ranks: Collection[int]) -> dict[str, list[int]]:
@@ -473,14 +474,14 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     if (first is None or first.kind not in ("gpu", "host")) and (observed or set(meta.hosts()) - set(summary["host"])):
         # hosts none of whose ranks logged, or no groups listed: an unlogged rank's delay shows only
         # as its peers' waits in collectives no other member logged, which a node cannot tell from
-        # groups whose other members log elsewhere; one step of every rank's records can (as on the
-        # full-record path)
-        if sample is None:
-            sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
-        whole = persistent_imbalance(sample, without_singletons(meta), top, kinds) if len(sample) else None
-        if whole is not None and whole.units and whole.units[0].kind in ("gpu", "host"):
+        # groups whose other members log elsewhere; the last steps of every rank's records can (as
+        # on the full-record path). Only that is taken from them: what the summaries could see and
+        # did not is no finding (one step's noise)
+        recent = fetch(sorted(meta.ranks), (steps[-min(len(steps), UNSEEN_STEPS)], steps[-1]))
+        whole = persistent_imbalance(recent, without_singletons(meta), top, kinds) if len(recent) else None
+        if whole is not None and whole.units and whole.units[0].via is not None:
             found, first = whole, whole.units[0]
-            extra["note"] = "judged on one step of every rank's records (ranks that logged nothing)"
+            extra["note"] = f"judged on the last {UNSEEN_STEPS} steps of every rank's records (ranks that logged nothing)"
     if first is not None and first.kind in ("gpu", "host") and found.since is not None:
         # slow since a step: what grew in the unit's own records, each rank against its earlier steps
         # (on their hosts: a host's other logged ranks say whether the host is the cause)

@@ -50,6 +50,29 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+MAX_ALERT_BYTES = 64 << 10  # an alert or a chat thread is a few KiB; more is a whole log pasted by mistake
+
+
+def read_alert(arg: str) -> str:
+    """The --alert text, inline or from @FILE (a regular file), within MAX_ALERT_BYTES; bytes that are
+    not UTF-8 are replaced, since an alert is only searched for keys."""
+    if not arg.startswith("@"):
+        data = arg.encode(errors="replace")
+    else:
+        from collector.safeio import check_regular
+
+        path = Path(arg[1:])
+        if not path.exists():
+            raise UserError(f"--alert {arg[:80]}: no such file", "pass text, or @FILE with the alert text")
+        check_regular(path)
+        with path.open("rb") as fh:
+            data = fh.read(MAX_ALERT_BYTES + 1)
+    if len(data) > MAX_ALERT_BYTES:
+        raise UserError(f"--alert: over {MAX_ALERT_BYTES} bytes", "pass the alert itself, not a whole log "
+                        "(the trace's logs/ are read anyway)")
+    return data.decode(errors="replace")
+
+
 def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
     from localize.verdict import Verdict
 
@@ -109,12 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     trace = Trace.open(args.trace)
     verdict = load_verdict(args, trace)
-    alert = args.alert
-    if alert.startswith("@"):
-        path = Path(alert[1:])
-        if not path.is_file():
-            raise UserError(f"--alert {alert}: no such file", "pass text, or @FILE with the alert text")
-        alert = path.read_text()
+    alert = read_alert(args.alert)
     backend = choose_backend(args.trace, args.probes, args.ssh_user)
     cfg = None if args.no_llm else LLMConfig.from_env()
     llm = OpenAIChat(cfg) if cfg else None

@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
         "  to TRACE/summary/ (localize/summary's format). --follow keeps going while the job runs.\n"
         "localize: centrally, check for a hang, then localize from the summaries, fetching full\n"
         "  records only for the ranks and steps they point at; prints a verdict and the bytes moved.\n"
-        "run --follow --post URL: the node agent of `laggard serve`: it waits for the --post URL, `run --follow` is the node agent of `laggard serve`: it waits for the\n"
+        "run --follow --post URL: the node agent of `laggard serve`: it waits for the\n"
         "  job's ranks on this host, posts each new run of finished steps, keeps unsent posts in a\n"
         "  bounded spool (replayed when the service is back), answers the service's requests for full\n"
         "  records, and exits once the job has ended.",

@@ -86,7 +86,10 @@ def test_groups_travel_as_ranges_when_arithmetic() -> None:
 def test_cli_refuses_bad_agent_flags_in_one_line(trace: Path) -> None:
     for args, words in ((["--follow", "--post", "ftp://x"], "not an http"),
                         (["--post", "http://x"], "--follow"),
-                        (["--follow", "--post", "http://x", "--poll", "0"], "--poll")):
+                        (["--follow", "--post", "http://x", "--poll", "0"], "--poll"),
+                        (["--window", "0"], "--window 0 must be positive"),
+                        (["--window", "-3"], "--window -3 must be positive"),
+                        (["--follow", "--poll", "-1"], "--poll -1.0 must be positive")):
         p = run_cli("sidecar", "run", trace, *args)
         assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
 

@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
     p.add_argument("--verdict", type=Path, help="verdict JSON from `laggard localize --format json` (skips localizing)")
     p.add_argument("--probes", choices=MODES, default="auto", help="where probes run (default auto)")
     p.add_argument("--ssh-user", help="user for --probes ssh")
-    p.add_argument("--alert", default="", help="alert or chat text to extract keys from; @FILE reads a file")
+    p.add_argument("--alert", default="", help=f"alert or chat text to extract keys from (at most {MAX_ALERT_BYTES >> 10} KiB); @FILE reads a file")
     p.add_argument("--approve", action="store_true", help="execute the proposed remediation (audited)")
     p.add_argument("--interactive", action="store_true", help="ask y/N for each proposed action")
     p.add_argument("--audit", type=Path, help="audit log (default $LAGGARD_AUDIT_LOG or ~/.local/state/laggard/audit.jsonl)")

@@ -133,3 +133,9 @@ def load_json(data: bytes, where: Path) -> Any:
     if json_depth(obj, cap) > cap:
         raise TraceError(f"{where}: JSON nested deeper than {cap} levels", f"raise {ENV['json_depth']} if genuine")
     return obj
+
+
+def read_json(path: Path) -> Any:
+    """A small JSON file (meta.json, truth.json, a state file): a regular file within the meta.json size
+    cap, parsed with the depth cap; TraceError (one line) otherwise."""
+    return load_json(read_regular(path, limits().meta_bytes, "meta_bytes"), path)

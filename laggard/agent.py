@@ -37,6 +37,7 @@ from collector.commops.layout import (
 )
 from collector.errors import UserError
 from collector.meta import JobMeta
+from collector.safeio import read_json
 from laggard.cliutil import emit
 from localize.commops import COLUMNS
 from localize.summary import groups_within, summarize, to_wire
@@ -139,7 +140,7 @@ class Agent:
         self.sleep = sleep
         self.view: NodeView | None = None
         self.state_path = spool / "state.json"
-        raw = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        raw = read_json(self.state_path) if self.state_path.exists() else {}
         self.state = AgentState(int(raw.get("next_step", 0)), int(raw.get("window", 0)))
         self.backoff = 0.0
         self.retry_at = 0.0

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from collector.commops.layout import atomic_write_bytes, rank_shards
 from collector.errors import TraceError
 from collector.meta import JobMeta
+from collector.safeio import read_json
 from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.ops.steps import with_steps
@@ -57,7 +58,7 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     mine = groups_within(meta.groups, ranks)
     outdir = root / SUMMARY_DIR
     state_path = outdir / f".{host}.state.json"  # dot: not read as part of the summary dataset
-    state = json.loads(state_path.read_text()) if state_path.exists() else {"next_step": 0}
+    state = read_json(state_path) if state_path.exists() else {"next_step": 0}
     files = rank_shards(root, ranks)
     if not files:
         return []

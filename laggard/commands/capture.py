@@ -50,9 +50,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # heavy (pandas, pyarrow, scapy): only when this verb runs
     from collector.flows import DEFAULT_GAP_NS, pcap_to_flows, read_flow_records, write_flows_trace
-    from collector.limits import limits
     from collector.live import capture_to_pcap
-    from collector.safeio import load_json, read_regular
+    from collector.safeio import read_json
 
     if args.burst_gap is None:
         args.burst_gap = DEFAULT_GAP_NS / 1e6
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.meta:
         if not args.meta.exists():
             raise UserError(f"{args.meta}: no such meta.json", "pass the job's meta.json or leave --meta out")
-        meta = load_json(read_regular(args.meta, limits().meta_bytes, "meta_bytes"), args.meta)
+        meta = read_json(args.meta)
     summary = write_flows_trace(args.out, table, meta, job)
     for w in warnings:
         emit(f"laggard capture: warning: {w}", file=sys.stderr)

@@ -4,6 +4,7 @@ waiting for the job to appear, refusing bad flags."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import time
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from collector.errors import TraceError
 from laggard.agent import Agent, Spool, node_view, wire_group
 from laggard.service.app import create_app
 from tests.conftest import run_cli
@@ -138,3 +140,11 @@ def test_stuck_operators_are_posted_bounded_and_once_more_when_they_clear(trace:
         a.step()  # cleared: one more post says so, then nothing
         a.step()
         assert a.posted == 5 and a.refused == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_state_file_that_is_a_fifo_is_refused_not_waited_on(trace: Path, tmp_path: Path) -> None:
+    (tmp_path / "spool").mkdir()
+    os.mkfifo(tmp_path / "spool" / "state.json")
+    with pytest.raises(TraceError, match="not a regular file"):
+        Agent(trace, "node-2", _dead_url(), tmp_path / "spool", 1 << 26, 5, client=httpx.Client(timeout=1))

@@ -132,3 +132,19 @@ def test_cli_run_refuses_a_shard_that_is_a_fifo_in_one_line(sharded: Path, tmp_p
     proc = run_cli("sidecar", "run", copy, "--host", host, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "a FIFO, not a regular file" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_state_file_that_is_a_fifo_is_refused_not_waited_on(sharded: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    from collector.errors import TraceError
+
+    copy = tmp_path / "t"
+    shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))
+    host = JobMeta.load(copy / "meta.json").host_of(0)
+    (copy / "summary").mkdir()
+    os.mkfifo(copy / "summary" / f".{host}.state.json")
+    with pytest.raises(TraceError, match="not a regular file"):
+        summarize_node(copy, host)

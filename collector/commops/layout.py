@@ -17,9 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.errors import TraceError
-from collector.limits import limits
 from collector.meta import JobMeta, RankInfo
-from collector.safeio import check_regular, load_json, read_regular
+from collector.safeio import check_regular, read_json
 from collector.schema import COMMOPS_SCHEMA
 
 #: operators a rank entered and had not completed when it was last seen
@@ -55,10 +54,9 @@ def read_rank_infos(root: Path) -> dict[int, dict[str, Any]]:
     """What each rank wrote about itself; a file that cannot be read as a bounded JSON object (being
     replaced right now, or a FIFO that would block the reader) is passed over: the next merge looks again."""
     out: dict[int, dict[str, Any]] = {}
-    cap = limits().meta_bytes
     for p in sorted((root / "ranks").glob("rank-*.json")):
         try:
-            info = load_json(read_regular(p, cap, "meta_bytes"), p)
+            info = read_json(p)
             out[int(info["rank"])] = info
         except (OSError, ValueError, KeyError, TypeError, TraceError):
             continue

@@ -144,6 +144,8 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
         (p / "meta.json").read_text().replace('"world_size": 32', '"world_size": Infinity')))
     trace("meta-world-huge", "meta-numbers", lambda p: _meta(p, _set("world_size", 10**12)))
     trace("meta-world-float", "meta-numbers", lambda p: _meta(p, _set("world_size", 16.5)))
+    trace("meta-world-5000-digits", "meta-numbers", lambda p: (p / "meta.json").write_text(
+        (p / "meta.json").read_text().replace('"world_size": 32', '"world_size": 1' + "0" * 5000)))
     trace("meta-world-zero", "meta-numbers", lambda p: _meta(p, _set("world_size", 0)))
     trace("meta-negative-rank", "ranks", lambda p: _meta(p, lambda m: m["ranks"].__setitem__("-1", m["ranks"].pop("0"))))
     trace("meta-gpu-nan", "meta-numbers", lambda p: (p / "meta.json").write_text(

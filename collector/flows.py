@@ -174,10 +174,14 @@ def _pick(df: pd.DataFrame, name: str) -> str | None:
 def _times_ns(col: pd.Series, name: str, source: Path) -> np.ndarray:
     """Exporter time column -> ns since epoch: unit from the IPFIX name, else from the magnitude or ISO text."""
     if pd.api.types.is_numeric_dtype(col):
+        if pd.api.types.is_float_dtype(col) and not np.isfinite(col.to_numpy(dtype=np.float64)).all():
+            raise UserError(f"{source}: column '{name}' has empty or non-finite times", "export complete flow records")
         mul = next((m for unit, m in UNIT_NS.items() if str(name).endswith(unit)), 0)
         if not mul:
             mag = float(np.nanmedian(np.abs(col.to_numpy(dtype=np.float64)))) if len(col) else 0.0
             mul = 1 if mag > 1e17 else 1_000 if mag > 1e14 else 1_000_000 if mag > 1e11 else 1_000_000_000
+        if np.abs(col.to_numpy(dtype=np.float64)).max(initial=0.0) * mul >= 2.0**63:
+            raise UserError(f"{source}: column '{name}' has times past the year 2262", "use ns/us/ms/s since epoch")
         if pd.api.types.is_integer_dtype(col):  # exact: no float rounding of 19-digit times
             return col.to_numpy(dtype=np.int64) * mul
         return (col.to_numpy(dtype=np.float64) * mul).round().astype(np.int64)
@@ -207,27 +211,34 @@ def read_flow_records(path: Path) -> pa.Table:
     if missing:
         raise UserError(f"{path}: no column for {', '.join(missing)}",
                         "name columns like IPFIX (flowStartMilliseconds, sourceIPv4Address, ...) or start_ns, src_ip, dst_ip, bytes")
+    for k in ("src_ip", "dst_ip"):
+        if n := int(df[cols[k]].isna().sum()):
+            raise UserError(f"{path}: {n} record(s) with no {cols[k]}", "export complete flow records (both addresses)")
     start = _times_ns(df[cols["start"]], str(cols["start"]), path)
     end = _times_ns(df[cols["end"]], str(cols["end"]), path) if cols["end"] else start
-    sport = _ints(df, cols["src_port"], 0)
-    dport = _ints(df, cols["dst_port"], 0)
+    sport = _ints(df, cols["src_port"], 0, path)
+    dport = _ints(df, cols["dst_port"], 0, path)
     proto = _protos(df[cols["proto"]] if cols["proto"] else None, dport, len(df))
-    qp = _ints(df, cols["qp"], -1).astype(np.int64)
+    qp = _ints(df, cols["qp"], -1, path).astype(np.int64)
     qp = np.where(proto == "roce", qp, -1)
     order = np.argsort(start, kind="stable")
     table = pa.Table.from_pydict({
         "start_ns": start, "end_ns": np.maximum(end, start),
         "src_ip": df[cols["src_ip"]].astype(str).to_numpy(), "dst_ip": df[cols["dst_ip"]].astype(str).to_numpy(),
         "src_port": sport.astype(np.int32), "dst_port": dport.astype(np.int32), "proto": proto, "qp": qp,
-        "bytes": _ints(df, cols["bytes"], 0), "packets": _ints(df, cols["packets"], 1),
+        "bytes": _ints(df, cols["bytes"], 0, path), "packets": _ints(df, cols["packets"], 1, path),
     }, schema=FLOWS_SCHEMA)
     return table.take(pa.array(order))
 
 
-def _ints(df: pd.DataFrame, col: str | None, default: int) -> np.ndarray:
+def _ints(df: pd.DataFrame, col: str | None, default: int, source: Path) -> np.ndarray:
+    """A count or port column as int64 (unreadable cells take `default`); UserError past int64."""
     if col is None:
         return np.full(len(df), default, dtype=np.int64)
-    return pd.to_numeric(df[col], errors="coerce").fillna(default).to_numpy(dtype=np.int64)
+    vals = pd.to_numeric(df[col], errors="coerce").fillna(default)
+    if pd.api.types.is_float_dtype(vals) and not (np.abs(vals.to_numpy()) < 2.0**63).all():
+        raise UserError(f"{source}: column '{col}' has a value beyond a 64-bit integer", "export counts and ports as integers")
+    return vals.to_numpy(dtype=np.int64)
 
 
 def _protos(col: pd.Series | None, dport: np.ndarray, n: int) -> np.ndarray:

@@ -135,22 +135,31 @@ def coverage_note(meta: JobMeta) -> str | None:
 
 
 def as_int(value: Any, what: str, lo: int, hi: int, fix: str = "") -> int:
-    """An integer in [lo, hi] from JSON (int, integral finite float, or digit string); TraceError otherwise."""
+    """An integer in [lo, hi] from JSON (int, integral finite float, or digit string); TraceError otherwise.
+
+    `fix` is the advice for a number above `hi` (often a cap the user may raise); anything else (not
+    a number, not whole, below `lo`) is asked for as a whole number in lo..hi, since raising a cap
+    cannot mend it.
+    """
+    plain = f"give a whole number in {lo}..{hi}"
+    shown = ""
     if isinstance(value, bool):
-        raise TraceError(f"{what} is a boolean, not an integer", fix or "give a whole number")
+        raise TraceError(f"{what} is a boolean, not an integer", plain)
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
-            raise TraceError(f"{what} is {value}, not a whole number", fix or "give a whole number")
-        value = int(value)
+            raise TraceError(f"{what} is {value}, not a whole number", plain)
+        shown, value = str(value), int(value)
     elif isinstance(value, str):
         text = value.strip()
         if not text.lstrip("-").isdigit() or len(text) > 20:
-            raise TraceError(f"{what} is {value[:30]!r}, not an integer", fix or "give a whole number")
+            raise TraceError(f"{what} is {value[:30]!r}, not an integer", plain)
         value = int(text)
     elif not isinstance(value, int):
-        raise TraceError(f"{what} is a {type(value).__name__}, not an integer", fix or "give a whole number")
+        raise TraceError(f"{what} is a {type(value).__name__}, not an integer", plain)
     if not lo <= value <= hi:
-        raise TraceError(f"{what} is {value}, outside {lo}..{hi}", fix or f"give a number in {lo}..{hi}")
+        digits = str(value)
+        shown = shown or (digits if len(digits) <= 24 else f"{digits[:12]}... ({len(digits.lstrip('-'))} digits)")
+        raise TraceError(f"{what} is {shown}, outside {lo}..{hi}", fix if fix and value > hi else plain)
     return value
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -124,9 +125,17 @@ def load_json(data: bytes, where: Path) -> Any:
         obj = json.loads(data)
     except RecursionError as exc:
         raise TraceError(f"{where}: JSON nested too deeply", f"raise {ENV['json_depth']} if genuine") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where_ = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, or an integer too long to convert
+        where_ = (f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else
+                  "" if isinstance(exc, UnicodeDecodeError) else
+                  f" (a number of more than {sys.get_int_max_str_digits()} digits)")
         raise TraceError(f"{where}: not valid JSON{where_}", "fix or regenerate the file") from exc
     if json_depth(obj, cap) > cap:
         raise TraceError(f"{where}: JSON nested deeper than {cap} levels", f"raise {ENV['json_depth']} if genuine")
     return obj
+
+
+def read_json(path: Path) -> Any:
+    """A small JSON file (meta.json, truth.json, a state file): a regular file within the meta.json size
+    cap, parsed with the depth cap; TraceError (one line) otherwise."""
+    return load_json(read_regular(path, limits().meta_bytes, "meta_bytes"), path)

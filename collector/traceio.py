@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from collector.contract import commops_problems, flows_problems, hang_snapshot, meta_problems
 from collector.errors import TraceError
 from collector.meta import JobMeta
-from collector.safeio import check_log_file, check_regular
+from collector.safeio import check_log_file, check_regular, read_json
 from collector.schema import EVIDENCE
 
 FORMATS = (".parquet", ".jsonl", ".csv")
@@ -393,7 +393,7 @@ class Trace:
     def truth(self) -> dict | None:
         """Ground truth, for tests and evaluation only (docs/traces.md: nothing else reads it)."""
         p = self.path / "truth.json"
-        return json.loads(p.read_text()) if p.exists() else None
+        return read_json(p) if p.exists() else None
 
 
 def log_paths(trace: Path) -> list[Path]:

@@ -19,8 +19,11 @@ RANK_LIST_RE = re.compile(r"\branks?\s*(?:[:=#]\s*)?((?:\d+)(?:\s*(?:,|/|&|and|o
 RANK_RANGE_RE = re.compile(r"\branks?\s*(?:[:=#]\s*)?(\d+)\s*(?:-|\.\.|to)\s*(\d+)\b", re.I)
 PORT_RES = (
     re.compile(r"\bports?\s*(?:[:=#]\s*|number\s+)?(\d{2,5})\b", re.I),
-    re.compile(r"\bssh\b[^\n]*?\s-p\s*(\d{2,5})\b"),
-    re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*\d)\]?:(\d{2,5})\b"),
+    # each ssh looks for its -p only up to the next ssh (that one finds the same port): one pass per line
+    re.compile(r"\bssh\b(?:(?!\bssh\b)[^\n])*?\s-p\s*(\d{2,5})\b"),
+    # a host starts at the first of its letters and is at most 253 characters (RFC 1123), so a long
+    # word costs one bounded look per letter run, not a scan to its end from every letter
+    re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|(?<![A-Za-z])[A-Za-z][\w-]{0,251}\d)\]?:(\d{2,5})\b"),
     re.compile(r"\b(?:MASTER_PORT|master_port|--master-port|--master_port)\s*[=: ]\s*(\d{2,5})\b"),
     re.compile(r"\bUDP\s+(\d{4})\b"),
 )

@@ -646,6 +646,16 @@ def _first_line(out: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in line[:160])
 
 
+def _parse(spec: ProbeSpec, out: str, args: Mapping[str, Any]) -> Parsed:
+    """The parser's reading, or not understood when the host printed something of another shape
+    (a JSON list of numbers, a counter that is not a number): what a host prints is input, and
+    input a parser cannot read is a failed probe, never a crash of the diagnosis."""
+    try:
+        return spec.parser(out, args)
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+        return Parsed(summary=f"{type(exc).__name__} reading it", understood=False)
+
+
 def interpret(call: ProbeCall, rc: int, out: str, probe_id: str) -> ProbeResult:
     """Parse a finished probe into a typed outcome; only an answer (ok/abnormal) carries findings."""
     spec = CATALOG[call.name]
@@ -658,7 +668,7 @@ def interpret(call: ProbeCall, rc: int, out: str, probe_id: str) -> ProbeResult:
         what = {124: "timed out", 127: "command not found"}.get(rc, f"exit {rc}")
         parsed = Parsed(summary=f"probe failed ({what}{': ' + _first_line(out) if out.strip() else ''})")
     else:
-        parsed = spec.parser(out, call.args)
+        parsed = _parse(spec, out, call.args)
         if not parsed.understood:
             outcome, parsed = "error", Parsed(summary=f"output not understood: {parsed.summary}")
         else:

@@ -29,9 +29,15 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from collector.commops.layout import PENDING_SCHEMA, atomic_write_bytes, read_rank_infos
+from collector.commops.layout import (
+    PENDING_SCHEMA,
+    atomic_write_bytes,
+    rank_shards,
+    read_rank_infos,
+)
 from collector.errors import UserError
 from collector.meta import JobMeta
+from collector.safeio import read_json
 from laggard.cliutil import emit
 from localize.commops import COLUMNS
 from localize.summary import groups_within, summarize, to_wire
@@ -134,7 +140,7 @@ class Agent:
         self.sleep = sleep
         self.view: NodeView | None = None
         self.state_path = spool / "state.json"
-        raw = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        raw = read_json(self.state_path) if self.state_path.exists() else {}
         self.state = AgentState(int(raw.get("next_step", 0)), int(raw.get("window", 0)))
         self.backoff = 0.0
         self.retry_at = 0.0
@@ -146,14 +152,10 @@ class Agent:
 
     # -- reading the node's shards ----------------------------------------------------------
 
-    def _shards(self, ranks: list[int]) -> list[Path]:
-        want = {f"rank-{r:05d}" for r in ranks}
-        return [p for p in sorted((self.root / "commops").glob("rank-*.parquet")) if p.name[:10] in want]
-
     def _read(self, ranks: list[int], lo: int, hi: int | None = None) -> pd.DataFrame:
         """Rows of `ranks` with step >= lo (and <= hi); shards wholly before `lo` are skipped."""
         files = []
-        for p in self._shards(ranks):
+        for p in rank_shards(self.root, ranks):
             top = self._max_step.get(p)
             if top is None:
                 steps = pq.read_table(p, columns=["step"])["step"]

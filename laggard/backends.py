@@ -30,7 +30,11 @@ def choose_backend(trace: Path, mode: str = "auto", ssh_user: str | None = None)
                             "use --probes local, ssh or dry-run for a real job")
         from simulator.virtual_cluster import VirtualCluster
 
-        return VirtualCluster(trace)
+        try:
+            return VirtualCluster(trace)
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            raise UserError(f"{trace}: truth.json is not the simulator's ground truth ({type(exc).__name__})",
+                            "regenerate the trace with `laggard simulate`, or use --probes dry-run") from exc
     if mode == "local":
         return LocalBackend()
     if mode == "ssh":

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from collector.errors import UserError
 from laggard import commands
@@ -46,9 +47,17 @@ def _verb_modules() -> dict[str, str]:
     }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's contract for a wrong invocation: one line saying what is wrong and where
+    the help is, exit 2 (argparse prints the whole usage first). Subparsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {safe_text(message)} — see `{self.prog} --help`\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `only`, just that verb's module is imported (heavy imports stay lazy); "" for none."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="laggard",
         description="Find what makes a distributed training job slow or stuck, and why.",
         epilog=EPILOG,

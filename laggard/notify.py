@@ -33,14 +33,19 @@ def alert_payload(report: Report, url: str, fmt: str = "auto", link: str | None 
     return alertmanager_payload(report, link, starts_at) if kind == "alertmanager" else slack_payload(report, link)
 
 
+def check_url(url: str) -> None:
+    """Refuse a --notify URL that is not http(s), before any work that would be wasted on it."""
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"--notify '{url[:80]}' is not an http(s) URL",
+                        "give a webhook URL, e.g. https://hooks.slack.com/services/... or http://am:9093/api/v2/alerts")
+
+
 def notify(report: Report, url: str, fmt: str = "auto", link: str | None = None,
            starts_at: datetime | None = None, attempts: int = ATTEMPTS, backoff_s: float = BACKOFF_S,
            sleep: Callable[[float], None] = time.sleep) -> int:
     """POST the alert, retrying transient failures; returns the HTTP status, raises UserError when
     the receiver refuses it or stays unreachable."""
-    if not url.startswith(("http://", "https://")):
-        raise UserError(f"--notify '{url}' is not an http(s) URL",
-                        "give a webhook URL, e.g. https://hooks.slack.com/services/... or http://am:9093/api/v2/alerts")
+    check_url(url)
     body = alert_payload(report, url, fmt, link, starts_at)
     for attempt in range(1, attempts + 1):
         last = attempt == attempts

@@ -23,9 +23,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from collector.commops.layout import atomic_write_bytes
+from collector.commops.layout import atomic_write_bytes, rank_shards
 from collector.errors import TraceError
 from collector.meta import JobMeta
+from collector.safeio import read_json
 from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.ops.steps import with_steps
@@ -44,14 +45,6 @@ from localize.waits.hang import find_hang
 SUMMARY_DIR = "summary"
 
 
-def _shards(root: Path, ranks: list[int] | None = None) -> list[Path]:
-    files = sorted((root / "commops").glob("rank-*.parquet"))
-    if ranks is None:
-        return files
-    want = {f"rank-{r:05d}" for r in ranks}
-    return [p for p in files if p.name[:10] in want]
-
-
 def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) -> list[Path]:
     """Summarize this host's ranks for every complete window of steps not yet summarized.
 
@@ -65,8 +58,8 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     mine = groups_within(meta.groups, ranks)
     outdir = root / SUMMARY_DIR
     state_path = outdir / f".{host}.state.json"  # dot: not read as part of the summary dataset
-    state = json.loads(state_path.read_text()) if state_path.exists() else {"next_step": 0}
-    files = _shards(root, ranks)
+    state = read_json(state_path) if state_path.exists() else {"next_step": 0}
+    files = rank_shards(root, ranks)
     if not files:
         return []
     # a logger without step markers (step = -1) leaves every row to read, numbered on this node's
@@ -168,7 +161,7 @@ def central_localize(root: Path, top: int = 5, fetch: Fetch | None = None) -> tu
     """A hang first (pending operators); else the summaries, then only the shards they ask for
     (read here, or through `fetch`: a cluster's tasks reading them where they lie)."""
     trace = Trace.open(root)
-    mv = Movement(full_bytes=sum(p.stat().st_size for p in _shards(root)))
+    mv = Movement(full_bytes=sum(p.stat().st_size for p in rank_shards(root)))
     hang = find_hang(trace)
     if hang is not None:
         return hang, mv

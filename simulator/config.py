@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
+from collector.limits import ENV, limits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,6 +22,8 @@ P2P_MODES = ("rendezvous", "eager", "batched")
 LOGGED_RANKS = ("all", "one-per-tp")
 MAX_CLOCK_SKEW_MS = 10_000.0
 MAX_GRAD_BUCKETS = 64
+MAX_SIM_ROWS = 200_000_000  # three times issue 17's 16,384 GPUs x 20 steps
+MAX_FAULT_FACTOR = 1000.0  # a thousand times slower is already a hang; far more overflows the int64 times
 #: settings added after traces were shipped: left out of truth.json while at their default, so
 #: existing traces regenerate byte for byte
 LATE_SETTINGS = {"grad_overlap": False, "grad_buckets": 3, "param_gather_overlap": False}
@@ -79,8 +82,9 @@ class FaultSpec:
             raise UserError(f"--fault '{spec}': unknown key(s) {sorted(kv)}", "see `laggard simulate --help`")
         if pattern not in PATTERNS:
             raise UserError(f"--fault '{spec}': unknown pattern '{pattern}'", f"use one of {', '.join(PATTERNS)}")
-        if factor <= 0:
-            raise UserError(f"--fault '{spec}': factor must be > 0", "e.g. factor=2 for twice as slow")
+        if not 0 < factor <= MAX_FAULT_FACTOR:  # also false for nan
+            raise UserError(f"--fault '{spec}': factor must be a finite number in (0, {MAX_FAULT_FACTOR:g}]",
+                            "e.g. factor=2 for twice as slow")
         need = {"gpu": "rank", "pcie": "rank", "host": "host", "nic": "host", "link": "hosts", "switch": "switch", "stage": "stage"}
         if kind in need and need[kind] not in args:
             raise UserError(f"--fault '{spec}': {kind} needs {need[kind]}=...", "see `laggard simulate --help`")
@@ -165,6 +169,13 @@ class SimConfig:
         mp = c.tp * c.pp * c.cp
         if c.gpus < 1 or c.gpus % mp:
             raise UserError(f"--gpus {c.gpus} is not a multiple of tp*pp*cp = {mp}", "pick sizes whose product divides the GPU count")
+        lim = limits()  # a trace the readers would refuse is not worth building (nor its memory)
+        if c.gpus > lim.world_size:
+            raise UserError(f"--gpus {c.gpus} is over the {lim.world_size}-rank limit",
+                            f"raise {ENV['world_size']} for a larger job")
+        if c.gpus * c.steps > lim.step_cells:
+            raise UserError(f"--gpus {c.gpus} x --steps {c.steps} is over the {lim.step_cells} step-rank cells the "
+                            "analysis reads", f"simulate fewer steps, or raise {ENV['step_cells']}")
         if c.dp == 0:
             c.dp = c.gpus // mp
         if c.dp * mp != c.gpus:
@@ -175,9 +186,16 @@ class SimConfig:
             c.microbatches = max(4, 2 * c.pp)
         if c.virtual_stages > 1 and (c.pp < 2 or c.microbatches % c.pp):
             raise UserError("interleaved schedule needs pp >= 2 and microbatches a multiple of pp", "adjust --microbatches")
+        if c.rows_estimate() > MAX_SIM_ROWS:
+            raise UserError(f"this job would be about {c.rows_estimate():,} operator rows, over {MAX_SIM_ROWS:,}",
+                            "simulate fewer steps, microbatches or virtual stages")
         if c.gpus % c.gpus_per_host and c.gpus > c.gpus_per_host:
             raise UserError(f"--gpus {c.gpus} is not a multiple of {c.gpus_per_host} GPUs per host", "use whole hosts")
         return c
+
+    def rows_estimate(self) -> int:
+        """Operator rows the resolved job writes, about (each microbatch's chunks, forward and backward)."""
+        return self.gpus * self.steps * self.microbatches * self.virtual_stages * 2 * self.layers_per_chunk * 3
 
     def logged_steps(self) -> list[int]:
         """The steps a sampling logger writes (all of them without sampling); drawn from the seed."""

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from collector.safeio import read_json
+
 MECHANISMS = {
     "gpu": ("thermal", "power_cap", "clocks_locked"),
     "pcie": ("width",),
@@ -36,9 +38,9 @@ class VirtualCluster:
 
     def __init__(self, trace_dir: Path | str) -> None:
         trace = Path(trace_dir)
-        meta = json.loads((trace / "meta.json").read_text())
+        meta = read_json(trace / "meta.json")
         truth_path = trace / "truth.json"
-        truth = json.loads(truth_path.read_text()) if truth_path.exists() else {"faults": []}
+        truth = read_json(truth_path) if truth_path.exists() else {"faults": []}
         self.name = "virtual"
         self.simulated = True  # answers come from truth.json: explain labels them simulated, never observed
         self.job = str(meta["job"])

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from collector.errors import TraceError
 from collector.meta import JobMeta, RankInfo
+from collector.safeio import check_regular, read_json
 from collector.schema import COMMOPS_SCHEMA
 
 #: operators a rank entered and had not completed when it was last seen
@@ -50,14 +51,28 @@ def atomic_write_table(path: Path, table: pa.Table) -> None:
 
 
 def read_rank_infos(root: Path) -> dict[int, dict[str, Any]]:
+    """What each rank wrote about itself; a file that cannot be read as a bounded JSON object (being
+    replaced right now, or a FIFO that would block the reader) is passed over: the next merge looks again."""
     out: dict[int, dict[str, Any]] = {}
     for p in sorted((root / "ranks").glob("rank-*.json")):
         try:
-            info = json.loads(p.read_text())
+            info = read_json(p)
             out[int(info["rank"])] = info
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a file being replaced right now; the next merge picks it up
+        except (OSError, ValueError, KeyError, TypeError, TraceError):
+            continue
     return out
+
+
+def rank_shards(root: Path, ranks: list[int] | None = None) -> list[Path]:
+    """The logger's shards of `ranks` (every rank's when None), sorted; TraceError for one that is not a
+    regular file (a FIFO or device under commops/ would block or feed the reader forever)."""
+    files = sorted((root / "commops").glob("rank-*.parquet"))
+    if ranks is not None:
+        want = {f"rank-{r:05d}" for r in ranks}
+        files = [p for p in files if p.name[:10] in want]
+    for p in files:
+        check_regular(p)
+    return files
 
 
 def merge_meta(root: Path, job: str | None = None) -> JobMeta:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -52,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     # heavy (pandas, pyarrow, scapy): only when this verb runs
     from collector.flows import DEFAULT_GAP_NS, pcap_to_flows, read_flow_records, write_flows_trace
     from collector.live import capture_to_pcap
+    from collector.safeio import read_json
 
     if args.burst_gap is None:
         args.burst_gap = DEFAULT_GAP_NS / 1e6
@@ -81,10 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.meta:
         if not args.meta.exists():
             raise UserError(f"{args.meta}: no such meta.json", "pass the job's meta.json or leave --meta out")
-        try:
-            meta = json.loads(args.meta.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{args.meta}: not valid JSON (line {exc.lineno})", "fix the file") from exc
+        meta = read_json(args.meta)
     summary = write_flows_trace(args.out, table, meta, job)
     for w in warnings:
         emit(f"laggard capture: warning: {w}", file=sys.stderr)

@@ -41,13 +41,36 @@ def register(sub: Any) -> None:
     p.add_argument("--verdict", type=Path, help="verdict JSON from `laggard localize --format json` (skips localizing)")
     p.add_argument("--probes", choices=MODES, default="auto", help="where probes run (default auto)")
     p.add_argument("--ssh-user", help="user for --probes ssh")
-    p.add_argument("--alert", default="", help="alert or chat text to extract keys from; @FILE reads a file")
+    p.add_argument("--alert", default="", help=f"alert or chat text to extract keys from (at most {MAX_ALERT_BYTES >> 10} KiB); @FILE reads a file")
     p.add_argument("--approve", action="store_true", help="execute the proposed remediation (audited)")
     p.add_argument("--interactive", action="store_true", help="ask y/N for each proposed action")
     p.add_argument("--audit", type=Path, help="audit log (default $LAGGARD_AUDIT_LOG or ~/.local/state/laggard/audit.jsonl)")
     p.add_argument("--no-llm", action="store_true", help="use the deterministic reasoner even if an LLM is configured")
     p.add_argument("--dot", choices=("lines", "xml", "none"), default="lines", help="how to print the Diagram of Thought (text format)")
     p.set_defaults(func=run)
+
+
+MAX_ALERT_BYTES = 64 << 10  # an alert or a chat thread is a few KiB; more is a whole log pasted by mistake
+
+
+def read_alert(arg: str) -> str:
+    """The --alert text, inline or from @FILE (a regular file), within MAX_ALERT_BYTES; bytes that are
+    not UTF-8 are replaced, since an alert is only searched for keys."""
+    if not arg.startswith("@"):
+        data = arg.encode(errors="replace")
+    else:
+        from collector.safeio import check_regular
+
+        path = Path(arg[1:])
+        if not path.exists():
+            raise UserError(f"--alert {arg[:80]}: no such file", "pass text, or @FILE with the alert text")
+        check_regular(path)
+        with path.open("rb") as fh:
+            data = fh.read(MAX_ALERT_BYTES + 1)
+    if len(data) > MAX_ALERT_BYTES:
+        raise UserError(f"--alert: over {MAX_ALERT_BYTES} bytes", "pass the alert itself, not a whole log "
+                        "(the trace's logs/ are read anyway)")
+    return data.decode(errors="replace")
 
 
 def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
@@ -109,12 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     trace = Trace.open(args.trace)
     verdict = load_verdict(args, trace)
-    alert = args.alert
-    if alert.startswith("@"):
-        path = Path(alert[1:])
-        if not path.is_file():
-            raise UserError(f"--alert {alert}: no such file", "pass text, or @FILE with the alert text")
-        alert = path.read_text()
+    alert = read_alert(args.alert)
     backend = choose_backend(args.trace, args.probes, args.ssh_user)
     cfg = None if args.no_llm else LLMConfig.from_env()
     llm = OpenAIChat(cfg) if cfg else None

@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("laggard logs takes one trace", "run it once per trace, or use `laggard logs learn T...`")
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
+    if args.lines < 0:
+        raise UserError(f"--lines {args.lines} is negative", "e.g. --lines 20, or --lines 0 for none")
     from collector.traceio import Trace  # heavy: only when this verb runs
 
     trace = Trace.open(args.trace[0])

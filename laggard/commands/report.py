@@ -62,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
+    if args.out != "-" and not Path(args.out).parent.exists():
+        raise UserError(f"--out {args.out}: directory {Path(args.out).parent} does not exist",
+                        "create it or choose another path")
+    if args.notify:
+        from laggard.notify import check_url
+
+        check_url(args.notify)
     from collector.traceio import Trace
 
     trace = Trace.open(args.trace)
@@ -96,8 +103,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(safe_text(text))
     else:
         out = Path(args.out)
-        if not out.parent.exists():
-            raise UserError(f"--out {out}: directory {out.parent} does not exist", "create it or choose another path")
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)

@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
         "  to TRACE/summary/ (localize/summary's format). --follow keeps going while the job runs.\n"
         "localize: centrally, check for a hang, then localize from the summaries, fetching full\n"
         "  records only for the ranks and steps they point at; prints a verdict and the bytes moved.\n"
-        "run --follow --post URL: the node agent of `laggard serve`: it waits for the --post URL, `run --follow` is the node agent of `laggard serve`: it waits for the\n"
+        "run --follow --post URL: the node agent of `laggard serve`: it waits for the\n"
         "  job's ranks on this host, posts each new run of finished steps, keeps unsent posts in a\n"
         "  bounded spool (replayed when the service is back), answers the service's requests for full\n"
         "  records, and exits once the job has ended.",
@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from collector.meta import JobMeta
     from laggard.sidecar import central_localize, follow_node, summarize_node, wait_for_meta
 
+    if args.action == "run":
+        _positive((("--poll", args.poll), ("--window", args.window)))
     if args.action == "run" and args.post:
         return _agent(args)
     if args.action == "run":
@@ -115,10 +117,7 @@ def _agent(args: argparse.Namespace) -> int:
         raise UserError(f"--post '{args.post}' is not an http(s) URL", "give the service, e.g. http://laggard:8750")
     if not args.follow or args.all_hosts:
         raise UserError("--post runs the node agent of one host", "use it with --follow and without --all-hosts")
-    for flag, v in (("--poll", args.poll), ("--window", args.window), ("--spool-max-mb", args.spool_max_mb),
-                    ("--hang-after", args.hang_after)):
-        if not v > 0:
-            raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")
+    _positive((("--spool-max-mb", args.spool_max_mb), ("--hang-after", args.hang_after)))
     host = args.host or host_of(os.environ)[0]  # the logger's rule: $LAGGARD_HOST, $SLURMD_NODENAME, ..., hostname
     agent = Agent(args.trace, host, args.post, args.spool or default_spool(args.trace, host),
                   int(args.spool_max_mb * (1 << 20)), args.window, hang_after_s=args.hang_after)
@@ -126,3 +125,12 @@ def _agent(args: argparse.Namespace) -> int:
     emit(f"{host}: {n} summary(ies) posted, {agent.answered} fetch request(s) answered, "
          f"{agent.spool.dropped} dropped, {agent.refused} refused")
     return 0
+
+
+def _positive(flags: tuple[tuple[str, float], ...]) -> None:
+    """Refuse a flag that must be above 0 (a zero window or a negative poll would crash the loop)."""
+    from collector.errors import UserError
+
+    for flag, v in flags:
+        if not v > 0:
+            raise UserError(f"{flag} {v} must be positive", f"give {flag} a number above 0")

@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args).resolved()
     from laggard.cliutil import progress
 
-    est_rows = cfg.gpus * cfg.steps * cfg.microbatches * cfg.virtual_stages * 2 * cfg.layers_per_chunk * 3
+    est_rows = cfg.rows_estimate()
     from simulator.writer import simulate_trace  # heavy (numpy, pyarrow): only when this verb runs
 
     with progress("simulating", total=est_rows) as advance:

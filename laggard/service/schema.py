@@ -135,12 +135,16 @@ class SummaryPost(BaseModel):
 
 
 def range_extent(group: str, spec: str) -> tuple[int, int, int]:
-    """(size, first, last) of a 'start:stop:step' group without building it."""
+    """(size, first, last) of a 'start:stop:step' group without building it; each number is first held
+    within the largest world (ranks, and so any group's start, stop and step, lie within it), so the
+    range's length is a machine integer."""
     try:
         start, stop, step = (int(x) for x in spec.split(":"))
         r = range(start, stop, step)
     except ValueError as exc:
         raise ValueError(f"group {group}: '{spec[:40]}' is neither a list of ranks nor 'start:stop:step'") from exc
+    if any(abs(x) > MAX_WORLD for x in (start, stop, step)):
+        raise ValueError(f"group {group}: range '{spec[:40]}' has a number outside -{MAX_WORLD}..{MAX_WORLD}")
     if len(r) == 0:
         raise ValueError(f"group {group}: range '{spec}' is empty")
     return len(r), min(r[0], r[-1]), max(r[0], r[-1])

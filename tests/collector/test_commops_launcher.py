@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from collector.commops.launcher import (
     node_rank,
     parse_parallelism,
 )
-from collector.commops.layout import merge_meta
+from collector.commops.layout import merge_meta, rank_shards, read_rank_infos
+from collector.errors import TraceError
 
 TORCHRUN = {"LOCAL_RANK": "3", "GROUP_RANK": "1", "TORCHELASTIC_RUN_ID": "none", "HOSTNAME": "gpu-a17"}
 SLURM = {"SLURMD_NODENAME": "gpu-b03", "SLURM_JOB_NAME": "llama70b", "SLURM_JOB_ID": "881234",
@@ -76,3 +78,22 @@ def test_merge_keeps_hosts_parallelism_and_reports_conflicts(tmp_path: Path) -> 
     assert meta.groups["dp"] == [0, 2] and "give each group its own name" in meta.extra["commops_warnings"][0]
     _rank(tmp_path, 3, parallelism={**par, "tp": 4})
     assert "different parallelism" in merge_meta(tmp_path).extra["commops_warnings"][-1]
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_file_that_is_a_fifo_or_too_deep_is_passed_over_not_waited_on(tmp_path: Path) -> None:
+    for r in range(3):
+        _rank(tmp_path, r)
+    os.mkfifo(tmp_path / "ranks" / "rank-00003.json")  # open() of it would block until a writer came
+    (tmp_path / "ranks" / "rank-00002.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert sorted(read_rank_infos(tmp_path)) == [0, 1]
+    assert merge_meta(tmp_path).host_of(1) == "node-0"
+
+
+def test_a_shard_that_is_not_a_regular_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "commops").mkdir()
+    (tmp_path / "commops" / "rank-00000-0000.parquet").write_bytes(b"")
+    os.mkfifo(tmp_path / "commops" / "rank-00001-0000.parquet")
+    assert [p.name for p in rank_shards(tmp_path, [0])] == ["rank-00000-0000.parquet"]
+    with pytest.raises(TraceError, match=r"rank-00001-0000\.parquet: a FIFO, not a regular file"):
+        rank_shards(tmp_path)

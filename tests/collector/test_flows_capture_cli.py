@@ -64,6 +64,25 @@ def test_user_errors_are_one_line(tmp_path: Path, args: list[str], what: str) ->
     assert what in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("meta, what", [
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"job": 1' + b"0" * 5000 + b"}", "not valid JSON"),
+    (bytes(range(128, 256)), "not valid JSON"),
+    (None, "not a regular file"),
+])
+def test_a_bad_meta_for_capture_is_one_line(tmp_path: Path, meta: bytes | None, what: str) -> None:
+    csv = tmp_path / "flows.csv"
+    csv.write_text("start,src_ip,dst_ip,bytes\n1,10.0.0.1,10.0.0.2,100\n2,10.0.0.2,10.0.0.1,100\n")
+    path = tmp_path / "meta.json"
+    if meta is None:
+        os.mkfifo(path)
+    else:
+        path.write_bytes(meta)
+    proc = run_cli("capture", "--read", csv, "--meta", path, "--out", tmp_path / "t", timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert what in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("tshark") is None, reason="needs root and tshark")

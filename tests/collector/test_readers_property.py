@@ -9,16 +9,18 @@ import json
 import math
 import pickle
 import string
+import struct
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from collector.contract import commops_problems, flows_problems
 from collector.errors import TraceError, UserError
 from collector.flight_recorder import _PLAIN, RestrictedUnpickler, load_dump
+from collector.flows import ALIASES, pcap_to_flows, read_flow_records
 from collector.kineto import import_kineto
 from collector.logs import read_log
 from collector.meta import JobMeta
@@ -232,6 +234,50 @@ def test_gzip_output_is_capped_before_it_is_held(monkeypatch_env: None, mib: int
 @pytest.fixture
 def monkeypatch_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAGGARD_MAX_LOG_BYTES", str(512 << 10))
+
+
+# ------------------------------------------------------------------ captures and flow records
+
+PCAP_HEADER = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+PCAPNG_HEADER = b"\x0a\x0d\x0d\x0a" + struct.pack("<I", 28) + b"\x4d\x3c\x2b\x1a" + struct.pack("<HHqI", 1, 0, -1, 28)
+UDP_PACKET = (bytes(12) + b"\x08\x00\x45\x00\x00\x30" + bytes(4) + b"\x40\x11" + bytes(2) + bytes([10, 0, 0, 1, 10, 0, 0, 2])
+              + struct.pack(">HHHH", 5000, 4791, 28, 0))
+records = st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 300),
+                             st.binary(max_size=60)), max_size=6)
+
+
+@FAST
+@given(st.sampled_from([b"", PCAP_HEADER, PCAPNG_HEADER]), records, st.binary(max_size=64))
+def test_any_capture(tmp_path_factory: pytest.TempPathFactory, head: bytes, recs: list[tuple], tail: bytes) -> None:
+    body = b"".join(struct.pack("<IIII", ts, us, len(d), n) + d
+                    for ts, us, n, extra in recs for d in [(UDP_PACKET + extra)[:n]])
+    p = tmp_path_factory.mktemp("pcap") / "c.pcap"
+    p.write_bytes(head + body + tail)
+    try:
+        out = pcap_to_flows(p)
+    except UserError:
+        return
+    assert out.table.schema == FLOWS_SCHEMA
+
+
+flow_cell = st.one_of(st.integers(-2**70, 2**70).map(str), st.floats(allow_nan=True).map(str),
+                      st.sampled_from(["", "10.0.0.1", "::1", "x", "1e400", "-1", "2026-01-01T00:00:00Z", '"a,b"']))
+
+
+@FAST
+@given(st.lists(st.sampled_from([a for names in ALIASES.values() for a in names[:3]]), min_size=1, max_size=8,
+                unique=True), st.lists(st.lists(flow_cell, min_size=8, max_size=8), max_size=5))
+@example(["start_ns", "src_ip", "dst_ip", "bytes"], [["0", "", "", "1", "", "", "", ""]])  # no addresses
+@example(["start_ns", "src_ip", "dst_ip", "bytes"], [["1e400", "10.0.0.1", "10.0.0.2", "1", "", "", "", ""]])
+@example(["start_ns", "src_ip", "dst_ip", "bytes"], [["1", "10.0.0.1", "10.0.0.2", "1e400", "", "", "", ""]])
+def test_any_flow_record_csv(tmp_path_factory: pytest.TempPathFactory, header: list[str], rows: list[list[str]]) -> None:
+    p = tmp_path_factory.mktemp("csv") / "flows.csv"
+    p.write_text(",".join(header) + "\n" + "".join(",".join(r[:len(header)]) + "\n" for r in rows))
+    try:
+        out = read_flow_records(p)
+    except UserError:
+        return
+    assert out.schema == FLOWS_SCHEMA
 
 
 # ------------------------------------------------------------------ row checks

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,20 @@ def test_local_ip_link_parses() -> None:
 
 def test_missing_command_is_reported_not_raised() -> None:
     assert LocalBackend().run(None, ["laggard-no-such-tool"], 5)[0] == 127
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("truth, words", [(None, "not a regular file"), (b"[", "not valid JSON"),
+                                          (b"[1]", "not the simulator's ground truth")])
+def test_virtual_probes_refuse_a_truth_json_they_cannot_read(tmp_path: Path, truth: bytes | None,
+                                                             words: str) -> None:
+    from collector.errors import UserError
+    from laggard.backends import choose_backend
+
+    (tmp_path / "meta.json").write_text('{"job": "j", "world_size": 1, "ranks": {"0": {"host": "node-0"}}}')
+    if truth is None:
+        os.mkfifo(tmp_path / "truth.json")
+    else:
+        (tmp_path / "truth.json").write_bytes(truth)
+    with pytest.raises(UserError, match=words):
+        choose_backend(tmp_path, "virtual")

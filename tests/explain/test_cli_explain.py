@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,20 @@ def test_unreachable_llm_falls_back_and_says_so(cli, trace_factory, tmp_path: Pa
     assert d["engine"] == "deterministic (every llm:m reply discarded)" and d["category"] == "gpu"
     assert d["llm_rounds"] == []
     assert sum("request failed" in f for f in d["flags"]) == 3
+
+
+def test_alert_files_are_bounded_regular_text(cli, trace_factory, tmp_path: Path) -> None:
+    path = trace_factory([GPU_FAULT])
+    v = tmp_path / "v.json"
+    v.write_text(json.dumps(gpu_verdict().to_dict()))
+    big, binary, fifo = tmp_path / "big.txt", tmp_path / "bin.txt", tmp_path / "fifo"
+    big.write_text("x" * (1 << 20))
+    binary.write_bytes(bytes(range(256)) * 4 + b" rank 13 on node-1 slow")
+    os.mkfifo(fifo)
+    base = ("explain", path, "--verdict", v, "--no-llm", "--probes", "dry-run", "--audit", tmp_path / "a.jsonl")
+    for arg, msg in ((f"@{big}", "over 65536 bytes"), ("x" * 70_000, "over 65536 bytes"), (f"@{fifo}", "a FIFO"),
+                     (f"@{tmp_path / 'none'}", "no such file")):
+        out = cli(*base, "--alert", arg, timeout=60)
+        assert out.returncode == 2 and msg in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    out = cli(*base, "--alert", f"@{binary}", timeout=60)
+    assert out.returncode == 0, out.stderr

@@ -194,3 +194,20 @@ def test_remediation_matrix_runs_nothing_unconfirmed_or_unchecked() -> None:
     assert m["diagnoses"] == 60 and m["probe_commands"] > 100
     assert (m["not_whitelisted"], m["unchecked_names"], m["executed_unconfirmed"]) == (0, 0, 0)
     assert m["executed_confirmed"] > 0 and m["withheld"] > 0  # the gate opens for confirmed causes only
+
+
+SHAPES = ["[1]", "[null]", "{}", '[{"ifname": "ens1", "stats64": {"tx": {"carrier_changes": "many"}}}]',
+          '[{"ifname": "ens1", "flags": ["UP"], "operstate": "UP", "mtu": "big"}]', '[{"stats64": []}]',
+          '[{"ifname": "ens1", "stats64": {"rx": {"errors": 1e400}}}]', "0, x, y, z, w, v, u\n",
+          "0, 1e400, inf, nan, -1, 0, 0xzz\n", "9" * 5000, "a b c d 99999999999999999999999% /x\n"]
+
+
+@pytest.mark.parametrize("out", SHAPES)
+def test_output_of_another_shape_is_a_failed_probe_not_a_crash(out: str) -> None:
+    for name, spec in CATALOG.items():
+        args = {p: (5 if p == "gpu" else "ens1np0") for p in spec.params}
+        r = interpret(ProbeCall(name, "node-1", args, []), 0, out, "P1")
+        assert r.outcome in ("ok", "abnormal", "error"), name
+    r = interpret(_call("nic_link", iface="ens1np0"), 0, SHAPES[3], "P1")
+    assert (r.outcome, r.findings) == ("error", [])
+    assert r.summary.startswith("output not understood")

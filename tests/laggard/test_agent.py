@@ -4,6 +4,7 @@ waiting for the job to appear, refusing bad flags."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import time
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from collector.errors import TraceError
 from laggard.agent import Agent, Spool, node_view, wire_group
 from laggard.service.app import create_app
 from tests.conftest import run_cli
@@ -86,7 +88,10 @@ def test_groups_travel_as_ranges_when_arithmetic() -> None:
 def test_cli_refuses_bad_agent_flags_in_one_line(trace: Path) -> None:
     for args, words in ((["--follow", "--post", "ftp://x"], "not an http"),
                         (["--post", "http://x"], "--follow"),
-                        (["--follow", "--post", "http://x", "--poll", "0"], "--poll")):
+                        (["--follow", "--post", "http://x", "--poll", "0"], "--poll"),
+                        (["--window", "0"], "--window 0 must be positive"),
+                        (["--window", "-3"], "--window -3 must be positive"),
+                        (["--follow", "--poll", "-1"], "--poll -1.0 must be positive")):
         p = run_cli("sidecar", "run", trace, *args)
         assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
 
@@ -135,3 +140,11 @@ def test_stuck_operators_are_posted_bounded_and_once_more_when_they_clear(trace:
         a.step()  # cleared: one more post says so, then nothing
         a.step()
         assert a.posted == 5 and a.refused == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_state_file_that_is_a_fifo_is_refused_not_waited_on(trace: Path, tmp_path: Path) -> None:
+    (tmp_path / "spool").mkdir()
+    os.mkfifo(tmp_path / "spool" / "state.json")
+    with pytest.raises(TraceError, match="not a regular file"):
+        Agent(trace, "node-2", _dead_url(), tmp_path / "spool", 1 << 26, 5, client=httpx.Client(timeout=1))

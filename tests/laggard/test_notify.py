@@ -140,3 +140,12 @@ def test_cli_report_user_errors_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     proc = run_cli("report", tmp_path, "--out", "-", "--format", "html")
     assert proc.returncode == 2 and "stdout" in proc.stderr
+
+
+@pytest.mark.parametrize("extra, words", [(["--notify", "file:///etc/passwd"], "not an http(s) URL"),
+                                          (["--out", "/nonexistent-dir/r.html"], "does not exist")])
+def test_cli_report_refuses_its_flags_before_any_work(tmp_path: Path, extra: list[str], words: str) -> None:
+    trace = Path(__file__).resolve().parents[2] / "traces" / "gpu-spike"
+    proc = run_cli("report", trace, "--out", tmp_path / "r.html", *extra)
+    assert proc.returncode == 2 and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "r.html").exists()

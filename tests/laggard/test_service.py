@@ -115,6 +115,8 @@ def _bad_posts(p: dict[str, Any]) -> list[tuple[str, dict[str, Any] | bytes, int
         ("negative time", r(compute_us=[-1] * n), 422, "invalid", "compute_us"),
         ("a group of a million", w(groups={"dp-x": "0:1000000:1"}), 422, "invalid", "dp-x"),
         ("a group that is not a range", w(groups={"dp-y": "0:abc"}), 422, "invalid", "start:stop:step"),
+        ("a range past any world", w(groups={"dp-x": "0:" + "9" * 30 + ":1"}), 422, "invalid", "dp-x"),
+        ("a range of a huge step", w(groups={"dp-x": "0:4:-" + "9" * 30}), 422, "invalid", "dp-x"),
         ("an empty range", w(groups={"dp-z": "5:5:1"}), 422, "invalid", "empty"),
         ("columns of different lengths", r(step=rows["step"][:-1]), 422, "invalid", "different lengths"),
         ("step starts of another length", r(step_start_us=rows["step_start_us"][:-1]), 422, "invalid",
@@ -147,7 +149,7 @@ def test_every_bad_post_gets_a_4xx_with_one_reason_and_stores_nothing(tmp_path: 
         assert c.get("/v1/jobs/svc-job/stats").json()["summaries"] == 0
         assert c.post("/v1/summaries", json=p).status_code == 202  # the good one still goes in
         m = c.get("/metrics").text
-        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 18
+        assert _metric(m, "laggard_posts_rejected_total", reason="invalid") == 20
         assert _metric(m, "laggard_posts_rejected_total", reason="too_large") == 1
     with sqlite3.connect(tmp_path / "s.db") as db:
         assert db.execute("SELECT COUNT(*) FROM groups WHERE grp IN ('dp-x', 'dp-y', 'dp-z')").fetchone()[0] == 0

@@ -119,3 +119,32 @@ def test_a_log_without_step_numbers_is_numbered_on_each_node(tmp_path: Path) -> 
     full = localize_trace(Trace.open(root), ("commops",))
     assert verdict.candidates and verdict.candidates[0].device() == full.candidates[0].device()
     assert verdict.candidates[0].rank == 13 and verdict.onset_step == full.onset_step == 12
+
+
+def test_cli_run_refuses_a_shard_that_is_a_fifo_in_one_line(sharded: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    copy = tmp_path / "t"
+    shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))
+    host = JobMeta.load(copy / "meta.json").host_of(0)
+    os.mkfifo(copy / "commops" / "rank-00000-9999.parquet")
+    proc = run_cli("sidecar", "run", copy, "--host", host, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "a FIFO, not a regular file" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_state_file_that_is_a_fifo_is_refused_not_waited_on(sharded: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    from collector.errors import TraceError
+
+    copy = tmp_path / "t"
+    shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))
+    host = JobMeta.load(copy / "meta.json").host_of(0)
+    (copy / "summary").mkdir()
+    os.mkfifo(copy / "summary" / f".{host}.state.json")
+    with pytest.raises(TraceError, match="not a regular file"):
+        summarize_node(copy, host)

@@ -84,3 +84,21 @@ def test_bad_sampling_and_logged_ranks_are_user_errors(tmp_path: Path, cli) -> N
     for flags in (["--sample-steps", "0.7"], ["--sample-steps", "2.5"], ["--sample-steps", "-1"], ["--logged-ranks", "some"]):
         bad = cli("simulate", "--gpus", "8", *flags, "--out", tmp_path / "x")
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, flags
+
+
+@pytest.mark.parametrize("factor", ["inf", "nan", "1e400", "1e6", "0", "-2"])
+def test_a_fault_factor_outside_a_finite_slowdown_is_a_user_error(factor: str) -> None:
+    with pytest.raises(UserError, match="factor must be a finite number in"):
+        FaultSpec.parse(f"gpu:rank=1,factor={factor}")
+
+
+@pytest.mark.parametrize("gpus, steps, what", [(1 << 30, 20, "rank limit"), (16, 10**8, "step-rank cells")])
+def test_a_job_too_large_to_analyse_is_refused_before_anything_is_built(gpus: int, steps: int, what: str) -> None:
+    with pytest.raises(UserError, match=what):
+        SimConfig(gpus=gpus, tp=8, steps=steps).resolved()
+
+
+@pytest.mark.parametrize("kw", [{"microbatches": 10**8}, {"pp": 2, "microbatches": 4, "virtual_stages": 10**8}])
+def test_a_schedule_too_large_to_write_is_refused_before_anything_is_built(kw: dict[str, int]) -> None:
+    with pytest.raises(UserError, match="operator rows, over"):
+        SimConfig(gpus=16, tp=4, steps=10, **kw).resolved()

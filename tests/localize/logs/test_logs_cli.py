@@ -60,3 +60,5 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "logs/" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("logs", "learn")
     assert r.returncode == 2 and "successful" in r.stderr
+    r = run_cli("logs", tmp_path / "missing", "--lines", "-5")
+    assert r.returncode == 2 and "--lines -5" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -9,6 +9,7 @@ test_fuzz_corpus.py through the readers in-process.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import os
@@ -191,6 +192,8 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     trace("logs-fifo", "fifo", lambda p: os.mkfifo(p / "logs" / "node-9.log"), logs=True)
     trace("logs-random-bytes", "log-text", lambda p: (p / "logs" / "node-1.log").write_bytes(
         np.random.default_rng(1).bytes(64 << 10)), logs=True)
+    trace("logs-base64-text", "log-text", lambda p: (p / "logs" / "node-1.log").write_text("".join(
+        base64.b64encode(np.random.default_rng(2).bytes(60)).decode() + "\n" for _ in range(1000))), logs=True)
     trace("logs-corrupt-gzip", "gzip", lambda p: (p / "logs" / "node-1.log.gz").write_bytes(b"\x1f\x8b\x08\x00junk"), logs=True)
 
     def bomb(p: Path) -> None:

@@ -134,6 +134,10 @@ def read_log(path: Path) -> bytes:
     if bad > MAX_BINARY_SHARE:
         raise TraceError(f"{path}: not a text log ({bad:.0%} of its first bytes are not text)",
                          "put the job's text logs under logs/<host>.log (plain or .gz); remove binary files")
+    blobs = blob_share(data[:TEXT_PROBE])
+    if blobs > MAX_BLOB_SHARE:
+        raise TraceError(f"{path}: not a log ({blobs:.0%} of its first lines are encoded data: one long token of "
+                         "base64 or hex, no words)", "put the job's text logs under logs/<host>.log; remove data files")
     return _cut_long_lines(data, lim.line_bytes)
 
 
@@ -155,6 +159,23 @@ TEXT_PROBE = 1 << 16
 MAX_BINARY_SHARE = 0.05
 _TEXT_BYTES = bytes(range(32, 127)) + b"\t\n\r\x0c\x1b"
 _HIGH = bytes(range(128, 256))
+
+
+#: a line of only base64 or hex characters and at least BLOB_CHARS of them is encoded data, not an event;
+#: a file whose first lines are mostly such is no log (JSON lines have braces and quotes, text has spaces)
+BLOB_CHARS = 32
+MAX_BLOB_SHARE = 0.5
+_BLOB = re.compile(rb"[A-Za-z0-9+/=_-]{%d,}" % BLOB_CHARS)
+
+
+def blob_share(data: bytes) -> float:
+    """Share of the non-empty lines of `data` that are one token of base64 or hex and nothing else:
+    random printable text mined as a log makes every line an unknown, "failure-indicating" event."""
+    lines = [ln.strip() for ln in data.split(b"\n")[:-1] or data.split(b"\n")]
+    lines = [ln for ln in lines if ln]
+    if not lines:
+        return 0.0
+    return sum(1 for ln in lines if _BLOB.fullmatch(ln)) / len(lines)
 
 
 def binary_share(data: bytes) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 from pathlib import Path
 
@@ -110,6 +111,22 @@ def test_random_bytes_are_refused_not_judged(tmp_path: Path) -> None:
     gz.write_bytes(gzip.compress(rng.integers(0, 256, 50_000, dtype=np.uint8).tobytes()))
     with pytest.raises(TraceError, match="not a text log"):
         parse_logs([gz])
+
+
+def test_random_printable_text_is_refused_but_json_lines_and_hashes_in_words_are_logs(tmp_path: Path) -> None:
+    """Base64 of random bytes is printable but no log: every line would be an unknown event, and a
+    host would be blamed for it. JSON lines without spaces and lines that carry a hash are logs."""
+    rng = np.random.default_rng(8)
+    blobs = "".join(base64.b64encode(rng.bytes(60)).decode() + "\n" for _ in range(500))
+    with pytest.raises(TraceError, match=r"not a log .* encoded data"):
+        parse_logs([write(tmp_path / "logs" / "node-0.log", blobs)])
+    hexes = "".join(rng.bytes(24).hex() + "\n" for _ in range(500))
+    with pytest.raises(TraceError, match="encoded data"):
+        parse_logs([write(tmp_path / "logs" / "node-1.log", hexes)])
+    jsonl = '{"ts":1700000000,"level":"INFO","rank":0,"msg":"step=12,loss=2.31"}\n' * 200
+    assert len(parse_logs([write(tmp_path / "logs" / "node-2.log", jsonl)])) == 200
+    hashed = "".join(f"[rank0]: saved checkpoint {rng.bytes(20).hex()}\n" for _ in range(200))
+    assert len(parse_logs([write(tmp_path / "logs" / "node-3.log", hashed)])) == 200
 
 
 def test_text_with_utf8_and_colour_is_text(tmp_path: Path) -> None:

@@ -526,7 +526,8 @@ def widespread_fault(table: pd.DataFrame, warmup: bool, delta: float = 1.1) -> t
     irr = set(again.loc[flags, "step"].astype(int))
     before = set(table.loc[table["irregular"].astype(bool), "step"].astype(int))
     lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
-    usable = (table["pattern"] != "warm-up").to_numpy()
+    # two levels among the steps δ left normal: a fault it found already is no second level
+    usable = ((table["pattern"] != "warm-up") & ~table["irregular"].astype(bool)).to_numpy()
     on_and_off = two_levels(durations.to_numpy(np.float64)[usable], delta)
     if irr and (lasting or on_and_off) and (not before or (before <= irr and len(irr) > len(before))):
         return again, onset

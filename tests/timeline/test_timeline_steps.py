@@ -235,3 +235,14 @@ def test_noise_and_a_few_blips_are_not_two_levels(seed: int) -> None:
     assert not two_levels(blips)
     d, _ = on_and_off(0.5, 1.05, 0.005, seed)  # two levels, but under δ apart
     assert not two_levels(d.to_numpy())
+
+
+def test_a_fault_the_rolling_baseline_found_is_no_second_level() -> None:
+    """A NIC throttled 10x from step 16 (a real tc run): the δ-rule finds its steps; the steps it
+    left normal are one level of noise, and judging them against their faster half would call the
+    slower half of that noise irregular too."""
+    rng = np.random.default_rng(3)
+    d = 0.3 * (1 + 0.03 * rng.standard_normal(30))
+    d[16:25] *= 10
+    table, _, onset = judge_window(pd.Series(d, index=np.arange(30)))
+    assert table.loc[table["irregular"], "step"].tolist() == list(range(16, 25)) and onset == 16

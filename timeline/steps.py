@@ -64,6 +64,8 @@ SHIFT_SIGMAS = 5.0
 TWO_LEVEL_SIGMAS = 5.0
 TWO_LEVEL_MIN_STEPS = 3
 TWO_LEVEL_MIN_SHARE = 0.2
+#: ... and the upper level comes and goes: at least this many separate runs of its steps
+TWO_LEVEL_RUNS = 3
 SHIFT_MIN_STEPS = 3
 SHIFT_OVER_TREND = 0.5
 DRIFT_MAX = 1.5
@@ -541,7 +543,8 @@ def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
     The split is the best two-means split of the log step times; noise split so gives levels
     about 2.7 of its halves' spreads apart (healthy jobs of both generators and real gloo runs: at
     most 4.7, their levels under δ apart)."""
-    x = np.sort(np.log(d[np.isfinite(d) & (d > 0)]))
+    y = np.log(d[np.isfinite(d) & (d > 0)])
+    x = np.sort(y)
     n = len(x)
     m = max(TWO_LEVEL_MIN_STEPS, int(np.ceil(TWO_LEVEL_MIN_SHARE * n)))
     if n < 2 * m:
@@ -553,7 +556,9 @@ def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
     lo, hi = x[:split], x[split:]
     gap = float(np.median(hi) - np.median(lo))
     spread = max(1.4826 * float(np.median(np.abs(part - np.median(part)))) for part in (lo, hi))
-    return gap >= np.log(delta) and gap >= TWO_LEVEL_SIGMAS * max(spread, 1e-6)
+    upper = y >= x[split]
+    runs = int(upper[0]) + int((upper[1:] & ~upper[:-1]).sum())  # on and off, not one block (a warm-up's tail)
+    return gap >= np.log(delta) and gap >= TWO_LEVEL_SIGMAS * max(spread, 1e-6) and runs >= TWO_LEVEL_RUNS
 
 
 def level_shift(d: np.ndarray, delta: float) -> int | None:

@@ -235,6 +235,9 @@ def test_noise_and_a_few_blips_are_not_two_levels(seed: int) -> None:
     assert not two_levels(blips)
     d, _ = on_and_off(0.5, 1.05, 0.005, seed)  # two levels, but under δ apart
     assert not two_levels(d.to_numpy())
+    tail = 0.35 * (1 + 0.01 * rng.standard_normal(20))
+    tail[:6] *= 1.12  # a warm-up's slow tail: one block, not on and off (a real gloo run)
+    assert not two_levels(tail)
 
 
 def test_a_fault_the_rolling_baseline_found_is_no_second_level() -> None:

@@ -207,7 +207,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
     world = max(meta.world_size, int(ops.rank.max()) + 1)
     lone = lone_copies(ops, meta.groups, partial or (), unlisted=unlisted)
-    lone_more = lone_excess(ops, lone, world, all_steps, ref)
+    waited = lone_time(ops, lone, world, all_steps)
+    lone_more = lone_excess(waited, ops.rank[lone], all_steps, ref)
     unseen_wait = lone_more[graph.root_rank.clip(0), np.searchsorted(all_steps, ops.inst_step)]
     explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)
     to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
@@ -251,8 +252,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     logged = np.bincount(ops.rank, minlength=world)[:world] > 0
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
-                               peer_wait=wait_change(lone_time(ops, lone, world, all_steps), np.isin(all_steps, irr),
-                                                     np.isin(all_steps, ref)))
+                               peer_wait=wait_change(waited, np.isin(all_steps, irr), np.isin(all_steps, ref)))
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
@@ -407,6 +407,11 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         ev.append(f"{u.label}: {int(u.coverage * len(ranks))} of {len(ranks)} GPUs compute longer than the other stages; the next stages wait on them")
         ev.append("every data-parallel replica shows the same stage lagging: the split of layers, not a device")
         return Candidate("config", score, ev, source="commops", stage=_stage(u))
+    if u.detail.get("replicas") == 1:
+        hosts = len({meta.host_of(r) for r in ranks})
+        ev.append(f"one model replica, all its GPUs on {hosts} hosts, computed longer in the slow steps")
+        ev.append("no one device slows hosts it does not share: the replica's batch did (sequence-length imbalance)")
+        return Candidate("data", score, ev, source="commops")
     ev.append(f"{u.label} take turns delaying their peers: whole replicas (all their GPUs) compute longer in different steps")
     ev.append("the delay moves with the data each replica gets, not with a device: sequence-length imbalance")
     return Candidate("data", score, ev, source="commops")
@@ -476,17 +481,17 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
                              steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
 
 
-def lone_excess(ops: Ops, lone: np.ndarray, world: int, steps: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Rank × step (`steps`: the ops' steps, sorted): the time a rank spent in its lone copies (rows
-    `lone`: operators no other copy of shows), beyond its median over the normal steps `ref`; 0
-    for other ranks. Only that time is its unlogged peers' delay: a transfer it waited on
-    elsewhere (a slow NIC) is not."""
-    out = lone_time(ops, lone, world, steps)
+def lone_excess(waited: np.ndarray, lone_ranks: np.ndarray, steps: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Rank × step (`steps`: the ops' steps, sorted): the time a rank spent in its lone copies
+    (`waited`, `lone_time`), beyond its median over the normal steps `ref`; 0 for ranks without
+    lone copies (`lone_ranks` are those with). Only that time is its unlogged peers' delay: a
+    transfer it waited on elsewhere (a slow NIC) is not."""
+    out = waited.copy()
     normal = np.isin(steps, ref)
     if normal.any():
         out -= np.median(out[:, normal], axis=1, keepdims=True)
-    has = np.zeros(world, dtype=bool)
-    has[ops.rank[lone]] = True
+    has = np.zeros(len(waited), dtype=bool)
+    has[lone_ranks] = True
     return np.where(has[:, None], out, 0.0)
 
 

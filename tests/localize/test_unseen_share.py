@@ -7,7 +7,7 @@ import pandas as pd
 
 from localize.commops import lone_excess, unseen_share
 from localize.ops.features import prepare_ops
-from localize.ops.lone import lone_copies
+from localize.ops.lone import lone_copies, lone_time
 
 GROUPS = {"tp-0": [0, 1, 2, 3], "tp-1": [4, 5, 6, 7], "dp-0": [0, 4]}
 SLOW = np.arange(6, 10)
@@ -35,7 +35,8 @@ def _rows(compute_slow: float, wait_slow: float) -> pd.DataFrame:
 def share(compute_slow: float, wait_slow: float) -> float:
     ops = prepare_ops(_rows(compute_slow, wait_slow))
     steps = np.arange(10)
-    more = lone_excess(ops, lone_copies(ops, GROUPS), 8, steps, steps[:6])
+    lone = lone_copies(ops, GROUPS)
+    more = lone_excess(lone_time(ops, lone, 8, steps), ops.rank[lone], steps, steps[:6])
     return float(unseen_share(ops, more, 8, steps, steps[:6], SLOW)[0])
 
 

@@ -118,6 +118,23 @@ def test_replicas_that_take_turns_unevenly_are_data() -> None:
     b[[2, 3]] = 1.0
     assert explain_rank_blame(b, meta, kinds, static=False)[0].kind == "host"
 
+def test_one_whole_replica_across_hosts_is_its_data_not_a_host() -> None:
+    # tp2 x pp4 replicas over 4 hosts each: every GPU of replica 1 computed longer in the slow
+    # steps (both of a spike's steps drew it); no one device slows four hosts it does not share
+    ranks = {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(32)}
+    groups = {f"tp-{k}": [2 * k, 2 * k + 1] for k in range(16)}
+    groups |= {f"pp-{d}-{t}": [8 * d + 2 * s + t for s in range(4)] for d in range(4) for t in range(2)}
+    meta = JobMeta("t", 32, ranks, groups)
+    kinds = {g: g.split("-")[0] for g in groups}
+    b = np.full(32, 0.005)
+    b[8:16] = np.linspace(0.9, 1.1, 8)
+    u = explain_rank_blame(b, meta, kinds, static=False)[0]
+    assert u.kind == "data" and u.detail["replicas"] == 1 and u.ranks == list(range(8, 16))
+    # half that replica's hosts: not the whole replica, so its hosts are named
+    b[12:16] = 0.005
+    assert explain_rank_blame(b, meta, kinds, static=False)[0].kind == "host"
+
+
 def ring_meta(hosts: int = 8, gph: int = 4, hps: int = 4) -> JobMeta:
     """No pipeline: tp inside each host, one dp ring per GPU index over every host in order."""
     n = hosts * gph

@@ -386,12 +386,20 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
             irregular[k] = True
         else:
             history.append(x)
-    shift = level_shift(d[1:], delta_base) if len(d) > 1 else None  # the first step holds the warm-up
+    # the first step holds the warm-up, and so may a block of slow steps after it: the level
+    # before a shift is learned without them
+    lead = 1 + leading_slow(d[1:], delta_base) if len(d) > 1 else 0
+    shift = level_shift(d[lead:], delta_base) if len(d) > lead else None
     if shift is not None:
-        at = shift + 1
-        before = float(np.nanmedian(d[1:at]))
+        at = shift + lead
+        before = float(np.nanmedian(d[lead:at]))
         later = np.arange(len(d)) >= at
-        moved = later & np.isfinite(d) & (d >= delta_base * before)
+        above = later & np.isfinite(d) & (d >= delta_base * before)
+        # the new level is δ above the old on average; its steps just under δ by noise, up to its
+        # last step over δ, are in it too (left normal, they would teach the localizer the fault
+        # as normal operation)
+        within = np.arange(len(d)) <= (np.flatnonzero(above)[-1] if above.any() else -1)
+        moved = above | (later & within & (d >= np.sqrt(delta_base) * before))
         base = np.where(moved & ~irregular, before, base)
         irregular |= moved
     ratio = d / base
@@ -559,6 +567,16 @@ def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
     upper = y >= x[split]
     runs = int(upper[0]) + int((upper[1:] & ~upper[:-1]).sum())  # on and off, not one block (a warm-up's tail)
     return gap >= np.log(delta) and gap >= TWO_LEVEL_SIGMAS * max(spread, 1e-6) and runs >= TWO_LEVEL_RUNS
+
+
+def leading_slow(d: np.ndarray, delta: float) -> int:
+    """How many of the first steps run δ or more above the median step: a warm-up's block, which
+    would lift the level a later shift is measured from."""
+    fin = d[np.isfinite(d)]
+    if len(fin) == 0:
+        return 0
+    slow = ~(d < delta * float(np.median(fin)))  # (an unmeasured step is no normal one)
+    return int(np.argmin(slow)) if not slow.all() else 0
 
 
 def level_shift(d: np.ndarray, delta: float) -> int | None:

@@ -75,6 +75,20 @@ def test_a_level_shift_over_the_last_third_survives_the_outlier_clipping() -> No
     assert level_shift(y, 1.15) is None
 
 
+def test_a_shift_just_over_delta_after_a_warm_up_is_one_fault() -> None:
+    """An independent generator's NIC: three warm-up steps at 2.5x, then the steps move 1.11x up
+    from step 17 to the end, in 1.5% noise. The warm-up lifted the level the shift was measured
+    from, so only the δ-rule's scattered half of the new level's steps were irregular, the rest
+    taught the localizer the fault as normal; every step of the new level is in it."""
+    rng = np.random.default_rng(5)
+    d = 0.246 * (1 + 0.015 * rng.standard_normal(38))
+    d[:3] *= 2.5
+    d[17:] *= 1.11
+    table = settle(judge_steps(pd.Series(d, index=pd.RangeIndex(38, name="step"))))[0]
+    flagged = table.loc[table["irregular"], "step"].tolist()
+    assert flagged[0] == 17 and len(flagged) >= 19 and set(flagged) <= set(range(17, 38))
+
+
 def test_a_fault_on_in_every_other_step_is_not_taken_for_noise() -> None:
     """On/off every other step to the end makes every successive difference large; the steps two
     apart stay as close as the job's noise, so δ is not widened and the slow steps are irregular."""

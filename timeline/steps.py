@@ -432,6 +432,8 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         # (one step of noise just over δ among them does not make the warm-up a fault's first steps)
         blip = t["ratio"].to_numpy(np.float64)[lead:lead + WARMUP_NORMAL_AFTER][after]
         calm = len(after) == WARMUP_NORMAL_AFTER and after.sum() <= 1 and not (blip >= SPIKE_RATIO).any()
+        # (or a fault began soon after: the steps right after the warm-up ran normally, all but the last)
+        calm = calm or (len(after) == WARMUP_NORMAL_AFTER and not after[:-1].any())
         if lead <= max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n)) and calm:
             irr[:lead] = False
             pattern[:lead] = "warm-up"

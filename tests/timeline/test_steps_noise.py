@@ -136,3 +136,18 @@ def test_one_step_of_noise_after_the_warm_up_leaves_it_warm_up() -> None:
     d[6:20] *= np.exp(np.random.default_rng(3).normal(0, 0.015, 14))
     _, warm, onset = settle(judge_steps(pd.Series(d, index=np.arange(40))))
     assert warm == [0] and onset == 20
+
+
+def test_a_fault_two_sampled_steps_after_the_warm_up_leaves_it_warm_up() -> None:
+    """An independent generator's sampling logger (40% of steps): warm-up in steps 0-2 at 1.6x,
+    steps 3 and 6 normal, then a data fault 2x from step 9. The fault's first step among the
+    three after the warm-up made the warm-up part of it: "since step 0"."""
+    steps = np.array([0, 1, 2, 3, 6, 9, 11, 12, 20, 23, 26, 30, 33, 34, 37, 40, 42, 43, 45, 46])
+    d = 0.21 * np.exp(np.random.default_rng(7).normal(0, 0.01, len(steps)))
+    d[:3] *= 1.62
+    d[5:] *= 2.0
+    _, warm, onset = settle(judge_steps(pd.Series(d, index=steps)))
+    assert warm == [0, 1, 2] and onset == 9
+    d[3] *= 2.0  # a fault right after the first steps: no warm-up to call them
+    _, warm, onset = settle(judge_steps(pd.Series(d, index=steps)))
+    assert warm == [] and onset == 0

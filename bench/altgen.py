@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "barrier", "send", "recv", "all_to_all"]
 OP = {name: i for i, name in enumerate(OPS)}
 FAULT_KINDS = ["healthy", "gpu", "host", "nic", "link", "switch", "slow_start", "data"]
-LOGGING = ["all", "tp0", "every3", "random40"]  # drawn; also "tp0-random40" with --set (Megatron's usual)
+LOGGING = ["all", "tp0", "every3", "random40"]  # drawn; also with --set "tp0-random40" (Megatron's usual) and
+# "hosts75" (a quarter of the hosts run no logger)
 EPOCH_NS = 1_770_000_000_000_000_000
 MIN_SLOWDOWN = 1.1
 
@@ -420,6 +421,12 @@ def group_names(kinds: list[str], naming: str, rng: np.random.Generator) -> list
     return names
 
 
+def unlogged_hosts(spec: JobSpec) -> np.ndarray:
+    """The hosts that run no logger under logging "hosts75": a quarter of them, drawn per job."""
+    n = spec.layout.n_hosts
+    return np.random.default_rng(spec.seed + 11).choice(n, max(1, n // 4), replace=False)
+
+
 def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time: np.ndarray,
                 slowdown: float = 1.0) -> dict[str, Any]:
     """Write meta.json, commops.parquet and truth.json; return the truth."""
@@ -434,6 +441,8 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
     if spec.logging.startswith("tp0"):
         mask = t_index[rows["rank"]] == 0
     hosts = rows["rank"] // lay.gpus_per_host
+    if spec.logging == "hosts75":
+        mask = ~np.isin(hosts, unlogged_hosts(spec))
     offsets = rng.uniform(-0.1, 0.1, lay.n_hosts)
     drift = rng.uniform(-2e-6, 2e-6, lay.n_hosts)
 
@@ -499,7 +508,9 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             "step_sync": spec.step_sync, "logging": spec.logging, "naming": spec.naming,
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
             "warmup_steps": spec.warmup_steps, "faults": faults, "world": lay.world,
-            "unlogged_rank": spec.logging.startswith("tp0") and f is not None and f.rank >= 0 and f.rank % lay.tp != 0,
+            "unlogged_rank": f is not None and f.rank >= 0 and (
+                (spec.logging.startswith("tp0") and f.rank % lay.tp != 0)
+                or (spec.logging == "hosts75" and f.rank // lay.gpus_per_host in unlogged_hosts(spec))),
             "logged_steps": [spec.step0 + k for k in spec.logged], "step_ids": spec.step_ids,
             "step_time_s": [round(float(x), 6) for x in step_time],
             "clock_offsets_ns": {h: int(o * 1e9) for h, o in zip(host_name, offsets, strict=True)}}
@@ -771,7 +782,7 @@ def report(results: list[dict[str, Any]]) -> None:
     print("\ntop-1 by fault kind x p2p semantics (healthy: false alarms)")
     print("\n".join(table(results, "p2p", ["rendezvous", "batched"])))
     print("\ntop-1 by fault kind x logging variant")
-    print("\n".join(table(results, "logging", [*LOGGING, "tp0-random40"])))
+    print("\n".join(table(results, "logging", [*LOGGING, "tp0-random40", "hosts75"])))
     print("\ntop-1 by fault kind x fault pattern")
     print("\n".join(table(results, "pattern", ["persistent", "spike", "alternate", "random", "from_start"])))
     print("\ntop-1 of switch faults by scope (uplink: traffic leaving the rack slow; whole: inside the rack too)")

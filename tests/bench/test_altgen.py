@@ -59,6 +59,16 @@ def test_tp0_logging_keeps_only_the_first_rank_of_each_tp_group(tmp_path: Path) 
     assert (truth["faults"][0]["rank"], truth["faults"][0]["start_step"]) == (5, 1005)
 
 
+def test_hosts75_logging_leaves_a_quarter_of_the_hosts_without_records(tmp_path: Path) -> None:
+    spec = tiny_job(Fault("gpu", 2.0, "persistent", list(range(6, 12)), rank=5), logging="hosts75")
+    rows, step_time = simulate(spec)
+    truth = write_trace(spec, tmp_path, rows, step_time)
+    assert validate_trace(tmp_path) == []
+    hosts = {r // 4 for r in pq.read_table(tmp_path / "commops.parquet").column("rank").to_pylist()}
+    assert len(hosts) == 3 and truth["unlogged_rank"] == (1 not in hosts)
+    assert len(json.loads((tmp_path / "meta.json").read_text())["ranks"]) == 16  # the launcher knows every rank
+
+
 @pytest.mark.parametrize(("pp", "m"), [(2, 1), (4, 4), (4, 8), (8, 4)])
 def test_1f1b_runs_every_microbatch_forward_and_backward_once_without_deadlock(pp: int, m: int) -> None:
     progs = [stage_program(s, pp, m) for s in range(pp)]

@@ -25,7 +25,14 @@ from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_
 from localize.ops.features import CODED, Ops, prepare_ops, slot_history, sorted_rows, step_scale
 from localize.ops.grouping import group_sum, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
-from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_change
+from localize.ops.lone import (
+    lone_copies,
+    lone_time,
+    share_among,
+    unlogged_members,
+    unlogged_peers,
+    wait_change,
+)
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Candidate, Verdict
 from localize.waits.persistent import (
@@ -153,7 +160,7 @@ def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame |
 
 def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 partial: set[str] | None = None, forest: bool = True,
-                unlisted: bool | None = None) -> tuple[Verdict, Analysis | None]:
+                unlisted: bool | None = None, quiet: np.ndarray | None = None) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
     Consumes `df`'s group, op and peer columns (`localize.ops.features.CODED`).
@@ -162,7 +169,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     operators with the robust rule, as the sidecars do (the fast path). `unlisted`: a group
     meta.json does not list, logged by one rank only, had members that did not log (default:
     when every rank's records are here, no `partial`; the summary path knows it from one step
-    of every rank).
+    of every rank). `quiet`: per rank, known to have logged nothing (default: the ranks absent here).
     """
     unlisted = not partial if unlisted is None else unlisted
     irr = np.sort(np.asarray(view.irregular_steps, dtype=np.int64))
@@ -194,8 +201,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     slow = slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr, normal=judge & in_ref)
     slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))
     short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
+    world = max(meta.world_size, int(ops.rank.max()) + 1)
+    unlogged = unlogged_members(ops, meta.groups, world, partial or ())
     graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm,
-                            (unit_of_inst, irr))
+                            (unit_of_inst, irr), np.array([len(m) for m in unlogged], dtype=np.int64)[ops.inst_group])
 
     # cross-iteration blame: each root is charged the delay it imposed where it originated
     # (the instance its chain ends at; delays further down a chain are its propagation), in
@@ -205,7 +214,6 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # a root must explain the delay with its own compute; lateness nothing explains is not blamed.
     # Where a rank's group peers were not logged (one rank per TP group), the time it spent in
     # their operators beyond what waiting shows is theirs: a slow peer there, named by this rank
-    world = max(meta.world_size, int(ops.rank.max()) + 1)
     lone = lone_copies(ops, meta.groups, partial or (), unlisted=unlisted)
     waited = lone_time(ops, lone, world, all_steps)
     lone_more = lone_excess(waited, ops.rank[lone], all_steps, ref)
@@ -213,11 +221,16 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     explained = graph.orphan | (np.maximum(graph.excess_compute, unseen_wait) >= 0.5 * graph.delay)
     to_rank = (graph.suspect | graph.orphan) & origin & explained & (graph.root_rank >= 0)
 
-    def per_rank(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(graph.root_rank[mask], weights=graph.delay[mask], minlength=world)[:world]
+    # an instance that waited on members that logged nothing: its delay is theirs, shared among them
+    shared = graph.orphan & (graph.missing_rank < 0) & origin
 
-    normal_blame = per_rank(to_rank & in_ref)
-    rank_blame = np.maximum(per_rank(to_rank & in_irr) - norm * normal_blame, 0.0)
+    def per_rank(mask: np.ndarray) -> np.ndarray:
+        one = mask & to_rank
+        out = np.bincount(graph.root_rank[one], weights=graph.delay[one], minlength=world)[:world]
+        return out + share_among(unlogged, ops.inst_group[mask & shared], graph.delay[mask & shared], world)
+
+    normal_blame = per_rank((to_rank | shared) & in_ref)
+    rank_blame = np.maximum(per_rank((to_rank | shared) & in_irr) - norm * normal_blame, 0.0)
     # per slow step: each step's blame beyond a normal step's
     col = np.searchsorted(irr, ops.inst_step)
     at = to_rank & in_irr
@@ -252,7 +265,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     logged = np.bincount(ops.rank, minlength=world)[:world] > 0
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
-                               peer_wait=wait_change(waited, np.isin(all_steps, irr), np.isin(all_steps, ref)))
+                               peer_wait=wait_change(waited, np.isin(all_steps, irr), np.isin(all_steps, ref)),
+                               quiet=quiet)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
@@ -368,6 +382,8 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         cand = _bare_candidate(u, score, meta)
         cand.evidence = ev
         return cand
+    if "quiet_host" in u.detail:
+        return _quiet_host_candidate(u, score, g, ops, meta)
     if u.kind == "gpu":
         r = int(ranks[0])
         info = meta.ranks.get(r)
@@ -415,6 +431,29 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
     ev.append(f"{u.label} take turns delaying their peers: whole replicas (all their GPUs) compute longer in different steps")
     ev.append("the delay moves with the data each replica gets, not with a device: sequence-length imbalance")
     return Candidate("data", score, ev, source="commops")
+
+
+def _quiet_host_candidate(u: RankUnit, score: float, g: WaitGraph, ops: Ops, meta: JobMeta) -> Candidate:
+    """A GPU or host that logged nothing, shown by its peers' waits in collectives short of its copies."""
+    mine = set(u.ranks)
+    names = np.array([bool(mine & set(meta.groups.get(str(n), ()))) for n in ops.groups])
+    hit = g.orphan & (g.missing_rank < 0) & (g.root_inst == np.arange(ops.n_inst)) & names[ops.inst_group]
+    groups = Counter(str(ops.groups[x]) for x in ops.inst_group[hit][:5000])
+    top_groups = ", ".join(f"{n} ({c})" for n, c in groups.most_common(3))
+    host = cast(str, u.detail["quiet_host"])
+    ev = [f"{host} logged nothing; in {int(hit.sum())} prolonged collectives ({top_groups}) every logged copy "
+          f"waited on members there, {float(g.delay[hit].sum()):.3f} s of waiting"]
+    if u.kind == "gpu":
+        ev.append(f"rank {u.ranks[0]} is the member most of those waits were on: that GPU, not the whole host")
+    else:
+        ev.append("its GPUs were waited on alike: the host's compute and its NIC's transfers look the same from "
+                  "its peers' records (a logger there, or flows, would tell them apart)")
+        if quiet := sorted({a.label for a in u.also if a.kind == "host"}):
+            ev.append(f"{', '.join(quiet)} logged nothing either and share a group with it that no logged rank is in, "
+                      "or were waited on nearly as long: the collectives that miss them both cannot say which was slow")
+    cand = _bare_candidate(u, score, meta)
+    cand.evidence = ev
+    return cand
 
 
 def _bare_candidate(u: RankUnit, score: float, meta: JobMeta) -> Candidate:

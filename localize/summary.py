@@ -416,7 +416,9 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
     view = StepView(meta.job, meta, sub_table, worst, slow, "irregular")
-    verdict, analysis = analyse_ops(df, meta, view, top, partial, forest, unlisted=observed)
+    recorded = set(summary["host"].astype(str))
+    quiet = np.array([(info := meta.ranks.get(r)) is not None and info.host not in recorded for r in range(meta.world_size)])
+    verdict, analysis = analyse_ops(df, meta, view, top, partial, forest, unlisted=observed, quiet=quiet)
     verdict.irregular_steps = plan.irregular
     verdict.onset_step = onset if verdict.status == "irregular" else None
     top_c = verdict.candidates[0] if verdict.candidates else None

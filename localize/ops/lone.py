@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from localize.ops.features import Ops
 from timeline.groups import membership
@@ -35,10 +36,25 @@ def lone_copies(ops: Ops, groups: Mapping[str, Sequence[int]], skip: Collection[
 
 
 def lone_time(ops: Ops, lone: np.ndarray, world: int, steps: np.ndarray) -> np.ndarray:
-    """Rank × step (`steps`: the ops' steps, sorted): time each rank spent in its lone copies."""
+    """Rank × step (`steps`: the ops' steps, sorted): time each rank spent in its lone copies,
+    beyond what a copy of the same operator and size took in that step where its peers logged too
+    (their median). That much is the transfer any member pays; only the rest is waiting on the
+    unlogged peers. (A host without a logger leaves its peers' all-to-alls across hosts lone: their
+    transfer time read as compute made a healthy job's stage 1.6x slow, "config".)"""
     out = np.zeros((world, len(steps)))
-    col = np.searchsorted(steps, ops.step[lone])
-    np.add.at(out, (ops.rank[lone].astype(np.int64), col), ops.elapsed[lone])
+    rows = np.flatnonzero(lone)
+    if not rows.size:
+        return out
+    took = ops.elapsed[rows]
+    shared = np.flatnonzero(~lone & ~ops.inst_p2p[ops.inst])
+    if shared.size:
+        key = ["op", "nbytes", "step"]
+        typical = (pd.DataFrame({"op": ops.opcode[shared], "nbytes": ops.nbytes[shared], "step": ops.step[shared],
+                                 "took": ops.elapsed[shared]}).groupby(key, sort=False)["took"].median())
+        mine = pd.MultiIndex.from_arrays([ops.opcode[rows], ops.nbytes[rows], ops.step[rows]], names=key)
+        took = np.maximum(took - np.nan_to_num(typical.reindex(mine).to_numpy(np.float64)), 0.0)
+    col = np.searchsorted(steps, ops.step[rows])
+    np.add.at(out, (ops.rank[rows].astype(np.int64), col), took)
     return out
 
 
@@ -91,3 +107,26 @@ def wait_beside_peers(waited: np.ndarray, seen: np.ndarray, peer_set: np.ndarray
             out[mine] = np.median(waited[mine], axis=1) / np.median(typical)
     return out
 
+
+def unlogged_members(ops: Ops, groups: Mapping[str, Sequence[int]], world: int, partial: Collection[str]) -> list[np.ndarray]:
+    """Per group code of `ops`: its members (per meta.json) that logged nothing at all, as on a host
+    without a logger; none for groups `partial` (not read whole here)."""
+    logged = np.zeros(world, dtype=bool)
+    logged[ops.rank] = True
+    out = []
+    for g in ops.groups:  # one per group, not per row
+        members = np.asarray([m for m in groups.get(str(g), ()) if 0 <= m < world], dtype=np.int64)
+        out.append(members[~logged[members]] if str(g) not in partial else members[:0])
+    return out
+
+
+def share_among(members: list[np.ndarray], group: np.ndarray, delay: np.ndarray, world: int) -> np.ndarray:
+    """Per rank: each delay (of an instance of group code `group`) shared evenly among that group's
+    `members`: which of them was late its peers' records cannot say, but one that was late in many
+    groups collects the most."""
+    per_group = np.bincount(group, weights=delay, minlength=len(members))
+    out = np.zeros(world)
+    for g in np.flatnonzero(per_group):  # one per group with such delay
+        if len(members[g]):
+            np.add.at(out, members[g], per_group[g] / len(members[g]))
+    return out

@@ -23,6 +23,8 @@ COVERAGE = 0.6  # share of a unit's ranks that must carry blame to name the unit
 LAST_ARRIVER = 0.8
 PEERS_SLOW = 1.3
 MIN_SHARE = 0.08  # a further candidate must explain at least this share of the blame
+QUIET_GPU = 0.6  # on a host that logged nothing, one GPU with this share of the host's blame is named
+QUIET_NEAR = 0.8  # ... and other such hosts with this share of its blame or more are tied with it
 
 
 @dataclass
@@ -79,11 +81,13 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
 def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5,
                        logged: np.ndarray | None = None, static: bool = True,
                        unseen: np.ndarray | None = None, peers: dict[int, list[int]] | None = None,
-                       by_step: np.ndarray | None = None, peer_wait: np.ndarray | None = None) -> list[RankUnit]:
+                       by_step: np.ndarray | None = None, peer_wait: np.ndarray | None = None,
+                       quiet: np.ndarray | None = None) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
-    that logs one rank per TP group says nothing of the others). `static`: the blame may have a
+    that logs one rank per TP group says nothing of the others). `quiet`: per rank, known to have
+    logged nothing at all (default: not `logged`; the summary path reads only some ranks' records). `static`: the blame may have a
     static cause (the window was slow from its first step); a split of layers does not change
     mid-run, so a slowdown with an onset is never named config. `unseen`: per rank, the part of
     its blame that is time it waited in collectives whose other members, `peers`, logged
@@ -97,6 +101,8 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     if total <= 0:
         return []
     seen = np.ones(world, dtype=bool) if logged is None else np.asarray(logged[:world], dtype=bool)
+    # ranks known to have logged nothing at all (default: every rank not `logged`)
+    silent = ~seen if quiet is None else np.asarray(quiet[:world], dtype=bool)
 
     def _coverage(b: np.ndarray, ranks: np.ndarray, top: float) -> float:
         """Share of the unit's logged ranks carrying a good part (30%) of the top rank's blame."""
@@ -115,6 +121,12 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         alone = len(hr) > 1 and seen[hr].sum() == 1
         if unseen is not None and peers and peers.get(r) and unseen[r] > 0.5 * blame[r]:
             options.append(_unlogged_peer(r, peers[r], float(b[r]) / total, host, hosts, seen))
+        elif h >= 0 and silent[hr].all():
+            on = (host >= 0) & silent
+            quiet_sums = np.bincount(host[on], weights=b[on], minlength=len(hosts))
+            near = [int(x) for x in np.flatnonzero(quiet_sums >= QUIET_NEAR * quiet_sums[h]) if x != h and silent[host == x].all()]
+            coupled = sorted(set(_coupled_quiet(hr, meta, ~silent, host)) | set(near))
+            options.append(_quiet_host(r, hr, b, total, hosts, host, coupled))
         elif alone:
             # the host's one logged rank: a slow GPU there and the whole host slowed alike make it
             # compute longer; whether its unlogged peers kept it waiting tells them apart, if clearly
@@ -166,6 +178,8 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
             break
         out.append(best)
         b[best.ranks if best.via is None else [best.via]] = 0.0
+        if "quiet_host" in best.detail:
+            b[[x for a in best.also for x in a.ranks]] = 0.0  # (hosts tied with it: one finding)
     return out
 
 
@@ -187,6 +201,35 @@ def replica_turns(by_step: np.ndarray, replica: np.ndarray) -> tuple[np.ndarray,
     if (counts > 0).sum() < 2 or counts.max() > 0.5 * len(owners):
         return None
     return np.flatnonzero(counts), float(held.mean())
+
+
+def _quiet_host(r: int, hr: np.ndarray, b: np.ndarray, total: float, hosts: list[str], host: np.ndarray,
+                coupled: list[int]) -> RankUnit:
+    """The top rank is on a host that logged nothing; its peers' records waited on its GPUs. One GPU
+    that collected most of the host's blame is named; else the host, tied with its NIC (a transfer
+    from it and its compute look the same to its peers), and with the hosts that logged nothing
+    either and share a group with it or were waited on nearly as long (`coupled`): the groups that
+    miss both say nothing of which was slow."""
+    name = hosts[int(host[r])]
+    mine = float(b[hr].sum())
+    if b[r] >= QUIET_GPU * mine and not coupled:
+        return RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}", {"quiet_host": name})
+    also = [RankUnit("nic", hr.tolist(), mine / total, 1.0, name, {"quiet_host": name})]
+    for h in coupled:
+        ranks = np.flatnonzero(host == h).tolist()
+        also += [RankUnit(k, ranks, mine / total, 1.0, hosts[h], {"quiet_host": hosts[h]}) for k in ("host", "nic")]
+    return RankUnit("host", hr.tolist(), mine / total, 1.0, name, {"quiet_host": name}, also=also)
+
+
+def _coupled_quiet(hr: np.ndarray, meta: JobMeta, seen: np.ndarray, host: np.ndarray) -> list[int]:
+    """Other hosts that logged nothing and share with the ranks `hr` a group no member of which
+    logged (a tensor-parallel group across two such hosts): no record tells them apart."""
+    mine = set(hr.tolist())
+    out: set[int] = set()
+    for members in meta.groups.values():  # one per group
+        if mine & set(members) and not any(seen[m] for m in members if 0 <= m < len(seen)):
+            out |= {int(host[m]) for m in members if 0 <= m < len(host) and host[m] >= 0}
+    return sorted(out - {int(host[hr[0]])})
 
 
 def _unlogged_peer(r: int, peers: list[int], share: float, host: np.ndarray, hosts: list[str],

@@ -190,7 +190,8 @@ def _range_argmax_packed(table: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> n
 def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_size: np.ndarray,
                     comm_excess: np.ndarray, members_sum: np.ndarray, ref_steps: np.ndarray | None = None,
                     short_comm: np.ndarray | None = None,
-                    latecomers: tuple[np.ndarray, np.ndarray] | None = None) -> WaitGraph:
+                    latecomers: tuple[np.ndarray, np.ndarray] | None = None,
+                    unlogged: np.ndarray | None = None) -> WaitGraph:
     """Resolve every prolonged instance of `steps` to a root rank or a communication instance.
 
     `abnormal`: per row, from the detector. `expected_size`, `members_sum`: per instance, the
@@ -200,7 +201,10 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     slow from its group's whole instances: a slow transfer, not a missing rank that was late.
     `latecomers`: (unit of each instance, irregular steps): an instance whose last arriver kept
     its peers waiting in step after step (`localize.waits.latecomers`) is a suspect even where the
-    detector flagged no waiting copy.
+    detector flagged no waiting copy. `unlogged`: per instance, how many of its group's members
+    logged nothing at all (a host without a logger): an instance short of exactly those, whose
+    two or more present copies all waited, waited on one of them (an orphan with no one missing
+    rank: `missing_rank` -1, `localize.commops` shares its delay among them).
     """
     n = ops.n_inst
     inst = ops.inst
@@ -232,11 +236,13 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     if latecomers is not None and ref_steps is not None:
         waited |= recurrent_latecomers(ops, delay_wait, latecomers[0], latecomers[1], ref_steps, complete)
     suspect = in_steps & complete & multi & ~comm & ~late_abn & waited
-    orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & (expected_size - size == 1)
-    del n_abn, whole, complete, late_abn, in_steps
+    one_missing = expected_size - size == 1
+    short = one_missing if unlogged is None else one_missing | ((size >= 2) & (expected_size - size == unlogged))
+    orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & short
+    del n_abn, whole, complete, late_abn, in_steps, short
     rank = ops.rank
     present_sum = group_sum(inst, n, rank)
-    missing_rank = np.where(orphan, np.rint(members_sum - present_sum).astype(np.int64), -1)
+    missing_rank = np.where(orphan & one_missing, np.rint(members_sum - present_sum).astype(np.int64), -1)
     del present_sum
 
     # backtracking: what the suspect did since its previous operator of the same stream.
@@ -295,7 +301,10 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         measured |= ok
     del excess, own, lv, has_prev
 
-    delay = np.where(comm, comm_excess, np.where(suspect | orphan, delay_wait, 0.0))
+    # an orphan's present copies all waited on the absent one, together: beyond waiting on each
+    # other, their delay is how much longer even the shortest of them took than normal
+    delay = np.where(comm, comm_excess, np.where(suspect, delay_wait,
+                                                 np.where(orphan, np.maximum(delay_wait, comm_excess), 0.0)))
     # every instance points back along waiting, flagged or not: chains pass through operators
     # whose copies looked ordinary (a short wait) on their way to the root
     follow = ~comm & (excess_wait > excess_compute) & (excess_wait > 0.25 * delay_wait) & (size >= 2)

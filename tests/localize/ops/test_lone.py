@@ -6,7 +6,15 @@ import numpy as np
 import pandas as pd
 
 from localize.ops.features import prepare_ops
-from localize.ops.lone import lone_copies, unlogged_peers, wait_beside_peers, wait_change
+from localize.ops.lone import (
+    lone_copies,
+    lone_time,
+    share_among,
+    unlogged_members,
+    unlogged_peers,
+    wait_beside_peers,
+    wait_change,
+)
 
 GROUPS = {"tp-0": [0, 1, 2, 3], "tp-1": [4, 5, 6, 7], "dp-0": [0, 4]}
 
@@ -75,3 +83,24 @@ def test_slow_from_the_start_a_ranks_lone_wait_is_judged_beside_its_stage_peers(
     beside = wait_beside_peers(waited, seen, stage)
     np.testing.assert_allclose(beside[:4], np.array([1.1, 1.0, 1.0, 0.25]) / 0.975)  # (stage median per step: 1.0, 0.95)
     assert np.isnan(beside[4:]).all()  # too few peers to judge by, or not logged
+
+
+def test_a_lone_copy_counts_only_beyond_what_the_same_operator_took_where_its_peers_logged() -> None:
+    """A host without a logger leaves its peers' all-to-alls across hosts lone; the transfer every
+    member pays (seen in the same operator elsewhere, 20 ns here) is not waiting on anyone."""
+    rows = _rows()
+    rows.loc[(rows["group"] == "tp-0") & (rows["step"] == 2), "end_ns"] += 50  # waited 50 ns on its peers
+    ops = prepare_ops(rows)
+    waited = lone_time(ops, lone_copies(ops, GROUPS), 8, np.arange(3))
+    assert np.allclose(waited[0], [0.0, 0.0, 50e-9], rtol=0, atol=1e-12) and not waited[1:].any()
+
+
+def test_members_that_logged_nothing_share_the_delay_they_caused() -> None:
+    ops = prepare_ops(_rows())
+    missing = unlogged_members(ops, GROUPS, 8, ())
+    by_name = dict(zip(map(str, ops.groups), missing, strict=True))
+    assert by_name["tp-0"].tolist() == [1, 2, 3] and by_name["tp-1"].tolist() == [6, 7] and not len(by_name["dp-0"])
+    assert not len(dict(zip(map(str, ops.groups), unlogged_members(ops, GROUPS, 8, {"tp-1"}), strict=True))["tp-1"])
+    code = {n: i for i, n in enumerate(map(str, ops.groups))}
+    blame = share_among(missing, np.array([code["tp-1"], code["tp-1"], code["tp-0"]]), np.array([1.0, 1.0, 3.0]), 8)
+    assert blame.tolist() == [0, 1, 1, 1, 0, 0, 1, 1]

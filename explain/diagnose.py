@@ -50,11 +50,13 @@ from explain.reasoner import (
     confirming,
     fits_verdict,
     focus,
+    settle_tie,
 )
 from explain.remediation import AuditLog, Proposal, apply, build_proposal
 from explain.retrieval import Retriever
 from explain.story import Story
-from localize.verdict import Verdict
+from explain.tie import tie_of
+from localize.verdict import Candidate, Verdict
 
 Approver = Callable[[Proposal], bool]
 
@@ -83,6 +85,7 @@ class Diagnosis:
     simulated: bool = False  # probes answered by the simulator's virtual cluster (from truth.json), not a machine
     llm_rounds: list[int] = field(default_factory=list)  # rounds whose LLM reply was used (the rest: deterministic)
     story: dict[str, Any] = field(default_factory=dict)  # explain.story: the status line every surface shares
+    tie: dict[str, Any] | None = None  # explain.tie: the first candidate's tie and whether a probe decided it
 
     @property
     def confirmation(self) -> str:
@@ -103,8 +106,17 @@ class Diagnosis:
             "hypotheses": self.hypotheses, "claims": self.claims, "probes": self.probes, "rejected": self.rejected,
             "remediation": self.remediation, "flags": self.flags, "dot": self.dot, "dot_xml": self.dot_xml,
             "elapsed_s": round(self.elapsed_s, 3), "simulated": self.simulated, "confirmation": self.confirmation,
-            "llm_rounds": self.llm_rounds, "story": self.story,
+            "llm_rounds": self.llm_rounds, "story": self.story, "tie": self.tie,
         }
+
+    def cause_line(self) -> str:
+        """Where the cause is, in words: the device, the device a probe picked out of a tie, or the tie itself."""
+        tie = self.tie
+        if tie and tie["decided"]:
+            return f"on {self.device} ({tie['decision']})"
+        if tie:
+            return f"— {tie['words']} (none confirmed by a probe; they cannot be told apart)"
+        return f"on {self.device}" if self.device else ""
 
 
 @dataclass
@@ -193,15 +205,27 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
             "critique", 2, (hyp_nodes[h.entry.id],), text=text, rules=[f"confirmed_by: {', '.join(h.entry.confirmed_by) or '-'}"],
             code=[" ".join(_argv(p, inv)) for p in planned if _argv(p, inv)], author=author(2))
 
+    tie = tie_of(verdict, inv)
+    if tie is not None and (note := tie.coverage_note()):
+        ctx.flags.append(f"{tie.label()}: {note}")
+
     # round 3: probe, stop at the first confirmation, attribute
     run_plan(ctx, plan, hyps, crit_nodes, probe_timeout)
     att = attribute(kb, verdict, hyps, ctx.results)
     if llm is not None:
         att = llm_attribute(ctx, llm, hyps, att)
+    att = settle_tie(att, verdict, ctx.results, inv)  # either engine: a tie is decided by a probe or said
     cand = focus(verdict)
+    device = cand.device() if cand else None
+    if att.tie is not None:
+        device = att.tie.device()
+        where = (f" on {device} ({att.tie.decision()})" if device
+                 else f"; {att.tie.tie.label()}, no device chosen")
+    else:
+        where = ""
     parents = tuple(ctx.dot.nodes("verification")) or tuple(crit_nodes.values()) or (obs,)
     final = ctx.dot.add("refinement", 3, parents,
-                        text=(f"cause: {att.entry.title} ({att.entry.category})" if att.entry else "no cause attributed")
+                        text=(f"cause: {att.entry.title} ({att.entry.category}){where}" if att.entry else "no cause attributed")
                         + ("; not confirmed by a probe" if not att.confirmed
                            else "; confirmed by simulated probes" if simulated else "; confirmed by probes"),
                         numbers={"confidence": (att.confidence, "")}, rules=[att.entry.cause] if att.entry else [],
@@ -212,13 +236,14 @@ def diagnose(trace: Trace, verdict: Verdict, approve: bool = False, llm: ChatMod
         job=verdict.job, status=verdict.status, engine=engine_name(det.name, llm, ctx.llm_rounds),
         cause=({"entry": att.entry.id, "title": att.entry.title, "category": att.entry.category,
                 "text": att.entry.cause, "references": list(att.entry.references)} if att.entry else None),
-        confidence=att.confidence, confirmed=att.confirmed, device=cand.device() if cand else None,
+        confidence=att.confidence, confirmed=att.confirmed, device=device,
         keys=keys.to_dict(), evidence=[e.to_dict() for e in ctx.evidence],
         hypotheses=[{"entry": h.entry.id, "title": h.entry.title, "score": h.score, "why": h.why} for h in hyps],
         claims=claims, probes=[r.to_dict() for r in ctx.results], rejected=ctx.rejected,
         remediation=[p.to_dict() for p in proposals], dot=ctx.dot.to_dict(), dot_xml=ctx.dot.to_xml(),
         flags=ctx.flags, backend=ctx.backend.name, elapsed_s=time.perf_counter() - t0, simulated=simulated,
         llm_rounds=list(ctx.llm_rounds), story=Story.of(verdict).to_dict(),
+        tie=att.tie.to_dict() if att.tie is not None else None,
     )
 
 
@@ -263,7 +288,9 @@ def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothes
              timeout: float) -> None:
     """Run planned probes in order through the backend; stop once one confirms a hypothesis."""
     cand = focus(ctx.verdict)
-    wanted = {h.entry.id for h in hyps} | {e.id for e in ctx.kb.by_kind(cand.kind)} if cand else set()
+    tie = tie_of(ctx.verdict, ctx.inventory)
+    kinds = ({cand.kind} if cand else set()) | ({c.kind for c in tie.members} if tie else set())
+    wanted = {h.entry.id for h in hyps} | {e.id for k in kinds for e in ctx.kb.by_kind(k)} if cand else set()
     unreachable: set[str] = set()
     for p in plan:
         if p.host in unreachable:
@@ -299,10 +326,12 @@ def run_plan(ctx: Context, plan: Sequence[PlannedProbe], hyps: Sequence[Hypothes
 def remediate(ctx: Context, att: Attribution, approve: bool, approver: Approver | None, final: str) -> list[Proposal]:
     if att.entry is None:
         return []
-    cand = focus(ctx.verdict)
+    cand = blamed(ctx, att)
     target: dict[str, Any] = {}
     if cand is not None:
         host = cand.host or (cand.hosts[0] if cand.hosts else None)
+        if att.tie is not None and cand.kind == "link":
+            host = att.tie.host  # a link picked out of a tie: the end its probe found the fault on
         target = {"host": host, "gpu": cand.gpu}
     props = [p for r in att.entry.remediation
              if (p := build_proposal(r.action, r.why, target, ctx.inventory, att.entry.id)) is not None]
@@ -321,6 +350,14 @@ def remediate(ctx: Context, att: Attribution, approve: bool, approver: Approver 
     return props
 
 
+def blamed(ctx: Context, att: Attribution) -> Candidate | None:
+    """The device a command may target: the verdict's first candidate, or, when it is tied, the tied
+    device a probe decided on (None while the tie stands: no device was chosen)."""
+    if att.tie is not None:
+        return att.tie.decided[0] if att.tie.decided else None
+    return focus(ctx.verdict)
+
+
 def actionable(ctx: Context, att: Attribution) -> str | None:
     """Why a cause may not lead to a command, or None: it must be confirmed by a probe that
     answered (ok/abnormal) on the blamed device, and proposed by the localizer, not by log text."""
@@ -333,7 +370,9 @@ def actionable(ctx: Context, att: Attribution) -> str | None:
     if att.entry is not None and not fits_verdict(ctx.verdict, att.entry):
         return (f"'{att.entry.title}' was suggested by log or alert text, not by the localizer's verdict; "
                 "log text may propose a cause, never confirm one")
-    cand = focus(ctx.verdict)
+    if att.tie is not None and not att.tie.decided:
+        return f"{att.tie.tie.label()}: no probe decided which of the tied devices is at fault"
+    cand = blamed(ctx, att)
     host = cand.host or (cand.hosts[0] if cand and cand.hosts else None) if cand else None
     if host is not None and not any(r.host == host or (cand and r.host in (cand.hosts or [])) for r in support):
         return f"the confirming probe ran on {support[0].host}, not on the blamed {host}"
@@ -429,6 +468,10 @@ def llm_critique(ctx: Context, llm: ChatModel, hyps: Sequence[Hypothesis], det_c
     probes = "\n".join(f"- {n}({', '.join(['host', *CATALOG[n].params])}): {CATALOG[n].summary}" for n in dict.fromkeys(relevant))
     probes += "\nother probes: " + ", ".join(n for n in CATALOG if n not in relevant)
     hosts = ", ".join(ctx.inventory.hosts[:64])
+    tie = tie_of(ctx.verdict, ctx.inventory)
+    if tie is not None:  # the same hosts the deterministic plan covers, so that a probe can decide the tie
+        hosts += (f"\nThe localizer's first candidate is a {tie.words()}: it cannot tell them apart; probe their "
+                  f"hosts ({', '.join(tie.hosts)}) so that a probe on one of them decides")
     hyp_text = "\n".join(f"- {h.entry.id}: {h.entry.title}; confirmed by {', '.join(h.entry.confirmed_by) or 'nothing'} "
                          f"from {', '.join(h.entry.probes) or 'no probe'}" for h in hyps)
     prompt = (f"Round 2. Hypotheses:\n{hyp_text}\n\nEvidence:\n{render_evidence(ctx.evidence)}\n\n"

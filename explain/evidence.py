@@ -17,6 +17,7 @@ from localize.verdict import Verdict
 
 MAX_LOG_BYTES = 32 << 20  # read at most the last 32 MiB of each host log
 MAX_HITS_PER_ENTRY = 3
+TIE_ITEMS = 5  # candidates of a tie listed one item each; the rest of the tie is one item
 
 
 @dataclass
@@ -41,11 +42,19 @@ def verdict_evidence(verdict: Verdict) -> list[EvidenceItem]:
         f"job {verdict.job} is {verdict.status}; slowdown {verdict.slowdown:.2f}x; "
         f"{len(verdict.irregular_steps)} irregular step(s)"
         + (f" from {min(verdict.irregular_steps)} to {max(verdict.irregular_steps)}" if verdict.irregular_steps else "")))]
+    top = verdict.candidates[0] if verdict.candidates else None
+    tied_rest: list[str] = []
     for i, c in enumerate(verdict.candidates, start=2):
+        if top is not None and i - 1 > TIE_ITEMS and top.tie and c.tie and abs(c.score - top.score) <= 1e-6:
+            tied_rest.append(c.device())  # the rest of a long tie: one item, not one each
+            continue
         detail = "; ".join(clip(e, 160) for e in c.evidence[:3])
-        items.append(EvidenceItem(f"E{i}", "candidate", clip(
+        items.append(EvidenceItem(f"E{len(items) + 1}", "candidate", clip(
             f"candidate {i - 1}: {c.device()} kind={c.kind} score={c.score:.2f}"
             + (f" from {c.source}" if c.source else "") + (f": {detail}" if detail else ""), 400), host=c.host))
+    if tied_rest and top is not None:
+        items.append(EvidenceItem(f"E{len(items) + 1}", "candidate", clip(
+            f"{len(tied_rest)} more devices tied with candidate 1 at score {top.score:.2f}: {', '.join(tied_rest)}", 400)))
     return items
 
 

@@ -17,6 +17,7 @@ from explain.inventory import Inventory
 from explain.knowledge import Entry, KnowledgeBase
 from explain.probes import CATALOG, ProbeResult
 from explain.retrieval import Retriever
+from explain.tie import Tie, TieOutcome, members, on_host, tie_of
 from localize.verdict import Candidate, Verdict
 
 #: words that describe each verdict kind, used as the retrieval query when no text is available
@@ -64,6 +65,7 @@ class Attribution:
     confirmed: bool
     claims: list[tuple[str, list[str]]]
     supported_by: list[str] = field(default_factory=list)  # probe result ids that confirm
+    tie: TieOutcome | None = None  # set by settle_tie when the verdict's first candidate is tied
 
 
 def focus(verdict: Verdict) -> Candidate | None:
@@ -88,6 +90,7 @@ def verdict_kinds(verdict: Verdict) -> set[str]:
     if cand is None:
         return set()
     kinds = {cand.kind} | {c.kind for c in verdict.candidates[1:3] if c.score >= 0.8 * cand.score}
+    kinds |= {c.kind for c in members(verdict)}  # any device of a tie may be the cause
     if cand.kind == "gpu" and shared_host(verdict):
         kinds.add("host")
     if from_the_start(verdict):
@@ -102,11 +105,14 @@ def fits_verdict(verdict: Verdict, entry: Entry) -> bool:
     return bool(verdict_kinds(verdict) & set(entry.verdict_kinds))
 
 
-def probe_targets(probe: str, cand: Candidate, inv: Inventory) -> list[tuple[str, dict[str, Any]]]:
-    """Hosts (and GPU / NIC arguments) a probe should run on to test a candidate device."""
+def probe_targets(probe: str, cand: Candidate, inv: Inventory, tie: Tie | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Hosts (and GPU / NIC arguments) a probe should run on to test a candidate device; for a tied
+    candidate, the hosts of every tied device (`tie.hosts`), so that a probe, not a name, decides."""
     spec = CATALOG[probe]
     hosts: list[str] = []
-    if cand.kind == "link" and cand.hosts:
+    if tie is not None:
+        hosts = list(tie.hosts)
+    elif cand.kind == "link" and cand.hosts:
         hosts = list(cand.hosts)
     elif cand.kind == "switch" and cand.switch:
         hosts = list(inv.switches.get(cand.switch, ()))[:2]
@@ -119,7 +125,8 @@ def probe_targets(probe: str, cand: Candidate, inv: Inventory) -> list[tuple[str
         if h not in inv.hosts:
             continue
         if "gpu" in spec.params:
-            gpus = [cand.gpu] if cand.gpu is not None else list(inv.gpus.get(h, ()))[:1]
+            own = [c.gpu for c in (tie.members if tie else [cand]) if c.gpu is not None and (tie is None or c.host == h)]
+            gpus = list(dict.fromkeys(own)) or list(inv.gpus.get(h, ()))[:1]
             out += [(h, {"gpu": g}) for g in gpus if g is not None]
         elif "iface" in spec.params:
             out += [(h, {"iface": n}) for n in inv.nics.get(h, ())[:2]]
@@ -140,6 +147,7 @@ class DeterministicReasoner:
         text_items = [e for e in evidence if e.source in ("log", "alert")]
         kinds = [cand.kind] if cand else []
         kinds += [c.kind for c in verdict.candidates[1:3] if cand and c.score >= 0.8 * cand.score and c.kind not in kinds]
+        kinds += list(dict.fromkeys(c.kind for c in members(verdict) if c.kind not in kinds))
         if cand and cand.kind == "gpu" and shared_host(verdict):
             kinds.append("host")
         if verdict.status == "hang":
@@ -196,6 +204,13 @@ class DeterministicReasoner:
         cand = focus(verdict)
         # slow from the first step: a configuration cause is as likely as a device, so check less
         budget = MAX_HYPOTHESIS_PROBES if from_the_start(verdict) else MAX_PROBES
+        per_hypotheses = MAX_HYPOTHESIS_PROBES
+        tie = tie_of(verdict, inv)
+        related = list(RELATED.get(cand.kind, ())) if cand else []
+        if tie is not None:  # one probe on every tied host, then (unless slow from the start) one more
+            per_hypotheses = max(per_hypotheses, len(tie.hosts))
+            budget = max(budget, len(tie.hosts) * (1 if from_the_start(verdict) else 2))
+            related += [c.kind for c in tie.members if c.kind not in related]
         critiques = []
         plan: list[PlannedProbe] = []
         seen: set[tuple[str, str, str]] = set()
@@ -205,7 +220,7 @@ class DeterministicReasoner:
                 critiques.append((h, f"no read-only probe can confirm '{e.title}'; it rests on the traffic pattern "
                                      "alone, so hardware causes must be ruled out first"))
                 continue
-            targets = [(p, t) for p in e.probes for t in (probe_targets(p, cand, inv) if cand else [])]
+            targets = [(p, t) for p in e.probes for t in (probe_targets(p, cand, inv, tie) if cand else [])]
             if not targets:
                 critiques.append((h, f"'{e.title}' needs {', '.join(e.probes)} but the inventory gives no target"))
                 continue
@@ -213,13 +228,13 @@ class DeterministicReasoner:
                                  f"{' or '.join(e.confirmed_by)}"))
             for p, (host, args) in targets:
                 key = (p, host, str(sorted(args.items())))
-                if key not in seen and len(plan) < MAX_HYPOTHESIS_PROBES:
+                if key not in seen and len(plan) < per_hypotheses:
                     seen.add(key)
                     plan.append(PlannedProbe(p, host, args, e.id))
-        for kind in RELATED.get(cand.kind, ()) if cand else ():
+        for kind in related:
             for e in sorted(self.kb.by_kind(kind), key=lambda x: (-x.prior, x.id)):
                 for p in e.probes:
-                    for host, args in probe_targets(p, cand, inv) if cand else []:
+                    for host, args in probe_targets(p, cand, inv, tie) if cand else []:
                         key = (p, host, str(sorted(args.items())))
                         if key not in seen and len(plan) < budget:
                             seen.add(key)
@@ -257,7 +272,8 @@ def attribute(kb: KnowledgeBase, verdict: Verdict, hyps: Sequence[Hypothesis], r
         findings = sorted({f for r in results if r.id in ids for f in r.findings if f in e.confirmed_by})
         claims = [(f"{e.title}: probe(s) {', '.join(ids)} report {', '.join(findings)}", ids)]
         if cand:
-            claims.append((f"the localizer blamed {cand.device()} (score {cscore:.2f})", ["E2"]))
+            blamed = cand.device() if not cand.tie or cand.tie < 2 else f"a tie of {cand.tie} devices"
+            claims.append((f"the localizer blamed {blamed} (score {cscore:.2f})", ["E2"]))
         return Attribution(e, round(min(0.99, 0.55 + 0.4 * cscore + 0.05 * len(ids)), 2), True, claims, ids)
     if not hyps:
         return Attribution(None, 0.0, False, [("no knowledge-base entry fits this verdict", ["E1"])])
@@ -278,3 +294,37 @@ def attribute(kb: KnowledgeBase, verdict: Verdict, hyps: Sequence[Hypothesis], r
         claims.append((f"{len(failed)} probe(s) on {', '.join(hosts)} failed ({failed[0].summary}); "
                        "a failed probe confirms nothing", [r.id for r in failed]))
     return Attribution(h.entry, round(0.25 * cscore + 0.1, 2), False, claims)
+
+
+def settle_tie(att: Attribution, verdict: Verdict, results: Sequence[ProbeResult], inv: Inventory) -> Attribution:
+    """What the probes made of a tie, applied to either engine's attribution: a cause confirmed on one
+    host names the tied device(s) of that host and says the probe broke the tie; an unconfirmed one
+    names no device, says the tie, and keeps only the share of confidence its kinds explain."""
+    tie = tie_of(verdict, inv)
+    if tie is None or att.entry is None:
+        return att
+    outcome = TieOutcome(tie)
+    kinds = att.entry.verdict_kinds
+    by_id = {r.id: r for r in results}
+    for rid in att.supported_by if att.confirmed else []:
+        r = by_id.get(rid)
+        found = on_host(tie, r.host, inv, kinds, r.args.get("gpu")) if r is not None and r.outcome == "abnormal" else []
+        if r is not None and found:
+            outcome.decided, outcome.probe, outcome.host = found, r.id, r.host
+            break
+    claims = list(att.claims)
+    conf = att.confidence
+    if outcome.decided:
+        claims.insert(0, (f"{outcome.decision()}: {outcome.device()}", [str(outcome.probe)]))
+        return Attribution(att.entry, conf, att.confirmed, claims, att.supported_by, outcome)
+    claims.insert(0, (f"{tie.words()}: {tie.who()} cannot tell them apart and no probe decided which", ["E2"]))
+    if att.confirmed:  # confirmed on a host that no listed tied device touches: the cause, not the device
+        hosts = sorted({by_id[i].host for i in att.supported_by if i in by_id})
+        claims.append((f"the confirming probe ran on {', '.join(hosts)}, where none of the listed tied devices is",
+                       list(att.supported_by)))
+    else:
+        fits = [c for c in tie.members if c.kind in kinds]
+        conf = round(max(0.01, conf * len(fits) / len(tie.members)), 2) if fits else min(conf, 0.01)
+        claims.append((f"'{att.entry.title}' explains {len(fits)} of the {len(tie.members)} listed tied devices; "
+                       "its confidence is that share", ["E2"]))
+    return Attribution(att.entry, conf, att.confirmed, claims, att.supported_by, outcome)

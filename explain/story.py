@@ -22,8 +22,12 @@ def tie_words(c: Candidate) -> str:
     part of the answer (any of these devices may be the cause), never hidden behind its first name."""
     if not c.tie or c.tie < 2:
         return ""
-    who = " and ".join(_SOURCE_NAME.get(s, s) for s in c.source.split("+")) if c.source else "the evidence"
-    return f"(tie of {c.tie}: {who} cannot tell these apart)"
+    return f"(tie of {c.tie}: {sources_in_words(c.source, 'the evidence')} cannot tell these apart)"
+
+
+def sources_in_words(source: str | None, unknown: str) -> str:
+    """'CommOps and the flows' for the source 'commops+flows'; `unknown` when no source is recorded."""
+    return " and ".join(_SOURCE_NAME.get(s, s) for s in source.split("+")) if source else unknown
 
 
 @dataclass(frozen=True)

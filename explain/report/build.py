@@ -14,7 +14,7 @@ import pandas as pd
 from collector.meta import JobMeta
 from collector.traceio import Trace
 from explain.report.evidence import flow_evidence, log_evidence, step_start_utc, suspect_hosts
-from explain.report.model import Report, confidence_label, irregular_windows
+from explain.report.model import Report, confidence_label, irregular_windows, tie_words
 from explain.report.waits import annotate_waits, gantt_rows, wait_matrix, wait_path
 from explain.story import Story
 from localize.verdict import Verdict
@@ -178,7 +178,7 @@ def _explanation(diag: dict[str, Any]) -> str:
     if not cause:
         return ""
     conf = diag.get("confidence")
-    head = f"Most likely cause: {cause.get('title')} ({cause.get('category')})"
+    head = f"Most likely cause: {cause.get('title')} ({cause.get('category')})" + tie_words(diag)
     if isinstance(conf, int | float):
         head += f", confidence {conf:.2f}, " + str(diag.get("confirmation") or ("confirmed by a probe" if diag.get("confirmed") else "not confirmed by a probe"))
     claims = [c["text"] for c in diag.get("claims", []) if isinstance(c, dict) and c.get("text")]

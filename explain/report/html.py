@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from explain.report.figures import FIGURES
-from explain.report.model import Report
+from explain.report.model import Report, tied_root
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2430}
@@ -97,6 +97,9 @@ def _answers(r: Report) -> str:
     cause = escape(root["device"]) if root else "—"
     cause_d = (f"<span class=\"conf-{escape(r.confidence)}\">confidence {escape(r.confidence)}</span>, "
                f"score {root['score']:.2f}, {escape(str(root.get('kind')))}") if root else "no candidate"
+    said = tied_root(r.diagnosis) if root else None
+    if said is not None:  # a tied root: the device a probe decided on, or the tie itself
+        cause, cause_d = escape(said[0]), cause_d + "; " + escape(said[1])
     cards = [
         ("Irregular?", irregular, escape(irr_d)),
         ("Since when?", since, escape(r.since_utc or "")),

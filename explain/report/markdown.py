@@ -11,7 +11,7 @@ import textwrap
 
 import numpy as np
 
-from explain.report.model import Report
+from explain.report.model import Report, tied_root
 
 BARS = "▁▂▃▄▅▆▇█"
 WIDTH = 80  # sparkline columns
@@ -44,7 +44,7 @@ def render_markdown(report: Report) -> str:
          if r.from_start else f"- **Time lost:** slowdown {r.slowdown:.2f}×, {r.lost_s:.1f} s extra × {r.world_size} GPUs"
          f" = **{r.gpu_hours_text()} GPU-hours**"),
         "- **Root cause:** " + (f"**{root['device']}** ({root.get('kind')}), confidence **{r.confidence}**"
-                                 f" (score {root['score']:.2f})" if root else "none found"),
+                                 f" (score {root['score']:.2f})" if root else "none found") + _tie(r),
     ]
     if r.windows:
         out.append("- **Irregular windows:** " + ", ".join(
@@ -98,3 +98,9 @@ def _bullets(items: list[str], empty: str) -> list[str]:
     return [line.replace(NBSP, " ") for i in held
             for line in textwrap.wrap(i, LINE, initial_indent="- ", subsequent_indent="  ",
                                       break_on_hyphens=False, break_long_words=False)]
+
+
+def _tie(r: Report) -> str:
+    """The diagnosis's word on a tied root: which device a probe decided on, or that none was."""
+    said = tied_root(r.diagnosis) if r.root else None
+    return f"; diagnosis: **{said[0]}** ({said[1]})" if said else ""

@@ -170,3 +170,22 @@ def confidence_label(candidates: list[dict[str, Any]]) -> str:
     if top >= 0.4 and top - second >= 0.1:
         return "medium"
     return "low"
+
+
+def tied_root(diag: dict[str, Any]) -> tuple[str, str] | None:
+    """(name, detail) of a tied root as the diagnosis left it: the device a probe picked out of the tie,
+    or the tie itself when no probe decided; None when the root was not tied."""
+    tie = diag.get("tie")
+    if not isinstance(tie, dict):
+        return None
+    if tie.get("decided"):
+        return str(tie.get("device")), str(tie.get("decision"))
+    return f"tie of {tie.get('size')}", f"{tie.get('words')}; no probe decided which"
+
+
+def tie_words(diag: dict[str, Any]) -> str:
+    """Where the diagnosis put the cause when the localizer's first candidate was tied ('' when it was not)."""
+    said = tied_root(diag)
+    if said is None:
+        return ""
+    return f" on {said[0]} ({said[1]})" if diag["tie"].get("decided") else f", among a {said[1]}"

@@ -94,7 +94,12 @@ def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
         from localize.combine import localize_trace  # type: ignore[import-not-found]
     except ImportError:
         raise UserError("no localizer in this build", "pass --verdict FILE from `laggard localize --format json`") from None
-    return localize_trace(trace, None)  # type: ignore[no-any-return]
+    from explain.tie import MAX_TIE_LISTED, complete, unlisted
+
+    verdict = localize_trace(trace, None)
+    if unlisted(verdict):  # a tie wider than the verdict's top: list its devices, so probes can decide among them
+        verdict = complete(verdict, localize_trace(trace, None, top=len(verdict.candidates) + MAX_TIE_LISTED))
+    return verdict  # type: ignore[no-any-return]
 
 
 def _check_verdict(v: Verdict) -> None:
@@ -108,7 +113,7 @@ def _check_verdict(v: Verdict) -> None:
     for c in v.candidates:
         if not isinstance(c.kind, str) or not math.isfinite(float(c.score)):
             raise ValueError("candidate kind must be a string and score finite")
-        for name in ("rank", "gpu"):
+        for name in ("rank", "gpu", "tie"):
             val = getattr(c, name)
             if val is not None and (isinstance(val, bool) or not isinstance(val, int)):
                 raise TypeError(f"candidate {name} {str(val)[:20]!r} is not an integer")
@@ -157,7 +162,7 @@ def print_text(d: Diagnosis, v: Verdict, dot: str) -> None:
         emit("cause: none attributed" + (" (the job is healthy)" if d.status == "healthy" else ""))
     else:
         how = d.confirmation if d.confirmed else "NOT confirmed by a probe"
-        emit(f"cause: {d.cause['title']} [{d.cause['category']}] on {d.device} — confidence {d.confidence:.2f}, {how}")
+        emit(f"cause: {d.cause['title']} [{d.cause['category']}] {d.cause_line()} — confidence {d.confidence:.2f}, {how}")
         emit(f"  {d.cause['text']}")
     if d.claims:
         emit("why:")

@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from explain.report.build import build_report
     from explain.report.html import render_html
     from explain.report.markdown import render_markdown
+    from explain.tie import MAX_TIE_LISTED, complete, unlisted
     from localize.combine import localize_trace
     from timeline.build import build_timeline
 
@@ -94,8 +95,11 @@ def run(args: argparse.Namespace) -> int:
         stages.next("localizing the root cause")
         if not large:
             verdict = localize_trace(trace, None, steps, args.top)
+        tied = verdict  # the diagnosis probes the whole tie; the page lists the verdict as localize does
+        if not large and unlisted(verdict):
+            tied = complete(verdict, localize_trace(trace, None, steps, len(verdict.candidates) + MAX_TIE_LISTED))
         stages.next("diagnosing")
-        diagnosis = diagnose(trace, verdict, backend=backend)
+        diagnosis = diagnose(trace, tied, backend=backend)
         stages.next("rendering the report")
         report = build_report(trace, timeline, verdict, diagnosis)
         text = {"html": render_html, "md": render_markdown}.get(fmt, _json)(report)

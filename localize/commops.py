@@ -202,9 +202,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))
     short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
     world = max(meta.world_size, int(ops.rank.max()) + 1)
-    unlogged = unlogged_members(ops, meta.groups, world, partial or ())
+    # members that logged nothing on hosts where nothing was logged (no logger ran there): a
+    # collective short of exactly those waited on them. (Where a host's other ranks logged, as
+    # with one rank per TP group, the logged ones show their waits: `localize.ops.lone`.)
+    silent = silent_ranks(ops, meta, world) if quiet is None else np.asarray(quiet[:world], dtype=bool)
+    unlogged = [m if silent[m].all() else m[:0] for m in unlogged_members(ops, meta.groups, world, partial or ())]
+    short_of = np.array([len(m) or -1 for m in unlogged], dtype=np.int64)[ops.inst_group]
     graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm,
-                            (unit_of_inst, irr), np.array([len(m) for m in unlogged], dtype=np.int64)[ops.inst_group])
+                            (unit_of_inst, irr), short_of)
 
     # cross-iteration blame: each root is charged the delay it imposed where it originated
     # (the instance its chain ends at; delays further down a chain are its propagation), in
@@ -266,7 +271,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
                                peer_wait=wait_change(waited, np.isin(all_steps, irr), np.isin(all_steps, ref)),
-                               quiet=quiet)
+                               quiet=silent)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
@@ -518,6 +523,12 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
     found = persistent_imbalance(df, meta, top, hint)
     return imbalance_verdict(meta, found, int(df["step"].min()) if len(df) else None,
                              steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
+
+
+def silent_ranks(ops: Ops, meta: JobMeta, world: int) -> np.ndarray:
+    """Per rank: on a host none of whose ranks logged anything here."""
+    host = pd.factorize(np.array([meta.ranks[r].host if r in meta.ranks else f"rank {r}" for r in range(world)]))[0]
+    return ~np.isin(host, host[unique(ops.rank)])
 
 
 def lone_excess(waited: np.ndarray, lone_ranks: np.ndarray, steps: np.ndarray, ref: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ from localize.ops.lone import (
     lone_copies,
     lone_time,
     share_among,
+    silent_ranks,
     unlogged_members,
     unlogged_peers,
     wait_change,
@@ -523,12 +524,6 @@ def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict
     found = persistent_imbalance(df, meta, top, hint)
     return imbalance_verdict(meta, found, int(df["step"].min()) if len(df) else None,
                              steps=np.unique(df["step"].to_numpy()) if len(df) else None, durations=durations)
-
-
-def silent_ranks(ops: Ops, meta: JobMeta, world: int) -> np.ndarray:
-    """Per rank: on a host none of whose ranks logged anything here."""
-    host = pd.factorize(np.array([meta.ranks[r].host if r in meta.ranks else f"rank {r}" for r in range(world)]))[0]
-    return ~np.isin(host, host[unique(ops.rank)])
 
 
 def lone_excess(waited: np.ndarray, lone_ranks: np.ndarray, steps: np.ndarray, ref: np.ndarray) -> np.ndarray:

@@ -3,7 +3,9 @@
 Megatron jobs often log only tensor-parallel rank 0. That rank's TP all-reduces then have one
 copy, and the time a slow unlogged peer makes the group wait shows only as that copy's length,
 never as compute or as a wait measured across copies. Every method that weighs a rank's own time
-(blame in slow steps, imbalance among peers from the first step) reads it from here.
+(blame in slow steps, imbalance among peers from the first step) reads it from here. A host on
+which no logger ran is the same question one level up: its members are missing from collectives
+whose other copies are here (`unlogged_members`, `silent_ranks`, `share_among`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from collector.meta import JobMeta
 from localize.ops.features import Ops
+from localize.ops.grouping import unique
 from timeline.groups import membership
 
 
@@ -130,3 +134,9 @@ def share_among(members: list[np.ndarray], group: np.ndarray, delay: np.ndarray,
         if len(members[g]):
             np.add.at(out, members[g], per_group[g] / len(members[g]))
     return out
+
+
+def silent_ranks(ops: Ops, meta: JobMeta, world: int) -> np.ndarray:
+    """Per rank: on a host none of whose ranks logged anything here."""
+    host = pd.factorize(np.array([meta.ranks[r].host if r in meta.ranks else f"rank {r}" for r in range(world)]))[0]
+    return ~np.isin(host, host[unique(ops.rank)])

@@ -86,8 +86,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
-    that logs one rank per TP group says nothing of the others). `quiet`: per rank, known to have
-    logged nothing at all (default: not `logged`; the summary path reads only some ranks' records). `static`: the blame may have a
+    that logs one rank per TP group says nothing of the others). `static`: the blame may have a
     static cause (the window was slow from its first step); a split of layers does not change
     mid-run, so a slowdown with an onset is never named config. `unseen`: per rank, the part of
     its blame that is time it waited in collectives whose other members, `peers`, logged
@@ -95,7 +94,8 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     per rank in each slow step, where replicas taking turns show even when each turn's blame
     lands on the one stage its delay began at (`replica_turns`). `peer_wait`: per rank, its time in
     collectives with unlogged peers in the slow steps over before (`localize.ops.lone.wait_change`):
-    for a host's one logged rank it tells its GPU from its host."""
+    for a host's one logged rank it tells its GPU from its host. `quiet`: per rank, known to have
+    logged nothing at all (default: not `logged`; the summary path reads only some ranks' records)."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:

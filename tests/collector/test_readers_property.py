@@ -27,7 +27,7 @@ from collector.meta import JobMeta
 from collector.names import gpu_problem, host_problem, nic_problem
 from collector.safeio import json_depth
 from collector.schema import COMMOPS_SCHEMA, FLOWS_SCHEMA
-from laggard.cliutil import safe_text
+from collector.text import safe_text
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                            HealthCheck.too_slow])

@@ -229,6 +229,8 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     d.mkdir()
     os.mkfifo(d / "rank_0")
     cases.append(Case("fr-fifo", "fifo", "fr", d / "rank_0", ("import flight-recorder",)))
+    fr("fr-fifo-in-dir", "fifo", {"rank_0": json.dumps(_fr_dump([_fr_entry()])).encode()})
+    os.mkfifo(root / "fr-fifo-in-dir" / "rank_1")
 
     # profiler (Kineto) traces
     def kineto(name: str, cls: str, doc: object, fname: str = "trace_rank0.json", valid: bool = False) -> None:
@@ -245,6 +247,8 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     kineto("kineto-rank-in-name", "ranks", {"traceEvents": [ev]}, fname="trace_rank99999999999.json")
     kineto("kineto-host-option", "names", {"host_name": "--all", "traceEvents": [ev]})
     kineto("kineto-deep", "json-depth", "[" * 100_000 + "]" * 100_000)
+    kineto("kineto-fifo-in-dir", "fifo", ok_doc)
+    os.mkfifo(root / "kineto-fifo-in-dir" / "trace_rank1.json")
     kineto("kineto-nelems-inf", "value-ranges", {"traceEvents": [dict(ev, name="record_param_comms",
                                                                        args={"Collective name": "allreduce", "In msg nelems": 1e400})]})
     return cases

@@ -370,6 +370,9 @@ def _peer(rest: str, ranks: list[int] | None) -> int:
 
 
 def dump_files(src: Path) -> list[Path]:
+    """`src`, or the files named PREFIX<rank> in it and in its HOST/ subdirectories. One so named that
+    is not a regular file (a FIFO, a device, a dangling link) is refused, as a commops shard is:
+    read, it would block; skipped, its rank would pass for one that wrote no dump."""
     if not src.exists():
         raise UserError(f"{src}: no such file or directory", "pass a Flight Recorder dump or a directory of them")
     if not src.is_dir():
@@ -377,7 +380,9 @@ def dump_files(src: Path) -> list[Path]:
         return [src]
     inner = [src, *sorted(d for d in src.iterdir() if d.is_dir() and not d.name.startswith("."))]
     files = [p for d in inner for p in sorted(d.iterdir())
-             if p.is_file() and not p.name.startswith(".") and re.search(r"\d+(\.json|\.pkl|\.pickle)?$", p.name)]
+             if not p.is_dir() and not p.name.startswith(".") and re.search(r"\d+(\.json|\.pkl|\.pickle)?$", p.name)]
+    for p in files:
+        check_regular(p)
     if not files:
         raise UserError(f"{src}: no dump files (PREFIX<rank>) in this directory",
                         "set TORCH_FR_BUFFER_SIZE and TORCH_FR_DUMP_TEMP_FILE in the job and point at that directory")

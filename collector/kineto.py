@@ -34,7 +34,7 @@ from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, group_name
 from collector.limits import ENV, limits
 from collector.meta import JobMeta, RankInfo, as_int
 from collector.names import host_problem
-from collector.safeio import load_json, read_regular
+from collector.safeio import check_regular, load_json, read_regular
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import write_table
 
@@ -199,12 +199,17 @@ def _launch_times(runtime: list[dict[str, Any]]) -> dict[Any, float]:
 
 
 def trace_files(src: Path) -> list[Path]:
-    """A trace file, or every .json / .json.gz trace in a directory."""
+    """A trace file, or every .json / .json.gz trace in a directory. One that is not a regular file
+    (a FIFO, a device, a dangling link) is refused, not skipped: read, it would block; skipped, its
+    rank would pass for one that was not profiled."""
     if not src.exists():
         raise UserError(f"{src}: no such file or directory", "pass a profiler trace or a directory of them")
-    if src.is_file():
+    if not src.is_dir():
+        check_regular(src)
         return [src]
-    files = sorted(p for p in src.iterdir() if p.is_file() and _TRACE_NAME.search(p.name))
+    files = sorted(p for p in src.iterdir() if not p.is_dir() and _TRACE_NAME.search(p.name))
+    for p in files:
+        check_regular(p)
     if not files:
         raise UserError(f"{src}: no .json or .json.gz traces",
                         "pass the directory torch.profiler.tensorboard_trace_handler wrote (*.pt.trace.json.gz)")

@@ -214,6 +214,7 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
 
     fr("fr-ok", "control", {p.name: p.read_bytes() for p in sorted(FR_BASE.iterdir()) if p.is_file()}, valid=True)
     fr("fr-rank-5000000", "ranks", {"rank_5000000": json.dumps(_fr_dump([_fr_entry()])).encode()})
+    fr("fr-rank-negative", "ranks", {"rank_-1": json.dumps(_fr_dump([_fr_entry()])).encode()})
     fr("fr-shared-refs", "pickle", {"rank_0": _shared_refs_pickle()})
     fr("fr-nested-pickle", "pickle", {"rank_0": _nested_pickle()})
     for hname, data in HOSTILE_PICKLES.items():

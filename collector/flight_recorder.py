@@ -139,17 +139,26 @@ def _check_plain(obj: Any, path: Path) -> None:
         stack.extend((v, depth + 1) for v in items)
 
 
+#: digits ending a name (before an optional extension), with a minus sign when the '-' before them
+#: follows no letter or digit: `rank_-1` is rank -1, `fr-dump-3` is rank 3 after a '-' separator
+RANK_IN_NAME = r"(?:(?<![A-Za-z0-9])(-))?(\d+)"
+
+
 def rank_of(path: Path) -> int:
-    """The rank in a dump's file name (PREFIX<rank>), checked against the world-size cap."""
-    m = re.search(r"(\d+)(\.json|\.pkl|\.pickle)?$", path.name)
+    """The rank in a dump's file name (PREFIX<rank>), checked against 0 and the world-size cap."""
+    m = re.search(RANK_IN_NAME + r"(\.json|\.pkl|\.pickle)?$", path.name)
     if not m:
         raise UserError(f"{path}: no rank number at the end of the file name",
                         "Flight Recorder names dumps PREFIX<rank>; rename the file or pass a directory of such files")
+    sign, digits = m.group(1), m.group(2)
+    if sign:
+        raise UserError(f"{path}: rank -{digits[:12]} in the file name is negative",
+                        "Flight Recorder names dumps PREFIX<rank> with rank 0..world_size-1; rename the file to its rank")
     cap = limits().world_size
-    if len(m.group(1)) > 9 or int(m.group(1)) >= cap:
-        raise UserError(f"{path}: rank {m.group(1)[:12]} in the file name is beyond the {cap}-rank limit",
+    if len(digits) > 9 or int(digits) >= cap:
+        raise UserError(f"{path}: rank {digits[:12]} in the file name is beyond the {cap}-rank limit",
                         f"rename the file to its rank, or raise {ENV['world_size']} for a larger job")
-    return int(m.group(1))
+    return int(digits)
 
 
 def group_name(pg: Any) -> str:

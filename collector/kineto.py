@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from collector.contract import MAX_NS
 from collector.errors import TraceError, UserError
-from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, group_name
+from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, RANK_IN_NAME, group_name
 from collector.limits import ENV, limits
 from collector.meta import JobMeta, RankInfo, as_int
 from collector.names import host_problem
@@ -85,10 +85,10 @@ def _rank(path: Path, data: dict[str, Any]) -> int:
     fix = f"a rank is 0..world_size-1; raise {ENV['world_size']} for a larger job"
     if isinstance(info, dict) and "rank" in info:
         return as_int(info["rank"], f"{path}: distributedInfo.rank", 0, cap - 1, fix)
-    m = re.search(r"(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$", path.name)
+    m = re.search(RANK_IN_NAME + r"(?:\.pt\.trace)?\.json(?:\.gz)?$", path.name)
     if not m:
         raise UserError(f"{path}: cannot tell which rank wrote it", "name the file ...<rank>.json or keep distributedInfo")
-    return as_int(m.group(1)[:12], f"{path}: rank in the file name", 0, cap - 1, fix)
+    return as_int((m.group(1) or "") + m.group(2)[:12], f"{path}: rank in the file name", 0, cap - 1, fix)
 
 
 def _scan(events: list[Any]) -> dict[str, list[dict[str, Any]]]:

@@ -185,6 +185,9 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
         (p / "commops.parquet").read_bytes()[:5000]))
     trace("rows-csv-strings", "formats", lambda p: ((p / "commops.parquet").unlink(), (p / "commops.csv").write_text(
         "rank,group,op,seq,peer,nbytes,start_ns,end_ns,step\nx,y,z,1,2,3,4,5,6\n")))
+    trace("rows-flows-not-an-ip", "value-ranges", lambda p: (p / "flows.csv").write_text(
+        "start_ns,end_ns,src_ip,dst_ip,src_port,dst_port,proto,qp,bytes,packets\n"
+        "1760000000000000000,1760000000000001000,node-0,10.0.0.2,5000,4791,roce,17,4096,4\n"))
     trace("rows-commops-fifo", "fifo", lambda p: ((p / "commops.parquet").unlink(), os.mkfifo(p / "commops.parquet")))
     trace("meta-fifo", "fifo", lambda p: ((p / "meta.json").unlink(), os.mkfifo(p / "meta.json")))
 

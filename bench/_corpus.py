@@ -185,6 +185,9 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
         (p / "commops.parquet").read_bytes()[:5000]))
     trace("rows-csv-strings", "formats", lambda p: ((p / "commops.parquet").unlink(), (p / "commops.csv").write_text(
         "rank,group,op,seq,peer,nbytes,start_ns,end_ns,step\nx,y,z,1,2,3,4,5,6\n")))
+    trace("rows-flows-not-an-ip", "value-ranges", lambda p: (p / "flows.csv").write_text(
+        "start_ns,end_ns,src_ip,dst_ip,src_port,dst_port,proto,qp,bytes,packets\n"
+        "1760000000000000000,1760000000000001000,node-0,10.0.0.2,5000,4791,roce,17,4096,4\n"))
     trace("rows-commops-fifo", "fifo", lambda p: ((p / "commops.parquet").unlink(), os.mkfifo(p / "commops.parquet")))
     trace("meta-fifo", "fifo", lambda p: ((p / "meta.json").unlink(), os.mkfifo(p / "meta.json")))
 
@@ -214,6 +217,7 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
 
     fr("fr-ok", "control", {p.name: p.read_bytes() for p in sorted(FR_BASE.iterdir()) if p.is_file()}, valid=True)
     fr("fr-rank-5000000", "ranks", {"rank_5000000": json.dumps(_fr_dump([_fr_entry()])).encode()})
+    fr("fr-rank-negative", "ranks", {"rank_-1": json.dumps(_fr_dump([_fr_entry()])).encode()})
     fr("fr-shared-refs", "pickle", {"rank_0": _shared_refs_pickle()})
     fr("fr-nested-pickle", "pickle", {"rank_0": _nested_pickle()})
     for hname, data in HOSTILE_PICKLES.items():
@@ -229,6 +233,8 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     d.mkdir()
     os.mkfifo(d / "rank_0")
     cases.append(Case("fr-fifo", "fifo", "fr", d / "rank_0", ("import flight-recorder",)))
+    fr("fr-fifo-in-dir", "fifo", {"rank_0": json.dumps(_fr_dump([_fr_entry()])).encode()})
+    os.mkfifo(root / "fr-fifo-in-dir" / "rank_1")
 
     # profiler (Kineto) traces
     def kineto(name: str, cls: str, doc: object, fname: str = "trace_rank0.json", valid: bool = False) -> None:
@@ -245,6 +251,8 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     kineto("kineto-rank-in-name", "ranks", {"traceEvents": [ev]}, fname="trace_rank99999999999.json")
     kineto("kineto-host-option", "names", {"host_name": "--all", "traceEvents": [ev]})
     kineto("kineto-deep", "json-depth", "[" * 100_000 + "]" * 100_000)
+    kineto("kineto-fifo-in-dir", "fifo", ok_doc)
+    os.mkfifo(root / "kineto-fifo-in-dir" / "trace_rank1.json")
     kineto("kineto-nelems-inf", "value-ranges", {"traceEvents": [dict(ev, name="record_param_comms",
                                                                        args={"Collective name": "allreduce", "In msg nelems": 1e400})]})
     return cases

@@ -139,17 +139,26 @@ def _check_plain(obj: Any, path: Path) -> None:
         stack.extend((v, depth + 1) for v in items)
 
 
+#: digits ending a name (before an optional extension), with a minus sign when the '-' before them
+#: follows no letter or digit: `rank_-1` is rank -1, `fr-dump-3` is rank 3 after a '-' separator
+RANK_IN_NAME = r"(?:(?<![A-Za-z0-9])(-))?(\d+)"
+
+
 def rank_of(path: Path) -> int:
-    """The rank in a dump's file name (PREFIX<rank>), checked against the world-size cap."""
-    m = re.search(r"(\d+)(\.json|\.pkl|\.pickle)?$", path.name)
+    """The rank in a dump's file name (PREFIX<rank>), checked against 0 and the world-size cap."""
+    m = re.search(RANK_IN_NAME + r"(\.json|\.pkl|\.pickle)?$", path.name)
     if not m:
         raise UserError(f"{path}: no rank number at the end of the file name",
                         "Flight Recorder names dumps PREFIX<rank>; rename the file or pass a directory of such files")
+    sign, digits = m.group(1), m.group(2)
+    if sign:
+        raise UserError(f"{path}: rank -{digits[:12]} in the file name is negative",
+                        "Flight Recorder names dumps PREFIX<rank> with rank 0..world_size-1; rename the file to its rank")
     cap = limits().world_size
-    if len(m.group(1)) > 9 or int(m.group(1)) >= cap:
-        raise UserError(f"{path}: rank {m.group(1)[:12]} in the file name is beyond the {cap}-rank limit",
+    if len(digits) > 9 or int(digits) >= cap:
+        raise UserError(f"{path}: rank {digits[:12]} in the file name is beyond the {cap}-rank limit",
                         f"rename the file to its rank, or raise {ENV['world_size']} for a larger job")
-    return int(m.group(1))
+    return int(digits)
 
 
 def group_name(pg: Any) -> str:
@@ -370,6 +379,9 @@ def _peer(rest: str, ranks: list[int] | None) -> int:
 
 
 def dump_files(src: Path) -> list[Path]:
+    """`src`, or the files named PREFIX<rank> in it and in its HOST/ subdirectories. One so named that
+    is not a regular file (a FIFO, a device, a dangling link) is refused, as a commops shard is:
+    read, it would block; skipped, its rank would pass for one that wrote no dump."""
     if not src.exists():
         raise UserError(f"{src}: no such file or directory", "pass a Flight Recorder dump or a directory of them")
     if not src.is_dir():
@@ -377,7 +389,9 @@ def dump_files(src: Path) -> list[Path]:
         return [src]
     inner = [src, *sorted(d for d in src.iterdir() if d.is_dir() and not d.name.startswith("."))]
     files = [p for d in inner for p in sorted(d.iterdir())
-             if p.is_file() and not p.name.startswith(".") and re.search(r"\d+(\.json|\.pkl|\.pickle)?$", p.name)]
+             if not p.is_dir() and not p.name.startswith(".") and re.search(r"\d+(\.json|\.pkl|\.pickle)?$", p.name)]
+    for p in files:
+        check_regular(p)
     if not files:
         raise UserError(f"{src}: no dump files (PREFIX<rank>) in this directory",
                         "set TORCH_FR_BUFFER_SIZE and TORCH_FR_DUMP_TEMP_FILE in the job and point at that directory")

@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from collector.contract import ip_problem
 from collector.errors import UserError
 from collector.pcap import PacketFields, ReadStats, format_ips, iter_packets
 from collector.safeio import check_regular
@@ -228,6 +229,9 @@ def read_flow_records(path: Path) -> pa.Table:
         "src_port": sport.astype(np.int32), "dst_port": dport.astype(np.int32), "proto": proto, "qp": qp,
         "bytes": _ints(df, cols["bytes"], 0, path), "packets": _ints(df, cols["packets"], 1, path),
     }, schema=FLOWS_SCHEMA)
+    for k in ("src_ip", "dst_ip"):
+        if why := ip_problem(table.column(k), str(cols[k])):
+            raise UserError(f"{path}: {why}", "export each record's addresses as IPv4 (10.0.0.1) or IPv6 (fd00::1)")
     return table.take(pa.array(order))
 
 

@@ -30,11 +30,11 @@ import pyarrow as pa
 
 from collector.contract import MAX_NS
 from collector.errors import TraceError, UserError
-from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, group_name
+from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, RANK_IN_NAME, group_name
 from collector.limits import ENV, limits
 from collector.meta import JobMeta, RankInfo, as_int
 from collector.names import host_problem
-from collector.safeio import load_json, read_regular
+from collector.safeio import check_regular, load_json, read_regular
 from collector.schema import COMMOPS_SCHEMA
 from collector.traceio import write_table
 
@@ -85,10 +85,10 @@ def _rank(path: Path, data: dict[str, Any]) -> int:
     fix = f"a rank is 0..world_size-1; raise {ENV['world_size']} for a larger job"
     if isinstance(info, dict) and "rank" in info:
         return as_int(info["rank"], f"{path}: distributedInfo.rank", 0, cap - 1, fix)
-    m = re.search(r"(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$", path.name)
+    m = re.search(RANK_IN_NAME + r"(?:\.pt\.trace)?\.json(?:\.gz)?$", path.name)
     if not m:
         raise UserError(f"{path}: cannot tell which rank wrote it", "name the file ...<rank>.json or keep distributedInfo")
-    return as_int(m.group(1)[:12], f"{path}: rank in the file name", 0, cap - 1, fix)
+    return as_int((m.group(1) or "") + m.group(2)[:12], f"{path}: rank in the file name", 0, cap - 1, fix)
 
 
 def _scan(events: list[Any]) -> dict[str, list[dict[str, Any]]]:
@@ -199,12 +199,17 @@ def _launch_times(runtime: list[dict[str, Any]]) -> dict[Any, float]:
 
 
 def trace_files(src: Path) -> list[Path]:
-    """A trace file, or every .json / .json.gz trace in a directory."""
+    """A trace file, or every .json / .json.gz trace in a directory. One that is not a regular file
+    (a FIFO, a device, a dangling link) is refused, not skipped: read, it would block; skipped, its
+    rank would pass for one that was not profiled."""
     if not src.exists():
         raise UserError(f"{src}: no such file or directory", "pass a profiler trace or a directory of them")
-    if src.is_file():
+    if not src.is_dir():
+        check_regular(src)
         return [src]
-    files = sorted(p for p in src.iterdir() if p.is_file() and _TRACE_NAME.search(p.name))
+    files = sorted(p for p in src.iterdir() if not p.is_dir() and _TRACE_NAME.search(p.name))
+    for p in files:
+        check_regular(p)
     if not files:
         raise UserError(f"{src}: no .json or .json.gz traces",
                         "pass the directory torch.profiler.tensorboard_trace_handler wrote (*.pt.trace.json.gz)")

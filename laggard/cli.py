@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from collector.errors import UserError
+from collector.text import safe_text
 from laggard import commands
-from laggard.cliutil import emit, safe_text
+from laggard.cliutil import emit
 
 EPILOG = """\
 examples:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 from collector.errors import UserError
+from collector.text import safe_text
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -37,18 +37,6 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
     if b < a:
         raise UserError(f"--steps '{text}' ends before it starts", "give A:B with A <= B")
     return a, b
-
-
-#: C0 controls but tab and newline, DEL, C1 controls, and the bidi overrides that reorder what a terminal shows
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def safe_text(text: str) -> str:
-    """Text from inputs (log lines, host names, file names) made safe for a terminal: control and
-    escape characters are shown as \\xNN instead of being obeyed (a log line cannot recolour,
-    retitle or clear the on-call engineer's terminal)."""
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                       text)
 
 
 def emit(text: str = "", file: TextIO | None = None) -> None:

@@ -22,7 +22,7 @@ from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
 from localize.network.devices import NetCandidate, resolve_network, slow_units, tie_note, tied_best
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
-from localize.ops.features import CODED, Ops, prepare_ops, slot_history, sorted_rows, step_scale
+from localize.ops.features import CODED, Ops, prepare_ops, slot_stats, sorted_rows, step_scale
 from localize.ops.grouping import group_sum, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
 from localize.ops.lone import (
@@ -98,12 +98,20 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
 
 def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: its last arriver's normal time and interquartile range over the reference
-    steps, drift-scaled back to the step at hand (per-row figures are dropped once read)."""
+    steps, drift-scaled back to the step at hand: `slot_history` read at the last arrivers' rows
+    only (its three per-row arrays, 24 bytes a row, were this stage's peak)."""
     scale = step_scale(ops, view.steps)
-    med, q1, q3 = slot_history(ops, ref, scale)
+    med, q1, q3 = slot_stats(ops, ops.elapsed / scale, ref)
     late = ops.late_row
     s = scale[late]
-    return med[late] * s, (q3[late] - q1[late]) * s
+    del scale
+    slot = ops.slot[late]
+    med, q1, q3 = med[slot], q1[slot], q3[slot]
+    miss = np.isnan(med)
+    if miss.any():  # slots never seen in reference steps: the instance minimum (transfer time)
+        fb = ops.inst_min[ops.inst[late]] / s
+        med, q1, q3 = np.where(miss, fb, med), np.where(miss, fb, q1), np.where(miss, fb, q3)
+    return med * s, (q3 - q1) * s
 
 
 def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, spread: np.ndarray,

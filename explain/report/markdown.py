@@ -11,6 +11,7 @@ import textwrap
 
 import numpy as np
 
+from collector.text import safe_text
 from explain.report.model import Report, tied_root
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -30,6 +31,7 @@ def sparkline(values: np.ndarray, width: int = WIDTH) -> str:
 
 
 def render_markdown(report: Report) -> str:
+    """The report; control characters from inputs are shown as \\xNN, as in every terminal output."""
     r = report
     root = r.root
     out = [f"# laggard report: {r.job}", "", f"**{r.headline()}**", ""]
@@ -86,7 +88,7 @@ def render_markdown(report: Report) -> str:
         out += ["", "## Log excerpts", "", "```", *[f"{h}: {ln}"[:160] for h, ln in r.logs.lines], "```"]
     if r.notes:
         out += ["", "## Notes", "", *_bullets(r.notes, "")]
-    return "\n".join(out) + "\n"
+    return safe_text("\n".join(out) + "\n")
 
 
 def _bullets(items: list[str], empty: str) -> list[str]:

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
+from collector.text import safe_text
 from laggard.backends import MODES
-from laggard.cliutil import add_format, emit, print_json, safe_text, verb_parser
+from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
     from collector.traceio import Trace

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import UserError
+from collector.text import safe_text
 from laggard.cliutil import (
     add_fail_on_irregular,
     emit,
     exit_status,
     parse_steps,
     progress,
-    safe_text,
     verb_parser,
 )
 from laggard.cluster import add_cluster_args

@@ -7,7 +7,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import UserError
-from laggard.cliutil import add_format, emit, parse_steps, print_json, safe_text, verb_parser
+from collector.text import safe_text
+from laggard.cliutil import add_format, emit, parse_steps, print_json, verb_parser
 
 if TYPE_CHECKING:
     from timeline.model import Timeline

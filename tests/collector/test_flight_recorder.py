@@ -114,3 +114,40 @@ def test_gpu_measured_durations_set_op_lengths_when_timing_was_on(tmp_path: Path
     untimed = pd.read_parquet(tmp_path / "untimed" / "commops.parquet")
     assert ((timed["end_ns"] - timed["start_ns"]) < 1_000_000).all()
     assert (untimed["end_ns"] - untimed["start_ns"]).median() > 10_000_000
+
+
+def test_a_dump_that_is_not_a_regular_file_is_refused_with_one_line(tmp_path: Path) -> None:
+    """A FIFO named like a dump would block the reader; skipped, its rank would pass for one that
+    wrote no dump (the rank a hang is blamed on). Either way the import says so, once, and stops."""
+    src = tmp_path / "dumps"
+    src.mkdir()
+    dump = {"version": "2.10", "entries": [_nccl_entry(1, "completed")]}
+    (src / "nccl_trace_rank_0.json").write_text(json.dumps(dump))
+    os.mkfifo(src / "nccl_trace_rank_1")
+    with pytest.raises(UserError, match=r"nccl_trace_rank_1: a FIFO, not a regular file"):
+        import_flight_recorder(src, tmp_path / "t")
+    proc = run_cli("import", "flight-recorder", src / "nccl_trace_rank_1", "--out", tmp_path / "t", timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "a FIFO, not a regular file" in proc.stderr
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("name", ["nccl_trace_rank_-1", "rank--2.json", "-1.pkl"])
+def test_a_negative_rank_in_a_dump_name_is_refused_with_one_line(tmp_path: Path, name: str) -> None:
+    """`rank_-1` was read as rank 1: its entries were passed off as another rank's."""
+    src = tmp_path / "dumps"
+    src.mkdir()
+    dump = {"version": "2.10", "entries": [_nccl_entry(1, "completed")]}
+    (src / "nccl_trace_rank_0.json").write_text(json.dumps(dump))
+    (src / name).write_text(json.dumps(dump))
+    with pytest.raises(UserError, match=r"rank -[12] in the file name is negative"):
+        import_flight_recorder(src, tmp_path / "t")
+    proc = run_cli("import", "flight-recorder", src, "--out", tmp_path / "t")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "is negative" in proc.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_dash_after_a_word_separates_the_rank(tmp_path: Path) -> None:
+    """`fr-dump-3` is rank 3 (the dash follows a letter): only a dash after a separator is a sign."""
+    dump = {"version": "2.10", "entries": [_nccl_entry(1, "completed")]}
+    (tmp_path / "fr-dump-3").write_text(json.dumps(dump))
+    assert import_flight_recorder(tmp_path / "fr-dump-3", tmp_path / "t").extra["dumped_ranks"] == [3]

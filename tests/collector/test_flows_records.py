@@ -37,3 +37,12 @@ def test_missing_columns_name_what_is_missing(tmp_path: Path) -> None:
     p.write_text("a,b\n1,2\n")
     with pytest.raises(UserError, match="no column for start, src_ip, dst_ip, bytes"):
         read_flow_records(p)
+
+
+@pytest.mark.parametrize("bad", ["node-7", "10.0.0.256", "10.0.0.1; rm -rf /", "1::2::3", "12"])
+def test_an_address_that_is_not_an_ip_is_refused_with_one_line(tmp_path: Path, bad: str) -> None:
+    p = tmp_path / "flows.csv"
+    p.write_text(f"start_ns,sa,da,bytes\n1,10.0.0.1,fd00::2,100\n2,{bad},10.0.0.1,100\n")
+    with pytest.raises(UserError, match=r"sa '.*' is not an IP address \(1 distinct") as exc:
+        read_flow_records(p)
+    assert "\n" not in str(exc.value)

@@ -216,3 +216,27 @@ def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="expands past 1 MiB"):
         gunzip(raw, tmp_path / "bomb.json.gz", cap=1 << 20)
     assert gunzip(raw, tmp_path / "ok.json.gz", cap=16 << 20) == b" " * (8 << 20)
+
+
+def test_a_trace_that_is_not_a_regular_file_is_refused_with_one_line(tmp_path: Path) -> None:
+    """A FIFO named like a trace, given alone or in a directory, is named and refused (exit 2): it would
+    block the reader, and skipped, its rank would pass for one that was not profiled."""
+    from tests.conftest import run_cli
+
+    src = tmp_path / "prof"
+    src.mkdir()
+    _gz(src / "gpu-01_4242.17.pt.trace.json.gz", _nccl_rank_trace(1))
+    os.mkfifo(src / "gpu-00_4241.17.pt.trace.json")
+    with pytest.raises(UserError, match=r"gpu-00_4241\.17\.pt\.trace\.json: a FIFO, not a regular file"):
+        import_kineto(src, tmp_path / "out")
+    proc = run_cli("import", "kineto", src / "gpu-00_4241.17.pt.trace.json", "--out", tmp_path / "t", timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "a FIFO, not a regular file" in proc.stderr
+
+
+def test_a_negative_rank_in_a_trace_name_is_refused(tmp_path: Path) -> None:
+    """With no distributedInfo the rank comes from the name: `trace_rank_-1.json` is not rank 1."""
+    trace = _nccl_rank_trace(1)
+    del trace["distributedInfo"]
+    (tmp_path / "trace_rank_-1.json").write_text(json.dumps(trace))
+    with pytest.raises(UserError, match=r"rank in the file name is -1, outside 0\.\."):
+        import_kineto(tmp_path / "trace_rank_-1.json", tmp_path / "out")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import ipaddress
 import json
 import math
 import pickle
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from collector.contract import commops_problems, flows_problems
+from collector.contract import commops_problems, flows_problems, ip_problem
 from collector.errors import TraceError, UserError
 from collector.flight_recorder import _PLAIN, RestrictedUnpickler, load_dump
 from collector.flows import ALIASES, pcap_to_flows, read_flow_records
@@ -27,7 +28,7 @@ from collector.meta import JobMeta
 from collector.names import gpu_problem, host_problem, nic_problem
 from collector.safeio import json_depth
 from collector.schema import COMMOPS_SCHEMA, FLOWS_SCHEMA
-from laggard.cliutil import safe_text
+from collector.text import safe_text
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                            HealthCheck.too_slow])
@@ -312,6 +313,28 @@ def test_flow_checks_never_raise(rows: list[tuple]) -> None:
                   "dst_port": pa.array(c[3], pa.int32()), "proto": ["tcp"] * n, "qp": pa.array([-1] * n, pa.int64()),
                   "bytes": pa.array(c[4], pa.int64()), "packets": pa.array([1] * n, pa.int64())}, schema=FLOWS_SCHEMA)
     flows_problems(t, "x")
+
+
+def _is_ip(s: str) -> bool:
+    try:
+        ipaddress.ip_address(s)
+    except ValueError:
+        return False
+    return "%" not in s  # a zone (fe80::1%eth0) names a link of the host that read it, not an address
+
+
+@given(st.ip_addresses().flatmap(lambda a: st.sampled_from([str(a), a.exploded, str(a).upper()])))
+def test_every_ip_address_is_accepted(address: str) -> None:
+    assert ip_problem(pa.chunked_array([[address]]), "src_ip") is None
+
+
+@given(st.text("0123456789abcdefABCDEF:.%g ", max_size=45))
+@example("::ffff:1.2.3.4")
+@example("1:2:3:4:5:6:1.2.3.4")
+@example("1.2.3.04")
+@example("10.0.0.1\n")
+def test_the_address_check_agrees_with_ipaddress(s: str) -> None:
+    assert (ip_problem(pa.chunked_array([[s]]), "src_ip") is None) == _is_ip(s)
 
 
 # ------------------------------------------------------------------ JSON depth and terminal text

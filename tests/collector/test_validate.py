@@ -66,3 +66,21 @@ def test_cli_validate_missing_dir(tmp_path: Path, cli) -> None:
     proc = cli("validate", tmp_path / "missing")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_flow_address_that_is_not_an_ip_is_one_problem_and_refused_by_every_reader(tmp_path: Path, cli) -> None:
+    """validate and the analysis share the check: the flows file's rows, with a host name in src_ip."""
+    from collector.errors import TraceError
+    from collector.schema import FLOWS_SCHEMA
+    from collector.traceio import Trace, write_table
+    from tests.collector.test_traceio import flows_frame
+
+    trace = make_trace(tmp_path / "t")
+    write_table(flows_frame().assign(src_ip="node-0"), trace / "flows.parquet", FLOWS_SCHEMA)
+    assert [line for line in problems(trace) if "not an IP" in line] == [
+        f"{trace / 'flows.parquet'}: src_ip 'node-0' is not an IP address (1 distinct such value(s)) — "
+        "give each flow's addresses as IPv4 (10.0.0.1) or IPv6 (fd00::1)"]
+    with pytest.raises(TraceError, match="src_ip 'node-0' is not an IP address"):
+        Trace.open(trace).flows()
+    proc = cli("localize", trace, "--flows")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not an IP address" in proc.stderr

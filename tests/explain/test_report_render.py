@@ -14,8 +14,8 @@ from collector.traceio import Trace
 from explain.report.build import build_report, report_from_verdict
 from explain.report.html import render_html
 from explain.report.markdown import render_markdown
-from explain.report.model import Report, confidence_label, irregular_windows
-from localize.verdict import Verdict
+from explain.report.model import LogEvidence, Report, confidence_label, irregular_windows
+from localize.verdict import Candidate, Verdict
 from tests.explain.report_helpers import (
     SLOW_RANK,
     make_diagnosis,
@@ -83,6 +83,25 @@ def test_html_escapes_what_it_quotes() -> None:
     r = report_from_verdict(v, None, {"cause": {"title": "<script>alert(1)</script>"}}, world_size=8)
     html = render_html(r)
     assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;job&gt;" in html
+
+
+CONTROLS = "\x00\x07\x1b[2J\x1b]0;pwned\x07\r\x7f\x85\u202e"
+
+
+def _controls(text: str) -> list[str]:
+    """The characters a page or terminal would obey rather than show (tab and newline are text)."""
+    return [c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7f <= ord(c) <= 0x9f or c == "\u202e"]
+
+
+def test_report_shows_control_characters_from_inputs_escaped() -> None:
+    v = Verdict(f"run7{CONTROLS}", "irregular", [3], 1.5,
+                [Candidate("gpu", 0.9, rank=1, host=f"node{CONTROLS}", gpu=1, evidence=[f"seen{CONTROLS}"])])
+    r = report_from_verdict(v, None, None, world_size=8)
+    r.logs = LogEvidence([f"node{CONTROLS}"], [1], [(f"node{CONTROLS}", f"NCCL WARN\tline{CONTROLS}")])
+    for page in (render_html(r), render_markdown(r)):
+        assert _controls(page) == []
+        assert "run7\\x00\\x07\\x1b[2J\\x1b]0;pwned\\x07\\x0d\\x7f\\x85\\u202e" in page
+        assert "NCCL WARN\tline\\x00" in page  # a tab is kept as it is
 
 
 def test_markdown_reads_in_a_terminal(report: Report) -> None:

@@ -1,0 +1,60 @@
+"""localize.commops: the last arrivers' history is read at their rows only, with the same answers."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collector.traceio import Trace
+from localize.commops import COLUMNS, _late_history
+from localize.ops import features
+from localize.ops.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
+
+TRACE = Path(__file__).resolve().parents[2] / "traces" / "gpu-straggler"
+
+
+@pytest.fixture(scope="module")
+def ops() -> Ops:
+    return prepare_ops(sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS)))
+
+
+def _view(ops: Ops) -> SimpleNamespace:
+    steps = np.unique(ops.step)  # a drifting step time, so the scale is not 1
+    return SimpleNamespace(steps=pd.DataFrame({"step": steps, "baseline_s": 1.0 + 0.01 * np.arange(len(steps))}))
+
+
+@pytest.mark.parametrize("ref", ["normal", "none seen"])
+def test_late_history_is_slot_history_at_the_last_arrivers(ops: Ops, ref: str) -> None:
+    """Bit for bit the per-row figures read at the late rows ("none seen": every slot falls back on
+    its instance's minimum)."""
+    steps = np.unique(ops.step)
+    ref_steps = steps[2:-3] if ref == "normal" else np.array([int(steps.max()) + 100])
+    view = _view(ops)
+    scale = step_scale(ops, view.steps)
+    med, q1, q3 = slot_history(ops, ref_steps, scale)
+    late, s = ops.late_row, scale[ops.late_row]
+    base, spread = _late_history(ops, view, ref_steps)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(base, med[late] * s)
+    np.testing.assert_array_equal(spread, (q3[late] - q1[late]) * s)
+
+
+def test_late_history_holds_no_per_row_quantiles(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three per-row quantile arrays (24 bytes a row) made this stage the analysis's peak on a
+    5 M-row job; it now holds the scale, the scaled times and the slots x steps history. (Small
+    chunks: on this small trace the history's chunk scratch would hide the difference.)"""
+    monkeypatch.setattr(features, "_CHUNK", 4096)
+    view, ref = _view(ops), np.unique(ops.step)[2:-3]
+    tracemalloc.start()
+    try:
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        _late_history(ops, view, ref)  # type: ignore[arg-type]
+        peak = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 8 * len(ops.rank)  # was 5.3 row-sized float arrays, now 3.3

@@ -101,15 +101,18 @@ def test_stage_and_replicas() -> None:
     assert explain_rank_blame(b, meta, kinds)[0].kind == "data"
 
 
+def replicas_tp2_pp4() -> tuple[JobMeta, dict[str, str]]:
+    """4 replicas of tp2 x pp4, each over 4 hosts of 2 GPUs, and the kinds of their groups."""
+    ranks = {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(32)}
+    groups = {f"tp-{k}": [2 * k, 2 * k + 1] for k in range(16)}
+    groups |= {f"pp-{d}-{t}": [8 * d + 2 * s + t for s in range(4)] for d in range(4) for t in range(2)}
+    return JobMeta("t", 32, ranks, groups), {g: g.split("-")[0] for g in groups}
+
 
 def test_replicas_that_take_turns_unevenly_are_data() -> None:
     # 4 replicas of tp2 x pp4 over 4 hosts each (the matrix's tp8 pp8 job in small): replica 0
     # got the longest sequences in most slow steps, the others in one or two each
-    ranks = {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(32)}
-    groups = {f"tp-{k}": [2 * k, 2 * k + 1] for k in range(16)}
-    groups |= {f"pp-{d}-{t}": [8 * d + 2 * s + t for s in range(4)] for d in range(4) for t in range(2)}
-    meta = JobMeta("t", 32, ranks, groups)
-    kinds = {g: g.split("-")[0] for g in groups}
+    meta, kinds = replicas_tp2_pp4()
     b = np.repeat([1.0, 0.25, 0.12, 0.2], 8)
     u = explain_rank_blame(b, meta, kinds, static=False)[0]
     assert u.kind == "data" and u.detail["replicas"] == 4
@@ -118,14 +121,11 @@ def test_replicas_that_take_turns_unevenly_are_data() -> None:
     b[[2, 3]] = 1.0
     assert explain_rank_blame(b, meta, kinds, static=False)[0].kind == "host"
 
+
 def test_one_whole_replica_across_hosts_is_its_data_not_a_host() -> None:
     # tp2 x pp4 replicas over 4 hosts each: every GPU of replica 1 computed longer in the slow
     # steps (both of a spike's steps drew it); no one device slows four hosts it does not share
-    ranks = {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(32)}
-    groups = {f"tp-{k}": [2 * k, 2 * k + 1] for k in range(16)}
-    groups |= {f"pp-{d}-{t}": [8 * d + 2 * s + t for s in range(4)] for d in range(4) for t in range(2)}
-    meta = JobMeta("t", 32, ranks, groups)
-    kinds = {g: g.split("-")[0] for g in groups}
+    meta, kinds = replicas_tp2_pp4()
     b = np.full(32, 0.005)
     b[8:16] = np.linspace(0.9, 1.1, 8)
     u = explain_rank_blame(b, meta, kinds, static=False)[0]

@@ -151,7 +151,7 @@ def as_int(value: Any, what: str, lo: int, hi: int, fix: str = "") -> int:
         shown, value = str(value), int(value)
     elif isinstance(value, str):
         text = value.strip()
-        if not text.lstrip("-").isdigit() or len(text) > 20:
+        if not (text.lstrip("-").isascii() and text.lstrip("-").isdigit()) or len(text) > 20:
             raise TraceError(f"{what} is {value[:30]!r}, not an integer", plain)
         value = int(text)
     elif not isinstance(value, int):
@@ -167,4 +167,4 @@ def _natural_key(name: str) -> tuple[Any, ...]:
     """Sort node-2 before node-10."""
     import re
 
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    return tuple(int(p) if p.isascii() and p.isdigit() else p for p in re.split(r"(\d+)", name))

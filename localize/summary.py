@@ -85,6 +85,11 @@ SUMMARY_SCHEMA = pa.schema(
 OUTLIER = 1.05  # a rank computing this much over its host's typical rank is summarized on its own
 LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one slow GPU cannot move it),
 # taken as one rank's own value: interpolated, on a host of two ranks a slow one lifts its peer by a quarter
+#: a step's duration: this quantile of its hosts' (own-clock) durations. Stages that do not sync at
+#: a step's end cut the same time into steps at different points, and a slow step shows on one
+#: stage's hosts then and on another's a step later: the median of the two missed it; a few
+#: odd hosts cannot move this one
+HOST_QUANTILE = 0.9
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
@@ -248,7 +253,7 @@ class FetchPlan:
 
 
 def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
-    """Step durations from the summaries (each host's own-clock step ends, median over hosts),
+    """Step durations from the summaries (each host's own-clock step ends, HOST_QUANTILE over hosts),
     judged as the timeline judges them (δ against the job's own noise, change points, warm-up and
     noise left out); and the onset step."""
     star = summary[(summary["group"] == "*") & (summary["rank"] < 0)]
@@ -259,7 +264,7 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
     per_host = durations_from_bounds(steps, starts.to_numpy(np.float64), ends.to_numpy(np.float64))
     with warnings.catch_warnings():  # a step no host measured has no duration (NaN)
         warnings.simplefilter("ignore", RuntimeWarning)
-        dur = pd.Series(np.nanmedian(per_host, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
+        dur = pd.Series(np.nanquantile(per_host, HOST_QUANTILE, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
     table, _, onset = judge_window(dur.rename("duration_s"))
     return table, onset
 

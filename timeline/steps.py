@@ -41,6 +41,9 @@ PERSISTENT_SPREAD = 1.25
 WARMUP_MAX_STEPS = 3
 WARMUP_MAX_SHARE = 0.1
 WARMUP_NORMAL_AFTER = 3
+#: ... and one step more when it is the warm-up's tail: at most this share of the excess of the
+#: block's other steps (a host clock that ended the last warm-up step early shows its spill in the next)
+WARMUP_TAIL = 0.5
 #: Irregular steps that together lost less than this share of the window's time, none of them
 #: SPIKE_RATIO times its baseline, are noise (a busy host now and then), not an irregularity ...
 MIN_LOST_SHARE = 0.02
@@ -434,7 +437,10 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         calm = len(after) == WARMUP_NORMAL_AFTER and after.sum() <= 1 and not (blip >= SPIKE_RATIO).any()
         # (or a fault began soon after: the steps right after the warm-up ran normally, all but the last)
         calm = calm or (len(after) == WARMUP_NORMAL_AFTER and not after[:-1].any())
-        if lead <= max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n)) and calm:
+        limit = max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n))
+        excess = t["ratio"].to_numpy(np.float64)[:lead] - 1.0
+        tail = lead == limit + 1 and bool(excess[-1] <= WARMUP_TAIL * np.nanmin(excess[:-1]))
+        if (lead <= limit or tail) and calm:
             irr[:lead] = False
             pattern[:lead] = "warm-up"
             warm = [int(x) for x in t["step"].to_numpy()[:lead]]

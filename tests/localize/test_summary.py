@@ -205,3 +205,25 @@ def test_each_irregular_step_gets_its_own_budget_of_ranks(monkeypatch: pytest.Mo
         compute.loc[[2 * replica, 2 * replica + 1], s] = 1.6
     plan = summary.plan_fetch(_host_rows(compute), _layout(), _steps(steps, [6, 8, 10]))
     assert {r // 4 for r in plan.ranks} == {0, 1, 2} and len(plan.ranks) <= 12, plan
+
+
+def test_a_slow_step_seen_by_one_stages_hosts_is_a_slow_step_of_the_job() -> None:
+    """A pipeline of two stages on two hosts each, no sync at a step's end: the last stage's hosts
+    cut their steps one step later, so a NIC's slow steps (10-13, 17, 19-22 at 1.18x) show on the
+    first stage's hosts at those steps and on the last stage's one step later. The median over
+    hosts averaged the two and missed steps 10, 14, 17-19 and 23 (onset read 11)."""
+    from localize.summary import step_table
+
+    n, base = 30, 200_000_000
+    slow = np.isin(np.arange(n), [10, 11, 12, 13, 17, 19, 20, 21, 22])
+    first = np.where(slow, 1.18, 1.0) * base * (1 + 0.003 * np.sin(np.arange(n)))
+    rows = []
+    for host, dur in (("a0", first), ("a1", first), ("b0", np.r_[first[:1], first[:-1]]),
+                      ("b1", np.r_[first[:1], first[:-1]])):
+        ends = np.cumsum(dur).astype(np.int64) + 10**12 * (host[0] == "b")  # (own clocks)
+        rows += [{"host": host, "rank": -1, "step": k, "group": "*", "abnormal": 0, "abnormal_s": 0.0,
+                  "compute_s": 0.1, "step_end_ns": int(e), "step_start_ns": int(e - d)}
+                 for k, (e, d) in enumerate(zip(ends, dur, strict=True))]
+    table, onset = step_table(pd.DataFrame(rows))
+    assert onset == 10
+    assert {10, 11, 12, 13, 17, 19, 20, 21, 22} <= set(table.loc[table["irregular"].astype(bool), "step"])

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from timeline.steps import consistent_samples, judge_steps, level_shift, settle, step_noise
+from timeline.steps import (
+    consistent_samples,
+    judge_steps,
+    judge_window,
+    level_shift,
+    settle,
+    step_noise,
+)
 
 
 def _durations(sigma: float, fault: slice, factor: float, n: int = 60, seed: int = 3) -> pd.Series:
@@ -150,4 +157,16 @@ def test_a_fault_two_sampled_steps_after_the_warm_up_leaves_it_warm_up() -> None
     assert warm == [0, 1, 2] and onset == 9
     d[3] *= 2.0  # a fault right after the first steps: no warm-up to call them
     _, warm, onset = settle(judge_steps(pd.Series(d, index=steps)))
+    assert warm == [] and onset == 0
+
+
+def test_a_warm_ups_decaying_tail_step_is_warm_up_a_fourth_full_slow_step_is_not() -> None:
+    """An independent generator's job as its hosts' clocks measured it: steps 0-2 at 2.3-2.5x and
+    step 3 at 1.33x (the warm-up's spill into the next step), five normal steps, then a data fault
+    at 1.43x from step 9 to the end. The four-step block was no warm-up, and the onset read 0."""
+    d = np.r_[[2.30, 2.45, 2.54, 1.33], 1.0 + 0.02 * np.sin(np.arange(5)), [1.43] * 30] * 0.2
+    _, warm, onset = judge_window(pd.Series(d, index=pd.RangeIndex(len(d), name="step")))
+    assert warm == [0, 1, 2, 3] and onset == 9
+    d[3] = 0.2 * 2.2  # a fourth step as slow as the others is more than a warm-up's tail
+    _, warm, onset = judge_window(pd.Series(d, index=pd.RangeIndex(len(d), name="step")))
     assert warm == [] and onset == 0

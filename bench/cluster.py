@@ -142,7 +142,7 @@ def cluster_path(trace: Path, workers: int, memory: str, timeout: float) -> dict
         "    v, plan = localize_distributed(src, run, stats=st)\n"
         "    w = run.worker_stats()\n"
         "    out = {'verdict': json.dumps(v.to_dict()), 'localize_s': round(time.perf_counter() - t1, 2),\n"
-        "           'map_s': round(run.stage_s.get('summarize_host', 0.0), 2),\n"
+        "           'map_s': round(run.stage_s.get('summarize_hosts', 0.0), 2),\n"
         "           'fetch_s': round(run.stage_s.get('fetch_rows', 0.0), 2),\n"
         "           'map_tasks': st.map_tasks, 'fetch_tasks': st.fetch_tasks, 'result_bytes': run.result_bytes,\n"
         "           'worker_peak_rss_mib': sorted(round(x['peak_rss_bytes'] / 2**20) for x in w.values()),\n"

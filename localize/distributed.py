@@ -1,8 +1,8 @@
 """The summary-first localizer as map tasks and a reduce, for any executor.
 
 A trace too big for one process is localized the way the sidecars do it (localize/summary):
-per host, the abnormal-operator summary of that host's rows (map: `summarize_host`, which
-calls `summary.summarize`); centrally, the step table, the fetch plan and the analysis of the
+per host, the abnormal-operator summary of that host's rows (map: `summarize_hosts`, which
+calls `summary.summarize` for each host whose rows it read); centrally, the step table, the fetch plan and the analysis of the
 few rows it asks for (reduce: `summary.localize_summary`), those rows read where they lie by
 more map tasks (`fetch_rows`). The tasks run on whatever `Executor` is given: `Serial` (this
 process) or a cluster engine's adapter (laggard/cluster.py). Either way the same functions see
@@ -10,8 +10,10 @@ the same rows in the same order, so the verdict is the same, byte for byte, as
 `summary.write_summaries` then `summary.localize_from_summary` in one process.
 
 Shards are read where they lie (a local directory, file://, or any fsspec URL) by their Parquet
-row groups, one host's ranks at a time: no task ever holds more than one host's rows (the map)
-or the planned ranks' rows of the planned steps (the fetch), and the client only summaries.
+row groups, one host's ranks at a time where the shards are split by rank (the sidecars' layout);
+hosts whose rows share row groups (one file in rank or time order) are read together, up to
+SUMMARY_ROWS rows a task, rather than the same row groups once per host. No task holds more (the
+map) or more than the planned ranks' rows of the planned steps (the fetch), and the client only summaries.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from localize.verdict import Verdict
 
 #: rows (before filtering) one fetch task reads at most, unless a single row group is larger
 FETCH_ROWS = 1 << 22
+#: rows (after filtering, estimated) of the hosts one summary task reads together from shared row groups
+SUMMARY_ROWS = 1 << 20
 
 
 class Executor(Protocol):
@@ -94,6 +98,7 @@ class Stats:
     """What the distributed run did: tasks, rows read, result bytes, per stage."""
 
     map_tasks: int = 0
+    hosts: int = 0
     fetch_tasks: int = 0
     summary_rows: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -119,14 +124,50 @@ def host_tasks(src: Source) -> list[tuple[str, str, list[int], list[Piece], dict
     return out
 
 
-def summarize_host(location: str, host: str, ranks: list[int], pieces: list[Piece],
-                   groups: dict[str, list[int]]) -> pd.DataFrame | None:
-    """Map: the abnormal-operator summary of one host's rows (what its sidecar would write)."""
+#: one host of a summary task: its name, ranks and the groups read whole on it
+HostPart = tuple[str, list[int], dict[str, list[int]]]
+
+
+def summary_tasks(src: Source) -> list[tuple[str, list[Piece], list[HostPart]]]:
+    """(location, pieces, hosts) per summary task: the hosts that read the same pieces, in the
+    order the summary files sort, together while their rows (the pieces' rows, by their share of
+    the ranks the pieces hold) stay within SUMMARY_ROWS; one host a task where shards are per rank."""
+    by_pieces: dict[tuple[Piece, ...], list[HostPart]] = {}
+    for _, host, ranks, pieces, groups in host_tasks(src):
+        by_pieces.setdefault(tuple(pieces), []).append((host, ranks, groups))
+    out: list[tuple[str, list[Piece], list[HostPart]]] = []
+    for shared, hosts in by_pieces.items():
+        per_rank = sum(p.rows for p in shared) / max(sum(len(r) for _, r, _ in hosts), 1)
+        chunk: list[HostPart] = []
+        for part in hosts:
+            if chunk and (sum(len(r) for _, r, _ in chunk) + len(part[1])) * per_rank > SUMMARY_ROWS:
+                out.append((src.location, list(shared), chunk))
+                chunk = []
+            chunk.append(part)
+        out.append((src.location, list(shared), chunk))
+    return out
+
+
+def summarize_hosts(location: str, pieces: list[Piece], hosts: list[HostPart]) -> list[pd.DataFrame]:
+    """Map: the abnormal-operator summary of each host's rows (what its sidecar would write),
+    from one read of the pieces they share; each host's rows in their order in the pieces."""
     fs, _ = open_filesystem(location)
+    ranks = sorted(r for _, rs, _ in hosts for r in rs)
     df = frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(ranks)))
     if not len(df):
-        return None
-    return summarize(df, dict.fromkeys(ranks, host).__getitem__, groups)
+        return []
+    code = np.full(ranks[-1] + 1, -1, dtype=np.int64)
+    for i, (_, rs, _) in enumerate(hosts):
+        code[rs] = i
+    of_row = code[df["rank"].to_numpy(np.int64)]
+    order = np.argsort(of_row, kind="stable")
+    bounds = np.searchsorted(of_row[order], np.arange(len(hosts) + 1))
+    out = []
+    for i, (host, rs, groups) in enumerate(hosts):
+        if bounds[i + 1] > bounds[i]:
+            rows = df.iloc[order[bounds[i]:bounds[i + 1]]].reset_index(drop=True)
+            out.append(summarize(rows, dict.fromkeys(rs, host).__getitem__, groups))
+    return out
 
 
 def combine_summaries(parts: Sequence[pd.DataFrame | None]) -> pd.DataFrame:
@@ -185,9 +226,10 @@ def localize_distributed(src: Source, run: Executor, top: int = 5,
         hang = find_hang(Trace.open(src.local))
         if hang is not None:
             return hang, None
-    tasks = host_tasks(src)
+    tasks = summary_tasks(src)
     st.map_tasks = len(tasks)
-    summary = combine_summaries(run.map(summarize_host, tasks))
+    st.hosts = sum(len(hosts) for _, _, hosts in tasks)
+    summary = combine_summaries([part for parts in run.map(summarize_hosts, tasks) for part in parts])
     st.summary_rows = len(summary)
 
     if summary.empty:

@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
         "  laggard localize /data/run7 --format json --top 3\n"
         "  laggard localize /data/run7 --commops --steps 400:450 --fail-on-irregular\n"
         "  laggard localize /data/run7 --cluster local --workers 2 --worker-memory 1.5GiB\n"
-        "  laggard localize /data/run7 --summary-first       # one process, one host's rows at a time\n"
+        "  laggard localize /data/run7 --summary-first       # one process, host by host as the sidecars do\n"
         "  laggard localize s3://bucket/run7 --cluster tcp://10.0.0.5:8786 --format json\n"
         "\n"
         "--cluster runs the summary-first localizer (the sidecar's: per-host abnormal-operator\n"
@@ -105,15 +105,15 @@ def cluster_verdict(args: argparse.Namespace) -> Verdict:
     t0 = time.perf_counter()
     if not args.cluster:
         verdict, _ = localize_distributed(src, Serial(), args.top, stats)
-        emit(f"summary-first in one process: {stats.map_tasks} host(s) summarized, {stats.fetch_tasks} fetch(es), "
+        emit(f"summary-first in one process: {stats.hosts} host(s) summarized in {stats.map_tasks} read(s), {stats.fetch_tasks} fetch(es), "
              f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
         return verdict
     with open_cluster(args.cluster, args.workers, args.worker_memory) as run:
         verdict, _ = localize_distributed(src, run, args.top, stats)
         workers = run.worker_stats()
     peak = max((w["peak_rss_bytes"] for w in workers.values()), default=0)
-    emit(f"cluster {args.cluster}: {len(workers)} worker(s), {stats.map_tasks} summary task(s) "
-         f"{run.stage_s.get('summarize_host', 0.0):.1f} s, {stats.fetch_tasks} fetch task(s) "
+    emit(f"cluster {args.cluster}: {len(workers)} worker(s), {stats.map_tasks} summary task(s) for {stats.hosts} host(s) "
+         f"{run.stage_s.get('summarize_hosts', 0.0):.1f} s, {stats.fetch_tasks} fetch task(s) "
          f"{run.stage_s.get('fetch_rows', 0.0):.1f} s, {run.result_bytes:,} B of results, "
          f"peak worker RSS {peak / 2**20:.0f} MiB, {time.perf_counter() - t0:.1f} s in all", file=sys.stderr)
     return verdict

@@ -53,7 +53,7 @@ def test_two_worker_processes_give_the_single_process_verdict(cluster: DaskRun, 
         stats = Stats()
         v, _ = localize_distributed(Source.open(d), cluster, stats=stats)
         assert json.dumps(v.to_dict()) == reference(d)
-        assert stats.map_tasks == len(JobMeta.load(d / "meta.json").hosts()) and stats.fetch_tasks >= 1
+        assert stats.hosts == len(JobMeta.load(d / "meta.json").hosts()) and stats.fetch_tasks >= 1
     assert v.candidates[0].rank == 37
     # both workers ran tasks: each sent results
     assert all(w["sent_bytes"] > 0 for w in cluster.worker_stats().values())
@@ -80,7 +80,7 @@ def test_cli_cluster_local_prints_the_same_json(tmp_path: Path) -> None:
     with contextlib.redirect_stdout(buf):
         print_json(json.loads(reference(d)))
     assert p.stdout == buf.getvalue()
-    assert "2 worker(s)" in p.stderr and "8 summary task(s)" in p.stderr
+    assert "2 worker(s)" in p.stderr and "summary task(s) for 8 host(s)" in p.stderr
 
 
 def test_cli_cluster_mistakes_are_one_line(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from localize.commops import COLUMNS
 from localize.distributed import (
     Serial,
     Source,
+    Stats,
     fetch_rows,
     fetch_tasks,
     host_tasks,
@@ -44,6 +45,25 @@ def test_serial_tasks_match_single_process_on_shipped_traces(name: str, tmp_path
     shutil.copytree(REPO / "traces" / name, d)
     v, _ = localize_distributed(Source.open(d), Serial())
     assert json.dumps(v.to_dict()) == reference(d)
+
+
+def test_hosts_sharing_one_file_are_read_together_within_a_row_budget(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """One commops.parquet holds every host's rows: reading its row groups once per host made
+    a 256-host job's summaries take 147 s. Hosts are read together, SUMMARY_ROWS at most a task,
+    and each host's summary is the one it has alone."""
+    import localize.distributed as dist
+
+    d = tmp_path / "t"
+    shutil.copytree(REPO / "traces" / "gpu-straggler", d)
+    want = reference(d)
+    hosts = len(Trace.open(d).meta.hosts())
+    for budget, tasks in ((dist.SUMMARY_ROWS, 1), (1, hosts)):
+        monkeypatch.setattr(dist, "SUMMARY_ROWS", budget)
+        stats = Stats()
+        v, _ = localize_distributed(Source.open(d), Serial(), stats=stats)
+        assert json.dumps(v.to_dict()) == want
+        assert (stats.map_tasks, stats.hosts) == (tasks, hosts)
 
 
 def test_pieces_read_the_same_rows_as_the_trace(tmp_path: Path) -> None:

@@ -303,6 +303,20 @@ def slow_ranks(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: l
     `compute_matrix`'s: a rank's own row where it was an outlier on its host, else its host's. A
     fault that moves from step to step (a different replica's data each time) is seen in every
     step, one that stays (a slow GPU) in all of them."""
+    ranks, _, slow, bar = _slow_ratios(summary, meta, steps, normal)
+    if not slow.size:
+        return []
+    # each step's ranks by ratio, slowest first, interleaved step by step (the slowest of every step first)
+    order = np.argsort(-slow, axis=0, kind="stable")
+    picked = ranks[order.ravel()][np.take_along_axis(slow, order, axis=0).ravel() > bar]
+    return [int(r) for r in dict.fromkeys(picked.tolist())][:most]
+
+
+def _slow_ratios(summary: pd.DataFrame, meta: JobMeta, steps: list[int],
+                 normal: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """`slow_ranks`' measure: the ranks known, the steps of `steps` known (columns), the ranks'
+    compute there over the step's typical rank and their own level in the `normal` steps, and the
+    bar it must pass."""
     comp, seen, all_steps = compute_matrix(summary, meta)
     ranks = np.flatnonzero(seen)
 
@@ -310,16 +324,40 @@ def slow_ranks(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: l
         x = comp[np.ix_(ranks, np.flatnonzero(np.isin(all_steps, at)))]
         return x / np.maximum(np.median(x, axis=0), 1e-12) if x.size else x
 
+    cols = np.asarray(all_steps, dtype=np.int64)[np.isin(all_steps, steps)]
     slow, calm = ratio(steps), ratio(normal)
     if not slow.size:
-        return []
+        return ranks, cols, slow, 1.1
     level = np.median(calm, axis=1, keepdims=True) if calm.size else np.ones((len(ranks), 1))
     slow, calm = slow / np.maximum(level, 1e-12), calm / np.maximum(level, 1e-12)
-    bar = max(1.1, float(calm.max(initial=0.0)))
-    # each step's ranks by ratio, slowest first, interleaved step by step (the slowest of every step first)
-    order = np.argsort(-slow, axis=0, kind="stable")
-    picked = ranks[order.ravel()][np.take_along_axis(slow, order, axis=0).ravel() > bar]
-    return [int(r) for r in dict.fromkeys(picked.tolist())][:most]
+    return ranks, cols, slow, max(1.1, float(calm.max(initial=0.0)))
+
+
+def slowest_hosts(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: list[int]) -> dict[int, str]:
+    """The host of each of `steps`' slowest rank, where one computed longer than `slow_ranks` asks."""
+    ranks, cols, slow, bar = _slow_ratios(summary, meta, steps, normal)
+    if not slow.size:
+        return {}
+    at = np.argmax(slow, axis=0)
+    return {int(cols[j]): meta.host_of(int(ranks[i])) for j, i in enumerate(at)
+            if slow[i, j] > bar and int(ranks[i]) in meta.ranks}
+
+
+def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, str]) -> list[int]:
+    """MAX_STEPS irregular steps to fetch: the most typical ones (nearest the median slowdown; the
+    slowest hold the fault plus whatever else disturbed the job then, a busy host, which makes
+    every transfer look slow), each with a slowest host (`leaders`) not taken yet first: a fault
+    that moves from replica to replica is seen moving, not three times in one place by chance."""
+    off = np.abs(np.log(irr_tab["ratio"].astype(float)) - np.log(float(irr_tab["ratio"].median())))
+    ranked = irr_tab.assign(off=off.to_numpy()).sort_values(["off", "step"])["step"].astype(int).tolist()
+    picked: list[int] = []
+    hosts: set[str] = set()
+    for s in ranked:
+        if len(picked) < MAX_STEPS and (s not in leaders or leaders[s] not in hosts):
+            picked.append(s)
+            hosts.update([leaders[s]] if s in leaders else [])
+    picked += [s for s in ranked if s not in picked][:MAX_STEPS - len(picked)]
+    return sorted(picked)
 
 
 def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> FetchPlan:
@@ -332,14 +370,14 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     irregular = [int(s) for s in irr_tab["step"]]
     if not irregular:
         return FetchPlan([], [], [])
-    # the most typical irregular steps, not the slowest: the slowest hold the fault plus whatever
-    # else disturbed the job then (a busy host), which makes every transfer look slow
-    typical = np.abs(np.log(irr_tab["ratio"].astype(float)) - np.log(float(irr_tab["ratio"].median())))
-    worst = sorted(irr_tab.assign(off=typical.to_numpy()).nsmallest(MAX_STEPS, "off")["step"].astype(int).tolist())
     usable = ~table["irregular"].astype(bool) & ~table["pattern"].isin(["warm-up"])
-    normal = table.loc[usable & (table["step"] < worst[0]), "step"].astype(int).tolist()
-    if len(normal) < MAX_NORMAL:
-        normal = table.loc[usable, "step"].astype(int).tolist()
+
+    def normal_before(first: int) -> list[int]:
+        normal = table.loc[usable & (table["step"] < first), "step"].astype(int).tolist()
+        return normal if len(normal) >= MAX_NORMAL else table.loc[usable, "step"].astype(int).tolist()
+
+    worst = typical_steps(irr_tab, slowest_hosts(summary, meta, irregular, normal_before(irregular[0])[-MAX_NORMAL:]))
+    normal = normal_before(worst[0])
     # each step with the one logged before it: a rank's operator streams run across step boundaries,
     # and the wait graph measures a rank's compute only between consecutive records of a stream
     # (the normal step only gives the operators' history: it needs no predecessor)

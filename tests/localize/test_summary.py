@@ -227,3 +227,16 @@ def test_a_slow_step_seen_by_one_stages_hosts_is_a_slow_step_of_the_job() -> Non
     table, onset = step_table(pd.DataFrame(rows))
     assert onset == 10
     assert {10, 11, 12, 13, 17, 19, 20, 21, 22} <= set(table.loc[table["irregular"].astype(bool), "step"])
+
+
+def test_the_fetched_steps_follow_a_fault_that_moves_between_hosts() -> None:
+    """A data fault on a different replica's hosts each step: the three most typical irregular
+    steps had two of their slowest ranks on one host, and the fetched records read "host". Steps
+    with another slowest host come first; a fault that stays on one host keeps the most typical."""
+    from localize.summary import typical_steps
+
+    irr = pd.DataFrame({"step": [9, 10, 11, 12, 13], "ratio": [2.0, 2.01, 1.98, 2.06, 2.4]})
+    moving = {9: "node-4", 10: "node-4", 11: "node-6", 12: "node-4", 13: "node-5"}
+    assert typical_steps(irr, moving) == [10, 11, 13]
+    assert typical_steps(irr, dict.fromkeys(moving, "node-4")) == [9, 10, 11]
+    assert typical_steps(irr, {}) == [9, 10, 11]

@@ -386,7 +386,11 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     fetch_steps = sorted({*worst, *before.tolist(), *normal[-MAX_NORMAL:]})
     sub = summary[summary["step"].isin(worst)]
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
-    slow = slow_ranks(summary, meta, worst, normal[-MAX_NORMAL:], 16)
+    # ranks that computed longer explain the slowdown only when they did in most of the steps
+    # (one rank's noise in one of them is no straggler: a link's slow steps then read as a GPU)
+    _, _, ratio, bar = _slow_ratios(summary, meta, worst, normal[-MAX_NORMAL:])
+    explained = ratio.size > 0 and float((ratio > bar).any(axis=0).mean()) >= 0.5
+    slow = slow_ranks(summary, meta, worst, normal[-MAX_NORMAL:], MAX_RANKS * len(worst)) if explained else []
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
     # one NIC, link or switch -- the wide budget
     # (each irregular step may have its own slowest ranks -- a different replica's data each time --

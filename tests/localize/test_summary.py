@@ -180,6 +180,23 @@ def test_a_rank_within_the_noise_of_normal_steps_does_not_narrow_the_fetch() -> 
     assert plan.groups == ["dp-1"] and plan.ranks == [1, 5, 9, 13], plan
 
 
+def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() -> None:
+    """A link fault slows steps 6, 8 and 10; rank 3 computes 1.6x in step 8 alone. Taken for a
+    straggler, it cut the fetch to its own groups, and the summary path named a GPU where the
+    full records named the link."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    compute.loc[3, 8] = 1.6
+    ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
+    plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert plan.groups == ["dp-1"], plan
+    compute.loc[3, [6, 10]] = 1.6  # slow in every slow step: a straggler, its groups fetched
+    plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert 3 in plan.ranks and "dp-1" not in plan.groups, plan
+
+
 def test_a_sampled_irregular_step_is_fetched_with_the_step_logged_before_it() -> None:
     """Every third step logged: the step before an irregular one is not in the trace, so the one
     logged before it stands in (the operators' streams across the boundary); before, none did."""

@@ -388,14 +388,17 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
     # ranks that computed longer explain the slowdown only when they did in most of the steps
     # (one rank's noise in one of them is no straggler: a link's slow steps then read as a GPU)
-    _, _, ratio, bar = _slow_ratios(summary, meta, worst, normal[-MAX_NORMAL:])
+    known, _, ratio, bar = _slow_ratios(summary, meta, worst, normal[-MAX_NORMAL:])
     explained = ratio.size > 0 and float((ratio > bar).any(axis=0).mean()) >= 0.5
     slow = slow_ranks(summary, meta, worst, normal[-MAX_NORMAL:], MAX_RANKS * len(worst)) if explained else []
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
-    # one NIC, link or switch -- the wide budget
+    # one NIC, link or switch -- the wide budget; so too ranks on several hosts slow in one step
+    # (a replica's data, a stage): whether the whole replica was slow, and not one of its hosts, shows
+    # only in its peers' waits on all of it (the data-parallel groups, which span the job)
     # (each irregular step may have its own slowest ranks -- a different replica's data each time --
     # and a unit is told from its peers only with their groups fetched whole)
-    budget = MAX_RANKS * len(worst) if slow else MAX_RANKS_NET
+    spread = any(len({meta.host_of(int(r)) for r in known[col > bar] if int(r) in meta.ranks}) > 1 for col in ratio.T)
+    budget = MAX_RANKS * len(worst) if slow and not spread else MAX_RANKS_NET
     rank_groups: dict[int, list[str]] = {}
     for g, mem in meta.groups.items():
         for r in mem:

@@ -469,7 +469,12 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     recorded = set(summary["host"].astype(str))
     quiet = np.array([(info := meta.ranks.get(r)) is not None and info.host not in recorded for r in range(meta.world_size)])
     verdict, analysis = analyse_ops(df, meta, view, top, partial, forest, unlisted=observed, quiet=quiet)
-    verdict.irregular_steps = plan.irregular
+    # the first recorded step is partial (warm-up, a logger starting mid-step), as on the full path
+    logged = sorted(int(x) for x in table["step"])
+    first = logged[0] if len(logged) >= 4 and set(plan.irregular) - {logged[0]} else None
+    verdict.irregular_steps = [s for s in plan.irregular if s != first]
+    if onset == first:
+        onset = verdict.irregular_steps[0]
     verdict.onset_step = onset if verdict.status == "irregular" else None
     top_c = verdict.candidates[0] if verdict.candidates else None
     if verdict.onset_step is not None and top_c is not None and top_c.kind in ("gpu", "host"):

@@ -26,3 +26,20 @@ def test_the_onset_of_a_device_slow_on_and_off_is_its_first_slow_step(tmp_path: 
         assert v.status == "irregular"
         assert v.candidates[0].device() == device, [c.device() for c in v.candidates]
         assert v.onset_step == STEP0 + ACTIVE[0], (v.onset_step, v.irregular_steps)
+
+
+def test_a_slow_first_logged_step_is_no_onset_on_either_path(tmp_path: Path) -> None:
+    """Sampled steps, the first logged one (step 1) still warming up, then data taking turns from
+    step 7: the full records leave the first recorded step out (it is partial), and so do the
+    summaries now; they said "since step 1"."""
+    from dataclasses import replace
+
+    lay = Layout(tp=2, pp=2, dp=4, gpus_per_host=4, hosts_per_switch=2, order="tp-dp-pp")
+    active = list(range(7, 40, 2))
+    logged = [1, 3, 7, 11, 13, 15, 21, 22, 25, 27, 28, 29, 35, 37, 39]
+    spec = replace(altgen_job("first-step", lay, Fault("data", 2.0, "alternate", active), steps=40, seed=5),
+                   logged=logged, warmup_steps=3, warmup_factor=1.8)
+    trace = written(spec, tmp_path)
+    for v in both_paths(trace):
+        assert v.status == "irregular" and v.candidates[0].kind == "data", [c.device() for c in v.candidates]
+        assert v.onset_step == 7, (v.onset_step, v.irregular_steps)

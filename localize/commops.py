@@ -48,6 +48,8 @@ from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
 
 COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step"]
+#: a unit whose messages are all smaller than this clears no network device by running normally
+CLEARING_BYTES = 64 << 10
 
 
 @dataclass
@@ -267,9 +269,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     comm_like = graph.comm | late_data
     comm_w = np.where(comm_like & in_irr, graph.delay, 0.0)
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[comm_like & in_ref].sum()), 0.0)
-    # only units with a judged instance are evidence: one never seen says nothing of health
+    # only units with a judged instance are evidence: one never seen says nothing of health; nor
+    # does a unit of tiny messages that ran normally (a barrier, a scalar's all-reduce: a link that
+    # lost bandwidth passes them on time, yet they would clear it of the slow rings it carries)
     seen = np.bincount(unit_of_inst[judge & in_irr], minlength=len(unit_names))
-    judged = {n: members[n] for n, k in zip(unit_names, seen, strict=True) if k > 0}
+    size = np.zeros(len(unit_names))
+    np.maximum.at(size, unit_of_inst, ops.nbytes[ops.late_row].astype(np.float64))
+    judged = {n: members[n] for n, k, b in zip(unit_names, seen, size, strict=True)
+              if k > 0 and (b >= CLEARING_BYTES or n in slow)}
     net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh)  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)
     tab = view.steps

@@ -55,6 +55,9 @@ SPIKE_SIGMAS = 6.0
 ONSET_SHARE = 0.2
 #: ... and it starts at the episode's first step that lost this share of its median step's loss.
 ONSET_LEVEL = 0.5
+#: An earlier episode whose steps each lost this share of the typical irregular step's loss is the
+#: fault's own first steps (on and off, sampled), however short: a blip of noise loses less.
+ONSET_LIKE = 0.8
 #: A lasting move of the step time to a higher level (a change point) is believed when the later
 #: segment's mean log step time sits SHIFT_SIGMAS standard errors above the earlier one's, each
 #: segment holds SHIFT_MIN_STEPS steps, and -- unless the later level is DRIFT_MAX times the
@@ -465,13 +468,15 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
 def _onset(steps: np.ndarray, irr: np.ndarray, lost: np.ndarray) -> int | None:
     """First step of the first episode (irregular steps at most EPISODE_GAP logged steps apart:
     a sampling logger's steps are far apart in number) that lost a fair share of all the time
-    lost: isolated slow steps before a fault are not its onset."""
+    lost, or whose every step lost about as much as the fault's typical step: isolated slow steps
+    before a fault, slower than normal yet far less than it, are not its onset."""
     idx = np.flatnonzero(irr)
     if not idx.size:
         return None
     total = float(lost[idx].sum())
+    typical = float(np.median(lost[idx]))
     for ep in np.split(idx, np.flatnonzero(np.diff(idx) > EPISODE_GAP) + 1):
-        if total <= 0 or float(lost[ep].sum()) >= ONSET_SHARE * total:
+        if total <= 0 or float(lost[ep].sum()) >= ONSET_SHARE * total or float(lost[ep].min()) >= ONSET_LIKE * typical:
             return int(steps[_episode_start(ep, lost)])
     return int(steps[idx[0]])
 

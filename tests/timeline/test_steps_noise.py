@@ -170,3 +170,17 @@ def test_a_warm_ups_decaying_tail_step_is_warm_up_a_fourth_full_slow_step_is_not
     d[3] = 0.2 * 2.2  # a fourth step as slow as the others is more than a warm-up's tail
     _, warm, onset = judge_window(pd.Series(d, index=pd.RangeIndex(len(d), name="step")))
     assert warm == [] and onset == 0
+
+
+def test_a_fault_on_and_off_starts_at_its_first_slow_step_however_short_the_first_episode() -> None:
+    """Every third step logged, a NIC slow now and then from step 27: its first slow logged step
+    stands alone, four normal logged steps before the next (42). Alone it lost a sixth of
+    the time lost, and was taken for a blip before the fault: onset 42. It lost as much as the
+    fault's other steps each; a blip of noise loses far less (the test above)."""
+    steps = np.arange(0, 60, 3)
+    d = 0.575 * (1 + 0.01 * np.sin(steps))
+    d[0] = 1.41
+    slow = np.isin(steps, [27, 42, 48, 51, 54, 57])
+    d[slow] *= 1.18
+    _, _, onset = settle(judge_steps(pd.Series(d, index=pd.Index(steps, name="step"))))
+    assert onset == 27

@@ -15,6 +15,7 @@ hosts are not synchronized, so only a rank's own clock orders its own operators.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
@@ -96,26 +97,35 @@ class Ops:
     def wait(self) -> np.ndarray:
         """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
         few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
-        return self.elapsed - self.inst_min[self.inst]
+        out = np.empty(len(self.elapsed))
+        for c in range(0, len(out), _CHUNK):  # (by chunks: no row-sized gather of the minima beside it)
+            np.subtract(self.elapsed[c:c + _CHUNK], self.inst_min[self.inst[c:c + _CHUNK]], out=out[c:c + _CHUNK])
+        return out
 
     @property
     def gap(self) -> np.ndarray:
         """Per row: compute time before it on its own clock (0 for a rank's first row, and after
         steps that were not logged); computed on each use, a fresh array (each analysis reads it
         once: not holding it keeps 8 bytes a row off the detection's and transfers' peaks)."""
-        gap = idle_gaps(self.rank, self._times("start_ns"), self._times("end_ns"))
-        n = len(gap)
-        for lo in range(0, n - 1, _CHUNK):  # (by chunks: the step differences are int64, 8 bytes a row)
-            hi = min(lo + _CHUNK, n - 1)
-            later_step = np.subtract(self.step[lo + 1:hi + 1], self.step[lo:hi], dtype=np.int64) > 1
-            later_step &= self.rank[lo + 1:hi + 1] == self.rank[lo:hi]
-            gap[lo + 1:hi + 1][later_step] = 0.0  # steps between were not logged
+        gap = np.empty(len(self.rank))
+        for rows, part in self.gap_chunks():
+            gap[rows] = part
         return gap
 
-    def _times(self, name: str) -> np.ndarray:
-        """A time column of the rows, in the analysis' order, int64 ns (the frame's own when sorted)."""
-        a = self.source[name].to_numpy(np.int64)
-        return a if self.order is None else a[self.order]
+    def gap_chunks(self) -> Iterator[tuple[slice, np.ndarray]]:
+        """`gap` a chunk of whole ranks at a time, in row order: (the chunk's rows, their gaps).
+        A rank's gaps never span chunks, so per-rank sums added chunk by chunk are the sums over
+        all rows, bit for bit, without a row-sized array of gaps (`rank_step_compute`)."""
+        start, end = self.source["start_ns"].to_numpy(np.int64), self.source["end_ns"].to_numpy(np.int64)
+        for lo, hi in pairwise(rank_bounds(self.rank)):
+            at = slice(lo, hi)
+            rows = at if self.order is None else self.order[at]
+            rank, step = self.rank[at], self.step[at]
+            gap = _idle_gaps(rank, start[rows], end[rows])
+            later_step = np.subtract(step[1:], step[:-1], dtype=np.int64) > 1
+            later_step &= rank[1:] == rank[:-1]
+            gap[1:][later_step] = 0.0  # steps between were not logged
+            yield at, gap
 
     @property
     def inst_mean(self) -> np.ndarray:
@@ -380,16 +390,36 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     ahead (an irecv, prefetched) and the rank went on working: it holds the rank only until then.
     The rank computes from the moment nothing holds it to its next post. Ranks are independent:
     they are taken a chunk of whole ranks at a time (the pass holds several row-sized arrays)."""
-    n = len(rank)
-    if n <= _CHUNK:
-        return _idle_gaps(rank, start, end)
-    firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
-    at = np.searchsorted(firsts, np.arange(_CHUNK, n, _CHUNK))  # each chunk ends where a rank begins
-    bounds = [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
-    gap = np.empty(n)
-    for lo, hi in pairwise(bounds):
+    gap = np.empty(len(rank))
+    for lo, hi in pairwise(rank_bounds(rank)):
         gap[lo:hi] = _idle_gaps(rank[lo:hi], start[lo:hi], end[lo:hi])
     return gap
+
+
+def rank_bounds(rank: np.ndarray) -> list[int]:
+    """Rows (sorted by rank) cut into chunks of about `_CHUNK` rows, each ending where a rank
+    begins: [0, ..., n], one chunk when the rows are few."""
+    n = len(rank)
+    if n <= _CHUNK:
+        return [0, n]
+    firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    at = np.searchsorted(firsts, np.arange(_CHUNK, n, _CHUNK))  # each chunk ends where a rank begins
+    return [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
+
+
+def rank_step_compute(ops: Ops, world: int, steps: np.ndarray) -> np.ndarray:
+    """Rank × step (`steps`: the ops' steps, sorted) sum of `Ops.gap`, added in row order as
+    `np.bincount` adds them (the same float64 sums), a chunk of whole ranks at a time: neither
+    the gaps nor the cells' keys are held for every row."""
+    n = len(steps)
+    width = max(world, int(ops.rank.max(initial=-1)) + 1)
+    out = np.zeros(width * n)
+    for rows, gap in ops.gap_chunks():
+        cell = ops.rank[rows].astype(np.int64)
+        cell *= n
+        cell += np.searchsorted(steps, ops.step[rows])
+        np.add.at(out, cell, gap)
+    return out[: world * n].reshape(world, n)
 
 
 def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

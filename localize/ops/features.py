@@ -73,7 +73,6 @@ class Ops:
 
     source: pd.DataFrame  # the rows as given, index 0..n-1
     order: np.ndarray | None  # per sorted row: its row in `source` (None: given already sorted)
-    elapsed: np.ndarray  # float64 seconds
     inst: np.ndarray  # instance id per row (int32: widen before building keys from it)
     n_inst: int
     inst_size: np.ndarray  # copies per instance (int32 where it fits)
@@ -97,9 +96,21 @@ class Ops:
     def wait(self) -> np.ndarray:
         """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
         few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
-        out = np.empty(len(self.elapsed))
+        out = self.elapsed
         for c in range(0, len(out), _CHUNK):  # (by chunks: no row-sized gather of the minima beside it)
-            np.subtract(self.elapsed[c:c + _CHUNK], self.inst_min[self.inst[c:c + _CHUNK]], out=out[c:c + _CHUNK])
+            out[c:c + _CHUNK] -= self.inst_min[self.inst[c:c + _CHUNK]]
+        return out
+
+    @property
+    def elapsed(self) -> np.ndarray:
+        """Per row: seconds the operator took, float64, computed on each use from the frame's
+        times, a chunk at a time (a fresh array: not holding it keeps 8 bytes a row off every
+        peak of the analysis that does not read it), as `seconds` computes it."""
+        start, end = self.source["start_ns"].to_numpy(np.int64), self.source["end_ns"].to_numpy(np.int64)
+        out = np.empty(len(start))
+        for c in range(0, len(out), _CHUNK):
+            rows = slice(c, c + _CHUNK) if self.order is None else self.order[c:c + _CHUNK]
+            seconds(start[rows], end[rows], out[c:c + _CHUNK])
         return out
 
     @property
@@ -497,10 +508,6 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         rank = column("rank")
     del sort
     end = column("end_ns")
-    elapsed = end - start
-    elapsed = elapsed.astype(np.float64)
-    np.maximum(elapsed, 0, out=elapsed)
-    elapsed *= 1e-9
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
     # (row-sized scratch is dropped as soon as it is used, and held narrow: the peak is the sum)
@@ -537,8 +544,10 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     inst_src, inst_dst = _inst_ends(last[inst_p2p], inst_p2p, rank, opcode, column("peer"))
     del last
     size = _narrow(np.bincount(inst, minlength=n_inst))
+    elapsed = seconds(start, end, np.empty(len(start)))  # (held by no one: `Ops.elapsed` computes it again on use)
     imin = group_min(inst, n_inst, elapsed)
     wait = elapsed - imin[inst]
+    del elapsed
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
     del wait
@@ -547,9 +556,18 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
     # (the coded columns leave the frame: their codes above are what the analysis reads)
     df = df.drop(columns=[c for c in CODED if c in df.columns])
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), groups,
+    return Ops(df, order, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
                opcode, step, rank, first, column("nbytes"))
+
+
+def seconds(start: np.ndarray, end: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`out` (float64) filled with end - start (int64 ns) in seconds, 0 where negative: how long
+    each operator took."""
+    out[:] = np.subtract(end, start, dtype=np.int64)
+    np.maximum(out, 0, out=out)
+    out *= 1e-9
+    return out
 
 
 def _inst_ends(rows: np.ndarray, inst_p2p: np.ndarray, rank: np.ndarray, opcode: np.ndarray,
@@ -707,7 +725,7 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
 def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
     """Per row: the step's rolling baseline duration over the run's median (1 without steps)."""
     if steps is None or steps.empty or "baseline_s" not in steps:
-        return np.ones(len(ops.elapsed))
+        return np.ones(len(ops.rank))
     base = steps.set_index("step")["baseline_s"].astype(float)
     med = float(np.nanmedian(base.to_numpy())) or 1.0
     return _per_step(ops, (base / med).astype(np.float64))
@@ -729,7 +747,7 @@ def _per_step(ops: Ops, values: pd.Series, rows: np.ndarray | None = None) -> np
 
 def step_ratio(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
     """Per row (of `rows`, default all): its step's duration over the step-time baseline."""
-    n = len(ops.elapsed) if rows is None else len(rows)
+    n = len(ops.rank) if rows is None else len(rows)
     if steps is None or steps.empty or "ratio" not in steps:
         return np.ones(n)
     return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64), rows)

@@ -210,7 +210,7 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
         return out, seen
     flight, waited, together = flights(ops, meta, ref, send_row, recv_row)
     # each instance's stream (the send's pair: -1 for collectives and lost sends), and which ran normally
-    stream = np.where(ops.inst_p2p & (send_row >= 0), ops.pair[np.maximum(send_row, 0)], -1)
+    stream = np.where(ops.inst_p2p & (send_row >= 0), ops.inst_pair[ops.inst[np.maximum(send_row, 0)]], -1)
     in_ref = np.isin(ops.inst_step, ref)
     needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, stream, in_ref)
     ex = flight - needs

@@ -42,6 +42,8 @@ from localize.ops.grouping import (
 _OPS_ARRAY = pa.array(list(OPS))
 #: rows per chunk of scatters whose indices numpy would widen all at once
 _CHUNK = 1 << 20
+#: rows per chunk of whole ranks (`rank_bounds`): a gap pass holds about eight int64 arrays of its chunk
+_RANK_CHUNK = 1 << 18
 
 #: CommOps columns `prepare_ops` holds as codes only (`Ops.rows_frame` rebuilds them)
 CODED = ("group", "op", "peer")
@@ -85,7 +87,7 @@ class Ops:
     inst_src: np.ndarray  # per instance: p2p source rank (-1 for collectives)
     inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
     slot: np.ndarray  # per row: slot code
-    pair: np.ndarray  # per row: (group, src, dst) code — same for every seq of one operator stream
+    inst_pair: np.ndarray  # per instance: (group, src, dst) code — same for every seq of one operator stream
     opcode: np.ndarray  # per row: index into collector.schema.OPS (int8)
     step: np.ndarray  # per row: step (int32, the frame's column where it can be)
     rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
@@ -100,6 +102,12 @@ class Ops:
         for c in range(0, len(out), _CHUNK):  # (by chunks: no row-sized gather of the minima beside it)
             out[c:c + _CHUNK] -= self.inst_min[self.inst[c:c + _CHUNK]]
         return out
+
+    @property
+    def pair(self) -> np.ndarray:
+        """Per row: its operator stream's code (`inst_pair` of its instance: a fresh array, not 4
+        bytes a row held through the analysis)."""
+        return self.inst_pair[self.inst]
 
     @property
     def elapsed(self) -> np.ndarray:
@@ -408,13 +416,13 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
 
 
 def rank_bounds(rank: np.ndarray) -> list[int]:
-    """Rows (sorted by rank) cut into chunks of about `_CHUNK` rows, each ending where a rank
-    begins: [0, ..., n], one chunk when the rows are few."""
+    """Rows (sorted by rank) cut into chunks of about `_RANK_CHUNK` rows, each ending where a
+    rank begins: [0, ..., n], one chunk when the rows are few."""
     n = len(rank)
-    if n <= _CHUNK:
+    if n <= _RANK_CHUNK:
         return [0, n]
     firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
-    at = np.searchsorted(firsts, np.arange(_CHUNK, n, _CHUNK))  # each chunk ends where a rank begins
+    at = np.searchsorted(firsts, np.arange(_RANK_CHUNK, n, _RANK_CHUNK))  # each chunk ends where a rank begins
     return [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
 
 
@@ -539,8 +547,8 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     rank, step, gcode, slot = (_narrow(a) for a in (rank, step, gcode, slot))
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
-    inst_group, inst_step, inst_p2p = gcode[last], step[last], is_p2p[last]
-    del gcode, is_p2p  # (Ops.group_code is inst_group[inst], on use)
+    inst_group, inst_step, inst_p2p, inst_pair = gcode[last], step[last], is_p2p[last], pair[last]
+    del gcode, is_p2p, pair  # (Ops.group_code is inst_group[inst], Ops.pair inst_pair[inst], on use)
     inst_src, inst_dst = _inst_ends(last[inst_p2p], inst_p2p, rank, opcode, column("peer"))
     del last
     size = _narrow(np.bincount(inst, minlength=n_inst))
@@ -557,7 +565,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     # (the coded columns leave the frame: their codes above are what the analysis reads)
     df = df.drop(columns=[c for c in CODED if c in df.columns])
     return Ops(df, order, inst, n_inst, size, imin, _narrow(late_row), groups,
-               _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
+               _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, inst_pair,
                opcode, step, rank, first, column("nbytes"))
 
 

@@ -48,8 +48,10 @@ class WaitGraph:
 def _prev_same_pair(ops: Ops) -> np.ndarray:
     """Per row: the previous row of the same rank and operator stream (-1 if none)."""
     n = len(ops.rank)
-    key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1)
-    key += ops.pair
+    pair = ops.pair
+    key = ops.rank.astype(np.int64) * (int(pair.max(initial=0)) + 1)
+    key += pair
+    del pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
     key.sort(kind="stable")  # key[order], in place (this runs at the analysis's peak)
     same = np.zeros(n, dtype=bool)
@@ -82,11 +84,17 @@ def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     prev = _prev_same_pair(ops)
     step = ops.step
     far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
+    # (row-sized int32 links, each dropped or reused as soon as it is read: this runs near the peak)
+    near = np.where(far, -1, prev)
+    counts = np.cumsum(_unreliable_gaps(ops, near), dtype=prev.dtype)
+    del near
     row = np.arange(len(step), dtype=prev.dtype)
-    new = np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])]
-    first = np.maximum.accumulate(np.where(new, row, 0))
-    start = np.where(far, np.where(first < row, first, -1), prev)
-    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)), dtype=prev.dtype)
+    first = np.where(np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])], row, 0)
+    np.maximum.accumulate(first, out=first)
+    start = np.where(first < row, first, -1)
+    del first, row
+    np.copyto(start, prev, where=~far)
+    return start, counts
 
 
 def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
@@ -104,9 +112,10 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
         hole[c:c + _CHUNK][h] = np.subtract(seq[c:c + _CHUNK][h], seq[prev[c:c + _CHUNK][h]], dtype=np.int64) > 1
     mark = np.zeros(len(seq) + 1, dtype=prev.dtype)  # (+1/-1 marks: row indices' width suffices)
     idx = np.flatnonzero(hole)
+    del hole
     np.add.at(mark, prev[idx] + 1, 1)
     np.add.at(mark, idx + 1, -1)
-    return np.cumsum(mark, dtype=mark.dtype)[:-1] > 0
+    return np.cumsum(mark, out=mark)[:-1] > 0
 
 
 

@@ -148,6 +148,6 @@ def test_idle_gaps_by_chunks_of_ranks_equal_one_pass(monkeypatch: pytest.MonkeyP
     rank, start, end = (df[c].to_numpy(np.int64) for c in ("rank", "start_ns", "end_ns"))
     want = features._idle_gaps(rank, start, end)
     for chunk in (1, 97, 5000):
-        monkeypatch.setattr(features, "_CHUNK", chunk)
+        monkeypatch.setattr(features, "_RANK_CHUNK", chunk)
         got = features.idle_gaps(rank, start, end)
         assert got.tobytes() == want.tobytes()

@@ -36,6 +36,10 @@ Run `laggard VERB --help` for each verb's options and examples."""
 #: 300 MB; bench/memory.py); jemalloc, which pyarrow's Linux builds ship, peaks lowest on small and on
 #: 5 M-row traces alike; elsewhere the system allocator (always built in, so no warning is printed).
 ARROW_POOL = "jemalloc" if sys.platform == "linux" else "system"
+#: jemalloc's settings: pages freed go back to the system at once. Its default keeps them for a second
+#: or more, through `release_unused` too, so a 5 M-row read stood ~280 MB above its live data when the
+#: analysis began (issue #14); the user's JE_ARROW_MALLOC_CONF wins.
+JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
 def _verb_modules() -> dict[str, str]:
@@ -80,6 +84,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_POOL)
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", JEMALLOC_CONF)
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only="" if verb is None and "--version" in argv else verb)

@@ -22,7 +22,15 @@ from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
 from localize.network.devices import NetCandidate, resolve_network, slow_units, tie_note, tied_best
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
-from localize.ops.features import CODED, Ops, prepare_ops, slot_stats, sorted_rows, step_scale
+from localize.ops.features import (
+    CODED,
+    Ops,
+    prepare_ops,
+    rank_step_compute,
+    slot_stats,
+    sorted_rows,
+    step_scale,
+)
 from localize.ops.grouping import group_sum, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
 from localize.ops.lone import (
@@ -560,9 +568,7 @@ def unseen_share(ops: Ops, lone_more: np.ndarray, world: int, steps: np.ndarray,
     """Per rank: of what its time per step grew by in the `slow` steps over its normal ones `ref`,
     the share spent waiting in its lone copies (`lone_more`, `lone_excess`) rather than computing.
     A slow unlogged peer grows the one; the rank itself, or its whole host, the other."""
-    n = len(steps)
-    cell = ops.rank.astype(np.int64) * n + np.searchsorted(steps, ops.step)
-    own = np.bincount(cell, weights=ops.gap, minlength=world * n)[: world * n].reshape(world, n)
+    own = rank_step_compute(ops, world, steps)
     normal, hit = np.isin(steps, ref), np.isin(steps, slow)
     if normal.any():
         own -= np.median(own[:, normal], axis=1, keepdims=True)

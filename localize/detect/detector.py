@@ -89,7 +89,7 @@ class ForestDetector:
 
     def detect(self, ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Detection:
         basis = feature_basis(ops, steps, ref_steps)
-        proba = np.zeros(len(ops.elapsed))
+        proba = np.zeros(len(ops.rank))
         rest = np.flatnonzero(~clearly_normal(ops, basis))
         if rest.size:
             x = detector_matrix(ops, steps, ref_steps, rest, basis)

@@ -48,9 +48,12 @@ def p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     return rows[0], rows[1]
 
 
-def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: start and end in seconds on one clock (each host's offset removed, as the
-    timeline estimates it step by step, from the normal steps `ref` where there are some)."""
+def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None, rows: np.ndarray) -> tuple[
+        np.ndarray, np.ndarray, tuple[float, float]]:
+    """Per row, its start, and the end of `rows` (indices) only, in seconds on one clock (each
+    host's offset removed, as the timeline estimates it step by step, from the normal steps
+    `ref` where there are some); and `time_line` of every row's start and end (the ends of the
+    other rows are read a chunk at a time, never held)."""
     step = ops.step
     steps = np.unique(step[step >= 0])
     # (only the sampled steps' rows, with the columns the frame no longer holds: `Ops.rows_frame`)
@@ -63,50 +66,72 @@ def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None = None) -> tup
     start = ops.df["start_ns"].to_numpy(np.float64, copy=True)
     start -= off
     start *= 1e-9
-    end = ops.df["end_ns"].to_numpy(np.float64, copy=True)
-    end -= off
-    end *= 1e-9
-    return start, end
+    end_ns = ops.df["end_ns"].to_numpy(np.int64)
+
+    def aligned_end(at: slice | np.ndarray) -> np.ndarray:
+        end = end_ns[at].astype(np.float64)
+        end -= off[at]
+        end *= 1e-9
+        return end
+
+    lo, hi = float(start.min(initial=np.inf)), float(start.max(initial=-np.inf))
+    for c in range(0, len(end_ns), _CHUNK):
+        end = aligned_end(slice(c, c + _CHUNK))
+        lo, hi = min(lo, float(end.min())), max(hi, float(end.max()))
+    return start, aligned_end(rows), (lo, hi - lo + 1.0)
 
 
-def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def time_line(start: np.ndarray, end: np.ndarray) -> tuple[float, float]:
+    """The origin and the length of each rank's segment of the one line `last_activity` lifts
+    the ranks' times onto: the earliest time, and the span of all of them plus 1 s."""
+    t0 = float(min(start.min(), end.min()))
+    return t0, float(max(start.max(), end.max()) - t0) + 1.0
+
+
+def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray, rows: np.ndarray | None = None,
+                  line: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per row: when its rank last started anything before the row ended (its own start at the
     earliest), and whether the row was blocking (nothing else of its rank started while it ran,
-    nor with it: its end is what it waited for, not a batch's or a later wait's).
+    nor with it: its end is what it waited for, not a batch's or a later wait's). `rows`
+    (indices): only those rows', `end` then given for them alone and `line` (`time_line` of
+    every row's start and end) with it; `start` is every row's.
 
     An irecv posted early and waited on later, or an operator of a batch, ends when the rank's
     wait returned; the rank was certainly inside the operator only after its last other start."""
     n = len(ops.rank)
-    if n < 2:
-        return start.copy(), np.ones(n, dtype=bool)
-    first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
-    t0 = float(min(start.min(), end.min()))
-    span = float(max(start.max(), end.max()) - t0) + 1.0
-    # each rank lifted to its own segment of one line; built in place and by chunks (this runs
-    # at the analysis's peak: one row-sized float array and the int32 segment codes)
     narrow = np.int32 if n < 2**31 else np.int64  # (row indices and segment codes)
+    at: np.ndarray = np.arange(n, dtype=narrow) if rows is None else rows
+    if n < 2:
+        return start[at], np.ones(len(at), dtype=bool)
+    first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
+    t0, span = time_line(start, end) if line is None else line
+    # each rank lifted to its own segment of one line; built in place and by chunks (this runs
+    # near the analysis's peak: one row-sized float array and the int32 segment codes)
     seg = np.cumsum(first, dtype=narrow)
     np.subtract(seg, 1, out=seg)
     lifted_start = np.subtract(start, t0)
     for c in range(0, n, _CHUNK):
         lifted_start[c:c + _CHUNK] += np.multiply(seg[c:c + _CHUNK], span)  # rows are sorted by (rank, start): so is this
-    j = np.empty(n, dtype=narrow)
-    for c in range(0, n, _CHUNK):
-        lifted_end = np.subtract(end[c:c + _CHUNK], t0)
-        lifted_end += np.multiply(seg[c:c + _CHUNK], span)
+    j = np.empty(len(at), dtype=at.dtype)
+    for c in range(0, len(at), _CHUNK):
+        idx = at[c:c + _CHUNK]
+        lifted_end = np.subtract(end[idx] if rows is None else end[c:c + _CHUNK], t0)
+        lifted_end += np.multiply(seg[idx], span)
         j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
     del seg, lifted_start
     np.subtract(j, 1, out=j)
-    row = np.arange(n, dtype=narrow)
-    np.maximum(j, row, out=j)
+    np.maximum(j, at, out=j)
     ready = start[j]
-    np.maximum(start, ready, out=ready)
-    same_start = np.r_[(~first[1:]) & (start[1:] == start[:-1]), False] | np.r_[False, (~first[1:]) & (start[1:] == start[:-1])]
-    blocking = (j == row) & ~same_start
+    np.maximum(start[at], ready, out=ready)
+    # posted with the row before or after it, of the same rank (a batch)
+    after, before = np.minimum(at + 1, n - 1), np.maximum(at - 1, 0)
+    same_start = (at < n - 1) & ~first[after] & (start[after] == start[at])
+    same_start |= ~first[at] & (start[before] == start[at])
+    blocking = (j == at) & ~same_start
     return ready, blocking
 
 
-def flights(ops: Ops, start: np.ndarray, end: np.ndarray, send_row: np.ndarray,
+def flights(ops: Ops, meta: JobMeta, ref: np.ndarray | None, send_row: np.ndarray,
             recv_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per instance: how long the data took once both sides were certainly in the transfer (s,
     NaN when one end is missing); whether the receiver was there first (then that is the
@@ -120,14 +145,19 @@ def flights(ops: Ops, start: np.ndarray, end: np.ndarray, send_row: np.ndarray,
     flight = np.full(ops.n_inst, np.nan)
     waited = np.zeros(ops.n_inst, dtype=bool)
     together = np.zeros(ops.n_inst, dtype=bool)
-    s, r = send_row[both], recv_row[both]
-    ready, blocking = last_activity(ops, start, end)
-    arrived = np.where(blocking[r], end[r], np.minimum(end[s], end[r]))
-    took = np.maximum(arrived - np.maximum(ready[s], ready[r]), 0.0)
+    # (times on one clock of the two ends' rows only, but every row's start: other rows of their ranks count)
+    ends = np.concatenate([send_row[both], recv_row[both]])
+    k = int(both.sum())
+    start, end, line = aligned_times(ops, meta, ref, ends)
+    ready, blocking = last_activity(ops, start, end, ends, line)
+    del start
+    (end_s, end_r), (ready_s, ready_r), blocking_r = (end[:k], end[k:]), (ready[:k], ready[k:]), blocking[k:]
+    arrived = np.where(blocking_r, end_r, np.minimum(end_s, end_r))
+    took = np.maximum(arrived - np.maximum(ready_s, ready_r), 0.0)
     tol = np.maximum(TOLERANCE * took, TOLERANCE_S)
     flight[both] = took
-    waited[both] = ready[r] <= ready[s] + tol
-    together[both] = np.abs(end[s] - end[r]) <= tol
+    waited[both] = ready_r <= ready_s + tol
+    together[both] = np.abs(end_s - end_r) <= tol
     return flight, waited, together
 
 
@@ -178,11 +208,9 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
     send_row, recv_row = rows if rows is not None else p2p_rows(ops)
     if not ((send_row >= 0) & (recv_row >= 0)).any():
         return out, seen
-    start, end = aligned_times(ops, meta, ref)
-    flight, waited, together = flights(ops, start, end, send_row, recv_row)
-    del start, end  # (per-row times: what follows is per instance)
+    flight, waited, together = flights(ops, meta, ref, send_row, recv_row)
     # each instance's stream (the send's pair: -1 for collectives and lost sends), and which ran normally
-    stream = np.where(ops.inst_p2p & (send_row >= 0), ops.pair[np.maximum(send_row, 0)], -1)
+    stream = np.where(ops.inst_p2p & (send_row >= 0), ops.inst_pair[ops.inst[np.maximum(send_row, 0)]], -1)
     in_ref = np.isin(ops.inst_step, ref)
     needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, stream, in_ref)
     ex = flight - needs

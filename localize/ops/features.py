@@ -15,6 +15,7 @@ hosts are not synchronized, so only a rank's own clock orders its own operators.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
@@ -41,6 +42,8 @@ from localize.ops.grouping import (
 _OPS_ARRAY = pa.array(list(OPS))
 #: rows per chunk of scatters whose indices numpy would widen all at once
 _CHUNK = 1 << 20
+#: rows per chunk of whole ranks (`rank_bounds`): a gap pass holds about eight int64 arrays of its chunk
+_RANK_CHUNK = 1 << 18
 
 #: CommOps columns `prepare_ops` holds as codes only (`Ops.rows_frame` rebuilds them)
 CODED = ("group", "op", "peer")
@@ -72,7 +75,6 @@ class Ops:
 
     source: pd.DataFrame  # the rows as given, index 0..n-1
     order: np.ndarray | None  # per sorted row: its row in `source` (None: given already sorted)
-    elapsed: np.ndarray  # float64 seconds
     inst: np.ndarray  # instance id per row (int32: widen before building keys from it)
     n_inst: int
     inst_size: np.ndarray  # copies per instance (int32 where it fits)
@@ -85,7 +87,7 @@ class Ops:
     inst_src: np.ndarray  # per instance: p2p source rank (-1 for collectives)
     inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
     slot: np.ndarray  # per row: slot code
-    pair: np.ndarray  # per row: (group, src, dst) code — same for every seq of one operator stream
+    inst_pair: np.ndarray  # per instance: (group, src, dst) code — same for every seq of one operator stream
     opcode: np.ndarray  # per row: index into collector.schema.OPS (int8)
     step: np.ndarray  # per row: step (int32, the frame's column where it can be)
     rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
@@ -96,26 +98,53 @@ class Ops:
     def wait(self) -> np.ndarray:
         """Per row: elapsed - instance min, computed on each use (a fresh array: it is read in a
         few places, and not holding it keeps 8 bytes a row off the analysis's peak)."""
-        return self.elapsed - self.inst_min[self.inst]
+        out = self.elapsed
+        for c in range(0, len(out), _CHUNK):  # (by chunks: no row-sized gather of the minima beside it)
+            out[c:c + _CHUNK] -= self.inst_min[self.inst[c:c + _CHUNK]]
+        return out
+
+    @property
+    def pair(self) -> np.ndarray:
+        """Per row: its operator stream's code (`inst_pair` of its instance: a fresh array, not 4
+        bytes a row held through the analysis)."""
+        return self.inst_pair[self.inst]
+
+    @property
+    def elapsed(self) -> np.ndarray:
+        """Per row: seconds the operator took, float64, computed on each use from the frame's
+        times, a chunk at a time (a fresh array: not holding it keeps 8 bytes a row off every
+        peak of the analysis that does not read it), as `seconds` computes it."""
+        start, end = self.source["start_ns"].to_numpy(np.int64), self.source["end_ns"].to_numpy(np.int64)
+        out = np.empty(len(start))
+        for c in range(0, len(out), _CHUNK):
+            rows = slice(c, c + _CHUNK) if self.order is None else self.order[c:c + _CHUNK]
+            seconds(start[rows], end[rows], out[c:c + _CHUNK])
+        return out
 
     @property
     def gap(self) -> np.ndarray:
         """Per row: compute time before it on its own clock (0 for a rank's first row, and after
         steps that were not logged); computed on each use, a fresh array (each analysis reads it
         once: not holding it keeps 8 bytes a row off the detection's and transfers' peaks)."""
-        gap = idle_gaps(self.rank, self._times("start_ns"), self._times("end_ns"))
-        n = len(gap)
-        for lo in range(0, n - 1, _CHUNK):  # (by chunks: the step differences are int64, 8 bytes a row)
-            hi = min(lo + _CHUNK, n - 1)
-            later_step = np.subtract(self.step[lo + 1:hi + 1], self.step[lo:hi], dtype=np.int64) > 1
-            later_step &= self.rank[lo + 1:hi + 1] == self.rank[lo:hi]
-            gap[lo + 1:hi + 1][later_step] = 0.0  # steps between were not logged
+        gap = np.empty(len(self.rank))
+        for rows, part in self.gap_chunks():
+            gap[rows] = part
         return gap
 
-    def _times(self, name: str) -> np.ndarray:
-        """A time column of the rows, in the analysis' order, int64 ns (the frame's own when sorted)."""
-        a = self.source[name].to_numpy(np.int64)
-        return a if self.order is None else a[self.order]
+    def gap_chunks(self) -> Iterator[tuple[slice, np.ndarray]]:
+        """`gap` a chunk of whole ranks at a time, in row order: (the chunk's rows, their gaps).
+        A rank's gaps never span chunks, so per-rank sums added chunk by chunk are the sums over
+        all rows, bit for bit, without a row-sized array of gaps (`rank_step_compute`)."""
+        start, end = self.source["start_ns"].to_numpy(np.int64), self.source["end_ns"].to_numpy(np.int64)
+        for lo, hi in pairwise(rank_bounds(self.rank)):
+            at = slice(lo, hi)
+            rows = at if self.order is None else self.order[at]
+            rank, step = self.rank[at], self.step[at]
+            gap = _idle_gaps(rank, start[rows], end[rows])
+            later_step = np.subtract(step[1:], step[:-1], dtype=np.int64) > 1
+            later_step &= rank[1:] == rank[:-1]
+            gap[1:][later_step] = 0.0  # steps between were not logged
+            yield at, gap
 
     @property
     def inst_mean(self) -> np.ndarray:
@@ -380,16 +409,36 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     ahead (an irecv, prefetched) and the rank went on working: it holds the rank only until then.
     The rank computes from the moment nothing holds it to its next post. Ranks are independent:
     they are taken a chunk of whole ranks at a time (the pass holds several row-sized arrays)."""
-    n = len(rank)
-    if n <= _CHUNK:
-        return _idle_gaps(rank, start, end)
-    firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
-    at = np.searchsorted(firsts, np.arange(_CHUNK, n, _CHUNK))  # each chunk ends where a rank begins
-    bounds = [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
-    gap = np.empty(n)
-    for lo, hi in pairwise(bounds):
+    gap = np.empty(len(rank))
+    for lo, hi in pairwise(rank_bounds(rank)):
         gap[lo:hi] = _idle_gaps(rank[lo:hi], start[lo:hi], end[lo:hi])
     return gap
+
+
+def rank_bounds(rank: np.ndarray) -> list[int]:
+    """Rows (sorted by rank) cut into chunks of about `_RANK_CHUNK` rows, each ending where a
+    rank begins: [0, ..., n], one chunk when the rows are few."""
+    n = len(rank)
+    if n <= _RANK_CHUNK:
+        return [0, n]
+    firsts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    at = np.searchsorted(firsts, np.arange(_RANK_CHUNK, n, _RANK_CHUNK))  # each chunk ends where a rank begins
+    return [0, *unique(firsts[at[at < len(firsts)]]).tolist(), n]
+
+
+def rank_step_compute(ops: Ops, world: int, steps: np.ndarray) -> np.ndarray:
+    """Rank × step (`steps`: the ops' steps, sorted) sum of `Ops.gap`, added in row order as
+    `np.bincount` adds them (the same float64 sums), a chunk of whole ranks at a time: neither
+    the gaps nor the cells' keys are held for every row."""
+    n = len(steps)
+    width = max(world, int(ops.rank.max(initial=-1)) + 1)
+    out = np.zeros(width * n)
+    for rows, gap in ops.gap_chunks():
+        cell = ops.rank[rows].astype(np.int64)
+        cell *= n
+        cell += np.searchsorted(steps, ops.step[rows])
+        np.add.at(out, cell, gap)
+    return out[: world * n].reshape(world, n)
 
 
 def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -467,10 +516,6 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
         rank = column("rank")
     del sort
     end = column("end_ns")
-    elapsed = end - start
-    elapsed = elapsed.astype(np.float64)
-    np.maximum(elapsed, 0, out=elapsed)
-    elapsed *= 1e-9
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
     # (row-sized scratch is dropped as soon as it is used, and held narrow: the peak is the sum)
@@ -502,13 +547,15 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     rank, step, gcode, slot = (_narrow(a) for a in (rank, step, gcode, slot))
     last = np.zeros(n_inst, dtype=np.int64)
     last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
-    inst_group, inst_step, inst_p2p = gcode[last], step[last], is_p2p[last]
-    del gcode, is_p2p  # (Ops.group_code is inst_group[inst], on use)
+    inst_group, inst_step, inst_p2p, inst_pair = gcode[last], step[last], is_p2p[last], pair[last]
+    del gcode, is_p2p, pair  # (Ops.group_code is inst_group[inst], Ops.pair inst_pair[inst], on use)
     inst_src, inst_dst = _inst_ends(last[inst_p2p], inst_p2p, rank, opcode, column("peer"))
     del last
     size = _narrow(np.bincount(inst, minlength=n_inst))
+    elapsed = seconds(start, end, np.empty(len(start)))  # (held by no one: `Ops.elapsed` computes it again on use)
     imin = group_min(inst, n_inst, elapsed)
     wait = elapsed - imin[inst]
+    del elapsed
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
     del wait
@@ -517,9 +564,18 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
     # (the coded columns leave the frame: their codes above are what the analysis reads)
     df = df.drop(columns=[c for c in CODED if c in df.columns])
-    return Ops(df, order, elapsed, inst, n_inst, size, imin, _narrow(late_row), groups,
-               _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, pair,
+    return Ops(df, order, inst, n_inst, size, imin, _narrow(late_row), groups,
+               _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, inst_pair,
                opcode, step, rank, first, column("nbytes"))
+
+
+def seconds(start: np.ndarray, end: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`out` (float64) filled with end - start (int64 ns) in seconds, 0 where negative: how long
+    each operator took."""
+    out[:] = np.subtract(end, start, dtype=np.int64)
+    np.maximum(out, 0, out=out)
+    out *= 1e-9
+    return out
 
 
 def _inst_ends(rows: np.ndarray, inst_p2p: np.ndarray, rank: np.ndarray, opcode: np.ndarray,
@@ -677,7 +733,7 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
 def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
     """Per row: the step's rolling baseline duration over the run's median (1 without steps)."""
     if steps is None or steps.empty or "baseline_s" not in steps:
-        return np.ones(len(ops.elapsed))
+        return np.ones(len(ops.rank))
     base = steps.set_index("step")["baseline_s"].astype(float)
     med = float(np.nanmedian(base.to_numpy())) or 1.0
     return _per_step(ops, (base / med).astype(np.float64))
@@ -699,7 +755,7 @@ def _per_step(ops: Ops, values: pd.Series, rows: np.ndarray | None = None) -> np
 
 def step_ratio(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
     """Per row (of `rows`, default all): its step's duration over the step-time baseline."""
-    n = len(ops.elapsed) if rows is None else len(rows)
+    n = len(ops.rank) if rows is None else len(rows)
     if steps is None or steps.empty or "ratio" not in steps:
         return np.ones(n)
     return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64), rows)

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from collector.meta import JobMeta
-from localize.ops.features import Ops, prepare_ops
-from localize.ops.grouping import dense_codes, group_sum, unique
+from localize.ops.features import Ops, prepare_ops, rank_step_compute
+from localize.ops.grouping import unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
@@ -37,15 +37,9 @@ def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple
     columns. The first step holds the job's warm-up and is left out when there are more than two.
     `lone` (per row, `localize.ops.lone`): operators whose time is the rank's unlogged peers'
     compute as much as its own, counted with it."""
-    scode, n_steps = dense_codes(ops.step, by_first=False)  # (in step order)
     steps = unique(ops.step)
-    key = ops.rank.astype(np.int64)  # (rank x step cells built in place: this may run at the analysis' peak)
-    key *= n_steps
-    key += scode
-    del scode
-    comp = group_sum(key, max(world * n_steps, int(key.max(initial=-1)) + 1), ops.gap)
-    del key
-    comp = comp[: world * n_steps].reshape(world, n_steps)
+    n_steps = len(steps)
+    comp = rank_step_compute(ops, world, steps)  # (a chunk of ranks at a time: this may run at the analysis' peak)
     if lone is not None and lone.any():
         comp += lone_time(ops, lone, world, np.asarray(steps, dtype=np.int64))
     seen = np.bincount(ops.rank, minlength=world)[:world] > 0

@@ -48,8 +48,10 @@ class WaitGraph:
 def _prev_same_pair(ops: Ops) -> np.ndarray:
     """Per row: the previous row of the same rank and operator stream (-1 if none)."""
     n = len(ops.rank)
-    key = ops.rank.astype(np.int64) * (int(ops.pair.max(initial=0)) + 1)
-    key += ops.pair
+    pair = ops.pair
+    key = ops.rank.astype(np.int64) * (int(pair.max(initial=0)) + 1)
+    key += pair
+    del pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
     key.sort(kind="stable")  # key[order], in place (this runs at the analysis's peak)
     same = np.zeros(n, dtype=bool)
@@ -82,11 +84,17 @@ def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     prev = _prev_same_pair(ops)
     step = ops.step
     far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
+    # (row-sized int32 links, each dropped or reused as soon as it is read: this runs near the peak)
+    near = np.where(far, -1, prev)
+    counts = np.cumsum(_unreliable_gaps(ops, near), dtype=prev.dtype)
+    del near
     row = np.arange(len(step), dtype=prev.dtype)
-    new = np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])]
-    first = np.maximum.accumulate(np.where(new, row, 0))
-    start = np.where(far, np.where(first < row, first, -1), prev)
-    return start, np.cumsum(_unreliable_gaps(ops, np.where(far, -1, prev)), dtype=prev.dtype)
+    first = np.where(np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])], row, 0)
+    np.maximum.accumulate(first, out=first)
+    start = np.where(first < row, first, -1)
+    del first, row
+    np.copyto(start, prev, where=~far)
+    return start, counts
 
 
 def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
@@ -104,27 +112,55 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
         hole[c:c + _CHUNK][h] = np.subtract(seq[c:c + _CHUNK][h], seq[prev[c:c + _CHUNK][h]], dtype=np.int64) > 1
     mark = np.zeros(len(seq) + 1, dtype=prev.dtype)  # (+1/-1 marks: row indices' width suffices)
     idx = np.flatnonzero(hole)
+    del hole
     np.add.at(mark, prev[idx] + 1, 1)
     np.add.at(mark, idx + 1, -1)
-    return np.cumsum(mark, dtype=mark.dtype)[:-1] > 0
+    return np.cumsum(mark, out=mark)[:-1] > 0
 
 
 
-def _segment_totals(ops: Ops, what: str, values: np.ndarray, p: np.ndarray) -> np.ndarray:
+def _typical_wait(ops: Ops, ref_steps: np.ndarray | None) -> np.ndarray | None:
+    """Per slot: the typical wait of the operator over the reference steps (NaN: never seen
+    there); None without reference steps."""
+    if ref_steps is None or not len(ref_steps):
+        return None
+    return slot_stats(ops, ops.wait, ref_steps)[0]
+
+
+def _excess_wait(ops: Ops, typical: np.ndarray | None) -> np.ndarray:
+    """Per row, a fresh array: its wait beyond its slot's `typical` wait (`_typical_wait`): only
+    waiting beyond what the operator normally waits (pipeline bubbles) is a delay."""
+    wait = ops.wait
+    if typical is None:
+        return wait
+    for c in range(0, len(wait), _CHUNK):  # (by chunks: no row-sized gather of the typical waits beside it)
+        usual = typical[ops.slot[c:c + _CHUNK]]
+        np.nan_to_num(usual, copy=False)
+        np.subtract(wait[c:c + _CHUNK], usual, out=wait[c:c + _CHUNK])
+    return np.maximum(wait, 0.0, out=wait)
+
+
+def _received(ops: Ops, typical: np.ndarray | None, comm_excess: np.ndarray) -> np.ndarray:
+    """Per row, a fresh array: the delay it received, waiting for others (`_excess_wait`) or a
+    transfer slower than normal (built where it is read: 8 bytes a row not held in between)."""
+    out = _excess_wait(ops, typical)
+    for c in range(0, len(out), _CHUNK):
+        out[c:c + _CHUNK] += comm_excess[ops.inst[c:c + _CHUNK]]
+    return out
+
+
+def _segment_totals(ops: Ops, what: str, values: np.ndarray | None, p: np.ndarray) -> np.ndarray:
     """Per row: the rank's compute, delay received or own-clock time between row `p` (its
-    segment start) and itself, as a fresh float64 array (rows without a start: any value).
-    `values`: per row, the compute before it (`Ops.gap`: consumed, its running sum is built in
-    its place) or the delay it received (the own-clock time reads the frame's times instead)."""
-    if what == "compute":
+    segment start, an earlier row: p[i] < i, or 0 where it has none) and itself, as float64
+    (rows without a start: any value). `values`: per row, the compute before it (`Ops.gap`)
+    or the delay it received, consumed: its running sum, then the totals, are built in its
+    place; the own-clock time reads the frame's times instead (None)."""
+    if what in ("compute", "wait"):
+        assert values is not None
         c = np.cumsum(values, out=values)
-        out = c[p]
-        return np.subtract(c, out, out=out)
-    if what == "wait":  # received before this row: the running sum up to the previous row
-        c = np.cumsum(values)
-        out = c[p]
-        c[1:] = c[:-1]  # (shifted in place: the running sum before each row)
-        c[0] = 0.0
-        return np.subtract(c, out, out=out)
+        # received before this row (wait): the running sum up to the previous row, c[i - 1]
+        _differences_in_place(c, p, shift=1 if what == "wait" else 0)
+        return c
     # all of it: from the end of the previous operator of the stream to this one's start
     start = ops.df["start_ns"].to_numpy(np.int64)
     end = ops.df["end_ns"].to_numpy(np.int64)
@@ -134,8 +170,24 @@ def _segment_totals(ops: Ops, what: str, values: np.ndarray, p: np.ndarray) -> n
     return out
 
 
-#: rows per chunk of the in-place passes of `_range_argmax`
+#: rows per chunk of the in-place passes of `_range_argmax` and `_differences_in_place`
 _CHUNK = 1 << 20
+
+
+def _differences_in_place(c: np.ndarray, p: np.ndarray, shift: int) -> None:
+    """c[i] becomes c[i - shift] - c[p[i]] (c[-1] reads 0), for p[i] <= i - shift (and row 0),
+    a chunk at a time from the back: a chunk reads only rows no later chunk wrote, so there is
+    no second row-sized array (the same float64 differences as computed from a copy)."""
+    n = len(c)
+    for lo in range(((n - 1) // _CHUNK) * _CHUNK, -1, -_CHUNK):
+        hi = min(lo + _CHUNK, n)
+        if shift:
+            before = np.empty(hi - lo)
+            before[1:] = c[lo:hi - 1]
+            before[0] = c[lo - 1] if lo else 0.0
+        else:
+            before = c[lo:hi]
+        c[lo:hi] = before - c[p[lo:hi]]
 
 
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -148,10 +200,11 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
     return _range_argmax_packed(_packed(values), lo, hi)
 
 
-def _packed(values: np.ndarray) -> np.ndarray:
+def _packed(values: np.ndarray, consume: bool = False) -> np.ndarray:
     """(value in microseconds, row index) packed into one int64 per row, so that a max yields
-    the argmax (ties: the later row). Built chunk by chunk: one row-sized array."""
-    table = np.empty(len(values), dtype=np.int64)
+    the argmax (ties: the later row). Built chunk by chunk: one row-sized array, `values`' own
+    buffer when `consume` (float64 values: each chunk is read before it is overwritten)."""
+    table = values.view(np.int64) if consume else np.empty(len(values), dtype=np.int64)
     for c in range(0, len(values), _CHUNK):
         e = min(c + _CHUNK, len(values))
         q = values[c:e] * 1e6
@@ -215,16 +268,10 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     n_abn = group_sum(inst, n, abnormal)
     others = np.maximum(size - 1, 1)
     frac_others = (n_abn - late_abn) / others
-    # only waiting beyond what this operator normally waits (pipeline bubbles) is a delay
-    wait_x = ops.wait
-    if ref_steps is not None and len(ref_steps):
-        wait = wait_x
-        wait_x = slot_stats(ops, wait, ref_steps)[0][ops.slot]  # typical wait of the row's slot
-        np.nan_to_num(wait_x, copy=False)
-        np.subtract(wait, wait_x, out=wait_x)
-        del wait
-        np.maximum(wait_x, 0.0, out=wait_x)
+    typical = _typical_wait(ops, ref_steps)
+    wait_x = _excess_wait(ops, typical)
     sum_wait = group_sum(inst, n, wait_x)
+    del wait_x  # (rebuilt where it is read below: not held through the backtracking's row-sized passes)
     delay_wait = sum_wait / others
     del sum_wait, others  # (per-instance scratch is dropped once used: the row-sized work below peaks)
     complete = size >= expected_size
@@ -253,23 +300,21 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     p = np.where(has_prev, prev, 0)
     prev_late = prev[late]  # (what the chains below read of it: the row-sized links go now)
     del prev
-    # delay a row received: waiting for others, or a transfer slower than normal
-    received = wait_x + comm_excess[inst]
-    del wait_x
-    gap = ops.gap  # (built by chunks of ranks when needed; dropped once the compute pass read it)
     hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
     valid = np.zeros(0, dtype=bool)
     lv = measured = np.zeros(0, dtype=bool)
     peers_n = np.zeros(0)
     # per instance, for compute, waiting and own-clock time: the late arriver's excess over its
     # peers (0 where unmeasured), and over its own history with whether that history exists
-    excess: list[np.ndarray] = []
-    own: list[tuple[np.ndarray, np.ndarray]] = []
-    for what in ("compute", "wait", "own"):
-        seg = _segment_totals(ops, what, gap if what == "compute" else received, p)
+    # (one row-sized array of figures at a time: the delay received is built for its own pass)
+    excess: dict[str, np.ndarray] = {}
+    own: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for what in ("compute", "own", "wait"):
+        values = ops.gap if what == "compute" else _received(ops, typical, comm_excess) if what == "wait" else None
+        seg = _segment_totals(ops, what, values, p)
+        del values
         seg[~has_prev] = np.nan
         if what == "compute":
-            del gap
             valid = np.equal(cu, cu[p])  # (no lost record between: the count did not move)
             valid &= np.isfinite(seg)
             del cu
@@ -283,17 +328,17 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
         np.nan_to_num(seg, copy=False)
         at_late = seg[late]
-        excess.append(np.where(measured, at_late - (group_sum(inst, n, seg) - at_late) / peers_n, 0.0))
+        excess[what] = np.where(measured, at_late - (group_sum(inst, n, seg) - at_late) / peers_n, 0.0)
         del seg
         if h is not None:
-            own.append((at_late - h, np.isfinite(h)))
+            own[what] = (at_late - h, np.isfinite(h))
         del at_late, h
     del p, valid, peers_n
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
-    excess_compute, excess_wait, excess_own = excess
+    excess_compute, excess_wait, excess_own = excess["compute"], excess["wait"], excess["own"]
     if own:
-        (own_c, seen_c), (own_w, seen_w), (own_o, seen_o) = own
+        (own_c, seen_c), (own_w, seen_w), (own_o, seen_o) = own["compute"], own["wait"], own["own"]
         ok = ops.inst_p2p & lv & seen_c & seen_w & seen_o
         excess_compute = np.where(ok, own_c, excess_compute)
         excess_wait = np.where(ok, own_w, excess_wait)
@@ -311,8 +356,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     del delay_wait
     lrow = late[follow]
     prev_l = prev_late[follow]
-    table = _packed(received)
-    del received
+    table = _packed(_received(ops, typical, comm_excess), consume=True)
     target_row = _range_argmax_packed(table, np.maximum(prev_l, -1) + 1, lrow)
     del table
     target_row = np.where(prev_l >= 0, target_row, -1)

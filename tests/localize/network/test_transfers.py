@@ -108,3 +108,7 @@ def test_last_activity_by_chunks_matches_one_pass(monkeypatch: pytest.MonkeyPatc
     chunked = transfers.last_activity(ops, start, end)
     assert np.array_equal(whole[0], chunked[0]) and np.array_equal(whole[1], chunked[1])
     assert not whole[1].all() and (whole[0] > start).any()  # both kinds of rows occur
+    # some rows only (ends given for them alone, the line of every row's times): the same figures
+    at = np.array([35, 0, 12, 13, 11, 24, 7, 7])
+    some = transfers.last_activity(ops, start, end[at], at, transfers.time_line(start, end))
+    assert some[0].tobytes() == whole[0][at].tobytes() and np.array_equal(some[1], whole[1][at])

@@ -148,6 +148,26 @@ def test_idle_gaps_by_chunks_of_ranks_equal_one_pass(monkeypatch: pytest.MonkeyP
     rank, start, end = (df[c].to_numpy(np.int64) for c in ("rank", "start_ns", "end_ns"))
     want = features._idle_gaps(rank, start, end)
     for chunk in (1, 97, 5000):
-        monkeypatch.setattr(features, "_CHUNK", chunk)
+        monkeypatch.setattr(features, "_RANK_CHUNK", chunk)
         got = features.idle_gaps(rank, start, end)
         assert got.tobytes() == want.tobytes()
+
+
+def test_rank_step_compute_by_chunks_of_ranks_is_bincount_over_every_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank x step compute summed a chunk of whole ranks at a time is the sum over all rows' gaps,
+    bit for bit (each rank's rows are added in row order, as bincount adds them), and every
+    operator's elapsed, computed on use from the frame's times, is end - start in seconds."""
+    from localize.ops import features
+
+    ops = prepare_ops(Trace.open(TRACE).commops(columns=COLUMNS))
+    steps = np.unique(ops.step)
+    world = int(ops.rank.max()) + 3  # (ranks that logged nothing: zero rows)
+    cell = ops.rank.astype(np.int64) * len(steps) + np.searchsorted(steps, ops.step)
+    want = np.bincount(cell, weights=ops.gap, minlength=world * len(steps)).reshape(world, len(steps))
+    for chunk in (1, 97, 1 << 18):
+        monkeypatch.setattr(features, "_RANK_CHUNK", chunk)
+        got = features.rank_step_compute(ops, world, steps)
+        assert got.tobytes() == want.tobytes()
+    assert (want[:-2] > 0).any() and not want[-2:].any()
+    raw = ops.df["end_ns"].to_numpy(np.int64) - ops.df["start_ns"].to_numpy(np.int64)
+    assert ops.elapsed.tobytes() == (np.maximum(raw.astype(np.float64), 0) * 1e-9).tobytes()

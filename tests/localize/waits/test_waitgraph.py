@@ -96,6 +96,21 @@ def test_range_argmax_in_place_chunks_match_a_direct_scan(monkeypatch: pytest.Mo
     assert _range_argmax(v, lo, hi).tolist() == want
 
 
+@pytest.mark.parametrize("shift", [0, 1])
+def test_segment_differences_in_place_by_chunks_match_a_copy(monkeypatch: pytest.MonkeyPatch, shift: int) -> None:
+    # chunks far smaller than the rows, links reaching back across many chunks and into their own
+    monkeypatch.setattr(waitgraph, "_CHUNK", 7)
+    rng = np.random.default_rng(11)
+    c = np.cumsum(rng.random(300))
+    row = np.arange(300)
+    p = np.where(rng.random(300) < 0.2, 0, np.maximum(row - shift - rng.integers(0, 40, 300), 0))
+    before = np.r_[0.0, c[:-1]] if shift else c
+    want = before - c[p]
+    got = c.copy()
+    waitgraph._differences_in_place(got, p, shift)
+    assert got.tobytes() == want.tobytes()
+
+
 def test_p2p_streams_numbered_per_end_are_matched_by_order() -> None:
     # each end numbers the stream on its own (send 0,1 / recv 5,6): matched 1st-1st, 2nd-2nd
     spec = [(0, "pp-0", "send", 0, 1, 0.0, 1.0), (0, "pp-0", "send", 1, 1, 2.0, 3.0),

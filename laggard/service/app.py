@@ -360,11 +360,13 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
         svc.workers.warm()
         task = asyncio.create_task(loop()) if interval_s > 0 else None
         yield
+        # the workers go first: whatever the loop awaits (a round, housekeeping) cannot hold the stop
         if task:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         svc.close()
+        if task:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+                await asyncio.wait_for(task, 2)
 
     app = FastAPI(title="laggard", lifespan=lifespan)
     app.state.service = svc

@@ -269,7 +269,11 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
     return table, onset
 
 
-def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[int]]:
+#: rank x step compute, which ranks are known, the steps (`compute_matrix`)
+Matrix = tuple[np.ndarray, np.ndarray, list[int]]
+
+
+def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> Matrix:
     """Rank × step compute from the summaries: each rank's own row where it was an outlier on
     its host, else its host's median; which ranks are known; the steps (the first, warm-up, left
     out when there are more than two)."""
@@ -295,29 +299,25 @@ def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> tuple[np.ndarray, np
     return np.nan_to_num(comp), seen, steps
 
 
-def slow_ranks(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: list[int], most: int) -> list[int]:
-    """Up to `most` ranks that computed longer in some of `steps` than in the `normal` ones, against
-    the step's typical rank: by more than 1.1x and than any rank strayed from its own level in a
-    normal step (the ranks' noise); the slowest of each step in turn. A rank's level is its own
-    (a last stage computes longer every step: that is its role, not a fault). Compute is
-    `compute_matrix`'s: a rank's own row where it was an outlier on its host, else its host's. A
-    fault that moves from step to step (a different replica's data each time) is seen in every
+def slow_ranks(ranks: np.ndarray, slow: np.ndarray, bar: float, most: int) -> list[int]:
+    """Up to `most` of `_slow_ratios`' ranks that computed longer in some of its steps than in the
+    normal ones, by more than its bar; the slowest of each step in turn (interleaved step by step).
+    A fault that moves from step to step (a different replica's data each time) is seen in every
     step, one that stays (a slow GPU) in all of them."""
-    ranks, _, slow, bar = _slow_ratios(summary, meta, steps, normal)
     if not slow.size:
         return []
-    # each step's ranks by ratio, slowest first, interleaved step by step (the slowest of every step first)
     order = np.argsort(-slow, axis=0, kind="stable")
     picked = ranks[order.ravel()][np.take_along_axis(slow, order, axis=0).ravel() > bar]
     return [int(r) for r in dict.fromkeys(picked.tolist())][:most]
 
 
-def _slow_ratios(summary: pd.DataFrame, meta: JobMeta, steps: list[int],
-                 normal: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """`slow_ranks`' measure: the ranks known, the steps of `steps` known (columns), the ranks'
-    compute there over the step's typical rank and their own level in the `normal` steps, and the
-    bar it must pass."""
-    comp, seen, all_steps = compute_matrix(summary, meta)
+def _slow_ratios(matrix: Matrix, steps: list[int], normal: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """How much longer each rank computed in `steps` than in the `normal` ones, from `compute_matrix`'s
+    table: the ranks known, the steps of `steps` known (columns), each rank's compute over the
+    step's typical rank and over its own level in the normal steps (a last stage computes longer
+    every step: that is its role, not a fault), and the bar a slow rank must pass: 1.1x and
+    more than any rank strayed from its own level in a normal step (the ranks' noise)."""
+    comp, seen, all_steps = matrix
     ranks = np.flatnonzero(seen)
 
     def ratio(at: list[int]) -> np.ndarray:
@@ -333,9 +333,8 @@ def _slow_ratios(summary: pd.DataFrame, meta: JobMeta, steps: list[int],
     return ranks, cols, slow, max(1.1, float(calm.max(initial=0.0)))
 
 
-def slowest_hosts(summary: pd.DataFrame, meta: JobMeta, steps: list[int], normal: list[int]) -> dict[int, str]:
-    """The host of each of `steps`' slowest rank, where one computed longer than `slow_ranks` asks."""
-    ranks, cols, slow, bar = _slow_ratios(summary, meta, steps, normal)
+def slowest_hosts(meta: JobMeta, ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: float) -> dict[int, str]:
+    """The host of each step's slowest rank (`_slow_ratios`' columns), where one passed the bar."""
     if not slow.size:
         return {}
     at = np.argmax(slow, axis=0)
@@ -376,7 +375,8 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
         normal = table.loc[usable & (table["step"] < first), "step"].astype(int).tolist()
         return normal if len(normal) >= MAX_NORMAL else table.loc[usable, "step"].astype(int).tolist()
 
-    worst = typical_steps(irr_tab, slowest_hosts(summary, meta, irregular, normal_before(irregular[0])[-MAX_NORMAL:]))
+    matrix = compute_matrix(summary, meta)
+    worst = typical_steps(irr_tab, slowest_hosts(meta, *_slow_ratios(matrix, irregular, normal_before(irregular[0])[-MAX_NORMAL:])))
     normal = normal_before(worst[0])
     # each step with the one logged before it: a rank's operator streams run across step boundaries,
     # and the wait graph measures a rank's compute only between consecutive records of a stream
@@ -388,9 +388,9 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
     # ranks that computed longer explain the slowdown only when they did in most of the steps
     # (one rank's noise in one of them is no straggler: a link's slow steps then read as a GPU)
-    known, _, ratio, bar = _slow_ratios(summary, meta, worst, normal[-MAX_NORMAL:])
+    known, _, ratio, bar = _slow_ratios(matrix, worst, normal[-MAX_NORMAL:])
     explained = ratio.size > 0 and float((ratio > bar).any(axis=0).mean()) >= 0.5
-    slow = slow_ranks(summary, meta, worst, normal[-MAX_NORMAL:], MAX_RANKS * len(worst)) if explained else []
+    slow = slow_ranks(known, ratio, bar, MAX_RANKS * len(worst)) if explained else []
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
     # one NIC, link or switch -- the wide budget; so too ranks on several hosts slow in one step
     # (a replica's data, a stage): whether the whole replica was slow, and not one of its hosts, shows

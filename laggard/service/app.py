@@ -365,7 +365,7 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
             task.cancel()
         svc.close()
         if task:
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 2)
 
     app = FastAPI(title="laggard", lifespan=lifespan)

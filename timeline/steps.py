@@ -70,6 +70,8 @@ SHIFT_SIGMAS = 5.0
 TWO_LEVEL_SIGMAS = 5.0
 TWO_LEVEL_MIN_STEPS = 3
 TWO_LEVEL_MIN_SHARE = 0.2
+#: ... and, for `calm_delta`, the gap between them this many times the lower level's whole range
+GAP_OVER_RANGE = 3.0
 #: ... and the upper level comes and goes: at least this many separate runs of its steps
 TWO_LEVEL_RUNS = 3
 SHIFT_MIN_STEPS = 3
@@ -374,24 +376,8 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
     steps = durations.index.to_numpy(np.int64)
     d = durations.to_numpy(np.float64)
     delta_base = delta
-    delta = max(delta, 1.0 + NOISE_SIGMAS * step_noise(d))
-    base = np.full(d.shape, np.nan)
-    irregular = np.zeros(d.shape, dtype=bool)
-    # the first step is measured from its own first operator (no step ended before it) and holds
-    # the warm-up: too short or too long, it is no baseline for the rest
-    history = list(_seed(d[1:] if len(d) >= 4 else d, delta, window))
-    for k, x in enumerate(d):  # one iteration per step, not per operator
-        if not history:
-            if np.isfinite(x):
-                history.append(x)
-            continue
-        base[k] = float(np.median(history[-window:]))
-        if not np.isfinite(x):
-            continue
-        if x >= delta * base[k]:
-            irregular[k] = True
-        else:
-            history.append(x)
+    delta = calm_delta(d, delta)
+    base, irregular = _rolling_judge(d, delta, window)
     # the first step holds the warm-up, and so may a block of slow steps after it: the level
     # before a shift is learned without them
     lead = 1 + leading_slow(d[1:], delta_base) if len(d) > 1 else 0
@@ -419,6 +405,61 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
             "pattern": classify_patterns(steps, irregular, ratio),
         }
     )
+
+
+def _rolling_judge(d: np.ndarray, delta: float, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's baseline (the median of the last `window` normal steps) and whether it ran δ
+    or more above it."""
+    base = np.full(d.shape, np.nan)
+    irregular = np.zeros(d.shape, dtype=bool)
+    # the first step is measured from its own first operator (no step ended before it) and holds
+    # the warm-up: too short or too long, it is no baseline for the rest
+    history = list(_seed(d[1:] if len(d) >= 4 else d, delta, window))
+    for k, x in enumerate(d):  # one iteration per step, not per operator
+        if not history:
+            if np.isfinite(x):
+                history.append(x)
+            continue
+        base[k] = float(np.median(history[-window:]))
+        if not np.isfinite(x):
+            continue
+        if x >= delta * base[k]:
+            irregular[k] = True
+        else:
+            history.append(x)
+    return base, irregular
+
+
+def calm_delta(d: np.ndarray, delta: float) -> float:
+    """δ widened to NOISE_SIGMAS x the step noise, that of the lower level where the steps sit at
+    two levels with an empty gap between them.
+
+    The noise of all steps counts a fault's own swings: one on in half the steps, at a level that
+    varies, widened δ past every slow step ("healthy"). Two levels are the steps below and above
+    the widest gap between successive sorted step times (at least TWO_LEVEL_MIN_STEPS and
+    TWO_LEVEL_MIN_SHARE on each side), the upper δ or more above the lower and the gap
+    TWO_LEVEL_SIGMAS of the lower level's noise wide: a healthy job's noise leaves no such gap
+    inside it (tails are outside the share), however skewed, while a fault's steps above a
+    tight normal level do, whatever their own spread."""
+    full = step_noise(d)
+    wide = max(delta, 1.0 + NOISE_SIGMAS * full)
+    rest = d[1:] if len(d) > 4 else d  # (the first step holds the warm-up)
+    rest = rest[np.isfinite(rest) & (rest > 0)]
+    n = len(rest)
+    m = max(TWO_LEVEL_MIN_STEPS, int(np.ceil(TWO_LEVEL_MIN_SHARE * n)))
+    if n < 2 * m:
+        return wide
+    x = np.sort(np.log(rest))
+    gaps = np.diff(x)[m - 1:n - m]  # gaps[i] lies after m + i steps
+    cut = m + int(np.argmax(gaps))
+    gap = float(gaps.max())
+    noise = step_noise(rest[rest <= np.exp(x[cut - 1])])
+    apart = float(np.median(x[cut:]) - np.median(x[:cut])) >= np.log(delta)
+    # (a few steps of noise can sit close by chance: the gap must also dwarf their whole range)
+    if (apart and gap >= TWO_LEVEL_SIGMAS * max(noise, 1e-6) and gap >= GAP_OVER_RANGE * (x[cut - 1] - x[0])
+            and noise < full / 2):  # (noise the upper level did not swell is the job's own)
+        return max(delta, 1.0 + NOISE_SIGMAS * noise)
+    return wide
 
 
 def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list[int], int | None]:

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from timeline.steps import (
+    calm_delta,
     consistent_samples,
     judge_steps,
     judge_window,
@@ -106,6 +107,40 @@ def test_a_fault_on_in_every_other_step_is_not_taken_for_noise() -> None:
     assert table["irregular"].to_numpy().nonzero()[0].tolist() == list(range(7, 29, 2))
     assert onset == 7
     assert step_noise(d) < 0.05
+
+
+def test_a_fault_on_at_random_at_a_varying_level_is_judged_against_the_quiet_steps() -> None:
+    """A link at random on in half the sampled steps (a simulated batched job, logged steps 0, 2,
+    4, 7, ...), its steps 1.37-1.77x at 82 ms: their swings are no noise of the job, whose normal
+    steps agree within 1%, so δ stays tight and every slow step is irregular from the first."""
+    steps = [0, 2, 4, 7, 9, 11, 17, 19, 21, 23, 26]
+    d = np.array([82.2, 82.5, 81.8, 112.9, 82.7, 119.0, 125.8, 145.7, 101.6, 97.1, 135.1]) * 1e-3
+    table, _, onset = judge_window(pd.Series(d, index=pd.Index(steps, name="step")))
+    flagged = table.loc[table["irregular"], "step"].tolist()
+    assert {7, 11, 17, 19, 26} <= set(flagged) and onset == 7
+    assert calm_delta(d, 1.1) < 1.15 < 1.0 + 4 * step_noise(d)
+
+
+def test_a_fault_on_and_off_to_the_end_stands_above_a_tight_level() -> None:
+    """Every second step logged, a link on and off from step 8 (1.1-1.3x, one off-step at 24):
+    before, all steps' noise widened δ to 1.52 and the job read healthy."""
+    d = np.array([131.2, 140.8, 140.4, 140.8, 188.3, 194.8, 171.4, 205.6, 160.9, 190.1, 166.0, 194.6, 144.5,
+                  158.9]) * 1e-3
+    table, _, onset = judge_window(pd.Series(d, index=pd.Index(range(0, 28, 2), name="step")))
+    assert {8, 10, 14, 18, 22} <= set(table.loc[table["irregular"], "step"]) and onset == 8
+
+
+def test_a_healthy_jobs_noise_keeps_its_width() -> None:
+    """Unimodal noise, symmetric or skewed, leaves no gap wide enough for two levels: δ is the
+    one all steps give in all but a few draws in a hundred."""
+    rng = np.random.default_rng(11)
+    changed = 0
+    for sigma in (0.03, 0.05, 0.1, 0.15):
+        for _ in range(100):
+            x = rng.normal(0, sigma, 30)
+            for d in (0.1 * (1 + x), 0.1 * np.exp(x)):
+                changed += calm_delta(d, 1.1) != max(1.1, 1.0 + 4 * step_noise(d))
+    assert changed <= 4
 
 
 def test_episodes_are_counted_in_logged_steps_when_steps_are_sampled() -> None:

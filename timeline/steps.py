@@ -482,7 +482,14 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         # (or a fault began soon after: the steps right after the warm-up ran normally, all but the last)
         calm = calm or (len(after) == WARMUP_NORMAL_AFTER and not after[:-1].any())
         limit = max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n))
-        excess = t["ratio"].to_numpy(np.float64)[:lead] - 1.0
+        ratios = t["ratio"].to_numpy(np.float64)
+        excess = ratios[:lead] - 1.0
+        # (or one normal step, then a fault: the block decayed to a fraction of the fault's level
+        # before it -- with every third step logged, a warm-up's tail, a normal step, a link from step 9)
+        later = irr.copy()
+        later[:lead] = False
+        calm = calm or (len(after) > 0 and not after[0] and bool(later.any())
+                        and bool(excess[-1] <= WARMUP_TAIL * float(np.nanmedian(ratios[later] - 1.0))))
         tail = lead == limit + 1 and bool(excess[-1] <= WARMUP_TAIL * np.nanmin(excess[:-1]))
         if (lead <= limit or tail) and calm:
             irr[:lead] = False

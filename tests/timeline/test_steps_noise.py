@@ -195,6 +195,21 @@ def test_a_fault_two_sampled_steps_after_the_warm_up_leaves_it_warm_up() -> None
     assert warm == [] and onset == 0
 
 
+def test_a_warm_up_decayed_then_one_normal_step_then_a_fault_is_warm_up() -> None:
+    """Every third step logged (independent generator, seed 10): warm-up 1.85x then 1.12x, step 6
+    normal, a link 1.3-1.55x from step 9. One normal step is too few to call the block warm-up by
+    itself, but the block had decayed to a quarter of the fault's level: "since step 0" was wrong.
+    A block at the fault's own level stays the fault's first steps."""
+    steps = np.arange(0, 60, 3)
+    d = np.array([231.1, 139.6, 125.1, 159.7, 192.8, 186.2, 193.4, 188.5, 191.4, 193.1, 188.4, 187.8, 193.0,
+                  195.5, 189.6, 194.1, 192.6, 188.0, 188.6, 187.5]) * 1e-3
+    _, warm, onset = settle(judge_steps(pd.Series(d, index=steps)))
+    assert warm == [0, 3] and onset == 9
+    d[1] = 190e-3  # the block at the fault's level
+    _, warm, onset = settle(judge_steps(pd.Series(d, index=steps)))
+    assert warm == [] and onset == 0
+
+
 def test_a_warm_ups_decaying_tail_step_is_warm_up_a_fourth_full_slow_step_is_not() -> None:
     """An independent generator's job as its hosts' clocks measured it: steps 0-2 at 2.3-2.5x and
     step 3 at 1.33x (the warm-up's spill into the next step), five normal steps, then a data fault

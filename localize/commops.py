@@ -175,6 +175,9 @@ def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame |
         odd.append(int(steps.min()))
     if table is not None and "pattern" in table:
         odd += table.loc[table["pattern"] == "warm-up", "step"].astype(int).tolist()
+    if table is not None and "irregular" in table:
+        # (the summary path judges a few irregular steps; the others it fetched, before them, are context)
+        odd += table.loc[table["irregular"].astype(bool), "step"].astype(int).tolist()
     ref = np.setdiff1d(steps, np.asarray(odd, dtype=np.int64))
     return ref if len(ref) else np.setdiff1d(steps, irregular)
 

@@ -250,6 +250,7 @@ class FetchPlan:
     ranks: list[int]
     groups: list[str] = field(default_factory=list)
     rows_fetched: int = 0
+    worst: list[int] = field(default_factory=list)  # the irregular steps judged; the others fetched are context
 
 
 def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
@@ -333,28 +334,30 @@ def _slow_ratios(matrix: Matrix, steps: list[int], normal: list[int]) -> tuple[n
     return ranks, cols, slow, max(1.1, float(calm.max(initial=0.0)))
 
 
-def slowest_hosts(meta: JobMeta, ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: float) -> dict[int, str]:
-    """The host of each step's slowest rank (`_slow_ratios`' columns), where one passed the bar."""
-    if not slow.size:
-        return {}
-    at = np.argmax(slow, axis=0)
-    return {int(cols[j]): meta.host_of(int(ranks[i])) for j, i in enumerate(at)
-            if slow[i, j] > bar and int(ranks[i]) in meta.ranks}
+def slow_hosts(meta: JobMeta, ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: float) -> dict[int, frozenset[str]]:
+    """The hosts of each step's ranks that passed the bar (`_slow_ratios`' columns), where any did."""
+    out: dict[int, frozenset[str]] = {}
+    for j, col in enumerate(slow.T):  # one iteration per step
+        hosts = frozenset(meta.host_of(int(r)) for r in ranks[col > bar] if int(r) in meta.ranks)
+        if hosts:
+            out[int(cols[j])] = hosts
+    return out
 
 
-def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, str]) -> list[int]:
+def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[str]]) -> list[int]:
     """MAX_STEPS irregular steps to fetch: the most typical ones (nearest the median slowdown; the
     slowest hold the fault plus whatever else disturbed the job then, a busy host, which makes
-    every transfer look slow), each with a slowest host (`leaders`) not taken yet first: a fault
-    that moves from replica to replica is seen moving, not three times in one place by chance."""
+    every transfer look slow), those whose slow hosts (`leaders`) share none with the steps taken
+    first: a fault that moves from replica to replica is seen moving, not twice in one place by
+    chance (a data fault whose three fetched steps fell to one replica twice read as a device)."""
     off = np.abs(np.log(irr_tab["ratio"].astype(float)) - np.log(float(irr_tab["ratio"].median())))
     ranked = irr_tab.assign(off=off.to_numpy()).sort_values(["off", "step"])["step"].astype(int).tolist()
     picked: list[int] = []
     hosts: set[str] = set()
     for s in ranked:
-        if len(picked) < MAX_STEPS and (s not in leaders or leaders[s] not in hosts):
+        if len(picked) < MAX_STEPS and not (leaders.get(s, frozenset()) & hosts):
             picked.append(s)
-            hosts.update([leaders[s]] if s in leaders else [])
+            hosts.update(leaders.get(s, frozenset()))
     picked += [s for s in ranked if s not in picked][:MAX_STEPS - len(picked)]
     return sorted(picked)
 
@@ -376,7 +379,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
         return normal if len(normal) >= MAX_NORMAL else table.loc[usable, "step"].astype(int).tolist()
 
     matrix = compute_matrix(summary, meta)
-    worst = typical_steps(irr_tab, slowest_hosts(meta, *_slow_ratios(matrix, irregular, normal_before(irregular[0])[-MAX_NORMAL:])))
+    worst = typical_steps(irr_tab, slow_hosts(meta, *_slow_ratios(matrix, irregular, normal_before(irregular[0])[-MAX_NORMAL:])))
     normal = normal_before(worst[0])
     # each step with the one logged before it: a rank's operator streams run across step boundaries,
     # and the wait graph measures a rank's compute only between consecutive records of a stream
@@ -414,7 +417,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
             continue
         chosen.append(g)
         ranks.update(mem)
-    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen)
+    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, worst=worst)
 
 
 #: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order
@@ -461,7 +464,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     if observed:
         meta = without_singletons(meta)
     partial = {g for g, m in meta.groups.items() if not set(m) <= fetched}
-    worst = [s for s in plan.fetch_steps if s in set(plan.irregular)]
+    worst = plan.worst
     sub_table = table[table["step"].isin(plan.fetch_steps)]
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())

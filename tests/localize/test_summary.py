@@ -267,7 +267,26 @@ def test_the_fetched_steps_follow_a_fault_that_moves_between_hosts() -> None:
     from localize.summary import typical_steps
 
     irr = pd.DataFrame({"step": [9, 10, 11, 12, 13], "ratio": [2.0, 2.01, 1.98, 2.06, 2.4]})
-    moving = {9: "node-4", 10: "node-4", 11: "node-6", 12: "node-4", 13: "node-5"}
-    assert typical_steps(irr, moving) == [10, 11, 13]
-    assert typical_steps(irr, dict.fromkeys(moving, "node-4")) == [9, 10, 11]
+    moving = {9: {"node-4"}, 10: {"node-4"}, 11: {"node-6"}, 12: {"node-4"}, 13: {"node-5"}}
+    assert typical_steps(irr, {s: frozenset(h) for s, h in moving.items()}) == [10, 11, 13]
+    assert typical_steps(irr, dict.fromkeys(moving, frozenset({"node-4"}))) == [9, 10, 11]
     assert typical_steps(irr, {}) == [9, 10, 11]
+    # a replica over two hosts: a step whose slow hosts share one with a step taken is the same replica
+    replicas = {9: {"a", "b"}, 10: {"a", "b"}, 11: {"c", "d"}, 12: {"b", "e"}, 13: {"e", "f"}}
+    assert typical_steps(irr, {s: frozenset(h) for s, h in replicas.items()}) == [10, 11, 13]
+
+
+@pytest.mark.slow
+def test_a_data_fault_every_other_step_without_a_step_end_sync_is_the_data_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 10, job 27: 256 GPUs, pp8, no sync at a step's end, a data
+    spike every other step on another replica each time. From the summaries, each spike's next step
+    read slow too (hosts that finished the spike early wait in it for the last one), and two of the
+    three fetched spikes fell to one replica: the summary path named a GPU at 0.07. It now judges
+    the spikes it chose, on distinct replicas, with the steps fetched before them as context only."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(27, "data", 10)
+    full, summary = both_paths(written(spec, tmp_path / spec.name))
+    assert full.candidates[0].kind == "data"
+    assert summary.candidates[0].kind == "data"

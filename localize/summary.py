@@ -336,12 +336,10 @@ def _slow_ratios(matrix: Matrix, steps: list[int], normal: list[int]) -> tuple[n
 
 def slow_hosts(meta: JobMeta, ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: float) -> dict[int, frozenset[str]]:
     """The hosts of each step's ranks that passed the bar (`_slow_ratios`' columns), where any did."""
-    out: dict[int, frozenset[str]] = {}
-    for j, col in enumerate(slow.T):  # one iteration per step
-        hosts = frozenset(meta.host_of(int(r)) for r in ranks[col > bar] if int(r) in meta.ranks)
-        if hosts:
-            out[int(cols[j])] = hosts
-    return out
+    known = np.array([int(r) in meta.ranks for r in ranks], dtype=bool)
+    names = np.array([meta.host_of(int(r)) if k else "" for r, k in zip(ranks, known, strict=True)], dtype=object)
+    over = (slow > bar) & known[:, None]
+    return {int(cols[j]): frozenset(names[over[:, j]].tolist()) for j in np.flatnonzero(over.any(axis=0))}
 
 
 def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[str]]) -> list[int]:

@@ -91,6 +91,7 @@ LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one
 #: odd hosts cannot move this one
 HOST_QUANTILE = 0.9
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
+CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
@@ -336,12 +337,10 @@ def _slow_ratios(matrix: Matrix, steps: list[int], normal: list[int]) -> tuple[n
 
 def slow_hosts(meta: JobMeta, ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: float) -> dict[int, frozenset[str]]:
     """The hosts of each step's ranks that passed the bar (`_slow_ratios`' columns), where any did."""
-    out: dict[int, frozenset[str]] = {}
-    for j, col in enumerate(slow.T):  # one iteration per step
-        hosts = frozenset(meta.host_of(int(r)) for r in ranks[col > bar] if int(r) in meta.ranks)
-        if hosts:
-            out[int(cols[j])] = hosts
-    return out
+    known = np.array([int(r) in meta.ranks for r in ranks], dtype=bool)
+    names = np.array([meta.host_of(int(r)) if k else "" for r, k in zip(ranks, known, strict=True)], dtype=object)
+    over = (slow > bar) & known[:, None]
+    return {int(cols[j]): frozenset(names[over[:, j]].tolist()) for j in np.flatnonzero(over.any(axis=0))}
 
 
 def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[str]]) -> list[int]:
@@ -387,6 +386,12 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     logged = np.sort(table["step"].astype(int).to_numpy())
     before = logged[np.maximum(np.searchsorted(logged, worst) - 1, 0)]
     fetch_steps = sorted({*worst, *before.tolist(), *normal[-MAX_NORMAL:]})
+    # a step fetched before one of them is judged too when it was as slow as they were (more of the
+    # fault); one far less slow is context only -- without a sync at a step's end, the step after a
+    # spike reads slow from hosts' own clocks (those that finished early wait in it) and is normal
+    excess = irr_tab.set_index("step")["ratio"].astype(float) - 1.0
+    floor = CONTEXT_EXCESS * float(excess.reindex(worst).min())
+    judged = sorted({*worst, *(int(b) for b in before if int(b) in excess.index and excess[int(b)] >= floor)})
     sub = summary[summary["step"].isin(worst)]
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
     # ranks that computed longer explain the slowdown only when they did in most of the steps
@@ -417,7 +422,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
             continue
         chosen.append(g)
         ranks.update(mem)
-    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, worst=worst)
+    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, worst=judged)
 
 
 #: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order

@@ -44,6 +44,10 @@ WARMUP_NORMAL_AFTER = 3
 #: ... and one step more when it is the warm-up's tail: at most this share of the excess of the
 #: block's other steps (a host clock that ended the last warm-up step early shows its spill in the next)
 WARMUP_TAIL = 0.5
+#: ... a longer leading block is warm-up if no step of it runs over this share above the one before
+#: (it fades), up to this many steps
+WARMUP_FADE_SLACK = 0.1
+WARMUP_FADE_STEPS = 8
 #: Irregular steps that together lost less than this share of the window's time, none of them
 #: SPIKE_RATIO times its baseline, are noise (a busy host now and then), not an irregularity ...
 MIN_LOST_SHARE = 0.02
@@ -491,7 +495,11 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         calm = calm or (len(after) > 0 and not after[0] and bool(later.any())
                         and bool(excess[-1] <= WARMUP_TAIL * float(np.nanmedian(ratios[later] - 1.0))))
         tail = lead == limit + 1 and bool(excess[-1] <= WARMUP_TAIL * np.nanmin(excess[:-1]))
-        if (lead <= limit or tail) and calm:
+        # (or a longer block that decays step by step to half its start: a loaded machine's warm-up
+        # ran 2.0x, 1.31x, 1.26x, 1.15x, 1.15x; a fault from the start holds its level)
+        fading = (lead <= WARMUP_FADE_STEPS and bool(np.all(excess[1:] <= (1 + WARMUP_FADE_SLACK) * excess[:-1]))
+                  and bool(excess[-1] <= WARMUP_TAIL * excess[0]))
+        if (lead <= limit or tail or fading) and calm:
             irr[:lead] = False
             pattern[:lead] = "warm-up"
             warm = [int(x) for x in t["step"].to_numpy()[:lead]]

@@ -210,6 +210,21 @@ def test_a_warm_up_decayed_then_one_normal_step_then_a_fault_is_warm_up() -> Non
     assert warm == [] and onset == 0
 
 
+def test_a_warm_up_fading_over_five_steps_is_warm_up_a_block_holding_its_level_is_not() -> None:
+    """A real gloo run on a loaded machine (CI): its first steps ran 2.0x, 1.31x, 1.26x, 1.15x, 1.15x
+    of the rest, five slow steps where the rule allows four, and the summary path read them as a
+    fault since step 1. They fade step by step to a fraction of where they began: warm-up. Five
+    steps that hold one level are a fault's first steps."""
+    rng = np.random.default_rng(13)
+    d = 0.54 * np.exp(rng.normal(0, 0.01, 40))
+    d[:5] = [1.09, 0.71, 0.68, 0.62, 0.62]
+    table, warm, onset = settle(judge_steps(pd.Series(d, index=np.arange(40))))
+    assert warm == [0, 1, 2, 3, 4] and not table["irregular"].any() and onset is None
+    d[:5] = 0.54 * 1.3
+    table, warm, onset = settle(judge_steps(pd.Series(d, index=np.arange(40))))
+    assert warm == [] and onset == 0
+
+
 def test_a_warm_ups_decaying_tail_step_is_warm_up_a_fourth_full_slow_step_is_not() -> None:
     """An independent generator's job as its hosts' clocks measured it: steps 0-2 at 2.3-2.5x and
     step 3 at 1.33x (the warm-up's spill into the next step), five normal steps, then a data fault

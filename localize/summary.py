@@ -251,7 +251,7 @@ class FetchPlan:
     ranks: list[int]
     groups: list[str] = field(default_factory=list)
     rows_fetched: int = 0
-    worst: list[int] = field(default_factory=list)  # the irregular steps judged; the others fetched are context
+    judged: list[int] = field(default_factory=list)  # the irregular steps judged; the others fetched are context
 
 
 def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
@@ -422,7 +422,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
             continue
         chosen.append(g)
         ranks.update(mem)
-    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, worst=judged)
+    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, judged=judged)
 
 
 #: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order
@@ -469,7 +469,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     if observed:
         meta = without_singletons(meta)
     partial = {g for g, m in meta.groups.items() if not set(m) <= fetched}
-    worst = plan.worst
+    worst = plan.judged
     sub_table = table[table["step"].isin(plan.fetch_steps)]
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())

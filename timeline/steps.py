@@ -481,12 +481,12 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         lead = int(np.argmin(irr)) if not irr.all() else n
         after = irr[lead:lead + WARMUP_NORMAL_AFTER]
         # (one step of noise just over δ among them does not make the warm-up a fault's first steps)
-        blip = t["ratio"].to_numpy(np.float64)[lead:lead + WARMUP_NORMAL_AFTER][after]
+        ratios = t["ratio"].to_numpy(np.float64)
+        blip = ratios[lead:lead + WARMUP_NORMAL_AFTER][after]
         calm = len(after) == WARMUP_NORMAL_AFTER and after.sum() <= 1 and not (blip >= SPIKE_RATIO).any()
         # (or a fault began soon after: the steps right after the warm-up ran normally, all but the last)
         calm = calm or (len(after) == WARMUP_NORMAL_AFTER and not after[:-1].any())
         limit = max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n))
-        ratios = t["ratio"].to_numpy(np.float64)
         excess = ratios[:lead] - 1.0
         # (or one normal step, then a fault: the block decayed to a fraction of the fault's level
         # before it -- with every third step logged, a warm-up's tail, a normal step, a link from step 9)

@@ -114,7 +114,9 @@ def test_sbatch_example_runs_the_job_and_the_agent_and_the_service_names_the_ran
         slurm: dict[str, str], tmp_path: Path) -> None:
     work = Path(slurm["dir"]) / "work"
     work.mkdir()
-    with serve(tmp_path / "state.db", 1.0) as base:
+    # a device is shown once two rounds on new summaries agree, or once the agents have been quiet
+    # for --settle: a short job ends after a round or two, so a short settle, within the agents' linger
+    with serve(tmp_path / "state.db", 1.0, ("--settle", "3")) as base:
         env = dict(os.environ, SLURM_CONF=slurm["SLURM_CONF"], LAGGARD_URL=base, LAGGARD_PYTHON=sys.executable,
                    PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", NPROC_PER_NODE="4", RDZV_PORT=str(_port()),
                    LAGGARD_COMMOPS_DIR=str(work / "run"), LAGGARD_JOB="slurm-demo")
@@ -122,8 +124,10 @@ def test_sbatch_example_runs_the_job_and_the_agent_and_the_service_names_the_ran
                               str(TRAIN), "--steps", "50", "--slow-rank", "1", "--slow-steps", "15:50", "--slow-ms",
                               "60"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
         tops: list[int | None] = []  # the top candidate over time: the verdict is redone as posts arrive
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and (p.poll() is None or not tops):
+        deadline, ended = time.monotonic() + 400, None
+        while time.monotonic() < deadline and (ended is None or time.monotonic() < ended + 15):
+            if ended is None and p.poll() is not None:
+                ended = time.monotonic()  # the job and its agents are done: the last rounds may still be due
             r = httpx.get(f"{base}/v1/jobs/slurm-demo", timeout=5)
             if r.status_code == 200:
                 cands = r.json().get("candidates") or []

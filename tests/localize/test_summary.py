@@ -276,6 +276,22 @@ def test_the_fetched_steps_follow_a_fault_that_moves_between_hosts() -> None:
     assert typical_steps(irr, {s: frozenset(h) for s, h in replicas.items()}) == [10, 11, 13]
 
 
+def test_the_fetched_steps_stay_on_the_fault_when_a_busy_machine_slowed_the_steps_before_it() -> None:
+    """A real run (one logged rank per TP group) whose machine was busy in steps 14-19, just before
+    a GPU slowed from 20: those steps were irregular too, with no slow host. Taken as "another place
+    the fault moved to", two of the three fetched steps were theirs, no rank computed longer in most
+    of them, nothing was fetched, and the job read healthy. Where most irregular steps had slow
+    hosts, a step with none comes after them; where most had none (a network fault), the most typical."""
+    from localize.summary import typical_steps
+
+    irr = pd.DataFrame({"step": [14, 15, 16, 19, 20, 21, 22, 23],
+                        "ratio": [1.17, 1.18, 1.16, 1.19, 1.27, 1.2, 1.22, 1.28]})
+    gpu = dict.fromkeys([20, 21, 22, 23], frozenset({"node-0"}))
+    assert typical_steps(irr, gpu) == [20, 21, 22]
+    assert typical_steps(irr, dict.fromkeys([20, 21], frozenset({"node-0"}))) == [15, 19, 21]
+    assert typical_steps(irr, {}) == [15, 19, 21]
+
+
 @pytest.mark.slow
 def test_a_data_fault_every_other_step_without_a_step_end_sync_is_the_data_on_both_paths(tmp_path: Path) -> None:
     """The independent generator's seed 10, job 27: 256 GPUs, pp8, no sync at a step's end, a data

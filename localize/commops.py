@@ -343,8 +343,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
-        ranks = candidate_ranks(candidates[0], meta)
         comp, logged, steps_of = compute_table(ops, world, lone)
+        ranks = _logged_stand_ins(candidate_ranks(candidates[0], meta), logged, meta)
         own = worker_onset(comp, logged, steps_of, layout, kinds, ranks)
         onset = own if own in set(irr.tolist()) else onset  # (a level its on-and-off steps merely average to is none)
         began = first_slow_step(comp, logged, steps_of, layout, kinds, ranks, irr.tolist())
@@ -586,6 +586,16 @@ def candidate_ranks(c: Candidate, meta: JobMeta) -> list[int]:
     if c.kind == "gpu":
         return [int(c.rank)] if c.rank is not None else []
     return [r for r in sorted(meta.ranks) if meta.host_of(r) == c.host]
+
+
+def _logged_stand_ins(ranks: list[int], logged: np.ndarray, meta: JobMeta) -> list[int]:
+    """`ranks`, or where none of them logged, the ranks of their hosts that did: with one rank per TP
+    group logged, its time in lone copies is its unlogged peers' compute (`compute_table`), as a
+    host's summary stands for its unlogged ranks on the summary path."""
+    if any(0 <= r < len(logged) and logged[r] for r in ranks):
+        return ranks
+    hosts = {meta.host_of(r) for r in ranks if r in meta.ranks}
+    return [r for r in sorted(meta.ranks) if r < len(logged) and logged[r] and meta.host_of(r) in hosts]
 
 
 def _durations(view: StepView) -> pd.Series | None:

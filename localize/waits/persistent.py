@@ -206,12 +206,19 @@ def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: Jo
 
     A device's own compute beside its peers' in the same steps is cleaner than the job's step
     times, which the machine's load moves too: on a real gloo job a 1.6x GPU from step 25 went
-    with a load blip at step 21, and the step times put the onset there."""
+    with a load blip at step 21, and the step times put the onset there. Ranks whose stage has no
+    other worker that logged are read beside every logged rank's low quartile instead: against
+    themselves they never move."""
     world = comp.shape[0]
     mine = [r for r in ranks if 0 <= r < world and seen[r]]
     if not mine or comp.shape[1] < 2 * SHIFT_MIN_STEPS:
         return None
-    ratio = np.median(stage_ratio(comp, seen, meta, kinds).ratio[mine], axis=0)
+    sr = stage_ratio(comp, seen, meta, kinds)
+    peers = seen & np.isin(sr.stage, sr.stage[mine]) & ~np.isin(np.arange(world), mine)
+    if peers.any():
+        ratio = np.median(sr.ratio[mine], axis=0)
+    else:
+        ratio = np.median(comp[mine], axis=0) / np.maximum(np.quantile(comp[seen], 0.25, axis=0), 1e-9)
     k = level_shift(ratio, 1 + MIN_EXCESS)
     return int(steps[k]) if k is not None and k > 0 else None
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +27,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stored_bytes(db: Path) -> int:
+    """The database's pages, those committed to its write-ahead log included. (The files' sizes
+    are no measure of growth: SQLite keeps its log up to about 4 MB between checkpoints.)"""
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        return int(c.execute("PRAGMA page_count").fetchone()[0]) * int(c.execute("PRAGMA page_size").fetchone()[0])
 
 
 def children(pid: int) -> list[int]:
@@ -71,7 +80,7 @@ def test_hostile_posts_do_not_stop_localization_and_shutdown_is_prompt(tmp_path:
         good = json.loads(nodes[1].summarize_new(final=True)[0][1])
         nodes[1].state.next_step = 0
         db = tmp_path / "s.db"
-        size0 = db.stat().st_size + (tmp_path / "s.db-wal").stat().st_size
+        size0 = stored_bytes(db)
         # the posts of issue 14: a seq/window past int64, a group of a million ranks
         for hostile in ({**good, "job": "evil", "window": 2**64}, {**good, "job": "evil", "window": 2**63},
                         {**good, "job": "evil", "groups": {"dp-0": "0:1000000:1"}}):
@@ -95,8 +104,8 @@ def test_hostile_posts_do_not_stop_localization_and_shutdown_is_prompt(tmp_path:
             time.sleep(0.3)
         assert verdict is not None and verdict["candidates"][0]["rank"] == 21, (r.status_code, r.text[:500])
         assert client.get(base + "/healthz").json() == {"status": "ok"}
-        size1 = db.stat().st_size + (tmp_path / "s.db-wal").stat().st_size
-        assert size1 - size0 < 5_000_000
+        size1 = stored_bytes(db)
+        assert size1 - size0 < 5_000_000, (size0, size1)
     kids = children(proc.pid)
     assert kids, "the localization worker runs in a child process"
     t0 = time.monotonic()

@@ -4,7 +4,8 @@ overlap_grad_reduce do), localized end to end on both paths.
 tests/collector/jobs/pipeline_train.py --overlap-grad: during the last microbatch's backward each
 layer's share of the gradient is reduce-scattered with async_op=True as soon as the layer is done;
 the step waits for all of them at its end. The DP records then overlap the rank's compute and its
-TP and PP operators. Scenarios and checks are test_real_jobs.py's.
+TP and PP operators. Scenarios, checks and the judging of a wrong run again on a fresh one are
+test_real_jobs.py's.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ SCENARIOS = {name: base.SCENARIOS[name] for name in ("gpu-from-20", "host-from-2
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
     cache: dict[str, tuple[Path, base.Answers, list[float]]] = {}
 
-    def get(name: str) -> tuple[Path, base.Answers, list[float]]:
-        if name not in cache:
+    def get(name: str, fresh: bool = False) -> tuple[Path, base.Answers, list[float]]:
+        if name not in cache or fresh:
             out = tmp_path_factory.mktemp(name)
             trace = run(out, JOB, f"real-overlap-{name}", SCENARIOS[name])
             cache[name] = (trace, base.verdicts(trace), base.own_steps(out))
@@ -59,7 +60,9 @@ def test_the_logger_records_the_async_buckets_from_launch_during_the_backward(ra
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_real_overlapped_job_is_localized(ran: Any, name: str, path: str) -> None:
-    _, answers, steps = ran(name)
-    if why := base.disturbed(steps, SCENARIOS[name]):
-        pytest.skip(why)
-    base.check(answers[path], SCENARIOS[name], steps)
+    def judge(_: Path, answers: base.Answers, steps: list[float]) -> None:
+        if why := base.disturbed(steps, SCENARIOS[name]):
+            pytest.skip(why)
+        base.check(answers[path], SCENARIOS[name], steps)
+
+    base.on_real_runs(ran, name, judge)

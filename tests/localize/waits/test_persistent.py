@@ -50,6 +50,20 @@ def test_a_devices_onset_comes_from_its_compute_beside_its_peers() -> None:
     assert worker_onset(table(5, 1.6, 25), seen, STEPS, META, KINDS, [4]) is None  # a healthy peer has none
 
 
+def test_a_lone_workers_onset_is_read_beside_the_other_stages_not_the_machines_busy_steps() -> None:
+    """One logged rank per stage (one replica, one rank per TP group): against its own stage it
+    never moves. The machine was busy in steps 14-19, every rank 1.25x, and the job's slow steps
+    ran from 14; the worker's time beside the other stage's steps up at 20 only."""
+    seen = np.zeros(16, bool)
+    seen[[0, 8]] = True
+    busy = table(0, 1.5, 20)
+    busy[:, (STEPS >= 14) & (STEPS < 20)] *= 1.25
+    assert worker_onset(busy, seen, STEPS, META, KINDS, [0]) == 20
+    calm = table(0, 1.0, 0)
+    calm[:, (STEPS >= 14) & (STEPS < 20)] *= 1.25
+    assert worker_onset(calm, seen, STEPS, META, KINDS, [0]) is None
+
+
 def test_a_stage_that_slows_mid_run_is_a_device_there_not_the_split_of_layers() -> None:
     """One replica logged one rank per TP group (a real tp4 pp2 dp1 gloo job): each stage has one
     logged worker, so no stage peer to compare with. Stage 0 stepping up at step 21 is no split of

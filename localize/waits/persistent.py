@@ -26,6 +26,7 @@ from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layou
 from timeline.steps import ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
 
 MIN_EXCESS = 0.15  # a worker must compute at least this much longer than its stage peers
+FOLLOW_STEPS = 4  # a first slow step is one the device stayed slow in, in half the slow steps from it
 STAGE_EXCESS = 0.25  # a stage must compute this much longer than the fastest stage
 SLOW_REPLICA_STEPS = 0.3  # data: replicas slow in at least this share of the steps, all told
 OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it is a device)
@@ -226,19 +227,27 @@ def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: Jo
 def first_slow_step(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
                     ranks: list[int], slow_steps: list[int]) -> int | None:
     """The first of `slow_steps` in which `ranks` computed beyond their stage peers, by half their
-    typical excess in those steps or more; None when they never did.
+    typical excess in those steps or more, and did in at least half of the FOLLOW_STEPS slow steps
+    from it; None when they never did.
 
     A device slow on and off has slow steps far apart, and the step times alone cannot tell its
-    first one from an unrelated blip: its own compute beside its peers' in that step can."""
+    first one from an unrelated blip: its own compute beside its peers' in that step can. One
+    noisy step is no start: in CI a real GPU slowed at step 20 read "since step 1" from summaries,
+    the warm-up's steps 1-4 irregular too (most likely the device's one noisy step among them)."""
     mine = [r for r in ranks if 0 <= r < comp.shape[0] and seen[r]]
     if not mine:
         return None
     ratio = np.median(stage_ratio(comp, seen, meta, kinds).ratio[mine], axis=0)
-    excess = np.where(np.isin(steps, slow_steps), ratio - 1, 0.0)
+    at = np.flatnonzero(np.isin(steps, slow_steps))
+    excess = ratio[at] - 1
     over = excess > MIN_EXCESS
     if not over.any():
         return None
-    return int(steps[np.flatnonzero(over & (excess >= ONSET_LEVEL * np.median(excess[over])))[0]])
+    strong = over & (excess >= ONSET_LEVEL * np.median(excess[over]))
+    ahead = np.lib.stride_tricks.sliding_window_view(np.r_[over, np.full(FOLLOW_STEPS - 1, np.nan)], FOLLOW_STEPS)
+    held = np.nanmean(ahead, axis=1) >= 0.5
+    first = np.flatnonzero(strong & held)
+    return int(steps[at[first[0]]]) if first.size else None
 
 
 def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from collector.meta import JobMeta, RankInfo
-from localize.waits.persistent import imbalance, worker_onset
+from localize.waits.persistent import first_slow_step, imbalance, worker_onset
 
 # 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4
 META = JobMeta("t", 16, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(16)},
@@ -82,3 +82,17 @@ def test_a_stage_that_slows_mid_run_is_a_device_there_not_the_split_of_layers() 
     assert stage.units[0].kind == "gpu" and stage.units[0].witnesses == [0]
     comp[0, :] = comp[0, -1]  # slow from the first step: the split of layers
     assert imbalance(comp, seen, STEPS, META, KINDS).units[0].kind == "config"
+
+
+def test_a_devices_first_slow_step_is_one_it_stayed_slow_after_not_a_noisy_warm_up_step() -> None:
+    """The warm-up's steps 1-4 were irregular too, and the device was slow in step 1 alone: its
+    first slow step is 20. Slow on and off (steps 8, 14, 20-22, 28), its first is still 8."""
+    seen = np.ones(16, bool)
+    comp = table(5, 2.0, 20)
+    comp[5, STEPS == 1] *= 1.6
+    assert first_slow_step(comp, seen, STEPS, META, KINDS, [5], [1, 2, 3, 4, *range(20, 41)]) == 20
+    on = np.isin(STEPS, [8, 14, 20, 21, 22, 28])
+    comp = table(5, 1.0, 0)
+    comp[5, on] *= 2.0
+    assert first_slow_step(comp, seen, STEPS, META, KINDS, [5], STEPS[on].tolist()) == 8
+    assert first_slow_step(comp, seen, STEPS, META, KINDS, [5], [2, 5, 8, 9, 14, 20, 21, 22, 28]) == 8

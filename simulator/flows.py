@@ -14,7 +14,9 @@ and wait.
 from __future__ import annotations
 
 import json
+import tempfile
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from collector.traceio import Trace, write_table
 from simulator.cluster import Layout
 from simulator.config import FaultSpec, SimConfig
 from simulator.faults import FaultModel, resolve_faults
+from simulator.writer import simulate_trace
 
 RING_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 ROCE_MTU = 4096
@@ -44,11 +47,11 @@ def _ip_words(ips: np.ndarray) -> np.ndarray:
     return np.uint64(0xFFFF_0000_0000) | v4
 
 
-def _fault_model(truth: dict, meta: JobMeta) -> tuple[FaultModel | None, Layout | None]:
-    """Rebuild the simulator's fault model from truth.json, to know which edges were slow."""
+def _config(truth: dict) -> SimConfig | None:
+    """The simulated job's config, faults included, from truth.json (None for a trace not simulated)."""
     cfg_raw = truth.get("config")
     if not cfg_raw:
-        return None, None
+        return None
     specs = []
     for f in truth.get("faults", []):
         steps = (int(f["start_step"]), int(f["end_step"])) if "start_step" in f else None
@@ -56,7 +59,14 @@ def _fault_model(truth: dict, meta: JobMeta) -> tuple[FaultModel | None, Layout 
                                hosts=tuple(f["hosts"]) if f.get("hosts") else None, switch=f.get("switch"),
                                stage=f.get("stage"), steps=steps, pattern=f.get("pattern", "persistent")))
     known = set(SimConfig.__dataclass_fields__)
-    cfg = SimConfig(**{k: v for k, v in cfg_raw.items() if k in known and k != "faults"}, faults=specs).resolved()
+    return SimConfig(**{k: v for k, v in cfg_raw.items() if k in known and k != "faults"}, faults=specs).resolved()
+
+
+def _fault_model(truth: dict) -> tuple[FaultModel | None, Layout | None]:
+    """Rebuild the simulator's fault model from truth.json, to know which edges were slow."""
+    cfg = _config(truth)
+    if cfg is None:
+        return None, None
     layout = Layout.build(cfg)
     return FaultModel(cfg, layout, resolve_faults(cfg, layout)), layout
 
@@ -195,13 +205,39 @@ def _qp(group: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return lut.reindex(pd.MultiIndex.from_frame(key)).to_numpy(dtype=np.int64)
 
 
+def _whole_job_config(truth: dict) -> SimConfig | None:
+    """The job's config with every rank and step written, where its logger wrote only part of them.
+
+    A capture on the fabric sees all of the job's traffic whatever its logger kept (one rank per
+    TP group, sampled steps, lost rows or ranks), so the flows come from the whole job: the same
+    seed simulates the same job, and the logger's choices are applied only when rows are written.
+    """
+    cfg = _config(truth)
+    if cfg is None:
+        return None
+    partial = (cfg.logged_ranks != "all" or cfg.sample_steps not in (0.0, 1.0) or cfg.missing_ranks
+               or cfg.row_loss > 0)
+    return replace(cfg, logged_ranks="all", sample_steps=0.0, missing_ranks=0, row_loss=0.0) if partial else None
+
+
 def sim_bursts(trace_dir: Path, gap_ns: int = DEFAULT_GAP_NS) -> Bursts:
+    """Every network burst of a simulated job, as a capture on the fabric would see them."""
+    truth = Trace.open(trace_dir).truth() or {}
+    whole = _whole_job_config(truth)
+    if whole is None:
+        return _bursts_of(trace_dir, gap_ns)
+    with tempfile.TemporaryDirectory(prefix="laggard-whole-job-") as tmp:
+        simulate_trace(whole, Path(tmp), counterfactual=False)
+        return _bursts_of(Path(tmp), gap_ns)
+
+
+def _bursts_of(trace_dir: Path, gap_ns: int) -> Bursts:
     trace = Trace.open(trace_dir)
     truth = trace.truth() or {}
     iv = flow_intervals(trace, truth)
     if iv.empty:
         return Bursts.empty()
-    model, layout = _fault_model(truth, trace.meta)
+    model, layout = _fault_model(truth)
     sub = _shape(iv, model, layout, trace.meta)
     ranks = sorted(trace.meta.ranks)
     words = pd.Series(_ip_words(np.array([trace.meta.ranks[r].ip for r in ranks])), index=ranks)

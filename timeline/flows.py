@@ -347,9 +347,10 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     over the median, so a phase where a straggler's stall splits each synchronisation in two
     cannot outvote the rest. Among candidate thresholds (between consecutive
     distinct pauses, pauses shorter than a burst gap counting as one) keep those whose
-    segments are about as even as the most even cut, and of these take the one in the widest
-    break between pauses (cutting between reduce-scatter and all-gather also gives even halves,
-    but at a pause no longer than its neighbours).
+    segments are about as even as the most even cut, and of these take the coarsest: cutting
+    between the phases of one sync (a reduce-scatter and its all-gather, a bucket and the next)
+    also gives even parts, at pauses shorter than the compute between iterations, which may
+    stretch past a burst gap by any factor while a straggler or a slow link holds its ring.
     """
     g = np.maximum(gaps, GAP_FLOOR_NS)
     levels = np.unique(np.quantile(g, np.linspace(0.0, 1.0, 257))) if g.size > 256 else np.unique(g)
@@ -363,11 +364,11 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
             continue
         seg = np.diff(cum[cuts + 1])  # whole segments between consecutive cuts (the first is partial)
         q1, med, q3 = np.quantile(seg, [0.25, 0.5, 0.75])
-        scored.append((float((q3 - q1) / med), float(np.log(hi / lo)), float(np.sqrt(lo * hi)), float(med)))
+        scored.append((float((q3 - q1) / med), float(np.sqrt(lo * hi)), float(med)))
     if not scored:
         return 0.0, float(np.median(b))
     best = min(x[0] for x in scored)
-    _, _, thr, vol = max((x for x in scored if x[0] <= best + 0.02), key=lambda x: x[1])
+    _, thr, vol = max((x for x in scored if x[0] <= best + 0.02), key=lambda x: x[1])
     # the widest break between pause lengths separates compute phases from pauses inside a sync;
     # when the capture holds too few of those long pauses to score them, yet they are a regular
     # part of the traffic (not a rare checkpoint stall), a cut below them splits iterations into

@@ -10,7 +10,9 @@ import pytest
 from collector.errors import UserError
 from collector.flows import pcap_to_flows
 from collector.traceio import Trace
-from simulator.flows import sim_bursts, write_roce_pcap
+from simulator.config import FaultSpec, SimConfig
+from simulator.flows import emit_flows, sim_bursts, write_roce_pcap
+from simulator.writer import simulate_trace
 from tests.flows_sims import sim_flows
 
 
@@ -59,3 +61,19 @@ def test_a_capture_too_large_for_a_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"need .* packets .* use --flows"):
         write_roce_pcap(bursts, tmp_path / "c.pcap", max_packets=100)
     assert not (tmp_path / "c.pcap").exists()
+
+
+def test_a_capture_sees_the_whole_job_whatever_its_logger_kept(tmp_path: Path) -> None:
+    """One rank logged per TP group and sampled steps: the fabric still carries every rank's
+    traffic in every step, so the flows are those of the job logged whole."""
+    job = {"gpus": 32, "tp": 4, "pp": 2, "steps": 10, "seed": 5, "job": "j",
+           "faults": [FaultSpec.parse("link:hosts=node-2+node-3,factor=3,steps=4:9")]}
+    for name, logger in (("whole", {}), ("part", {"logged_ranks": "one-per-tp", "sample_steps": 3.0})):
+        simulate_trace(SimConfig(**job, **logger), tmp_path / name)
+        emit_flows(tmp_path / name, pcap=False)
+    part, whole = Trace.open(tmp_path / "part"), Trace.open(tmp_path / "whole")
+    assert part.commops()["step"].nunique() < 10 and part.commops()["rank"].nunique() == 8
+    key = ["src_ip", "dst_ip", "qp", "start_ns", "end_ns", "bytes"]
+    got = part.flows().sort_values(key).reset_index(drop=True)[key]
+    want = whole.flows().sort_values(key).reset_index(drop=True)[key]
+    assert len(got) == len(want) and got.equals(want)

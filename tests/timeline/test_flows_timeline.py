@@ -73,3 +73,25 @@ def test_acks_and_one_off_transfers_do_not_make_groups() -> None:
     job = build_flow_timeline(f).jobs[0]
     assert [(g.kind, g.hosts) for g in job.groups] == [("dp", ["10.9.0.1", "10.9.0.2", "10.9.0.3"])]
     assert np.allclose(job.iterations["duration_s"].iloc[1:], 0.1)
+
+
+def test_a_sync_in_two_phases_is_one_iteration_whatever_the_pause_between_them() -> None:
+    """Each iteration syncs in two equal phases (reduce-scatter, all-gather) 10 ms apart, 40 ms
+    once a slow link holds the ring; either cut is even, and the iteration is the coarser one."""
+    ring = [("10.9.0.1", "10.9.0.2"), ("10.9.0.2", "10.9.0.3"), ("10.9.0.3", "10.9.0.1")]
+    rows, t, ends = [], 0, []
+    for step in range(12):
+        t += 130_000_000  # forward and backward: no traffic
+        between = 10_000_000 if step < 4 else 40_000_000
+        for phase in range(2):
+            for _ in range(2):  # a phase is bursts 0.1 ms apart, under the burst gap
+                for s, d in ring:
+                    rows.append((t, t + 5_000_000, s, d, 50_000_000, 12_500))
+                t += 5_100_000
+            t += between if phase == 0 else 0
+        ends.append(t - 100_000)
+    f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])
+    f = f.assign(src_port=5000, dst_port=6000, proto="tcp", qp=-1)
+    it = build_flow_timeline(f).jobs[0].iterations
+    assert len(it) == 12
+    assert np.allclose(it["end_ns"], ends)

@@ -295,6 +295,10 @@ def report(df: pd.DataFrame) -> None:
         worst = float(per.min())
         figures = ", ".join(f"{p} {per[p]:.2f}" for p in P2P_MODES if p in per)
         print(f"  {kind:<10} target {thr:.2f}: {figures} (n={len(sub)}) -> {'meets' if worst >= thr else 'BELOW'}")
+        if kind in NETWORK_KINDS and "credit_flows" in sub and sub["credit_flows"].notna().all():
+            per = sub.groupby("p2p")["credit_flows"].mean()
+            figures = ", ".join(f"{p} {per[p]:.2f}" for p in P2P_MODES if p in per)
+            print(f"  {'':<10} with flows:  {figures} (n={len(sub)}) -> {'meets' if per.min() >= thr else 'BELOW'}")
     print(f"\nmedian localization time per job: {df['seconds'].median():.1f} s; jobs: {len(df)}")
 
 

@@ -36,6 +36,7 @@ from localize.ops.groupkinds import group_kinds, observed_members, with_observed
 from localize.ops.lone import (
     lone_copies,
     lone_time,
+    own_slow_steps,
     share_among,
     silent_ranks,
     unlogged_members,
@@ -299,7 +300,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     logged = np.bincount(ops.rank, minlength=world)[:world] > 0
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
-                               peer_wait=wait_change(waited, np.isin(all_steps, irr), np.isin(all_steps, ref)),
+                               peer_wait=wait_change(waited, own_slow_steps(by_step, np.isin(all_steps, irr)),
+                                                     np.isin(all_steps, ref)),
                                quiet=silent)
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total

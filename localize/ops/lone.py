@@ -85,17 +85,32 @@ def unlogged_peers(ops: Ops, groups: Mapping[str, Sequence[int]], lone: np.ndarr
 def wait_change(waited: np.ndarray, slow: np.ndarray, normal: np.ndarray) -> np.ndarray:
     """Per rank: its time in lone copies per slow step over that per normal step (medians over
     the columns `slow` and `normal` of rank × step `waited`, `lone_time`); NaN where unknown.
+    `slow` is one mask for every rank, or one per rank (rank × step): the steps it slowed.
 
     The slowest member of a collective waits least. A logged rank slow alone arrives last at the
     collectives it shares with its unlogged peers, and its time in them falls to the transfer
     (well under 1); slowed with them (its host), it keeps waiting on the slowest of them, longer
     as all slow (over 1)."""
     out = np.full(waited.shape[0], np.nan)
-    if not slow.any() or not normal.any():
+    per_rank = np.broadcast_to(slow, waited.shape)
+    if not per_rank.any() or not normal.any():
         return out
     before = np.median(waited[:, normal], axis=1)
-    known = before > 0
-    out[known] = np.median(waited[known][:, slow], axis=1) / before[known]
+    during = np.where(per_rank, waited, np.nan)
+    known = (before > 0) & per_rank.any(axis=1)
+    out[known] = np.nanmedian(during[known], axis=1) / before[known]
+    return out
+
+
+def own_slow_steps(by_step: np.ndarray, slow: np.ndarray, share: float = 0.5) -> np.ndarray:
+    """Rank × step: the slow steps (columns `slow` of the steps) in which each rank's own blame
+    (`by_step`, rank × slow step) reached `share` of its largest; all slow steps for a rank
+    never blamed. A spike's few steps among noisy slow ones are where its waits changed."""
+    out = np.zeros((by_step.shape[0], slow.size), dtype=bool)
+    peak = by_step.max(axis=1, initial=0.0)
+    mine = (by_step >= share * peak[:, None]) & (by_step > 0)
+    mine[peak <= 0] = True
+    out[:, np.flatnonzero(slow)] = mine
     return out
 
 

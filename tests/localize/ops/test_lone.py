@@ -9,6 +9,7 @@ from localize.ops.features import prepare_ops
 from localize.ops.lone import (
     lone_copies,
     lone_time,
+    own_slow_steps,
     share_among,
     unlogged_members,
     unlogged_peers,
@@ -73,6 +74,20 @@ def test_wait_change_is_time_in_lone_copies_per_slow_step_over_per_normal_step()
     np.testing.assert_allclose(change[:2], [0.25, 3.0])
     assert np.isnan(change[2])
     assert np.isnan(wait_change(waited, slow, np.zeros(5, dtype=bool))).all()
+
+
+def test_a_spikes_wait_change_is_read_in_the_steps_it_slowed_not_every_slow_step() -> None:
+    """A GPU slow in steps 3 and 5 only, among six slow steps (the others noise): over all six its
+    lone waits look unchanged; over its own two they fell, as the last arriver's do."""
+    waited = np.array([[2.0, 2.0, 2.0, 0.5, 2.0, 0.5, 2.0, 2.0]])
+    slow = np.array([False, False, True, True, True, True, True, True])
+    by_step = np.array([[0.0, 9.0, 0.1, 8.0, 0.0, 0.0]])  # its blame in each slow step
+    assert wait_change(waited, slow, ~slow)[0] == 1.0
+    mine = own_slow_steps(by_step, slow)
+    assert mine[0].tolist() == [False, False, False, True, False, True, False, False]
+    assert wait_change(waited, mine, ~slow)[0] == 0.25
+    never = own_slow_steps(np.zeros((1, 6)), slow)  # a rank never blamed: every slow step
+    assert (never[0] == slow).all()
 
 
 def test_slow_from_the_start_a_ranks_lone_wait_is_judged_beside_its_stage_peers() -> None:

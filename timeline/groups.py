@@ -196,15 +196,22 @@ def _tp_or_cp(freq: pd.DataFrame) -> pd.Series:
 
 
 def _break_ties(kind: pd.Series, feat: pd.DataFrame, hints: dict[str, str]) -> pd.Series:
-    """Where only one frequent family exists, tp vs cp is ambiguous in sequence-parallel jobs:
-    follow the names when they consistently say the other one."""
+    """Frequent groups leave ties the physics cannot break; names break them where a family's
+    names consistently say so. Where only one frequent family exists, tp vs cp is ambiguous in
+    sequence-parallel jobs. And a data-parallel sync in buckets of all-gathers and reduce-scatters
+    (Megatron's overlapped gradient reduce-scatter and parameter all-gather, FSDP's) runs more
+    than twice a step, as context parallelism's key/value gathers do: a family read as cp that
+    its names call dp is dp. (An all-reducing family stays tp whatever its names say.)"""
     frequent = kind.isin(["tp", "cp"])
     fam = feat.loc[frequent, ["size", "stride"]].apply(tuple, axis=1)
-    if fam.nunique() != 1:
-        return kind
-    said = {hints.get(g) for g in kind.index[frequent]}
-    if len(said) == 1 and (h := said.pop()) in ("tp", "cp"):
-        kind[frequent] = h
+    if fam.nunique() == 1:
+        said = {hints.get(g) for g in kind.index[frequent]}
+        if len(said) == 1 and (h := said.pop()) in ("tp", "cp"):
+            kind[frequent] = h
+    for family in fam.unique():
+        members = fam.index[(fam == family).to_numpy()]
+        if (kind[members] == "cp").all() and {hints.get(g) for g in members} == {"dp"}:
+            kind[members] = "dp"
     return kind
 
 

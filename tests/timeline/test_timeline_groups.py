@@ -9,6 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collector.traceio import Trace
+from simulator.config import SimConfig
+from simulator.writer import simulate_trace
 from tests.timeline.timeline_factory import kinds_by_members, layout, make_trace
 from timeline.build import COLUMNS
 from timeline.columns import read_commops
@@ -128,3 +131,16 @@ def test_membership_bitmap_and_sort_agree(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr("timeline.groups.BITMAP_CELLS", 0)
     for g, r in (got, membership(group, rank)):
         assert list(zip(g.tolist(), r.tolist(), strict=True)) == want
+
+
+@pytest.mark.parametrize("dims", [{"tp": 2, "cp": 2, "pp": 2}, {"tp": 1, "pp": 2}], ids=["tp2-cp2-pp2", "tp1-pp2"])
+def test_a_data_parallel_sync_in_overlapped_buckets_is_dp_not_context_parallel(tmp_path: Path, dims: dict[str, int]) -> None:
+    """Gradient reduce-scatter in buckets over the backward and the parameter all-gather over
+    the forward: six syncs a step, strided, all-gathers and reduce-scatters, as context
+    parallelism's are. The physics leaves the tie; the groups' names break it."""
+    simulate_trace(SimConfig(gpus=32, steps=4, grad_overlap=True, param_gather_overlap=True, **dims), tmp_path / "t",
+                   counterfactual=False)
+    trace = Trace.open(tmp_path / "t")
+    got = infer_group_kinds(read_commops(trace, COLUMNS), trace.meta)
+    assert {g: k for g, k in got.items() if g.startswith("dp")} == {g: "dp" for g in got if g.startswith("dp")}
+    assert all(k == "cp" for g, k in got.items() if g.startswith("cp")) and any(g.startswith("dp") for g in got)

@@ -23,6 +23,9 @@ COVERAGE = 0.6  # share of a unit's ranks that must carry blame to name the unit
 LAST_ARRIVER = 0.8
 PEERS_SLOW = 1.3
 MIN_SHARE = 0.08  # a further candidate must explain at least this share of the blame
+#: a rank's slowdown is its unlogged peers' where at least this share of it is time waiting on them:
+#: a host slowed whole grows the rank's compute as much as its waits (each a half)
+UNSEEN_SHARE = 2 / 3
 QUIET_GPU = 0.6  # on a host that logged nothing, one GPU with this share of the host's blame is named
 QUIET_NEAR = 0.8  # ... and other such hosts with this share of its blame or more are tied with it
 
@@ -119,7 +122,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         h = host[r]
         hr = np.flatnonzero(host == h) if h >= 0 else np.array([r])
         alone = len(hr) > 1 and seen[hr].sum() == 1
-        if unseen is not None and peers and peers.get(r) and unseen[r] > 0.5 * blame[r]:
+        if unseen is not None and peers and peers.get(r) and unseen[r] > UNSEEN_SHARE * blame[r]:
             options.append(_unlogged_peer(r, peers[r], float(b[r]) / total, host, hosts, seen))
         elif h >= 0 and silent[hr].all():
             on = (host >= 0) & silent

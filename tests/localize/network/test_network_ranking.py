@@ -289,3 +289,20 @@ def test_a_host_whose_logged_ranks_all_wait_on_their_unlogged_peers_is_the_host(
     b[6] = 0.0
     u = explain_rank_blame(b, meta, KINDS, logged=logged, unseen=b * 0.9, peers=peers)[0]
     assert (u.kind, u.ranks, u.via, u.also) == ("gpu", [5], 4, [])
+
+
+def test_a_host_slowed_whole_grows_its_one_logged_ranks_compute_as_much_as_its_waits() -> None:
+    """Rank 4 is node-1's only logged rank. Its growth half waiting on its unlogged TP peers, half
+    its own compute, and its waits far longer than before: the whole host slowed, not one peer."""
+    meta = meta16()
+    logged = np.zeros(32, dtype=bool)
+    logged[::4] = True
+    b = np.zeros(32)
+    b[4] = 5.0
+    wait = np.full(32, np.nan)
+    wait[4] = 4.7
+    peers = {4: [5, 6, 7]}
+    u = explain_rank_blame(b, meta, KINDS, logged=logged, unseen=b * 0.55, peers=peers, peer_wait=wait)[0]
+    assert (u.kind, u.label) == ("host", "node-1")
+    u = explain_rank_blame(b, meta, KINDS, logged=logged, unseen=b * 0.9, peers=peers, peer_wait=wait)[0]
+    assert (u.kind, u.via) == ("gpu", 4)  # nearly all waiting: one of its unlogged peers

@@ -24,6 +24,7 @@ from localize.network.devices import NetCandidate, resolve_network, slow_units, 
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.ops.features import (
     CODED,
+    TIMED,
     Ops,
     prepare_ops,
     rank_step_compute,
@@ -187,7 +188,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 unlisted: bool | None = None, quiet: np.ndarray | None = None) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
-    Consumes `df`'s group, op and peer columns (`localize.ops.features.CODED`).
+    Consumes `df`'s group, op, peer and time columns (`localize.ops.features.CODED`, `TIMED`).
     `partial`: groups whose members were not all fetched (summary path); their operators
     keep their place in each rank's timeline but are never judged. `forest=False` judges
     operators with the robust rule, as the sidecars do (the fast path). `unlisted`: a group
@@ -204,7 +205,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
-    for name in CODED:  # (`ops` holds them as codes: the caller's frame lets its copies go)
+    for name in (*CODED, *TIMED):  # (`ops` holds them as codes and `RowTimes`: the caller's frame lets its copies go)
         del df[name]
     all_steps = unique(ops.step)
     ref = normal_steps(all_steps, irr, view.steps)
@@ -338,7 +339,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     candidates = _merge(primaries, alternates, top)
     analysis = Analysis(ops, abnormal, graph, rank_blame, units, net, comm_total, unit_names)
     extra: dict[str, object] = {"source": "commops", "detector": method, "abnormal_ops": int(abnormal.sum()),
-                                "operators": len(ops.df)}
+                                "operators": len(ops.rank)}
     if net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())

@@ -104,7 +104,7 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
     one rank's stream means records in between were lost, and every gap of that rank between
     the two rows may contain a lost operator's time.
     """
-    seq = ops.df["seq"].to_numpy()  # (in the frame's width: widened only where subtracted)
+    seq = ops.column("seq")  # (in the frame's width: widened only where subtracted)
     has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
     hole = np.zeros(len(seq), dtype=bool)
     for c in range(0, len(seq), _CHUNK):  # (by chunks: no row-sized gathers beside the marks)
@@ -162,11 +162,9 @@ def _segment_totals(ops: Ops, what: str, values: np.ndarray | None, p: np.ndarra
         _differences_in_place(c, p, shift=1 if what == "wait" else 0)
         return c
     # all of it: from the end of the previous operator of the stream to this one's start
-    start = ops.df["start_ns"].to_numpy(np.int64)
-    end = ops.df["end_ns"].to_numpy(np.int64)
-    out = np.empty(len(start))
-    for i in range(0, len(start), _CHUNK):  # (by chunks: no row-sized int64 scratch beside the result)
-        out[i:i + _CHUNK] = (start[i:i + _CHUNK] - end[p[i:i + _CHUNK]]) * 1e-9
+    out = np.empty(len(p))
+    for i in range(0, len(p), _CHUNK):  # (by chunks: no row-sized int64 scratch beside the result)
+        out[i:i + _CHUNK] = (ops.times.start(slice(i, i + _CHUNK)) - ops.times.end(p[i:i + _CHUNK])) * 1e-9
     return out
 
 

@@ -84,7 +84,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     sizes = np.array([len(meta.groups.get(str(g), [])) for g in gnames], dtype=np.int64)
     msum = np.array([float(sum(meta.groups.get(str(g), []))) for g in gnames])
     obs_max = pd.Series(ops.inst_size).groupby(ops.inst_group).max().reindex(range(len(gnames))).fillna(0).to_numpy()
-    g_size = np.where(sizes > 0, sizes, obs_max).astype(np.int64)
+    g_size = np.where(sizes > 0, sizes, obs_max).astype(np.int32)  # (a group's size: int32, as its per-instance copy)
     p2p = ops.inst_p2p
     expected = np.where(p2p, 2, g_size[ops.inst_group])
     members_sum = np.where(p2p, ops.inst_src + ops.inst_dst, msum[ops.inst_group])
@@ -106,7 +106,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
         names.append(name)
     a2a = ops.opcode[ops.late_row] == OPS.index("all_to_all")
     mesh = {names[u] for u in unique(ucode[a2a])}
-    return expected, members_sum, names, ucode.astype(np.int64), members, mesh
+    return expected, members_sum, names, ucode.astype(np.int32 if ops.n_inst < 2**31 else np.int64), members, mesh
 
 
 def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -127,11 +127,13 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
     return med * s, (q3 - q1) * s
 
 
-def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, spread: np.ndarray,
+def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, view: StepView,
                  ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow;
-    and whether the transfer's time could be seen at all. `base`, `spread`: per instance, the
-    last arriver's normal time and the interquartile range of its slot (`_late_history`).
+    and whether the transfer's time could be seen at all. Each instance's last arriver's normal
+    time and the interquartile range of its slot are `_late_history`'s, over the normal steps
+    `ref` (the collectives' figures, and their scratch, are dropped before the p2p transfers'
+    passes, which peak).
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
     and so every copy, is abnormal; or, whatever the detector says, when that copy alone took
@@ -139,15 +141,17 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     slot's interquartile range). A p2p transfer is judged by how long its data took once both
     ends had posted (`localize.network.transfers`): a long send is often a late receiver.
     """
+    b, spread = _late_history(ops, view, ref)
     late = ops.late_row
     n_abn = group_sum(ops.inst, ops.n_inst, abnormal)
-    b = base
-    ex = ops.elapsed[late] - b
+    ex = ops.elapsed_at(late) - b
     flagged = abnormal[late] & (ex > 0.2 * b) & (n_abn >= ops.inst_size)
     beyond = (ex > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (ex > 5 * np.nan_to_num(spread))
-    slow = ~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond)
+    del b, spread, n_abn
+    collective = np.where(~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond), ex, 0.0)
+    del ex, flagged, beyond
     p2p_excess, seen = slow_transfer_excess(ops, meta, ref)
-    return np.maximum(np.where(slow, ex, 0.0), p2p_excess), seen
+    return np.maximum(collective, p2p_excess), seen
 
 
 def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.ndarray:
@@ -213,11 +217,11 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal, method = detection.abnormal, detection.method
     del detection  # (its per-row scores are read by nothing past the threshold: 8 bytes a row off the peak)
-    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, *_late_history(ops, view, ref), ref)
+    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, view, ref)
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
-        expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
+        expected = np.where(skip, np.iinfo(np.int64).max // 2, expected.astype(np.int64))
     in_irr = np.isin(ops.inst_step, irr)
     # which units' own transfers were slow in the irregular steps (resolved to devices below)
     judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
@@ -232,7 +236,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # with one rank per TP group, the logged ones show their waits: `localize.ops.lone`.)
     silent = silent_ranks(ops, meta, world) if quiet is None else np.asarray(quiet[:world], dtype=bool)
     unlogged = [m if silent[m].all() else m[:0] for m in unlogged_members(ops, meta.groups, world, partial or ())]
-    short_of = np.array([len(m) or -1 for m in unlogged], dtype=np.int64)[ops.inst_group]
+    short_of = np.array([len(m) or -1 for m in unlogged], dtype=np.int32)[ops.inst_group]
     graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm,
                             (unit_of_inst, irr), short_of)
 

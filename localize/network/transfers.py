@@ -38,11 +38,12 @@ HELD_SHARE = 0.9
 
 
 def p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
-    """Per instance: the row of its send and of its recv (-1 where absent or a collective)."""
+    """Per instance: the row of its send and of its recv (-1 where absent or a collective), int32
+    where the rows are fewer than 2**31 (these are held through the transfers' passes, which peak)."""
     rows = []
     for op in ("send", "recv"):
         mine = ops.opcode == OPS.index(op)
-        r = np.full(ops.n_inst, -1, dtype=np.int64)
+        r = np.full(ops.n_inst, -1, dtype=np.int32 if len(mine) < 2**31 else np.int64)
         r[ops.inst[mine]] = np.flatnonzero(mine)
         rows.append(r)
     return rows[0], rows[1]

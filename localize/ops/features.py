@@ -189,7 +189,11 @@ class Ops:
         """Per row: seconds the operator took, float64, computed on each use from the rows'
         durations (a fresh array: not holding it keeps 8 bytes a row off every peak of the
         analysis that does not read it), as `seconds` computes it."""
-        out = self.times.dur.astype(np.float64)
+        return self.elapsed_at(slice(None))
+
+    def elapsed_at(self, rows: slice | np.ndarray) -> np.ndarray:
+        """`elapsed` of some rows (a slice, indices or a mask) alone: no row-sized array for a few."""
+        out = self.times.dur[rows].astype(np.float64)
         np.maximum(out, 0, out=out)
         out *= 1e-9
         return out
@@ -790,6 +794,19 @@ def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
     A slot occurs once per step, so its history is one row of a slots x steps matrix.
     `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
     a row-sized masked copy of `e`)."""
+    med, q1, q3 = _slot_quantiles(ops, e, ref_steps, keep, (0.5, 0.25, 0.75))
+    return med, q1, q3
+
+
+def slot_median(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.ndarray | None = None) -> np.ndarray:
+    """`slot_stats`' median alone (the wait graph's passes read no quartile: two slot-sized
+    arrays fewer near its peak)."""
+    return _slot_quantiles(ops, e, ref_steps, keep, (0.5,))[0]
+
+
+def _slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.ndarray | None,
+                    ps: tuple[float, ...]) -> list[np.ndarray]:
+    """Per slot: the quantiles `ps` of `slot_stats`."""
     mat = _history_matrix(ops, e, in_steps(ops, ref_steps), keep)
     n_slot = len(mat)
     mat.sort(axis=1)  # NaN last
@@ -801,9 +818,13 @@ def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
         w = pos - lo
-        return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
+        out = mat[rows, lo]  # (in place: the same products and sum as mat[rows, lo] * (1 - w) + mat[rows, hi] * w)
+        out *= 1 - w
+        w *= mat[rows, hi]
+        out += w
+        return out
 
-    return q(0.5), q(0.25), q(0.75)
+    return [q(p) for p in ps]
 
 
 def peer_group_min_ratio(ops: Ops) -> np.ndarray:
@@ -863,10 +884,6 @@ class Basis:
     slot_q3: np.ndarray
     peer: np.ndarray  # per instance: `peer_group_min_ratio`
 
-    def normalized(self, ops: Ops) -> np.ndarray:
-        """Per row: elapsed over the step-time baseline."""
-        return ops.elapsed / self.scale
-
     def quartiles(self, ops: Ops, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(q1, q3) of the given rows' slots, as `slot_history` gives them."""
         slot = ops.slot if rows is None else ops.slot[rows]
@@ -904,7 +921,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     def at(v: np.ndarray) -> np.ndarray:
         return v if rows is None else v[rows]
 
-    e, scale, med = at(ops.elapsed), at(b.scale), at(b.med)
+    e, scale, med = (ops.elapsed if rows is None else ops.elapsed_at(rows)), at(b.scale), at(b.med)
     q1, q3 = b.quartiles(ops, rows)
     en = e / scale
     iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)

@@ -313,13 +313,15 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         seg = _segment_totals(ops, what, values, p)
         del values
         seg[p < 0] = np.nan
+        if what == "wait":
+            del p  # (its last read: the row-sized links are not held through the last pass's medians)
         if what == "compute":
             valid = np.equal(cu, cu[np.maximum(p, 0)])  # (no lost record between: the count did not move)
             valid &= np.isfinite(seg)
             del cu
             n_valid = group_sum(inst, n, valid)
             lv = valid[late]
-            peers_n = np.maximum(n_valid - lv, 1)
+            peers_n = np.maximum(n_valid - lv, 1).astype(np.int32)  # (a count: the same quotients as in float64)
             measured = lv & (n_valid >= 2)
             del n_valid
         # the two ends of a p2p transfer do different work: the sender is judged against its
@@ -332,7 +334,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         if h is not None:
             own[what] = (at_late - h, np.isfinite(h))
         del at_late, h
-    del p, valid, peers_n
+    del valid, peers_n
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
     excess_compute, excess_wait, excess_own = excess["compute"], excess["wait"], excess["own"]

@@ -24,6 +24,7 @@ from localize.network.devices import NetCandidate, resolve_network, slow_units, 
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.ops.features import (
     CODED,
+    TIMED,
     Ops,
     prepare_ops,
     rank_step_compute,
@@ -84,7 +85,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     sizes = np.array([len(meta.groups.get(str(g), [])) for g in gnames], dtype=np.int64)
     msum = np.array([float(sum(meta.groups.get(str(g), []))) for g in gnames])
     obs_max = pd.Series(ops.inst_size).groupby(ops.inst_group).max().reindex(range(len(gnames))).fillna(0).to_numpy()
-    g_size = np.where(sizes > 0, sizes, obs_max).astype(np.int64)
+    g_size = np.where(sizes > 0, sizes, obs_max).astype(np.int32)  # (a group's size: int32, as its per-instance copy)
     p2p = ops.inst_p2p
     expected = np.where(p2p, 2, g_size[ops.inst_group])
     members_sum = np.where(p2p, ops.inst_src + ops.inst_dst, msum[ops.inst_group])
@@ -106,7 +107,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
         names.append(name)
     a2a = ops.opcode[ops.late_row] == OPS.index("all_to_all")
     mesh = {names[u] for u in unique(ucode[a2a])}
-    return expected, members_sum, names, ucode.astype(np.int64), members, mesh
+    return expected, members_sum, names, ucode.astype(np.int32 if ops.n_inst < 2**31 else np.int64), members, mesh
 
 
 def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -127,11 +128,13 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
     return med * s, (q3 - q1) * s
 
 
-def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray, spread: np.ndarray,
+def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, view: StepView,
                  ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: how much longer the transfer took than normal, 0 unless it is clearly slow;
-    and whether the transfer's time could be seen at all. `base`, `spread`: per instance, the
-    last arriver's normal time and the interquartile range of its slot (`_late_history`).
+    and whether the transfer's time could be seen at all. Each instance's last arriver's normal
+    time and the interquartile range of its slot are `_late_history`'s, over the normal steps
+    `ref` (the collectives' figures, and their scratch, are dropped before the p2p transfers'
+    passes, which peak).
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
     and so every copy, is abnormal; or, whatever the detector says, when that copy alone took
@@ -139,15 +142,17 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, base: np.ndarray
     slot's interquartile range). A p2p transfer is judged by how long its data took once both
     ends had posted (`localize.network.transfers`): a long send is often a late receiver.
     """
+    b, spread = _late_history(ops, view, ref)
     late = ops.late_row
     n_abn = group_sum(ops.inst, ops.n_inst, abnormal)
-    b = base
-    ex = ops.elapsed[late] - b
+    ex = ops.elapsed_at(late) - b
     flagged = abnormal[late] & (ex > 0.2 * b) & (n_abn >= ops.inst_size)
     beyond = (ex > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (ex > 5 * np.nan_to_num(spread))
-    slow = ~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond)
+    del b, spread, n_abn
+    collective = np.where(~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond), ex, 0.0)
+    del ex, flagged, beyond
     p2p_excess, seen = slow_transfer_excess(ops, meta, ref)
-    return np.maximum(np.where(slow, ex, 0.0), p2p_excess), seen
+    return np.maximum(collective, p2p_excess), seen
 
 
 def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.ndarray:
@@ -188,7 +193,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 unlisted: bool | None = None, quiet: np.ndarray | None = None) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
-    Consumes `df`'s group, op and peer columns (`localize.ops.features.CODED`).
+    Consumes `df`'s group, op, peer and time columns (`localize.ops.features.CODED`, `TIMED`).
     `partial`: groups whose members were not all fetched (summary path); their operators
     keep their place in each rank's timeline but are never judged. `forest=False` judges
     operators with the robust rule, as the sidecars do (the fast path). `unlisted`: a group
@@ -205,7 +210,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
-    for name in CODED:  # (`ops` holds them as codes: the caller's frame lets its copies go)
+    for name in (*CODED, *TIMED):  # (`ops` holds them as codes and `RowTimes`: the caller's frame lets its copies go)
         del df[name]
     all_steps = unique(ops.step)
     ref = normal_steps(all_steps, irr, view.steps)
@@ -213,11 +218,11 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     detection = detector.detect(ops, view.steps, ref) if detector is not None else rule_detect(ops, view.steps, ref)
     abnormal, method = detection.abnormal, detection.method
     del detection  # (its per-row scores are read by nothing past the threshold: 8 bytes a row off the peak)
-    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, *_late_history(ops, view, ref), ref)
+    comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, view, ref)
     expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
-        expected = np.where(skip, np.iinfo(np.int64).max // 2, expected)
+        expected = np.where(skip, np.iinfo(np.int64).max // 2, expected.astype(np.int64))
     in_irr = np.isin(ops.inst_step, irr)
     # which units' own transfers were slow in the irregular steps (resolved to devices below)
     judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
@@ -232,7 +237,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # with one rank per TP group, the logged ones show their waits: `localize.ops.lone`.)
     silent = silent_ranks(ops, meta, world) if quiet is None else np.asarray(quiet[:world], dtype=bool)
     unlogged = [m if silent[m].all() else m[:0] for m in unlogged_members(ops, meta.groups, world, partial or ())]
-    short_of = np.array([len(m) or -1 for m in unlogged], dtype=np.int64)[ops.inst_group]
+    short_of = np.array([len(m) or -1 for m in unlogged], dtype=np.int32)[ops.inst_group]
     graph = build_waitgraph(ops, abnormal, all_steps, expected, comm_excess, members_sum, ref, short_comm,
                             (unit_of_inst, irr), short_of)
 
@@ -340,7 +345,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     candidates = _merge(primaries, alternates, top)
     analysis = Analysis(ops, abnormal, graph, rank_blame, units, net, comm_total, unit_names)
     extra: dict[str, object] = {"source": "commops", "detector": method, "abnormal_ops": int(abnormal.sum()),
-                                "operators": len(ops.df)}
+                                "operators": len(ops.rank)}
     if net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())

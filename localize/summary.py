@@ -123,8 +123,8 @@ def node_normal_steps(ops: Ops) -> np.ndarray:
     steps = np.unique(ops.step)
     if len(steps) < 6:
         return steps
-    frame = pd.DataFrame({"step": ops.step, "rank": ops.rank, "start": ops.df["start_ns"].to_numpy(np.int64),
-                          "end": ops.df["end_ns"].to_numpy(np.int64)})
+    frame = pd.DataFrame({"step": ops.step, "rank": ops.rank, "start": ops.times.start(),
+                          "end": ops.times.end()})
     per_rank = frame.groupby(["step", "rank"], sort=True).agg(start=("start", "min"), end=("end", "max"))
     span = ((per_rank["end"] - per_rank["start"]) / 1e9).groupby(level="step").median()  # (sampled steps too)
     table, _, _ = judge_window(span.iloc[1:])
@@ -153,8 +153,8 @@ def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None,
     hcode, hosts = pd.factorize(np.asarray(names, dtype=object))
     host = hcode[np.searchsorted(ranks, rank)]  # per row, as an integer: grouping on strings is slow
     per_rank = pd.DataFrame({"host": host, "rank": rank, "step": steps, "compute_s": own,
-                             "step_end_ns": ops.df["end_ns"].to_numpy(np.int64),
-                             "step_start_ns": ops.df["start_ns"].to_numpy(np.int64)}).groupby(
+                             "step_end_ns": ops.times.end(),
+                             "step_start_ns": ops.times.start()}).groupby(
         ["host", "rank", "step"], sort=True).agg(compute_s=("compute_s", "sum"), step_end_ns=("step_end_ns", "max"),
                                                  step_start_ns=("step_start_ns", "min")).reset_index()
     by_host = per_rank.groupby(["host", "step"], sort=True)

@@ -10,6 +10,7 @@ when its last rank ends it, as the training loop sees it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -239,8 +240,15 @@ def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | N
     step_col = df["step"].to_numpy()
     if steps is None:
         steps = np.unique(step_col[step_col >= 0])
+    return clock_offsets_of(lambda s: df[step_col == s], meta, steps, samples, trusted)
+
+
+def clock_offsets_of(rows_of: Callable[[int], pd.DataFrame], meta: JobMeta, steps: np.ndarray, samples: int = 5,
+                     trusted: np.ndarray | None = None) -> pd.DataFrame:
+    """`clock_offsets_by_step`, reading each sampled step's rows from `rows_of(step)` when it is
+    estimated (a caller that rebuilds rows holds one step's at a time, not every sampled one's)."""
     picks = offset_samples(steps, samples, trusted)
-    est = np.vstack([estimate_clock_offsets(df[step_col == s], meta).to_numpy(np.float64) for s in picks])
+    est = np.vstack([estimate_clock_offsets(rows_of(int(s)), meta).to_numpy(np.float64) for s in picks])
     keep = consistent_samples(picks.astype(np.float64), est)
     table = np.column_stack([np.interp(steps, picks[keep[:, h]], est[keep[:, h], h]) for h in range(est.shape[1])])
     return pd.DataFrame(table, index=pd.Index(steps, name="step"))

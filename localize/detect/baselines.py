@@ -46,7 +46,7 @@ def baseline_ranks(ops: Ops, irregular: np.ndarray, ref: np.ndarray) -> dict[str
         var = pd.Series(ops.elapsed[coll]).groupby(g).std().fillna(0)
         target = int(var.index[int(np.argmax(var.to_numpy()))])
         sel = np.flatnonzero(coll & (ops.group_code == target))
-        start = ops.df["start_ns"].to_numpy(np.int64)[sel]
+        start = ops.times.start(sel)
         last = pd.Series(start).groupby(ops.inst[sel]).idxmax().to_numpy(np.int64)
         counts = pd.Series(rank[sel][last]).value_counts()
         out["hta-late-start"] = int(counts.index[0])

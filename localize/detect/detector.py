@@ -36,6 +36,8 @@ SCREEN_EXCESS_S = 2e-4  # ...or at most this much over it (the labels' bound for
 SCREEN_PEER = (0.8, 1.1)  # instance minimum over the sibling groups' (min_vs_peer_groups)
 CLEAR_RATIO = 5.0  # a row this many times its own median...
 CLEAR_SIGMAS = 20.0  # ...and this many robust sigmas above it is abnormal whatever the forest says
+#: rows per chunk of the screen (row-wise: by chunks, no row-sized float scratch beside the basis)
+_CHUNK = 1 << 20
 
 
 @dataclass
@@ -63,10 +65,14 @@ def tune_threshold(proba: np.ndarray, normal: np.ndarray, base: float = DEFAULT_
 def clearly_normal(ops: Ops, basis: Basis) -> np.ndarray:
     """The cascade's screen: per row, True when the forest need not look — close to its own
     history, and its instance in line with the same operator of its sibling groups."""
-    en = basis.normalized(ops)
-    close = (en <= SCREEN_RATIO * basis.med) | (en - basis.med <= SCREEN_EXCESS_S)
-    peer = basis.peer[ops.inst]
-    return close & (peer >= SCREEN_PEER[0]) & (peer <= SCREEN_PEER[1])
+    out = np.empty(len(ops.rank), dtype=bool)
+    for c in range(0, len(out), _CHUNK):
+        at = slice(c, c + _CHUNK)
+        en, med = ops.elapsed_at(at) / basis.scale[at], basis.med[at]  # elapsed over the step-time baseline
+        close = (en <= SCREEN_RATIO * med) | (en - med <= SCREEN_EXCESS_S)
+        peer = basis.peer[ops.inst[at]]
+        out[at] = close & (peer >= SCREEN_PEER[0]) & (peer <= SCREEN_PEER[1])
+    return out
 
 
 def clearly_abnormal(ops: Ops, basis: Basis, rows: np.ndarray | None = None) -> np.ndarray:
@@ -75,7 +81,7 @@ def clearly_abnormal(ops: Ops, basis: Basis, rows: np.ndarray | None = None) -> 
     an operator 17x its usual time (a throttled NIC in a real job) can sit below a threshold that
     auto-tuning raised on a noisy job; such rows need no model to be called abnormal."""
     scale, med = (basis.scale, basis.med) if rows is None else (basis.scale[rows], basis.med[rows])
-    en = (ops.elapsed if rows is None else ops.elapsed[rows]) / scale
+    en = (ops.elapsed if rows is None else ops.elapsed_at(rows)) / scale
     q1, q3 = basis.quartiles(ops, rows)
     sigma = np.maximum((q3 - q1) / 1.349, 0.02 * med)
     return (en >= CLEAR_RATIO * med) & (en - med >= CLEAR_SIGMAS * sigma) & (en - med > SCREEN_EXCESS_S)

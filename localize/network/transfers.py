@@ -19,10 +19,10 @@ import numpy as np
 
 from collector.meta import JobMeta
 from collector.schema import OPS
-from localize.ops.features import Ops, in_steps
+from localize.ops.features import Ops
 from localize.ops.grouping import dense_codes, group_quantile
 from timeline.instances import host_codes
-from timeline.steps import clock_offsets_by_step, offset_samples
+from timeline.steps import clock_offsets_of
 
 #: a transfer is slow when its data took this much longer than the path needs
 SLOW_EXCESS = 0.5
@@ -38,11 +38,12 @@ HELD_SHARE = 0.9
 
 
 def p2p_rows(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
-    """Per instance: the row of its send and of its recv (-1 where absent or a collective)."""
+    """Per instance: the row of its send and of its recv (-1 where absent or a collective), int32
+    where the rows are fewer than 2**31 (these are held through the transfers' passes, which peak)."""
     rows = []
     for op in ("send", "recv"):
         mine = ops.opcode == OPS.index(op)
-        r = np.full(ops.n_inst, -1, dtype=np.int64)
+        r = np.full(ops.n_inst, -1, dtype=np.int32 if len(mine) < 2**31 else np.int64)
         r[ops.inst[mine]] = np.flatnonzero(mine)
         rows.append(r)
     return rows[0], rows[1]
@@ -56,26 +57,27 @@ def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None, rows: np.ndar
     other rows are read a chunk at a time, never held)."""
     step = ops.step
     steps = np.unique(step[step >= 0])
-    # (only the sampled steps' rows, with the columns the frame no longer holds: `Ops.rows_frame`)
-    offsets = clock_offsets_by_step(ops.rows_frame(in_steps(ops, offset_samples(steps, trusted=ref))), meta,
-                                    steps, trusted=ref)
+    # (only the sampled steps' rows, one step at a time, with the columns the frame no longer holds: `Ops.rows_frame`)
+    offsets = clock_offsets_of(lambda s: ops.rows_frame(step == s), meta, steps, trusted=ref)
     host, _ = host_codes(meta, ops.rank)
     at = np.clip(np.searchsorted(offsets.index.to_numpy(), ops.step), 0, len(offsets) - 1)
     off = offsets.to_numpy()[at, host]
     del at, host  # (in place from here: this runs near the analysis's peak)
-    start = ops.df["start_ns"].to_numpy(np.float64, copy=True)
+    n = len(off)
+    start = np.empty(n)
+    for c in range(0, n, _CHUNK):
+        start[c:c + _CHUNK] = ops.times.start(slice(c, c + _CHUNK))
     start -= off
     start *= 1e-9
-    end_ns = ops.df["end_ns"].to_numpy(np.int64)
 
     def aligned_end(at: slice | np.ndarray) -> np.ndarray:
-        end = end_ns[at].astype(np.float64)
+        end = ops.times.end(at).astype(np.float64)
         end -= off[at]
         end *= 1e-9
         return end
 
     lo, hi = float(start.min(initial=np.inf)), float(start.max(initial=-np.inf))
-    for c in range(0, len(end_ns), _CHUNK):
+    for c in range(0, n, _CHUNK):
         end = aligned_end(slice(c, c + _CHUNK))
         lo, hi = min(lo, float(end.min())), max(hi, float(end.max()))
     return start, aligned_end(rows), (lo, hi - lo + 1.0)

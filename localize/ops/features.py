@@ -47,6 +47,10 @@ _RANK_CHUNK = 1 << 18
 
 #: CommOps columns `prepare_ops` holds as codes only (`Ops.rows_frame` rebuilds them)
 CODED = ("group", "op", "peer")
+#: CommOps columns `prepare_ops` holds as `RowTimes` only (`Ops.rows_frame` and `Ops.df` rebuild them)
+TIMED = ("start_ns", "end_ns")
+#: log2 of the rows per block of a rank's start times held as offsets from the block's first (`RowTimes`)
+_TIME_BLOCK_BITS = 6
 #: the contract's column order
 COLUMN_ORDER = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
 
@@ -67,6 +71,76 @@ FEATURES = (
     "step_ratio",
     "min_vs_peer_groups",
 )
+
+
+@dataclass
+class RowTimes:
+    """Every row's start and end (int64 ns, rows by rank then start), held in 8 bytes a row where
+    that is exact instead of the frame's 16: each start as an int32 offset from the first start
+    of its block (a rank's rows cut into blocks of 2**_TIME_BLOCK_BITS), each end as an int32
+    duration. Either falls back to int64 (the start itself, the duration) when some value does
+    not fit: a block of a rank's operators spanning 2 s or more, an operator of 2 s or more."""
+
+    rank: np.ndarray  # per row: its rank (`Ops.rank`: rows sorted by rank)
+    rank_lo: int  # the smallest rank
+    shift: np.ndarray  # per rank - rank_lo: row + shift is the row's place with each rank's blocks whole
+    base: np.ndarray | None  # per block: the start of its first row (None: `start_off` holds the starts)
+    start_off: np.ndarray  # per row: start - its block's base (int32), or the start (int64)
+    dur: np.ndarray  # per row: end - start (int32 where every value fits, else int64)
+
+    @classmethod
+    def of(cls, start: np.ndarray, end: np.ndarray, rank: np.ndarray, first: np.ndarray) -> RowTimes:
+        """`start`, `end`: int64 per row (not kept); `rank`: per row (kept); `first`: each rank's
+        first row, ascending. Built a chunk at a time (no row-sized int64 scratch beside them)."""
+        n = len(start)
+        counts = np.diff(np.r_[first, n]).astype(np.int64)
+        per_rank = (counts + (1 << _TIME_BLOCK_BITS) - 1) >> _TIME_BLOCK_BITS
+        block0 = np.cumsum(per_rank) - per_rank
+        lo = int(rank.min()) if n else 0
+        shift = np.zeros(int(rank.max()) - lo + 1 if n else 0, dtype=np.int64)
+        shift[rank[first] - lo] = (block0 << _TIME_BLOCK_BITS) - first
+        # each block's first row: its rank's first row + k blocks of rows
+        k = np.arange(int(per_rank.sum())) - np.repeat(block0, per_rank)
+        base = start[np.repeat(first, per_rank) + (k << _TIME_BLOCK_BITS)]
+        times = cls(rank, lo, shift, base, np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32))
+        for c in range(0, n, _CHUNK):
+            at = slice(c, c + _CHUNK)
+            off = start[at] - base[times.blocks(at)]
+            dur = np.subtract(end[at], start[at])
+            if not _fits(off):
+                times.base, times.start_off = None, start.copy()
+            if not _fits(dur):
+                times.dur = np.subtract(end, start)
+            if times.base is not None:
+                times.start_off[at] = off
+            if times.dur.dtype == np.int32:
+                times.dur[at] = dur
+        return times
+
+    def blocks(self, rows: slice | np.ndarray) -> np.ndarray:
+        """Per row (a slice or indices): its block, through its rank's shift (a table, no search)."""
+        idx = np.arange(*rows.indices(len(self.rank))) if isinstance(rows, slice) else np.array(rows, dtype=np.int64)
+        idx += self.shift[self.rank[rows] - self.rank_lo]
+        idx >>= _TIME_BLOCK_BITS
+        return idx
+
+    def start(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """The starts (int64 ns) of some rows (a slice or indices; all rows when None): a fresh array."""
+        at = slice(None) if rows is None else rows
+        if self.base is None:
+            return self.start_off[at].copy() if isinstance(at, slice) else self.start_off[at]
+        out = self.base[self.blocks(at)]
+        out += self.start_off[at]
+        return out
+
+    def end(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """The ends (int64 ns) of some rows, as `start`: a fresh array."""
+        return self.bounds(rows)[1]
+
+    def bounds(self, rows: slice | np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends of some rows, as `start`: fresh arrays."""
+        start = self.start(rows)
+        return start, start + self.dur[slice(None) if rows is None else rows]
 
 
 @dataclass
@@ -93,6 +167,7 @@ class Ops:
     rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`
     nbytes: np.ndarray  # per row: payload bytes (int32 where every value fits: the frame's own column)
+    times: RowTimes  # per row: start and end (the frame's columns, held narrow: `RowTimes`)
 
     @property
     def wait(self) -> np.ndarray:
@@ -111,14 +186,16 @@ class Ops:
 
     @property
     def elapsed(self) -> np.ndarray:
-        """Per row: seconds the operator took, float64, computed on each use from the frame's
-        times, a chunk at a time (a fresh array: not holding it keeps 8 bytes a row off every
-        peak of the analysis that does not read it), as `seconds` computes it."""
-        start, end = self.source["start_ns"].to_numpy(np.int64), self.source["end_ns"].to_numpy(np.int64)
-        out = np.empty(len(start))
-        for c in range(0, len(out), _CHUNK):
-            rows = slice(c, c + _CHUNK) if self.order is None else self.order[c:c + _CHUNK]
-            seconds(start[rows], end[rows], out[c:c + _CHUNK])
+        """Per row: seconds the operator took, float64, computed on each use from the rows'
+        durations (a fresh array: not holding it keeps 8 bytes a row off every peak of the
+        analysis that does not read it), as `seconds` computes it."""
+        return self.elapsed_at(slice(None))
+
+    def elapsed_at(self, rows: slice | np.ndarray) -> np.ndarray:
+        """`elapsed` of some rows (a slice, indices or a mask) alone: no row-sized array for a few."""
+        out = self.times.dur[rows].astype(np.float64)
+        np.maximum(out, 0, out=out)
+        out *= 1e-9
         return out
 
     @property
@@ -135,12 +212,10 @@ class Ops:
         """`gap` a chunk of whole ranks at a time, in row order: (the chunk's rows, their gaps).
         A rank's gaps never span chunks, so per-rank sums added chunk by chunk are the sums over
         all rows, bit for bit, without a row-sized array of gaps (`rank_step_compute`)."""
-        start, end = self.source["start_ns"].to_numpy(np.int64), self.source["end_ns"].to_numpy(np.int64)
         for lo, hi in pairwise(rank_bounds(self.rank)):
             at = slice(lo, hi)
-            rows = at if self.order is None else self.order[at]
             rank, step = self.rank[at], self.step[at]
-            gap = _idle_gaps(rank, start[rows], end[rows])
+            gap = _idle_gaps(rank, *self.times.bounds(at))
             later_step = np.subtract(step[1:], step[:-1], dtype=np.int64) > 1
             later_step &= rank[1:] == rank[:-1]
             gap[1:][later_step] = 0.0  # steps between were not logged
@@ -165,17 +240,30 @@ class Ops:
 
     @cached_property
     def df(self) -> pd.DataFrame:
-        """The original columns in sorted order, index 0..n-1 (built on first use: detection
-        itself reads only the arrays above), but those held as codes above (CODED: group, op,
-        peer), which `rows_frame` rebuilds for the rows that need them."""
-        return self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
+        """The original columns in sorted order, index 0..n-1 (built on first use: the analysis
+        itself reads only the arrays above), with the times (TIMED) rebuilt from `times`, but
+        those held as codes above (CODED: group, op, peer), which `rows_frame` rebuilds for the
+        rows that need them."""
+        out = self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
+        return self._with_times(out.copy(deep=False), None)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column of the frame in the analysis' order (the frame's own, unless it was sorted
+        here): what `df[name]` reads without building `df`."""
+        col = self.source[name].to_numpy()
+        return col if self.order is None else col[self.order]
+
+    def _with_times(self, out: pd.DataFrame, idx: np.ndarray | None) -> pd.DataFrame:
+        """`out` (the rows `idx`, or all) with its start_ns and end_ns from `times`."""
+        out["start_ns"], out["end_ns"] = self.times.bounds(idx)
+        return out[[c for c in self.columns if c in out.columns]]
 
     def rows_frame(self, rows: np.ndarray) -> pd.DataFrame:
         """Some rows (a mask or indices, in the analysis' order) with every original column:
         group and op rebuilt from their codes as categoricals, a p2p row's peer from its
-        instance's ends (collectives read -1, as the contract writes them)."""
+        instance's ends (collectives read -1, as the contract writes them), the times from `times`."""
         idx = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
-        out = self.df.take(idx).reset_index(drop=True)
+        out = self.source.take(idx if self.order is None else self.order[idx]).reset_index(drop=True)
         code = self.opcode[idx].astype(np.int64)
         out["group"] = pd.Categorical.from_codes(self.inst_group[self.inst[idx]].astype(np.int64),
                                                  categories=pd.Index(self.groups, dtype=object))
@@ -184,12 +272,12 @@ class Ops:
         send = code == OPS.index("send")
         peer = np.where(send, self.inst_dst[inst], np.where(self.inst_p2p[inst], self.inst_src[inst], -1))
         out["peer"] = _narrow(peer.astype(np.int64))
-        return out[[c for c in self.columns if c in out.columns]]
+        return self._with_times(out, idx)
 
     @property
     def columns(self) -> list[str]:
-        """The frame's columns as given to `prepare_ops`, the coded ones included."""
-        return [c for c in COLUMN_ORDER if c in (*self.source.columns, *CODED)] + [
+        """The frame's columns as given to `prepare_ops`, the coded and timed ones included."""
+        return [c for c in COLUMN_ORDER if c in (*self.source.columns, *CODED, *TIMED)] + [
             c for c in self.source.columns if c not in COLUMN_ORDER]
 
 
@@ -560,13 +648,15 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     cand = np.flatnonzero(wait <= 0)
     del wait
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
-    del cand, start, end
+    del cand
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    # (the coded columns leave the frame: their codes above are what the analysis reads)
-    df = df.drop(columns=[c for c in CODED if c in df.columns])
+    times = RowTimes.of(start, end, rank, first)
+    del start, end
+    # (the coded and timed columns leave the frame: their codes and `times` are what the analysis reads)
+    df = df.drop(columns=[c for c in (*CODED, *TIMED) if c in df.columns])
     return Ops(df, order, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, inst_pair,
-               opcode, step, rank, first, column("nbytes"))
+               opcode, step, rank, first, column("nbytes"), times)
 
 
 def seconds(start: np.ndarray, end: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -594,6 +684,12 @@ def _int_column(df: pd.DataFrame, name: str) -> np.ndarray:
     """A frame's integer column as it is when int32 (no copy), else in int64."""
     a = df[name].to_numpy()
     return a if a.dtype == np.int32 else df[name].to_numpy(np.int64)
+
+
+def _fits(a: np.ndarray) -> bool:
+    """Whether every value of an integer array fits int32."""
+    info = np.iinfo(np.int32)
+    return not len(a) or (int(a.min()) >= info.min and int(a.max()) <= info.max)
 
 
 def _index_type(n: int) -> type[np.signedinteger]:
@@ -698,6 +794,19 @@ def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
     A slot occurs once per step, so its history is one row of a slots x steps matrix.
     `keep` (per row, bool): only those rows' values count, as if the others were NaN (without
     a row-sized masked copy of `e`)."""
+    med, q1, q3 = _slot_quantiles(ops, e, ref_steps, keep, (0.5, 0.25, 0.75))
+    return med, q1, q3
+
+
+def slot_median(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.ndarray | None = None) -> np.ndarray:
+    """`slot_stats`' median alone (the wait graph's passes read no quartile: two slot-sized
+    arrays fewer near its peak)."""
+    return _slot_quantiles(ops, e, ref_steps, keep, (0.5,))[0]
+
+
+def _slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.ndarray | None,
+                    ps: tuple[float, ...]) -> list[np.ndarray]:
+    """Per slot: the quantiles `ps` of `slot_stats`."""
     mat = _history_matrix(ops, e, in_steps(ops, ref_steps), keep)
     n_slot = len(mat)
     mat.sort(axis=1)  # NaN last
@@ -709,9 +818,13 @@ def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
         w = pos - lo
-        return mat[rows, lo] * (1 - w) + mat[rows, hi] * w
+        out = mat[rows, lo]  # (in place: the same products and sum as mat[rows, lo] * (1 - w) + mat[rows, hi] * w)
+        out *= 1 - w
+        w *= mat[rows, hi]
+        out += w
+        return out
 
-    return q(0.5), q(0.25), q(0.75)
+    return [q(p) for p in ps]
 
 
 def peer_group_min_ratio(ops: Ops) -> np.ndarray:
@@ -771,10 +884,6 @@ class Basis:
     slot_q3: np.ndarray
     peer: np.ndarray  # per instance: `peer_group_min_ratio`
 
-    def normalized(self, ops: Ops) -> np.ndarray:
-        """Per row: elapsed over the step-time baseline."""
-        return ops.elapsed / self.scale
-
     def quartiles(self, ops: Ops, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(q1, q3) of the given rows' slots, as `slot_history` gives them."""
         slot = ops.slot if rows is None else ops.slot[rows]
@@ -812,7 +921,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     def at(v: np.ndarray) -> np.ndarray:
         return v if rows is None else v[rows]
 
-    e, scale, med = at(ops.elapsed), at(b.scale), at(b.med)
+    e, scale, med = (ops.elapsed if rows is None else ops.elapsed_at(rows)), at(b.scale), at(b.med)
     q1, q3 = b.quartiles(ops, rows)
     en = e / scale
     iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)

@@ -33,10 +33,10 @@ def lone_copies(ops: Ops, groups: Mapping[str, Sequence[int]], skip: Collection[
                         for g in names], dtype=np.int64)
     if not (members > 1).any():
         return np.zeros(len(ops.rank), dtype=bool)
-    code = ops.group_code
-    logged = np.bincount(membership(code, ops.rank)[0], minlength=len(names))
-    return (~ops.inst_p2p[ops.inst] & (ops.inst_size[ops.inst] == 1)
-            & (members[code] > 1) & (logged[code] == 1))
+    logged = np.bincount(membership(ops.group_code, ops.rank)[0], minlength=len(names))
+    # judged per instance, then read per row (no row-sized gathers of sizes and counts)
+    lone = ~ops.inst_p2p & (ops.inst_size == 1) & ((members > 1) & (logged == 1))[ops.inst_group]
+    return lone[ops.inst]
 
 
 def lone_time(ops: Ops, lone: np.ndarray, world: int, steps: np.ndarray) -> np.ndarray:

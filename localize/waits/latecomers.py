@@ -47,7 +47,7 @@ def recurrent_latecomers(ops: Ops, delay: np.ndarray, unit_of_inst: np.ndarray, 
     n_units = int(unit_of_inst.max(initial=-1)) + 1
     world = int(ops.rank.max(initial=0)) + 1
     late_rank = np.where(ops.late_row >= 0, ops.rank[np.maximum(ops.late_row, 0)], 0)
-    key = unit_of_inst * world + late_rank
+    key = unit_of_inst.astype(np.int64) * world + late_rank
     # per unit: the normal steps' delay distribution, whoever arrived last (two delays at least)
     ref_unit, ref_delay = unit_of_inst[in_ref], delay[in_ref]
     known = np.bincount(ref_unit, minlength=n_units) >= 2

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localize.ops.features import Ops, slot_stats
+from localize.ops.features import Ops, slot_median
 from localize.ops.grouping import group_sum
 from localize.waits.latecomers import recurrent_latecomers
 
@@ -104,7 +104,7 @@ def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
     one rank's stream means records in between were lost, and every gap of that rank between
     the two rows may contain a lost operator's time.
     """
-    seq = ops.df["seq"].to_numpy()  # (in the frame's width: widened only where subtracted)
+    seq = ops.column("seq")  # (in the frame's width: widened only where subtracted)
     has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
     hole = np.zeros(len(seq), dtype=bool)
     for c in range(0, len(seq), _CHUNK):  # (by chunks: no row-sized gathers beside the marks)
@@ -124,7 +124,7 @@ def _typical_wait(ops: Ops, ref_steps: np.ndarray | None) -> np.ndarray | None:
     there); None without reference steps."""
     if ref_steps is None or not len(ref_steps):
         return None
-    return slot_stats(ops, ops.wait, ref_steps)[0]
+    return slot_median(ops, ops.wait, ref_steps)
 
 
 def _excess_wait(ops: Ops, typical: np.ndarray | None) -> np.ndarray:
@@ -151,7 +151,7 @@ def _received(ops: Ops, typical: np.ndarray | None, comm_excess: np.ndarray) -> 
 
 def _segment_totals(ops: Ops, what: str, values: np.ndarray | None, p: np.ndarray) -> np.ndarray:
     """Per row: the rank's compute, delay received or own-clock time between row `p` (its
-    segment start, an earlier row: p[i] < i, or 0 where it has none) and itself, as float64
+    segment start, an earlier row: p[i] < i, or -1 where it has none: read as row 0) and itself, as float64
     (rows without a start: any value). `values`: per row, the compute before it (`Ops.gap`)
     or the delay it received, consumed: its running sum, then the totals, are built in its
     place; the own-clock time reads the frame's times instead (None)."""
@@ -162,11 +162,9 @@ def _segment_totals(ops: Ops, what: str, values: np.ndarray | None, p: np.ndarra
         _differences_in_place(c, p, shift=1 if what == "wait" else 0)
         return c
     # all of it: from the end of the previous operator of the stream to this one's start
-    start = ops.df["start_ns"].to_numpy(np.int64)
-    end = ops.df["end_ns"].to_numpy(np.int64)
-    out = np.empty(len(start))
-    for i in range(0, len(start), _CHUNK):  # (by chunks: no row-sized int64 scratch beside the result)
-        out[i:i + _CHUNK] = (start[i:i + _CHUNK] - end[p[i:i + _CHUNK]]) * 1e-9
+    out = np.empty(len(p))
+    for i in range(0, len(p), _CHUNK):  # (by chunks: no row-sized int64 scratch beside the result)
+        out[i:i + _CHUNK] = (ops.times.start(slice(i, i + _CHUNK)) - ops.times.end(np.maximum(p[i:i + _CHUNK], 0))) * 1e-9
     return out
 
 
@@ -175,7 +173,7 @@ _CHUNK = 1 << 20
 
 
 def _differences_in_place(c: np.ndarray, p: np.ndarray, shift: int) -> None:
-    """c[i] becomes c[i - shift] - c[p[i]] (c[-1] reads 0), for p[i] <= i - shift (and row 0),
+    """c[i] becomes c[i - shift] - c[p[i]] (c[-1] reads 0; p[i] -1 reads row 0), for p[i] <= i - shift (and row 0),
     a chunk at a time from the back: a chunk reads only rows no later chunk wrote, so there is
     no second row-sized array (the same float64 differences as computed from a copy)."""
     n = len(c)
@@ -187,7 +185,7 @@ def _differences_in_place(c: np.ndarray, p: np.ndarray, shift: int) -> None:
             before[0] = c[lo - 1] if lo else 0.0
         else:
             before = c[lo:hi]
-        c[lo:hi] = before - c[p[lo:hi]]
+        c[lo:hi] = before - c[np.maximum(p[lo:hi], 0)]
 
 
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -289,15 +287,16 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     del n_abn, whole, complete, late_abn, in_steps, short
     rank = ops.rank
     present_sum = group_sum(inst, n, rank)
-    missing_rank = np.where(orphan & one_missing, np.rint(members_sum - present_sum).astype(np.int64), -1)
-    del present_sum
+    missing_rank = np.full(n, -1, dtype=rank.dtype)  # (a rank: int32 where ranks are)
+    one = orphan & one_missing
+    missing_rank[one] = np.rint(members_sum[one] - present_sum[one])
+    del present_sum, one
 
     # backtracking: what the suspect did since its previous operator of the same stream.
     # Per row: compute, delay received and own-clock time since that operator (NaN: none),
     # each reduced to per-instance figures before the next is built (rows x 8 bytes apiece)
     prev, cu = _segment_starts(ops)
-    has_prev = prev >= 0
-    p = np.where(has_prev, prev, 0)
+    p = prev  # (-1 where none: each pass reads it as row 0, a chunk at a time, and marks the row unmeasured)
     prev_late = prev[late]  # (what the chains below read of it: the row-sized links go now)
     del prev
     hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
@@ -313,19 +312,21 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         values = ops.gap if what == "compute" else _received(ops, typical, comm_excess) if what == "wait" else None
         seg = _segment_totals(ops, what, values, p)
         del values
-        seg[~has_prev] = np.nan
+        seg[p < 0] = np.nan
+        if what == "wait":
+            del p  # (its last read: the row-sized links are not held through the last pass's medians)
         if what == "compute":
-            valid = np.equal(cu, cu[p])  # (no lost record between: the count did not move)
+            valid = np.equal(cu, cu[np.maximum(p, 0)])  # (no lost record between: the count did not move)
             valid &= np.isfinite(seg)
             del cu
             n_valid = group_sum(inst, n, valid)
             lv = valid[late]
-            peers_n = np.maximum(n_valid - lv, 1)
+            peers_n = np.maximum(n_valid - lv, 1).astype(np.int32)  # (a count: the same quotients as in float64)
             measured = lv & (n_valid >= 2)
             del n_valid
         # the two ends of a p2p transfer do different work: the sender is judged against its
         # own history too (the same operator in normal steps), below
-        h = slot_stats(ops, seg, ref_steps, keep=valid)[0][ops.slot[late]] if hist else None
+        h = slot_median(ops, seg, ref_steps, keep=valid)[ops.slot[late]] if hist else None
         np.nan_to_num(seg, copy=False)
         at_late = seg[late]
         excess[what] = np.where(measured, at_late - (group_sum(inst, n, seg) - at_late) / peers_n, 0.0)
@@ -333,7 +334,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         if h is not None:
             own[what] = (at_late - h, np.isfinite(h))
         del at_late, h
-    del p, valid, peers_n
+    del valid, peers_n
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
     suspect &= lv | (size < 2)
     excess_compute, excess_wait, excess_own = excess["compute"], excess["wait"], excess["own"]
@@ -344,7 +345,7 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         excess_wait = np.where(ok, own_w, excess_wait)
         excess_own = np.where(ok, own_o, excess_own)
         measured |= ok
-    del excess, own, lv, has_prev
+    del excess, own, lv
 
     # an orphan's present copies all waited on the absent one, together: beyond waiting on each
     # other, their delay is how much longer even the shortest of them took than normal

@@ -10,7 +10,7 @@ import pytest
 
 from collector.traceio import Trace
 from localize.commops import COLUMNS
-from localize.ops.features import prepare_ops, sorted_rows
+from localize.ops.features import RowTimes, prepare_ops, sorted_rows
 
 TRACE = Path(__file__).resolve().parents[3] / "traces" / "gpu-straggler"
 ROW_ARRAYS = ("elapsed", "inst", "wait", "gap", "group_code", "slot", "pair", "opcode", "step", "rank", "nbytes")
@@ -25,8 +25,8 @@ def test_sorted_categorical_frame_gives_the_same_ops() -> None:
     compact = sorted_rows(shuffled.copy())
     assert str(compact["group"].dtype) == "category" and str(compact["op"].dtype) == "category"
     got = prepare_ops(compact)
-    assert got.order is None  # already in the analysis' order: Ops.df is the frame itself, no copy
-    assert got.df is got.source
+    assert got.order is None  # already in the analysis' order: the frame's columns are read as they are, no copy
+    assert np.shares_memory(got.column("seq"), got.source["seq"].to_numpy())
     for name in ROW_ARRAYS + INST_ARRAYS:
         np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
     assert list(got.groups) == list(ref.groups)
@@ -171,3 +171,24 @@ def test_rank_step_compute_by_chunks_of_ranks_is_bincount_over_every_gap(monkeyp
     assert (want[:-2] > 0).any() and not want[-2:].any()
     raw = ops.df["end_ns"].to_numpy(np.int64) - ops.df["start_ns"].to_numpy(np.int64)
     assert ops.elapsed.tobytes() == (np.maximum(raw.astype(np.float64), 0) * 1e-9).tobytes()
+
+
+@pytest.mark.parametrize("spread", [1_000, 3 * 10**9])
+@pytest.mark.parametrize("longest", [10**6, 3 * 10**9])
+def test_row_times_give_back_every_start_and_end(spread: int, longest: int) -> None:
+    """Starts held as int32 offsets within a rank's blocks of rows and ends as int32 durations,
+    or in int64 where some block spans or some operator lasts 2 s or more: the same int64 times."""
+    rng = np.random.default_rng(5)
+    rank = np.repeat(np.arange(3, 10, dtype=np.int32), [1, 63, 64, 65, 200, 7, 130])
+    start = np.concatenate([np.sort(rng.integers(10**15, 10**15 + spread * 200, size=k))
+                            for k in np.bincount(rank - 3)])
+    end = start + rng.integers(-5, longest, size=len(start))
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    times = RowTimes.of(start, end, rank, first)
+    assert (times.base is not None) == (spread == 1_000)
+    assert times.dur.dtype == (np.int32 if longest < 2**31 else np.int64)
+    np.testing.assert_array_equal(times.start(), start)
+    np.testing.assert_array_equal(times.end(), end)
+    rows = rng.permutation(len(start))[:100]
+    np.testing.assert_array_equal(times.start(rows), start[rows])
+    np.testing.assert_array_equal(times.bounds(slice(70, 300))[1], end[70:300])

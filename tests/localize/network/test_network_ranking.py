@@ -218,19 +218,25 @@ def test_a_hosts_one_logged_rank_ties_its_gpu_with_the_host() -> None:
     assert (u.kind, u.ranks, u.also) == ("gpu", [4], [])
 
 
+def _node1_logs_rank_4_only(wait_change: float) -> tuple[JobMeta, np.ndarray, np.ndarray, np.ndarray]:
+    """Every fourth rank logged (node-1's rank 4 alone there), all the blame on rank 4, and its
+    waits on its unlogged peers in the slow steps over before (`peer_wait`)."""
+    logged = np.zeros(32, dtype=bool)
+    logged[::4] = True
+    b = np.zeros(32)
+    b[4] = 5.0
+    wait = np.full(32, np.nan)
+    wait[4] = wait_change
+    return meta16(), logged, b, wait
+
+
 @pytest.mark.parametrize(("change", "named"), [(0.2, ("gpu", "rank 4")), (2.5, ("host", "node-1")), (1.0, None)])
 def test_whether_its_unlogged_peers_kept_it_waiting_tells_the_gpu_from_the_host(change: float,
                                                                                 named: tuple[str, str] | None) -> None:
     """The slowest member of a collective waits least: node-1's one logged rank waiting far less
     than before in its TP collectives arrived last (its GPU); far more, its peers were slow too
     (the host); about as long, its records cannot tell (the tie)."""
-    meta = meta16()
-    logged = np.zeros(32, dtype=bool)
-    logged[::4] = True
-    b = np.zeros(32)
-    b[4] = 5.0
-    wait = np.full(32, np.nan)
-    wait[4] = change
+    meta, logged, b, wait = _node1_logs_rank_4_only(change)
     u = explain_rank_blame(b, meta, KINDS, logged=logged, peer_wait=wait)[0]
     if named is None:
         assert [(x.kind, x.label) for x in [u, *u.also]] == [("gpu", "rank 4"), ("host", "node-1")]
@@ -294,13 +300,7 @@ def test_a_host_whose_logged_ranks_all_wait_on_their_unlogged_peers_is_the_host(
 def test_a_host_slowed_whole_grows_its_one_logged_ranks_compute_as_much_as_its_waits() -> None:
     """Rank 4 is node-1's only logged rank. Its growth half waiting on its unlogged TP peers, half
     its own compute, and its waits far longer than before: the whole host slowed, not one peer."""
-    meta = meta16()
-    logged = np.zeros(32, dtype=bool)
-    logged[::4] = True
-    b = np.zeros(32)
-    b[4] = 5.0
-    wait = np.full(32, np.nan)
-    wait[4] = 4.7
+    meta, logged, b, wait = _node1_logs_rank_4_only(4.7)
     peers = {4: [5, 6, 7]}
     u = explain_rank_blame(b, meta, KINDS, logged=logged, unseen=b * 0.55, peers=peers, peer_wait=wait)[0]
     assert (u.kind, u.label) == ("host", "node-1")

@@ -284,7 +284,9 @@ def flows_problems(t: pa.Table, where: str) -> list[Problem]:
 
 def log_problems(paths: Sequence[Path]) -> list[Problem]:
     """Each log must be a regular, readable, bounded text file (the reader's own checks)."""
-    from collector.logs import read_log  # drain3 loads only when logs are checked
+    if not paths:
+        return []
+    from collector.logs import read_log  # drain3 loads only when there are logs to check
 
     out: list[Problem] = []
     for p in paths:

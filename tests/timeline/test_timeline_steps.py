@@ -205,6 +205,28 @@ def test_a_sampled_step_without_its_predecessor_is_not_stretched_by_overlapping_
     assert np.allclose(later.to_numpy(), period / 1e9, rtol=0.01), later.round(3).to_dict()
 
 
+def test_a_sampled_step_is_not_charged_for_the_unlogged_step_before_it_but_for_its_own() -> None:
+    """Every second step logged, no sync at a step's end. Unlogged step 3 held stage 1 half a
+    step longer; stage 0 had posted step 4 and waited for it: step 4 itself ran at the normal
+    pace, and reads so. In step 6 one rank finished half a step late: that step was slow."""
+    period = 400_000_000
+    rows = []
+    for k in (0, 2, 4, 6, 8):
+        for rank in range(4):  # ranks 0 and 2: stage 0 of two pipelines; 1 and 3: their stage 1
+            start, end = (0.0, 0.95) if rank % 2 == 0 else (0.05, 0.9)
+            held = 0.5 if k == 4 and rank % 2 else 0.0  # how late stage 1 began step 4
+            end += 0.5 if k == 4 and rank % 2 == 0 else held  # stage 0 waited for it
+            end += 0.5 if (k, rank) == (6, 2) else 0.0
+            rows.append({"rank": rank, "group": f"pp-{rank // 2}", "op": "recv" if rank % 2 else "send",
+                         "seq": k, "peer": rank ^ 1, "nbytes": 1 << 20,
+                         "start_ns": int((k + start + held) * period) + 10**12,
+                         "end_ns": int((k + end) * period) + 10**12, "step": k})
+    meta = JobMeta("j", 4, {r: RankInfo("node-0", r) for r in range(4)})
+    d = job_step_durations(pd.DataFrame(rows), meta)
+    normal = d.drop(index=[4, 6]).median()
+    assert abs(d[4] / normal - 1) < 0.05 and d[6] / normal > 1.4, d.round(3).to_dict()
+
+
 def on_and_off(share: float, factor: float, noise: float, seed: int = 7) -> tuple[pd.Series, np.ndarray]:
     """Steps of 0.3 s with `noise` relative jitter; a fault of `factor` on in a random `share` of
     them after the first five (the step numbers it was on in)."""

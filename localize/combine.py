@@ -8,6 +8,7 @@ changing: a module that is not installed is simply skipped, unless the user aske
 from __future__ import annotations
 
 import importlib
+from collections import defaultdict
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -132,12 +133,15 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
     merged: dict[tuple[Any, ...], Candidate] = {}
     miss: dict[tuple[Any, ...], float] = {}
     support: dict[tuple[Any, ...], float] = {}
+    tie_score: dict[tuple[Any, ...], tuple[float, float]] = {}  # device -> (its tie's score, its weight)
     for v in verdicts:
         for c in v.candidates:
             key = _device_key(c)
             w = SOURCE_WEIGHT.get(c.source or "", 0.7)
             miss[key] = miss.get(key, 1.0) * (1 - w * c.score)
             support[key] = support.get(key, 0.0) + w * c.score
+            if c.tie and key not in tie_score:
+                tie_score[key] = (round(c.score, 6), w * c.score)
             if key in merged:
                 m = merged[key]
                 m.evidence = m.evidence + c.evidence
@@ -146,7 +150,7 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
                 merged[key] = Candidate(**{**c.__dict__, "evidence": list(c.evidence)})
     for key, c in merged.items():
         c.score = 1 - miss[key]
-    _mark_ties(merged, support)
+    _mark_ties(merged, support, tie_score)
     # at equal scores (one source already certain), the device more sources name comes first:
     # a tie CommOps could not break is broken by the flows that name one of its devices
     ranked = sorted(merged, key=lambda k: (-merged[k].score, -support[k]))
@@ -159,18 +163,31 @@ def merge(job: str, verdicts: list[Verdict], top: int = 5) -> Verdict:
     return Verdict(job, status, steps, max(v.slowdown for v in verdicts), cands, extra, onset_step=onset)  # type: ignore[arg-type]
 
 
-def _mark_ties(merged: dict[tuple[Any, ...], Candidate], support: dict[tuple[Any, ...], float]) -> None:
+def _mark_ties(merged: dict[tuple[Any, ...], Candidate], support: dict[tuple[Any, ...], float],
+               tie_score: dict[tuple[Any, ...], tuple[float, float]]) -> None:
     """A source's tie stays a tie only while the merged evidence still cannot tell its devices
-    apart: another source that names one of them lifts it out, and the devices it left behind
-    score DECIDED_AWAY of their tie's score, so the decision shows in the scores (a device
-    CommOps was sure of may already score 1 before flows confirm it)."""
+    apart. Another source that names some of them lifts those out: the devices it left behind
+    score DECIDED_AWAY of their tie's score, and the lifted ones rank by how strongly the other
+    source named them (a device CommOps was sure of may score 1 before flows confirm it, so
+    without this every lifted device would stay at 1, the flows' order unseen in the scores)."""
+    ties: dict[float, list[tuple[Any, ...]]] = defaultdict(list)
+    for k, (score, _) in tie_score.items():
+        ties[score].append(k)
+    for members in ties.values():
+        other = {k: support[k] - tie_score[k][1] for k in members if "+" in (merged[k].source or "")}
+        if not other:
+            continue
+        best = max(other.values())
+        for k in members:
+            c = merged[k]
+            if k not in other:
+                c.score *= DECIDED_AWAY
+                c.evidence.append("another source names a device CommOps could not tell from this one")
+            elif other[k] < best - 1e-6:
+                c.score *= DECIDED_AWAY + (1 - DECIDED_AWAY) * other[k] / best
+                c.evidence.append("another source names a device CommOps could not tell from this one more strongly")
     tied = [k for k, c in merged.items() if c.tie]
-    lifted = {k for k in tied if "+" in (merged[k].source or "")}
     for k in tied:
         c = merged[k]
         n = sum(1 for o in tied if abs(merged[o].score - c.score) <= 1e-6 and abs(support[o] - support[k]) <= 1e-6)
         c.tie = n if n > 1 else None
-    if lifted:
-        for k in set(tied) - lifted:
-            merged[k].score *= DECIDED_AWAY
-            merged[k].evidence.append("another source names a device CommOps could not tell from this one")

@@ -191,6 +191,23 @@ def test_flows_break_a_commops_tie_even_at_full_score() -> None:
     assert m.candidates[0].source == "commops+flows"
 
 
+def test_flows_that_name_every_device_of_a_commops_tie_rank_them_by_their_strength() -> None:
+    """CommOps is sure (1.0) it is one of four ring links; flows name all four, one far more
+    strongly: the merged scores must show that order, not four devices at 1.0."""
+    from localize.combine import merge
+    from localize.verdict import Candidate, Verdict
+
+    links = [["node-0", "node-1"], ["node-1", "node-2"], ["node-2", "node-3"], ["node-0", "node-3"]]
+    tie = [Candidate("link", 1.0, ["tie"], hosts=h, source="commops", tie=4) for h in links]
+    flows = [Candidate("link", s, ["flows"], hosts=h, source="flows") for h, s in zip(links, (0.35, 0.34, 0.66, 0.35), strict=True)]
+    m = merge("j", [Verdict("j", "irregular", [6], 1.5, tie, {"source": "commops"}),
+                    Verdict("j", "irregular", [6], 1.5, flows, {"source": "flows"})])
+    first, rest = m.candidates[0], m.candidates[1:4]
+    assert first.hosts == ["node-2", "node-3"] and first.tie is None
+    assert all(c.score < first.score - 0.1 for c in rest), [(c.hosts, c.score) for c in m.candidates]
+    assert [c.hosts for c in rest][-1] == ["node-1", "node-2"]  # flows' weakest stays last
+
+
 def test_a_slow_uplink_is_its_switch_though_traffic_inside_the_switch_ran_normally() -> None:
     """tor-2's uplink (hosts 4, 5) is slow: every unit leaving tor-2 is slow, while transfers
     between its two hosts ran normally; judged as a whole switch, those would clear it."""

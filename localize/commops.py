@@ -20,7 +20,14 @@ from collector.schema import OPS
 from collector.traceio import Trace
 from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
-from localize.network.devices import NetCandidate, resolve_network, slow_units, tie_note, tied_best
+from localize.network.devices import (
+    NetCandidate,
+    resolve_network,
+    slow_units,
+    split_slow,
+    tie_note,
+    tied_best,
+)
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.ops.features import (
     CODED,
@@ -283,8 +290,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     on_time = graph.measured & (graph.excess_own < 0.5 * graph.delay)
     # (a p2p transfer's data is measured directly, `localize.network.transfers`: never inferred this way)
     late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
-    if late_data[in_irr].any():
-        slow = slow_units(unit_of_inst, unit_names, slow_transfer | late_data, judge & in_irr, normal=judge & in_ref)
+    slowed = slow_transfer | late_data if late_data[in_irr].any() else slow_transfer
+    slow, partly = split_slow(slow_units(unit_of_inst, unit_names, slowed, judge & in_irr, min_frac=1e-9,
+                                         normal=judge & in_ref))
     comm_like = graph.comm | late_data
     comm_w = np.where(comm_like & in_irr, graph.delay, 0.0)
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[comm_like & in_ref].sum()), 0.0)
@@ -296,7 +304,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     np.maximum.at(size, unit_of_inst, ops.nbytes[ops.late_row].astype(np.float64))
     judged = {n: members[n] for n, k, b in zip(unit_names, seen, size, strict=True)
               if k > 0 and (b >= CLEARING_BYTES or n in slow)}
-    net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh)  # all of them, to count ties
+    net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh, partly=partly)  # all of them, to count ties
     kinds = group_kinds(ops, view.group_kind)
     tab = view.steps
     ran_normally = bool(((~tab["irregular"].astype(bool)) & (tab["pattern"] != "warm-up")

@@ -84,16 +84,20 @@ def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[t
 
 
 def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: JobMeta,
-                    top: int = 5, mesh: set[str] | None = None) -> list[NetCandidate]:
+                    top: int = 5, mesh: set[str] | None = None,
+                    partly: dict[str, float] | None = None) -> list[NetCandidate]:
     """Rank devices by how well they explain which units were slow (`slow`: unit -> weight).
 
     `units` maps every unit observed in the analysed window to its member ranks (ring order),
     including the units that were not slow: they are the evidence that clears a device.
     `mesh`: the units whose operator is all-to-all (every pair exchanges data).
+    `partly`: units that slowed, but in too few of their copies to be called slow (unit -> how
+    far towards slow, 0..1): they clear a device that carries them only that much less.
     """
     if not slow:
         return []
     mesh = mesh or set()
+    partly = partly or {}
     carried: dict[tuple[str, object], list[str]] = defaultdict(list)
     crossed: dict[str, set[tuple[str, object]]] = {}
     for name, members in units.items():
@@ -115,7 +119,7 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
             continue
         hit = [n for n in names if n in slow]
         recall = sum(slow[n] for n in hit) / total_w
-        precision = len(hit) / len(names)
+        precision = (len(hit) + sum(partly.get(n, 0.0) for n in names if n not in slow)) / len(names)
         if recall <= 0:
             continue
         score = 2 * precision * recall / (precision + recall)
@@ -164,8 +168,12 @@ def tie_note(tie: list[NetCandidate]) -> str:
             f"does: {'; '.join(parts)}; listed scarcest kind first; flows or a probe can decide")
 
 
+#: a unit is slow when its transfers were slow in this much more of its copies than in normal steps
+SLOW_FRAC = 0.3
+
+
 def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.ndarray,
-               analysed: np.ndarray, min_frac: float = 0.3, normal: np.ndarray | None = None) -> dict[str, float]:
+               analysed: np.ndarray, min_frac: float = SLOW_FRAC, normal: np.ndarray | None = None) -> dict[str, float]:
     """Units whose own transfers were slow in at least `min_frac` of their analysed instances
     more often than in their `normal` ones (instances of the reference steps).
 
@@ -184,3 +192,13 @@ def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.nd
     if normal is not None:
         excess = excess - frac(comm_inst, normal)
     return {unit_names[i]: float(excess[i]) for i in np.flatnonzero(excess >= min_frac)}
+
+
+def split_slow(excess: dict[str, float], min_frac: float = SLOW_FRAC) -> tuple[dict[str, float], dict[str, float]]:
+    """Units that slowed (`slow_units` at any fraction) split into the slow ones and the partly
+    slow ones, the latter weighted by how far they came towards `min_frac`: a group out of a
+    throttled host whose small messages were late in a fifth of their copies is weak evidence
+    for that host, not a clearing of it."""
+    slow = {n: x for n, x in excess.items() if x >= min_frac}
+    partly = {n: x / min_frac for n, x in excess.items() if 0 < x < min_frac}
+    return slow, partly

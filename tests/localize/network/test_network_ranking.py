@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from collector.meta import JobMeta, RankInfo
-from localize.network.devices import resolve_network, slow_units, tie_note, tied_best
+from localize.network.devices import resolve_network, slow_units, split_slow, tie_note, tied_best
 from localize.waits.ranking import explain_rank_blame
 
 
@@ -52,6 +52,24 @@ def test_switch_when_every_host_under_it_is_slow() -> None:
     slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(0, 8)}  # hosts 0,1 = tor-0
     best = resolve_network(units, slow, meta)[0]
     assert (best.kind, best.key) == ("switch", ("tor-0",))
+
+
+def test_a_group_slow_in_some_of_its_copies_is_weak_evidence_not_a_clearing() -> None:
+    """The real throttled-NIC job (4 hosts, one GPU each): host-1's NIC slows the DP ring and
+    host-1's pipeline pair; its 8 KiB TP all-reduce was late in only a fifth more of its copies.
+    Counted as healthy, that group clears host-1 as much as host-3's healthy one clears host-3,
+    and the two hosts tie; weighed by how far it slowed, host-1 comes first."""
+    ranks = {r: RankInfo(f"host-{r}", 0) for r in range(4)}
+    units = {"tp-0": [0, 1], "tp-1": [2, 3], "dp-0": [0, 1, 2, 3], "pp-0": [0, 2], "pp-1": [1, 3]}
+    meta = JobMeta("t", 4, ranks, units, {}, {})
+    slow, partly = split_slow({"dp-0": 1.0, "pp-1": 0.78, "tp-0": 0.22, "tp-1": 0.0})
+    assert set(slow) == {"dp-0", "pp-1"} and set(partly) == {"tp-0"}
+
+    def hosts(cands: list) -> set:  # a NIC or the one GPU of a host: the host
+        return {c.key if c.kind == "nic" else (f"host-{c.key}",) for c in tied_best(cands)}
+
+    assert hosts(resolve_network(units, slow, meta, top=100)) == {("host-1",), ("host-3",)}
+    assert hosts(resolve_network(units, slow, meta, top=100, partly=partly)) == {("host-1",)}
 
 
 def test_slow_units_need_a_consistent_share() -> None:

@@ -822,7 +822,7 @@ def slot_median(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.
                 slots: np.ndarray | None = None) -> np.ndarray:
     """`slot_stats`' median alone (the wait graph's passes read no quartile: two slot-sized
     arrays fewer near its peak); of the slots `slots` alone, in that order, when given (the
-    history matrix then holds only their rows: the p2p senders' own history is a few slots')."""
+    history matrix then holds only their rows: the p2p senders' own history, not every slot's)."""
     if slots is None:
         return _slot_quantiles(ops, e, ref_steps, keep, (0.5,))[0]
     pick = np.full(int(ops.slot.max(initial=-1)) + 1, -1, dtype=np.int64)

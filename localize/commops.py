@@ -39,7 +39,7 @@ from localize.ops.features import (
     sorted_rows,
     step_scale,
 )
-from localize.ops.grouping import group_sum, unique
+from localize.ops.grouping import group_sum, present, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
 from localize.ops.lone import (
     lone_copies,
@@ -310,7 +310,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     ran_normally = bool(((~tab["irregular"].astype(bool)) & (tab["pattern"] != "warm-up")
                          & (tab["step"].to_numpy() < irr.min())).any())
     layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
-    logged = np.bincount(ops.rank, minlength=world)[:world] > 0
+    logged = present(ops.rank, world)
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
                                peer_wait=wait_change(waited, own_slow_steps(by_step, np.isin(all_steps, irr)),

@@ -37,7 +37,7 @@ SCREEN_PEER = (0.8, 1.1)  # instance minimum over the sibling groups' (min_vs_pe
 CLEAR_RATIO = 5.0  # a row this many times its own median...
 CLEAR_SIGMAS = 20.0  # ...and this many robust sigmas above it is abnormal whatever the forest says
 #: rows per chunk of the screen (row-wise: by chunks, no row-sized float scratch beside the basis)
-_CHUNK = 1 << 20
+_CHUNK = 1 << 18
 
 
 @dataclass
@@ -58,7 +58,7 @@ def tune_threshold(proba: np.ndarray, normal: np.ndarray, base: float = DEFAULT_
     """Auto-tuning: raise the threshold until recent normal rows are flagged at most `fpr`."""
     if not normal.any():
         return base
-    q = float(np.quantile(proba[normal], 1 - fpr))
+    q = float(np.quantile(proba[normal], 1 - fpr, overwrite_input=True))  # (partitions its own copy: no second one)
     return float(min(max(base, q + 1e-6), 0.95))
 
 
@@ -103,7 +103,9 @@ class ForestDetector:
         normal = in_steps(ops, ref_steps) if ref_steps is not None and len(ref_steps) else np.zeros(len(proba), bool)
         thr = tune_threshold(proba, normal)
         abnormal = proba >= thr
-        abnormal[rest] |= clearly_abnormal(ops, basis, rest)  # the screen passed none of them
+        for c in range(0, rest.size, _CHUNK):  # the screen passed none of them (by chunks: its figures are a few per row)
+            part = rest[c:c + _CHUNK]
+            abnormal[part] |= clearly_abnormal(ops, basis, part)
         return Detection(abnormal, proba, thr, "random-forest")
 
 

@@ -179,8 +179,9 @@ def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, 
     """
     p2p = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     normal = p2p & in_ref & np.isfinite(flight)
-    host = host_codes(meta, ops.rank)[0]
-    hs, hr = host[np.maximum(send_row, 0)], host[np.maximum(recv_row, 0)]
+    # (the ends' hosts alone: no row-sized table of every row's host held through the quantiles)
+    hs = host_codes(meta, ops.rank[np.maximum(send_row, 0)])[0]
+    hr = host_codes(meta, ops.rank[np.maximum(recv_row, 0)])[0]
     path = ((hs != hr) | (hs < 0)).astype(np.int64)  # 0: within a host, 1: across the network
     payload = path * (1 << 40) + ops.nbytes[np.maximum(send_row, 0)]
 

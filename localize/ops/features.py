@@ -40,8 +40,9 @@ from localize.ops.grouping import (
 )
 
 _OPS_ARRAY = pa.array(list(OPS))
-#: rows per chunk of scatters whose indices numpy would widen all at once
-_CHUNK = 1 << 20
+#: rows per chunk of scatters and gathers whose indices numpy would widen all at once (a quarter of
+#: 2**20 rows: their chunk-sized scratch stands beside the row-sized arrays at the analysis's peaks)
+_CHUNK = 1 << 18
 #: rows per chunk of whole ranks (`rank_bounds`): a gap pass holds about eight int64 arrays of its chunk
 _RANK_CHUNK = 1 << 18
 
@@ -369,6 +370,7 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     key *= 16
     key += opcode
     op_of, n_op = dense_codes(key, by_first=False)
+    del key  # (before the next key is built)
     scode, n_step = _step_codes(step)
     key = rank.astype(np.int64)
     key -= int(rank.min())
@@ -388,19 +390,20 @@ def _slot_codes(pair: np.ndarray, opcode: np.ndarray, rank: np.ndarray, step: np
     new_op[0] = True
     np.not_equal(k_sorted[1:], k_sorted[:-1], out=new_op[1:])
     del k_sorted
-    start = np.where(new_run, np.arange(n), 0)
+    index = _index_type(n)  # (positions, ordinals and slots, fewer than rows: held in its width beside the order)
+    start = np.where(new_run, np.arange(n, dtype=index), 0)
     del new_run
     np.maximum.accumulate(start, out=start)
-    pos = np.subtract(np.arange(n), start, out=start)  # ordinal within the step
+    pos = np.subtract(np.arange(n, dtype=index), start, out=start)  # ordinal within the step
     # every ordinal below a run's largest occurs (a step's ordinals count from 0), so the slots
     # of operator b are offset[b] + 0..width[b]-1: dense codes in key order, without a sort
     op_start = np.flatnonzero(new_op)
-    width = np.maximum.reduceat(pos, op_start) + 1
-    offset = np.cumsum(width) - width
+    width = np.maximum.reduceat(pos, op_start).astype(np.int64) + 1
+    offset = (np.cumsum(width) - width).astype(index)
     code = np.repeat(offset, np.diff(np.r_[op_start, n]))
     code += pos
     del pos
-    out = np.empty(n, dtype=_index_type(n))  # (slots number fewer than rows)
+    out = np.empty(n, dtype=index)
     out[order] = code
     return out
 
@@ -634,16 +637,19 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     # they build keys), rank and step the frame's own int32 columns where it is sorted already
     rank, step, gcode, slot = (_narrow(a) for a in (rank, step, gcode, slot))
     last = np.zeros(n_inst, dtype=np.int64)
-    last[inst] = np.arange(len(inst))  # per instance: its last row speaks for it
+    for c in range(0, len(inst), _CHUNK):  # per instance: its last row speaks for it (by chunks, in row
+        last[inst[c:c + _CHUNK]] = np.arange(c, min(c + _CHUNK, len(inst)))  # order: no row-sized int64 indices)
     inst_group, inst_step, inst_p2p, inst_pair = gcode[last], step[last], is_p2p[last], pair[last]
     del gcode, is_p2p, pair  # (Ops.group_code is inst_group[inst], Ops.pair inst_pair[inst], on use)
     inst_src, inst_dst = _inst_ends(last[inst_p2p], inst_p2p, rank, opcode, column("peer"))
     del last
-    size = _narrow(np.bincount(inst, minlength=n_inst))
-    elapsed = seconds(start, end, np.empty(len(start)))  # (held by no one: `Ops.elapsed` computes it again on use)
-    imin = group_min(inst, n_inst, elapsed)
-    wait = elapsed - imin[inst]
-    del elapsed
+    size = np.zeros(n_inst, dtype=np.int64)
+    np.add.at(size, inst, 1)  # (copies per instance: `np.bincount`'s counts without its intp copy of the codes)
+    size = _narrow(size)
+    wait = seconds(start, end, np.empty(len(start)))  # elapsed (held by no one: `Ops.elapsed` computes it again on use)
+    imin = group_min(inst, n_inst, wait)
+    for c in range(0, len(wait), _CHUNK):  # ... less its instance's minimum, in place (no row-sized gather beside it)
+        wait[c:c + _CHUNK] -= imin[inst[c:c + _CHUNK]]
     late_row = np.full(n_inst, -1, dtype=np.int64)
     cand = np.flatnonzero(wait <= 0)
     del wait
@@ -736,7 +742,10 @@ def in_steps(ops: Ops, steps: np.ndarray | None) -> np.ndarray:
     hi = max(int(ops.step.max(initial=0)), int(np.max(steps)))
     lut = np.zeros(hi - lo + 1, dtype=bool)
     lut[np.asarray(steps, dtype=np.int64) - lo] = True
-    return lut[ops.step - lo]
+    out = np.empty(len(ops.step), dtype=bool)
+    for c in range(0, len(out), _CHUNK):  # (by chunks: no row-sized offsets, nor their intp copy, beside it)
+        out[c:c + _CHUNK] = lut[ops.step[c:c + _CHUNK] - lo]
+    return out
 
 
 def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int]:
@@ -755,14 +764,20 @@ def _step_codes(step: np.ndarray) -> tuple[np.ndarray, int]:
     return lut[step - lo], int(present.sum())
 
 
-def _history_matrix(ops: Ops, e: np.ndarray, use: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+def _history_matrix(ops: Ops, e: np.ndarray, use: np.ndarray, keep: np.ndarray | None,
+                    pick: np.ndarray | None = None, n_pick: int = 0) -> np.ndarray:
     """The slots x steps matrix of `e` over the rows `use` selects (NaN where a slot has no row
     of a step, or its row is not kept), one column per step those rows hold, in step order.
     Filled chunk by chunk in row order: no row-sized gathers of the selected rows' values,
-    slots and step codes beside the matrix (numpy widens fancy indices to intp, too)."""
+    slots and step codes beside the matrix (numpy widens fancy indices to intp, too). `pick`:
+    per slot, its row of the matrix (-1: left out; `n_pick` rows), else one row per slot.
+    `use` is consumed."""
     step, slot = ops.step, ops.slot
     n = len(step)
-    n_slot = int(slot.max(initial=-1)) + 1
+    n_slot = int(slot.max(initial=-1)) + 1 if pick is None else n_pick
+    if pick is not None:
+        for c in range(0, n, _CHUNK):
+            use[c:c + _CHUNK] &= pick[slot[c:c + _CHUNK]] >= 0
     lo = int(step.min(initial=0))
     span = int(step.max(initial=0)) - lo + 1
     if span > 4 * n + 4096:  # widely spread step numbers: coded by a sort of the selected ones
@@ -771,7 +786,7 @@ def _history_matrix(ops: Ops, e: np.ndarray, use: np.ndarray, keep: np.ndarray |
         vals = e[use]
         if keep is not None:
             vals[~keep[use]] = np.nan
-        mat[slot[use], scode] = vals  # NaN values (unmeasurable) do not count
+        mat[_rows_of(ops.slot[use], pick), scode] = vals  # NaN values (unmeasurable) do not count
         return mat
     present = np.zeros(span, dtype=bool)
     for c in range(0, n, _CHUNK):
@@ -784,8 +799,13 @@ def _history_matrix(ops: Ops, e: np.ndarray, use: np.ndarray, keep: np.ndarray |
         vals = e[c:c + _CHUNK][u]
         if keep is not None:
             vals[~keep[c:c + _CHUNK][u]] = np.nan
-        mat[slot[c:c + _CHUNK][u], col[step[c:c + _CHUNK][u] - lo]] = vals
+        mat[_rows_of(ops.slot[c:c + _CHUNK][u], pick), col[step[c:c + _CHUNK][u] - lo]] = vals
     return mat
+
+
+def _rows_of(slots: np.ndarray, pick: np.ndarray | None) -> np.ndarray:
+    """The history matrix's rows of some rows' slots (`_history_matrix`'s `pick`)."""
+    return slots if pick is None else pick[slots]
 
 
 def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
@@ -798,16 +818,29 @@ def slot_stats(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None,
     return med, q1, q3
 
 
-def slot_median(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.ndarray | None = None) -> np.ndarray:
+def slot_median(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.ndarray | None = None,
+                slots: np.ndarray | None = None) -> np.ndarray:
     """`slot_stats`' median alone (the wait graph's passes read no quartile: two slot-sized
-    arrays fewer near its peak)."""
-    return _slot_quantiles(ops, e, ref_steps, keep, (0.5,))[0]
+    arrays fewer near its peak); of the slots `slots` alone, in that order, when given (the
+    history matrix then holds only their rows: the p2p senders' own history, not every slot's)."""
+    if slots is None:
+        return _slot_quantiles(ops, e, ref_steps, keep, (0.5,))[0]
+    pick = np.full(int(ops.slot.max(initial=-1)) + 1, -1, dtype=np.int64)
+    wanted = unique(slots)
+    pick[wanted] = np.arange(len(wanted))
+    mat = _history_matrix(ops, e, in_steps(ops, ref_steps), keep, pick, len(wanted))
+    return _quantiles(mat, (0.5,))[0][pick[slots]]
 
 
 def _slot_quantiles(ops: Ops, e: np.ndarray, ref_steps: np.ndarray | None, keep: np.ndarray | None,
                     ps: tuple[float, ...]) -> list[np.ndarray]:
     """Per slot: the quantiles `ps` of `slot_stats`."""
-    mat = _history_matrix(ops, e, in_steps(ops, ref_steps), keep)
+    return _quantiles(_history_matrix(ops, e, in_steps(ops, ref_steps), keep), ps)
+
+
+def _quantiles(mat: np.ndarray, ps: tuple[float, ...]) -> list[np.ndarray]:
+    """Per row of a slots x steps history matrix (consumed: sorted in place): the quantiles `ps`
+    of its values, NaN ignored (NaN where it has none)."""
     n_slot = len(mat)
     mat.sort(axis=1)  # NaN last
     k = (~np.isnan(mat)).sum(axis=1)

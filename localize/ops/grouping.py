@@ -42,8 +42,21 @@ def sort_keys(key: np.ndarray, runs: bool = False) -> tuple[np.ndarray, np.ndarr
     return order, packed
 
 
+#: rows per chunk of the presence tables (`unique`, `present`): numpy widens their indices to intp
+_CHUNK = 1 << 18
+
+
 def unique(key: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (`np.unique` without its hashing pass, several times faster)."""
+    """Sorted distinct values (`np.unique` without its hashing pass, several times faster); of
+    integers within a narrow range, read off a table of the values present, a chunk at a time
+    (no sorted copy of a row-sized array beside the analysis's: steps, ranks)."""
+    if key.dtype.kind in "iu" and len(key):
+        lo, hi = int(key.min()), int(key.max())
+        if hi - lo <= 4 * len(key) + 4096:
+            seen = np.zeros(hi - lo + 1, dtype=bool)
+            for c in range(0, len(key), _CHUNK):
+                seen[np.subtract(key[c:c + _CHUNK], lo, dtype=np.int64)] = True
+            return (np.flatnonzero(seen) + lo).astype(key.dtype)
     k = np.sort(key)
     return k[np.r_[True, k[1:] != k[:-1]]] if len(k) else k
 
@@ -108,6 +121,16 @@ def cumcount(codes: np.ndarray) -> np.ndarray:
     np.maximum.accumulate(start, out=start)
     out = np.empty(n, dtype=np.int64)
     out[order] = pos - start
+    return out
+
+
+def present(codes: np.ndarray, k: int) -> np.ndarray:
+    """Per code in [0, k): whether some row holds it, as `np.bincount(codes, minlength=k)[:k] > 0`
+    reads it (codes >= k ignored), without bincount's intp copy of narrow codes and its counts."""
+    out = np.zeros(k, dtype=bool)
+    for c in range(0, len(codes), _CHUNK):
+        part = codes[c:c + _CHUNK]
+        out[part[part < k]] = True
     return out
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from collector.meta import JobMeta
 from localize.ops.features import Ops, prepare_ops, rank_step_compute
-from localize.ops.grouping import unique
+from localize.ops.grouping import present, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
@@ -43,7 +43,7 @@ def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple
     comp = rank_step_compute(ops, world, steps)  # (a chunk of ranks at a time: this may run at the analysis' peak)
     if lone is not None and lone.any():
         comp += lone_time(ops, lone, world, np.asarray(steps, dtype=np.int64))
-    seen = np.bincount(ops.rank, minlength=world)[:world] > 0
+    seen = present(ops.rank, world)
     steps = np.asarray(steps, dtype=np.int64)
     return (comp[:, 1:], seen, steps[1:]) if n_steps > 2 else (comp, seen, steps)
 

@@ -74,8 +74,9 @@ def _row_index_type(n: int) -> type[np.signedinteger]:
 
 
 def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the row its own-clock segment starts after (-1: none), and the running count of
-    rows whose gap may hold a lost record (a segment is measured where the count does not move).
+    """Per row: the row its own-clock segment starts after (-1: none), and whether no gap in
+    between may hold a lost record (the running count of such rows did not move: read here, a
+    byte a row, rather than the count's four held into the backtracking's first pass, its peak).
 
     The segment starts at the previous operator of the same stream. Where that one is in a step
     that was not logged before this one (sampled steps), or there is none, it starts at the
@@ -94,7 +95,9 @@ def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     start = np.where(first < row, first, -1)
     del first, row
     np.copyto(start, prev, where=~far)
-    return start, counts
+    del prev, far
+    whole = np.equal(counts, counts[np.maximum(start, 0)])
+    return start, whole
 
 
 def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
@@ -168,8 +171,10 @@ def _segment_totals(ops: Ops, what: str, values: np.ndarray | None, p: np.ndarra
     return out
 
 
-#: rows per chunk of the in-place passes of `_range_argmax` and `_differences_in_place`
-_CHUNK = 1 << 20
+#: rows per chunk of the wait graph's passes (`_range_argmax`, `_differences_in_place`, the delay
+#: received): each holds a few chunk-sized gathers beside the row-sized arrays at the analysis's
+#: peak, so a quarter of 2**20 rows takes ~20 MB off it at no cost in time
+_CHUNK = 1 << 18
 
 
 def _differences_in_place(c: np.ndarray, p: np.ndarray, shift: int) -> None:
@@ -284,23 +289,23 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     one_missing = expected_size - size == 1
     short = one_missing if unlogged is None else one_missing | ((size >= 2) & (expected_size - size == unlogged))
     orphan = in_steps & ~complete & ~comm & ~ops.inst_p2p & (n_abn >= size) & short
-    del n_abn, whole, complete, late_abn, in_steps, short
+    del n_abn, whole, complete, late_abn, in_steps, short, multi, waited
     rank = ops.rank
     present_sum = group_sum(inst, n, rank)
     missing_rank = np.full(n, -1, dtype=rank.dtype)  # (a rank: int32 where ranks are)
     one = orphan & one_missing
     missing_rank[one] = np.rint(members_sum[one] - present_sum[one])
-    del present_sum, one
+    del present_sum, one, one_missing
 
     # backtracking: what the suspect did since its previous operator of the same stream.
     # Per row: compute, delay received and own-clock time since that operator (NaN: none),
     # each reduced to per-instance figures before the next is built (rows x 8 bytes apiece)
-    prev, cu = _segment_starts(ops)
+    prev, valid = _segment_starts(ops)
     p = prev  # (-1 where none: each pass reads it as row 0, a chunk at a time, and marks the row unmeasured)
     prev_late = prev[late]  # (what the chains below read of it: the row-sized links go now)
     del prev
-    hist = ref_steps is not None and len(ref_steps) > 0 and bool(ops.inst_p2p.any())
-    valid = np.zeros(0, dtype=bool)
+    p2p = np.flatnonzero(ops.inst_p2p).astype(inst.dtype)  # (instance indices: in the codes' width)
+    hist = ref_steps is not None and len(ref_steps) > 0 and len(p2p) > 0
     lv = measured = np.zeros(0, dtype=bool)
     peers_n = np.zeros(0)
     # per instance, for compute, waiting and own-clock time: the late arriver's excess over its
@@ -312,27 +317,36 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
         values = ops.gap if what == "compute" else _received(ops, typical, comm_excess) if what == "wait" else None
         seg = _segment_totals(ops, what, values, p)
         del values
-        seg[p < 0] = np.nan
+        for c in range(0, len(seg), _CHUNK):  # (by chunks: no row-sized mask beside it)
+            seg[c:c + _CHUNK][p[c:c + _CHUNK] < 0] = np.nan
         if what == "wait":
             del p  # (its last read: the row-sized links are not held through the last pass's medians)
         if what == "compute":
-            valid = np.equal(cu, cu[np.maximum(p, 0)])  # (no lost record between: the count did not move)
             valid &= np.isfinite(seg)
-            del cu
             n_valid = group_sum(inst, n, valid)
             lv = valid[late]
             peers_n = np.maximum(n_valid - lv, 1).astype(np.int32)  # (a count: the same quotients as in float64)
             measured = lv & (n_valid >= 2)
             del n_valid
         # the two ends of a p2p transfer do different work: the sender is judged against its
-        # own history too (the same operator in normal steps), below
-        h = slot_median(ops, seg, ref_steps, keep=valid)[ops.slot[late]] if hist else None
-        np.nan_to_num(seg, copy=False)
+        # own history too (the same operator in normal steps), below: the p2p instances' alone
+        # (only they read it; their slots' history matrix is a fraction of every slot's)
+        h = slot_median(ops, seg, ref_steps, keep=valid, slots=ops.slot[late[p2p]]) if hist else None
+        for c in range(0, len(seg), _CHUNK):  # (by chunks: nan_to_num's row-sized masks would stand beside it)
+            np.nan_to_num(seg[c:c + _CHUNK], copy=False)
         at_late = seg[late]
-        excess[what] = np.where(measured, at_late - (group_sum(inst, n, seg) - at_late) / peers_n, 0.0)
+        # (in place, the instances' sums once the rows' figures go: the same float64 operations as
+        # at_late - (sum - at_late) / peers_n, without its per-instance temporaries)
+        peers = group_sum(inst, n, seg)
         del seg
+        peers -= at_late
+        peers /= peers_n
+        np.subtract(at_late, peers, out=peers)
+        peers[~measured] = 0.0
+        excess[what] = peers
+        del peers
         if h is not None:
-            own[what] = (at_late - h, np.isfinite(h))
+            own[what] = (at_late[p2p] - h, np.isfinite(h))
         del at_late, h
     del valid, peers_n
     # a suspect whose own compute cannot be measured (a lost record in between) is not blamed
@@ -340,11 +354,11 @@ def build_waitgraph(ops: Ops, abnormal: np.ndarray, steps: np.ndarray, expected_
     excess_compute, excess_wait, excess_own = excess["compute"], excess["wait"], excess["own"]
     if own:
         (own_c, seen_c), (own_w, seen_w), (own_o, seen_o) = own["compute"], own["wait"], own["own"]
-        ok = ops.inst_p2p & lv & seen_c & seen_w & seen_o
-        excess_compute = np.where(ok, own_c, excess_compute)
-        excess_wait = np.where(ok, own_w, excess_wait)
-        excess_own = np.where(ok, own_o, excess_own)
-        measured |= ok
+        ok = lv[p2p] & seen_c & seen_w & seen_o
+        at = p2p[ok]
+        excess_compute[at], excess_wait[at], excess_own[at] = own_c[ok], own_w[ok], own_o[ok]
+        measured[at] = True
+        del own_c, seen_c, own_w, seen_w, own_o, seen_o, ok, at  # (not held through the chains' range maxima)
     del excess, own, lv
 
     # an orphan's present copies all waited on the absent one, together: beyond waiting on each

@@ -117,9 +117,10 @@ def host_rows(df: pd.DataFrame, ranks: Collection[int], steps: tuple[int, int]) 
 
 def node_normal_steps(ops: Ops) -> np.ndarray:
     """The steps a node ran normally, judged on its own ranks' step spans (median over its ranks)
-    as timeline/ judges a job's steps; all of them when too few. A fault on for over a quarter of
+    as timeline/ judges a job's steps; all of them when none did. A fault on for over a quarter of
     the steps would otherwise widen the operators' history until its own were not abnormal, and
-    the fetch plan missed the faulty host's groups."""
+    the fetch plan missed the faulty host's groups. One normal step is history enough (each of its
+    operators has many copies): a fault from the first steps of a sampled log leaves no more."""
     steps = np.unique(ops.step)
     if len(steps) < 6:
         return steps
@@ -130,7 +131,7 @@ def node_normal_steps(ops: Ops) -> np.ndarray:
     table, _, _ = judge_window(span.iloc[1:])
     ok = ~table["irregular"].astype(bool) & (table["pattern"] != "warm-up") & np.isfinite(table["duration_s"])
     normal = table.loc[ok, "step"].to_numpy(np.int64)
-    return normal if len(normal) >= 3 else steps
+    return normal if len(normal) else steps
 
 
 def summarize(df: pd.DataFrame, host_of: Callable[[int], str] | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -306,3 +307,23 @@ def test_a_data_fault_every_other_step_without_a_step_end_sync_is_the_data_on_bo
     full, summary = both_paths(written(spec, tmp_path / spec.name))
     assert full.candidates[0].kind == "data"
     assert summary.candidates[0].kind == "data"
+
+
+@pytest.mark.slow
+def test_a_network_fault_after_one_normal_step_is_judged_against_it_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 10, job 24: a slow link from step 9, every third step
+    logged, so one step (6) ran normally after warm-up. Each node judged its operators against all
+    of its steps when it had under three normal ones: the slow DP rings were their own history,
+    no node called them abnormal, none was fetched, and the summary path named GPUs at 0.12 where
+    the full records give the rings' tie of links. One normal step is history enough."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(24, "link", 10)
+    full, summary = both_paths(written(spec, tmp_path / spec.name), top=10)
+
+    def first(v: Any) -> set[str]:
+        return {c.device() for c in v.candidates if c.score >= v.candidates[0].score - 1e-9}
+
+    assert "link node-2<->node-3" in first(full), first(full)
+    assert first(summary) == first(full), (first(summary), first(full))

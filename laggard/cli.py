@@ -8,7 +8,6 @@ by name, so adding a verb never touches this file. Exit codes: 0 ok, 1 irregular
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import os
 import sys
@@ -41,23 +40,6 @@ ARROW_POOL = "jemalloc" if sys.platform == "linux" else "system"
 #: or more, through `release_unused` too, so a 5 M-row read stood ~280 MB above its live data when the
 #: analysis began (issue #14); the user's JE_ARROW_MALLOC_CONF wins.
 JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
-#: glibc's mallopt parameter M_MMAP_THRESHOLD, and the size from which numpy's arrays get pages of
-#: their own (glibc's initial threshold, here kept fixed)
-M_MMAP_THRESHOLD, MMAP_FROM = -3, 128 << 10
-
-
-def map_large_arrays() -> None:
-    """Keep glibc's mmap threshold at 128 KiB. By default it rises to the largest block freed (up
-    to 32 MiB), after which numpy's big temporaries are carved from the heap, whose freed pages
-    the process keeps: 31 MB of localize's peak on `bench.memory --large` (issue #14). The user's
-    MALLOC_MMAP_THRESHOLD_ wins; a no-op without glibc."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(M_MMAP_THRESHOLD, MMAP_FROM)
 
 
 def _verb_modules() -> dict[str, str]:
@@ -103,7 +85,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_POOL)
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", JEMALLOC_CONF)
-    map_large_arrays()
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only="" if verb is None and "--version" in argv else verb)

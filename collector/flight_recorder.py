@@ -30,6 +30,7 @@ import pyarrow as pa
 from collector.commops import layout
 from collector.contract import MAX_NS
 from collector.errors import TraceError, UserError
+from collector.groupnames import group_label
 from collector.limits import ENV, limits
 from collector.meta import JobMeta, RankInfo
 from collector.names import host_problem
@@ -162,16 +163,11 @@ def rank_of(path: Path) -> int:
 
 
 def group_name(pg: Any) -> str:
-    """Same names as the CommOps logger: the user's group_desc, 'world', or 'pg-<name>'."""
+    """Same names as the CommOps logger (`collector.groupnames.group_label`) from a dump's
+    `process_group`: (name, desc), or the name alone."""
     if isinstance(pg, (list, tuple)) and len(pg) == 2:
-        name, desc = str(pg[0]), str(pg[1])
-    else:
-        name, desc = str(pg), ""
-    if desc == "default_pg" or (name in ("0", "default_pg") and desc in ("", "undefined")):
-        return "world"
-    if desc and desc != "undefined":
-        return desc
-    return f"pg-{name}"
+        return group_label(str(pg[0]), str(pg[1]))
+    return group_label(str(pg), "")
 
 
 @dataclass

@@ -50,12 +50,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from collector.errors import TraceError
+from collector.groupnames import kind_in_name
 from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
 from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_verdict
 from localize.detect.detector import rule_detect
 from localize.ops.features import Ops, prepare_ops
-from localize.ops.groupkinds import group_kinds, named_kind, with_observed_groups
+from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Verdict
@@ -536,7 +537,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     extra: dict[str, object] = {"from": "summary"}
     if not steps or not seen.any():
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})
-    kinds = {g: k for g in meta.groups if (k := named_kind(g)) is not None}
+    kinds = {g: k for g in meta.groups if (k := kind_in_name(g)) is not None}
     observed = sample is not None
     if len(kinds) < len(meta.groups):
         if sample is None:

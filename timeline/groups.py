@@ -11,12 +11,12 @@ is a sync: who talks to whom tells it from data parallelism (`sync_groups`).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from collector.groupnames import kind_in_name
 from collector.meta import PARALLEL_DIMS, JobMeta
 from collector.schema import P2P_OPS
 from timeline.instances import host_codes
@@ -25,7 +25,6 @@ from timeline.instances import host_codes
 DP_MAX_PER_STEP = 4
 #: Largest group × rank bitmap `membership` marks pairs in (bytes) before it sorts instead.
 BITMAP_CELLS = 1 << 26
-_HINT = re.compile(r"^(dp|tp|pp|ep|cp)(?![a-z])", re.IGNORECASE)
 
 
 def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
@@ -151,7 +150,7 @@ def infer_group_kinds(df: pd.DataFrame, meta: JobMeta, notes: list[str] | None =
     frequent = feat.index[(kind == "").to_numpy()]
     if len(frequent):
         kind[frequent] = _tp_or_cp(feat.loc[frequent])
-    hints = {g: m.group(1).lower() for g in feat.index if (m := _HINT.match(g))}
+    hints = {g: k for g in feat.index if (k := kind_in_name(str(g))) is not None}
     if len(frequent):
         kind = _break_ties(kind, feat, hints)
     kind = _mark_sync(kind, df)

@@ -74,7 +74,8 @@ def attach(out_dir: str | os.PathLike[str] | None = None, flush_s: float | None 
 def name_group(pg: Any, name: str) -> bool:
     """Name a process group in the trace (e.g. "tp-0", "dp-3"; unique per group across the job).
 
-    Call it before the group's first operator; same effect as new_group(..., group_desc=name).
+    Call it before the group's first operator. The name is kept as given; a `group_desc` is kept
+    only when it names one group ("tp-0"), see `collector.groupnames`.
     Returns False (and says why on stderr) when the logger is off or the group already ran
     under another name.
     """

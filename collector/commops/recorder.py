@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from collector.commops.cudatime import run_cuda
+from collector.groupnames import group_label
 from collector.schema import OPS
 
 OP_CODE = {name: i for i, name in enumerate(OPS)}
@@ -320,10 +321,9 @@ def _future_failed(fut: Any) -> bool:
 
 
 def describe_group(pg: Any) -> tuple[str, list[int]]:
-    """A stable, cross-rank name for a process group and its global ranks.
-
-    The user's `group_desc` when given (e.g. new_group(..., group_desc="tp-0")), "world" for the
-    default group, else "pg-<torch group name>" (torch names groups identically on every rank).
+    """A stable, cross-rank name for a process group and its global ranks: "world" for the
+    default group, else `collector.groupnames.group_label` of torch's name and `group_desc`
+    (e.g. new_group(..., group_desc="tp-0"); torch names groups identically on every rank).
     """
     import torch.distributed as dist
 
@@ -332,9 +332,7 @@ def describe_group(pg: Any) -> tuple[str, list[int]]:
         return "world", list(range(dist.get_world_size()))
     ranks = [int(r) for r in dist.get_process_group_ranks(pg)]
     desc = str(getattr(pg, "group_desc", "") or "")
-    if desc and desc not in ("undefined", "default_pg"):
-        return desc, ranks
-    return f"pg-{pg.group_name}", ranks
+    return group_label(str(pg.group_name), "" if desc == "default_pg" else desc), ranks
 
 
 # Wrappers are generated with the wrapped function's own signature: forwarding *args/**kwargs

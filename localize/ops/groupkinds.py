@@ -10,25 +10,18 @@ parallel (tp).
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
+from collector.groupnames import kind_in_name
 from collector.meta import JobMeta
 from collector.schema import OPS
 from localize.ops.features import Ops
 from timeline.groups import membership, sync_groups
 
 KINDS = ("dp", "tp", "pp", "ep", "cp", "sync")
-_NAMED = re.compile(r"^(dp|tp|pp|ep|cp)(?:[-_]|\d|$)", re.IGNORECASE)
-
-
-def named_kind(name: str) -> str | None:
-    """The kind a group's name says ("tp-3", "dp_0"), or None for an opaque name."""
-    m = _NAMED.match(name)
-    return m.group(1).lower() if m is not None else None
 
 
 def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
@@ -40,7 +33,7 @@ def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
     for i, g in enumerate(names):
         if hint.get(g) in KINDS:
             out[g] = str(hint[g])
-        elif (kind := named_kind(g)) is not None:
+        elif (kind := kind_in_name(g)) is not None:
             out[g] = kind
         else:
             need.append(i)

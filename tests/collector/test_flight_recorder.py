@@ -52,6 +52,24 @@ def test_nccl_json_pending_and_sizes(tmp_path: Path) -> None:
     assert pend[["rank", "group", "seq"]].values.tolist() == [[0, "tp-0", 2]]
 
 
+def test_groups_that_share_a_frameworks_description_stay_apart(tmp_path: Path) -> None:
+    """Megatron describes every TP group 'TENSOR_MODEL_PARALLEL_GROUP': two TP groups of two ranks
+    each, named by the description alone, were one group of four whose two all-reduce #1 were one."""
+    src = tmp_path / "dumps"
+    src.mkdir()
+    desc = "TENSOR_MODEL_PARALLEL_GROUP"
+    cfg = {"5": {"name": "5", "desc": desc, "ranks": "[0, 1]"}, "6": {"name": "6", "desc": desc, "ranks": "[2, 3]"}}
+    for rank in range(4):
+        pg = ("5", desc) if rank < 2 else ("6", desc)
+        dump = {"version": "2.10", "pg_config": cfg, "entries": [_nccl_entry(1, "completed", pg)]}
+        (src / f"nccl_trace_rank_{rank}.json").write_text(json.dumps(dump))
+    meta = import_flight_recorder(src, tmp_path / "t")
+    tp = {g: m for g, m in meta.groups.items() if g.startswith(desc)}
+    assert sorted(tp.values()) == [[0, 1], [2, 3]], meta.groups
+    rows = pd.read_parquet(tmp_path / "t" / "commops.parquet")
+    assert rows.groupby("group")["rank"].apply(sorted).tolist() == [[0, 1], [2, 3]]
+
+
 def test_hostile_pickle_refused_without_running(tmp_path: Path) -> None:
     bad = tmp_path / "rank_0"
     bad.write_bytes(pickle.dumps({"entries": [_Evil()]}))

@@ -133,7 +133,7 @@ def test_hang_only_dump_rank_that_never_entered_is_a_host(tmp_path: Path) -> Non
     assert v is not None and [c.rank for c in v.candidates] == [2]
     c = v.candidates[0]
     assert c.kind == "host"
-    assert c.evidence[0] == "rank 2 never entered all_reduce #7 of TENSOR_MODEL_PARALLEL_GROUP; rank(s) 0, 1, 3 waiting"
+    assert c.evidence[0] == "rank 2 never entered all_reduce #7 of TENSOR_MODEL_PARALLEL_GROUP-pg38; rank(s) 0, 1, 3 waiting"
     assert len(c.evidence) == len(set(c.evidence)) == 2 and "stopped issuing" in c.evidence[1]
 
 
@@ -150,7 +150,7 @@ def test_hang_only_dump_rank_whose_gpu_never_started_is_a_gpu(tmp_path: Path) ->
     assert v is not None and [c.rank for c in v.candidates] == [2]
     c = v.candidates[0]
     assert (c.kind, c.host) == ("gpu", "gpu-a02")
-    assert c.evidence[0].startswith("rank 2 queued all_reduce #7 of TENSOR_MODEL_PARALLEL_GROUP but its GPU never started it")
+    assert c.evidence[0].startswith("rank 2 queued all_reduce #7 of TENSOR_MODEL_PARALLEL_GROUP-pg38 but its GPU never started it")
     assert len(c.evidence) == len(set(c.evidence))
 
 

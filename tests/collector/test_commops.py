@@ -271,3 +271,23 @@ def test_a_bad_parallelism_variable_is_reported_and_ignored(world1: None, tmp_pa
     assert meta.parallelism == {} and meta.host_of(0) == "node-5" and meta.job == tmp_path.name
     with pytest.raises(ValueError, match="positive integer"):
         commops.attach(tmp_path, parallelism={"tp": 0})
+
+
+def test_groups_that_share_a_frameworks_description_are_named_apart(world1: None, tmp_path: Path) -> None:
+    """Megatron creates every TP group with group_desc='TENSOR_MODEL_PARALLEL_GROUP' (DeviceMesh
+    every group of a dimension with 'mesh_<dim>'): each group keeps its own name and sequence."""
+    assert commops.attach(tmp_path, flush_s=60)
+    try:
+        a = dist.new_group([0], group_desc="TENSOR_MODEL_PARALLEL_GROUP")
+        b = dist.new_group([0], group_desc="TENSOR_MODEL_PARALLEL_GROUP")
+        t = torch.ones(8)
+        for g in (a, b, a):
+            dist.all_reduce(t, group=g)
+        commops.flush()
+    finally:
+        commops.detach()
+    df = Trace.open(tmp_path).commops()
+    named = df[df["group"].astype(str).str.startswith("TENSOR_MODEL_PARALLEL_GROUP")]
+    assert named.groupby("group", observed=True)["seq"].apply(sorted).tolist() == [[1, 2], [1]]
+    meta = JobMeta.load(tmp_path / "meta.json")
+    assert len([g for g in meta.groups if g.startswith("TENSOR_MODEL_PARALLEL_GROUP")]) == 2

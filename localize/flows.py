@@ -21,7 +21,14 @@ from collector.errors import UserError
 from collector.meta import _natural_key
 from collector.traceio import Trace
 from localize.verdict import Candidate, Status, Verdict
-from timeline.flows import MIN_DATA_PACKET, FlowJob, FlowTimeline, build_flow_timeline, too_short
+from timeline.flows import (
+    MIN_DATA_PACKET,
+    FlowJob,
+    FlowTimeline,
+    build_flow_timeline,
+    flows_of_groups,
+    too_short,
+)
 
 
 class NoTrainingJob(UserError):
@@ -176,11 +183,8 @@ def lateness_per_iteration(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str
         pp = pp.merge(pd.DataFrame(pp_edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])
         pp = pp.assign(h=pp["dst_ip"].map(host_of))
     rows = []
-    for g in job.groups:
-        if g.kind != "dp":
-            continue
-        e = pd.DataFrame(g.edges, columns=["src_ip", "dst_ip"])
-        rf = f[f["step"].isin(steps)].merge(e, on=["src_ip", "dst_ip"])
+    rings = [g for g in job.groups if g.kind == "dp"]
+    for rf in flows_of_groups(f[f["step"].isin(steps)], rings):
         if rf.empty:
             continue
         sends = rf.assign(h=rf["src_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("sync")

@@ -14,6 +14,7 @@ reaches the network, so it is invisible here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -216,46 +217,62 @@ def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFra
     two = e[~one_way]
     pair_groups: list[FlowGroup] = []
     if flows is not None and len(two):
-        sim, counts = _simultaneity(flows, two, host_of)
-        iterations = _iteration_count(flows, rings, _pair_edges(two))
+        pair_of = pd.Series([tuple(sorted(x, key=_natural_key)) for x in zip(two["sh"], two["dh"], strict=True)],
+                            index=two.index)
+        by_pair: dict[tuple[str, str], pd.DataFrame] = {
+            cast(tuple[str, str], pair): two.loc[idx] for pair, idx in two.groupby(pair_of, sort=False).groups.items()}
+        on_edge = _rows_by_edge(flows)
+        timing = flows[["start_ns", "end_ns", "bytes"]]  # (rows taken from Arrow string columns cost a ms a take)
+        sim, counts = _simultaneity(timing, on_edge, by_pair)
+        iterations = _iteration_count(timing, on_edge, rings, [list(zip(k["src_ip"], k["dst_ip"], strict=True))
+                                                              for k in by_pair.values()])
         for pair in sim.index:
             if sim[pair] >= 0.5 and counts[pair] <= SYNCS_PER_ITERATION * iterations:
-                key = two[[tuple(sorted(x, key=_natural_key)) == pair for x in zip(two["sh"], two["dh"], strict=True)]]
+                key = by_pair[pair]
                 pair_groups.append(FlowGroup("dp", list(pair), list(zip(key["src_ip"], key["dst_ip"], strict=True))))
         taken = {tuple(g.hosts) for g in pair_groups}
-        two = two[[tuple(sorted(x, key=_natural_key)) not in taken for x in zip(two["sh"], two["dh"], strict=True)]]
+        two = two[[pair not in taken for pair in pair_of]]
     groups = rings + pair_groups + _pairs(two)
     return sorted(groups, key=lambda g: (["dp", "pp", "ep"].index(g.kind), _natural_key(g.hosts[0])))
 
 
-def _iteration_count(flows: pd.DataFrame, rings: list[FlowGroup], pairs: list[list[tuple[str, str]]]) -> int:
+def _iteration_count(flows: pd.DataFrame, on_edge: dict[tuple[str, str], np.ndarray], rings: list[FlowGroup],
+                     pairs: list[list[tuple[str, str]]]) -> int:
     """Iterations in the capture: syncs of the rings of three or more hosts; without rings, the fewest
     pauses any two-way pair (or all traffic) shows, since a pipeline edge may pause between microbatches
     as long as between iterations but a ring of two pauses only between its syncs."""
     def cycles(edges: list[tuple[str, str]]) -> int:
-        return int(sync_anchors(flows.merge(pd.DataFrame(edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])).size)
+        return int(sync_anchors(_flows_on(flows, on_edge, edges)).size)
     if rings:  # every ring syncs every iteration: a few of the longest tell the count
         return max(cycles(g.edges) for g in sorted(rings, key=lambda g: -len(g.hosts))[:RINGS_COUNTED])
     return min([int(sync_anchors(flows).size)] + [cycles(e) for e in pairs])
 
 
-def _pair_edges(two: pd.DataFrame) -> list[list[tuple[str, str]]]:
-    """The directed endpoint edges of each two-way host pair."""
-    key = [tuple(sorted(x, key=_natural_key)) for x in zip(two["sh"], two["dh"], strict=True)]
-    return [list(zip(g["src_ip"], g["dst_ip"], strict=True)) for _, g in two.groupby(pd.Series(key, index=two.index), sort=False)]
+def _rows_by_edge(flows: pd.DataFrame) -> dict[tuple[str, str], np.ndarray]:
+    """Row positions of each directed endpoint edge's flows, from one grouping: selecting each
+    edge's rows by comparison costs edges x flows, minutes at thousands of GPUs."""
+    src, dst = flows["src_ip"].astype(str).to_numpy(), flows["dst_ip"].astype(str).to_numpy()
+    groups = pd.DataFrame({"s": src, "d": dst}).groupby(["s", "d"], sort=False).indices
+    return {(str(a), str(b)): np.asarray(idx) for (a, b), idx in cast(dict[tuple[str, str], np.ndarray], groups).items()}
 
 
-def _simultaneity(flows: pd.DataFrame, two: pd.DataFrame, host_of: dict[str, str]) -> tuple[pd.Series, dict]:
+def _flows_on(flows: pd.DataFrame, on_edge: dict[tuple[str, str], np.ndarray], edges: list[tuple[str, str]]) -> pd.DataFrame:
+    """The flows of some edges, in the table's order."""
+    found = [on_edge[(str(a), str(b))] for a, b in edges if (str(a), str(b)) in on_edge]
+    return flows.iloc[np.sort(np.concatenate(found))] if found else flows.iloc[:0]
+
+
+def _simultaneity(flows: pd.DataFrame, on_edge: dict[tuple[str, str], np.ndarray],
+                  by_pair: dict[tuple[str, str], pd.DataFrame]) -> tuple[pd.Series, dict]:
     """Per two-way host pair: share of active time both directions run at once; transfers of its rarer direction."""
     sims, counts = {}, {}
-    f = flows.assign(sh=flows["src_ip"].map(host_of), dh=flows["dst_ip"].map(host_of))
-    for a, b in {tuple(sorted(x, key=_natural_key)) for x in zip(two["sh"], two["dh"], strict=True)}:
-        one = two[(two["sh"] == a) & (two["dh"] == b)]
+    for (a, b), one in by_pair.items():
+        one = one[(one["sh"] == a) & (one["dh"] == b)]
         if one.empty:
             continue
         s_ip, d_ip = one.iloc[0]["src_ip"], one.iloc[0]["dst_ip"]  # one endpoint pair stands for the hosts
-        fw = f[(f["src_ip"] == s_ip) & (f["dst_ip"] == d_ip)]
-        bw = f[(f["src_ip"] == d_ip) & (f["dst_ip"] == s_ip)]
+        fw = _flows_on(flows, on_edge, [(s_ip, d_ip)])
+        bw = _flows_on(flows, on_edge, [(d_ip, s_ip)])
         if fw.empty or bw.empty:
             continue
         t_f, t_b = _busy(fw), _busy(bw)
@@ -433,6 +450,17 @@ def _align(ref: np.ndarray, other: np.ndarray, period: float) -> np.ndarray:
     return np.where(np.abs(best - ref - shift) < period / 2, best, -1)
 
 
+def flows_of_groups(flows: pd.DataFrame, groups: list[FlowGroup]) -> list[pd.DataFrame]:
+    """Each group's flows (those on its edges, in the table's order), from one join: a join per
+    group costs groups x flows, hours at 8,192 GPUs."""
+    edges = pd.DataFrame([(a, b, i) for i, g in enumerate(groups) for a, b in g.edges],
+                         columns=["src_ip", "dst_ip", "group_index"])
+    joined = flows.merge(edges, on=["src_ip", "dst_ip"])
+    parts = dict(tuple(joined.groupby("group_index", sort=False)))
+    empty = joined.iloc[:0]
+    return [parts.get(i, empty).drop(columns="group_index").reset_index(drop=True) for i in range(len(groups))]
+
+
 def reconstruct_iterations(flows: pd.DataFrame, groups: list[FlowGroup]) -> pd.DataFrame:
     """Iterations from the periodic data-parallel synchronisation (else from all of the job's bursts).
 
@@ -441,11 +469,8 @@ def reconstruct_iterations(flows: pd.DataFrame, groups: list[FlowGroup]) -> pd.D
     start is only the job's first burst, so it is marked incomplete.
     """
     flows = flows[flows["bytes"] >= MIN_DATA_PACKET * flows["packets"]]  # data, not acknowledgements
-    rings = [g for g in groups if g.kind == "dp"] or [FlowGroup("all", [], [])]
-    anchors = []
-    for g in rings:
-        f = flows if not g.edges else flows.merge(pd.DataFrame(g.edges, columns=["src_ip", "dst_ip"]), on=["src_ip", "dst_ip"])
-        anchors.append(sync_anchors(f))
+    rings = [g for g in groups if g.kind == "dp"]
+    anchors = [sync_anchors(f) for f in flows_of_groups(flows, rings)] if rings else [sync_anchors(flows)]
     ref = max(anchors, key=lambda a: a.size)
     cols = ["step", "start_ns", "end_ns", "duration_s", "complete"]
     if ref.size == 0:

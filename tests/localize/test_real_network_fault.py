@@ -64,6 +64,9 @@ def run_job(out: Path, timeout: float = 120.0) -> None:
             if p.poll() is None:
                 p.kill()
     bad = [(r, p.returncode, (p.stderr.read() if p.stderr else "")[-600:]) for r, p in enumerate(procs) if p.returncode]
+    for p in procs:
+        if p.stderr:
+            p.stderr.close()
     assert not bad, bad
 
 

@@ -195,7 +195,7 @@ def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.nd
 
 
 def split_slow(excess: dict[str, float], min_frac: float = SLOW_FRAC) -> tuple[dict[str, float], dict[str, float]]:
-    """Units that slowed (`slow_units` at any fraction) split into the slow ones and the partly
+    """Units that slowed (`slow_units` at `min_frac=0`) split into the slow ones and the partly
     slow ones, the latter weighted by how far they came towards `min_frac`: a group out of a
     throttled host whose small messages were late in a fifth of their copies is weak evidence
     for that host, not a clearing of it."""

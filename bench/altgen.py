@@ -1,7 +1,8 @@
 """A second job model written from the data contract alone, so accuracy figures do not rest on one simulator's assumptions.
 
 Models Megatron-style tp x pp x dp jobs (1F1B, TP all-reduces, rendezvous or batched p2p, DP ring all-reduce or
-reduce_scatter+all_gather, skewed host clocks) with gpu/host/nic/link/switch/data faults, and scores `laggard localize`.
+reduce_scatter+all_gather, skewed host clocks) with gpu/host/nic/link/switch/data faults and a pipeline stage
+given more work than the others (stage: the configuration), and scores `laggard localize`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "barrier", "send", "recv", "all_to_all"]
 OP = {name: i for i, name in enumerate(OPS)}
-FAULT_KINDS = ["healthy", "gpu", "host", "nic", "link", "switch", "slow_start", "data"]
+FAULT_KINDS = ["healthy", "gpu", "host", "nic", "link", "switch", "slow_start", "data", "stage"]
 LOGGING = ["all", "tp0", "every3", "random40"]  # drawn; also with --set "tp0-random40" (Megatron's usual) and
 # "hosts75" (a quarter of the hosts run no logger)
 EPOCH_NS = 1_770_000_000_000_000_000
@@ -80,6 +81,7 @@ class Fault:
     host: int = -1
     hosts: tuple[int, int] = (-1, -1)
     switch: int = -1
+    stage: int = -1  # stage faults: the pipeline stage given more work than the others (the job's configuration)
     scope: str = "uplink"  # switch faults: "uplink" (only traffic leaving the rack) or "whole" (host to host inside it too)
 
 
@@ -275,6 +277,8 @@ def compute_factor(spec: JobSpec, step: int, rng: np.random.Generator) -> np.nda
         out[on] = f.factor * jitter[on]
     elif f.kind == "data":
         out[lay.ranks()[:, int(rng.integers(lay.dp)), :].ravel()] = f.factor
+    elif f.kind == "stage":
+        out[lay.ranks()[f.stage].ravel()] = f.factor
     return out
 
 
@@ -487,7 +491,8 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
     lay = spec.layout
     faults = []
     if f is not None:
-        entry: dict[str, Any] = {"kind": "gpu" if f.kind == "slow_start" else f.kind, "pattern": f.pattern,
+        named = {"slow_start": "gpu", "stage": "config"}.get(f.kind, f.kind)
+        entry: dict[str, Any] = {"kind": named, "pattern": f.pattern,
                                  "magnitude": round(f.factor, 3), "factor": round(f.factor, 3),
                                  "start_step": spec.step0 + min(f.active), "end_step": spec.step0 + max(f.active),
                                  "active_steps": [spec.step0 + k for k in f.active]}
@@ -499,6 +504,8 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             entry.update(hosts=[host_name[h] for h in f.hosts], device="+".join(host_name[h] for h in f.hosts))
         elif f.kind == "switch":
             entry.update(switch=f"tor-{f.switch}", device=f"tor-{f.switch}", scope=f.scope)
+        elif f.kind == "stage":
+            entry.update(stage=f.stage, device=f"pipeline stage {f.stage}")
         else:
             entry.update(device="data")
         faults.append(entry)
@@ -578,11 +585,12 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
         logged = list(range(steps))
     fault = None
     if kind != "healthy":
-        factor = float(rng.uniform(1.3, 3.0)) if kind != "slow_start" else float(rng.uniform(1.5, 2.5))
-        pattern = "from_start" if kind == "slow_start" else str(rng.choice(["persistent", "spike", "alternate", "random"]))
-        pattern = pick("pattern", pattern) if kind != "slow_start" else pattern
-        first = 0 if kind == "slow_start" else int(rng.integers(warmup + 3, steps // 2 + 1))
-        active = list(range(steps)) if kind == "slow_start" else fault_steps(pattern, steps, first, rng)
+        from_start = kind in ("slow_start", "stage")
+        factor = float(rng.uniform(1.3, 3.0)) if not from_start else float(rng.uniform(1.5, 2.5))
+        pattern = "from_start" if from_start else str(rng.choice(["persistent", "spike", "alternate", "random"]))
+        pattern = pick("pattern", pattern) if not from_start else pattern
+        first = 0 if from_start else int(rng.integers(warmup + 3, steps // 2 + 1))
+        active = list(range(steps)) if from_start else fault_steps(pattern, steps, first, rng)
         fault = Fault(kind, factor, pattern, active)
         if kind in ("gpu", "slow_start"):
             fault.rank = int(rng.integers(lay.world))
@@ -594,6 +602,9 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
         elif kind == "switch":
             fault.switch = int(rng.integers(n_hosts // hps))
             fault.scope = pick("scope", str(rng.choice(["uplink", "whole"])))
+        elif kind == "stage":
+            fault.factor = float(rng.uniform(1.3, 1.8))  # (more layers on one stage: tens of percent)
+            fault.stage = int(rng.integers(pp))
     spec = JobSpec(name=f"alt{i:03d}-{kind}", layout=lay, microbatches=int(rng.choice([4, 8, 12])), steps=steps,
                    p2p=pick("p2p", str(rng.choice(["rendezvous", "batched"]))),
                    dp_mode=pick("dp_mode", str(rng.choice(["all_reduce", "rs_ag"]))),
@@ -621,7 +632,7 @@ def fault_slowdown(spec: JobSpec, step_time: np.ndarray) -> float:
         return 1.0
     active = np.zeros(spec.steps, dtype=bool)
     active[f.active] = True
-    if f.kind == "slow_start":
+    if f.kind in ("slow_start", "stage"):
         _, clean = simulate(spec, fault=False)
         return float(step_time[spec.warmup_steps:].mean() / clean[spec.warmup_steps:].mean())
     normal = ~active
@@ -640,6 +651,8 @@ def device_of(c: dict[str, Any]) -> tuple[str, Any]:
         return kind, frozenset(c.get("hosts", []))
     if kind == "switch":
         return kind, c.get("switch")
+    if kind == "config":
+        return kind, c.get("stage")
     return kind, None
 
 
@@ -654,6 +667,8 @@ def truth_device(truth: dict[str, Any]) -> tuple[str, Any]:
         return "link", frozenset(f["hosts"])
     if f["kind"] == "switch":
         return "switch", f["switch"]
+    if f["kind"] == "config":
+        return "config", f["stage"]
     return f["kind"], f["host"]
 
 

@@ -632,15 +632,16 @@ def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, e
     cands = []
     for u in units:
         cand = _bare_candidate(u, u.share, meta)
-        cand.evidence = _persistent_evidence(u, x, found.since)
+        cand.evidence = _persistent_evidence(u, x, found.since, found.on_off)
         cands += with_ties(cand, u, meta)
     workers = [float(np.median(x[np.asarray(u.witnesses)])) for u in units if u.kind in ("gpu", "host")]
-    slow = max(workers, default=1.0)
+    stages = [float(cast(float, u.detail["over"])) for u in units if u.kind == "config" and "over" in u.detail]
+    slow = max(workers + stages[:1], default=1.0)  # (a stage: its compute over the fastest stage's)
     if found.since is not None and steps is not None:
-        later = [int(s) for s in steps if s >= found.since]
+        later = found.on_off or [int(s) for s in steps if s >= found.since]
         if durations is not None and len(durations):
             d = durations.dropna()
-            before, after = d[d.index < found.since].iloc[1:], d[d.index >= found.since]  # (the first holds warm-up)
+            before, after = d[d.index < found.since].iloc[1:], d[d.index.isin(later)]  # (the first holds warm-up)
             if len(before) and len(after):
                 slow = float(after.median() / before.median())
         return Verdict(meta.job, "irregular", later, slow, cands,
@@ -651,12 +652,13 @@ def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, e
                    onset_step=first_step)
 
 
-def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None) -> list[str]:
+def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, on_off: list[int] | None = None) -> list[str]:
     since = "in every step since the first: the job has been slow from the start, so no iteration is irregular against its neighbours"
     if u.kind in ("gpu", "host"):
         slower = float(np.median(x[np.asarray(u.witnesses)]) - 1)
         if began is not None:
-            since = (f"in every step since step {began}, and not before: the step times are too noisy to show it, "
+            when = f"on and off ({len(on_off)} steps) since step {began}" if on_off else f"in every step since step {began}"
+            since = (f"{when}, and not before: the step times are too noisy to show it, "
                      "its compute beside its peers' in the same steps does")
         if u.via is not None:
             return [f"rank {u.via} spent {slower:.0%} longer per step than its stage peers, waiting in collectives whose "

@@ -67,7 +67,7 @@ from localize.waits.persistent import (
     persistent_imbalance,
     worker_onset,
 )
-from localize.waits.ranking import RankUnit
+from localize.waits.ranking import RankUnit, pipeline_stages
 from timeline.steps import durations_from_bounds, judge_window
 
 SUMMARY_SCHEMA = pa.schema(
@@ -542,9 +542,12 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     if len(kinds) < len(meta.groups):
         if sample is None:
             sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
-        kinds = group_kinds(prepare_ops(sample)) if len(sample) else kinds
+        kinds = {**kinds, **group_kinds(prepare_ops(sample))} if len(sample) else kinds  # (names: groups none logged)
     table, _ = step_table(summary)
     durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
+    # a rank without a summary row of its own reads its host's: where no group tells its stage,
+    # that copy would join stage 0's peers (a slow stage's unlogged ranks, slow workers there)
+    seen &= pipeline_stages(meta, len(seen), kinds)[1]
     found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
     first = found.units[0] if found.units else None
     if (first is None or first.kind not in ("gpu", "host")) and (observed or set(meta.hosts()) - set(summary["host"])):

@@ -30,6 +30,7 @@ FOLLOW_STEPS = 4  # a first slow step is one the device stayed slow in, in half 
 STAGE_EXCESS = 0.25  # a stage must compute this much longer than the fastest stage
 SLOW_REPLICA_STEPS = 0.3  # data: replicas slow in at least this share of the steps, all told
 OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it is a device)
+QUIET_BEFORE = 0.1  # an on-and-off device began where it was slow in at most this share of the steps before
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
 
 
@@ -89,7 +90,7 @@ def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[t
         ranks = np.flatnonzero(seen & (stage == s)).tolist()
         blame = float((y[s] - 1) * np.nanmedian(np.nanmin(ref, axis=0)))
         k = level_shift(over[s], 1 + STAGE_EXCESS)
-        detail: dict[str, object] = {"stage": int(s)}
+        detail: dict[str, object] = {"stage": int(s), "over": float(y[s])}
         if k:
             detail["since"] = k
         out.append((RankUnit("config", ranks, 0.0, 1.0, f"pipeline stage {int(s)}", detail), blame))
@@ -146,6 +147,7 @@ class Imbalance:
     ratio: np.ndarray
     typical: float
     since: int | None = None
+    on_off: list[int] | None = None  # since `since`, the steps the first unit was slow in, when not every one
 
 
 def grown_devices(df: pd.DataFrame, meta: JobMeta, kinds: dict[str, str], since: int,
@@ -207,21 +209,24 @@ def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: Jo
 
     A device's own compute beside its peers' in the same steps is cleaner than the job's step
     times, which the machine's load moves too: on a real gloo job a 1.6x GPU from step 25 went
-    with a load blip at step 21, and the step times put the onset there. Ranks whose stage has no
-    other worker that logged are read beside every logged rank's low quartile instead: against
-    themselves they never move."""
-    world = comp.shape[0]
-    mine = [r for r in ranks if 0 <= r < world and seen[r]]
+    with a load blip at step 21, and the step times put the onset there."""
+    mine = [r for r in ranks if 0 <= r < comp.shape[0] and seen[r]]
     if not mine or comp.shape[1] < 2 * SHIFT_MIN_STEPS:
         return None
-    sr = stage_ratio(comp, seen, meta, kinds)
-    peers = seen & np.isin(sr.stage, sr.stage[mine]) & ~np.isin(np.arange(world), mine)
-    if peers.any():
-        ratio = np.median(sr.ratio[mine], axis=0)
-    else:
-        ratio = np.median(comp[mine], axis=0) / np.maximum(np.quantile(comp[seen], 0.25, axis=0), 1e-9)
-    k = level_shift(ratio, 1 + MIN_EXCESS)
+    k = level_shift(device_ratio(comp, seen, meta, kinds, mine), 1 + MIN_EXCESS)
     return int(steps[k]) if k is not None and k > 0 else None
+
+
+def device_ratio(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str], mine: list[int]) -> np.ndarray:
+    """Per column, the compute of the logged ranks `mine` over their stage peers' (1 = typical).
+
+    Where the stage has no other worker that logged (a host that is its whole pipeline stage), it
+    is read beside every logged rank's low quartile instead: against itself it never moves."""
+    sr = stage_ratio(comp, seen, meta, kinds)
+    peers = seen & np.isin(sr.stage, sr.stage[mine]) & ~np.isin(np.arange(comp.shape[0]), mine)
+    if peers.any():
+        return np.asarray(np.median(sr.ratio[mine], axis=0))
+    return np.asarray(np.median(comp[mine], axis=0) / np.maximum(np.quantile(comp[seen], 0.25, axis=0), 1e-9))
 
 
 def first_slow_step(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
@@ -237,7 +242,7 @@ def first_slow_step(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta:
     mine = [r for r in ranks if 0 <= r < comp.shape[0] and seen[r]]
     if not mine:
         return None
-    ratio = np.median(stage_ratio(comp, seen, meta, kinds).ratio[mine], axis=0)
+    ratio = device_ratio(comp, seen, meta, kinds, mine)
     at = np.flatnonzero(np.isin(steps, slow_steps))
     excess = ratio[at] - 1
     over = excess > MIN_EXCESS
@@ -292,4 +297,28 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     units = sorted((u for u, _ in found), key=lambda u: -u.share)[:top]
     first = units[0]
     began = int(onset[np.asarray(first.witnesses)].min()) if first.kind in ("gpu", "host") else 0
-    return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None)
+    on_off = None
+    mine = [r for r in first.witnesses if 0 <= r < len(seen) and seen[r]]
+    if began == 0 and first.kind in ("gpu", "host") and mine:
+        began, slow_cols = intermittent_start(device_ratio(comp, seen, meta, kinds, mine))
+        on_off = [int(steps[c]) for c in slow_cols] if began > 0 and len(slow_cols) < len(steps) - began else None
+    return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None, on_off)
+
+
+def intermittent_start(ratio: np.ndarray) -> tuple[int, np.ndarray]:
+    """The column a device's on-and-off excess began at (0: from the first, or none) and the
+    columns it was slow in since.
+
+    A device slow every other step has no level that lasts (`level_shift`), and its median excess
+    over every step says "slow from the start"; its first slow step, after a run of normal ones,
+    says when it began."""
+    over = ratio > 1 + MIN_EXCESS
+    ahead = np.lib.stride_tricks.sliding_window_view(np.r_[over, np.full(FOLLOW_STEPS - 1, np.nan)], FOLLOW_STEPS)
+    held = np.flatnonzero(over & (np.nanmean(ahead, axis=1) >= 0.5))
+    if not held.size or held[0] < SHIFT_MIN_STEPS:
+        return 0, np.zeros(0, dtype=np.int64)
+    k = int(held[0])
+    before = ratio[:k]
+    if over[:k].mean() > QUIET_BEFORE or np.median(before) > 1 + MIN_EXCESS / 2:
+        return 0, np.zeros(0, dtype=np.int64)
+    return k, k + np.flatnonzero(over[k:])

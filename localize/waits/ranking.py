@@ -58,7 +58,7 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
     hosts = meta.hosts()
     hidx = {h: i for i, h in enumerate(hosts)}
     host = np.array([hidx[meta.ranks[r].host] if r in meta.ranks else -1 for r in range(world)])
-    stage = np.zeros(world, dtype=np.int64)
+    stage, _ = pipeline_stages(meta, world, kinds)
     parent = np.arange(world)
 
     def find(x: int) -> int:
@@ -70,15 +70,35 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
     for name, members in meta.groups.items():
         kind = kinds.get(name, "")
         mem = [m for m in members if 0 <= m < world]
-        if kind == "pp":
-            for pos, m in enumerate(mem):
-                stage[m] = pos
         if kind in ("tp", "cp", "pp") and mem:
             root = find(mem[0])
             for m in mem[1:]:
                 parent[find(m)] = root
     replica = np.array([find(r) for r in range(world)])
     return host, stage, np.unique(replica, return_inverse=True)[1], hosts
+
+
+def pipeline_stages(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank: its pipeline stage (its place in its pipeline group), and whether any group says it.
+
+    A TP or CP group lies within one stage, so a rank of a pipeline group no kind was found for
+    (none of its members logged, its name says nothing) takes its stage from its TP peers. Without
+    pipeline groups every rank is stage 0, and known."""
+    stage = np.zeros(world, dtype=np.int64)
+    known = np.zeros(world, dtype=bool)
+    for name, members in meta.groups.items():
+        if kinds.get(name) == "pp":
+            for pos, m in enumerate(members):
+                if 0 <= m < world:
+                    stage[m], known[m] = pos, True
+    if not known.any():
+        return stage, np.ones(world, dtype=bool)
+    for name, members in meta.groups.items():  # one pass per group: stage-sharing groups lend theirs
+        mine = np.asarray([m for m in members if 0 <= m < world], dtype=np.int64)
+        if kinds.get(name) in ("tp", "cp") and mine.size and known[mine].any() and not known[mine].all():
+            stage[mine[~known[mine]]] = stage[mine[known[mine]][0]]
+            known[mine] = True
+    return stage, known
 
 
 def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], top: int = 5,

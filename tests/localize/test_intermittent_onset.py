@@ -43,3 +43,20 @@ def test_a_slow_first_logged_step_is_no_onset_on_either_path(tmp_path: Path) -> 
     for v in both_paths(trace):
         assert v.status == "irregular" and v.candidates[0].kind == "data", [c.device() for c in v.candidates]
         assert v.onset_step == 7, (v.onset_step, v.irregular_steps)
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("job", "onset"), [(2, 1011), (43, 7)])
+def test_an_on_and_off_host_is_timed_from_its_first_slow_step(tmp_path: Path, job: int, onset: int) -> None:
+    """The independent generator's seed 2026: a host slow every other step, one rank per TP group
+    logged. Job 2: the host is its whole pipeline stage, so beside its stage peers (none) it never
+    looked slow, and the onset fell on a later step (1013). Job 43 (1,024 GPUs, 1.14x): no step
+    is irregular against its neighbours; compared with its peers the host read "slow from the
+    first step" (0). Both paths now time it from its first slow step after normal ones."""
+    from bench.altgen import random_spec
+
+    spec = random_spec(job, "host", 2026)
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].host == f"node-{spec.fault.host}", [c.device() for c in v.candidates[:3]]
+        assert v.onset_step == onset, (v.onset_step, [c.device() for c in v.candidates[:3]])

@@ -327,3 +327,19 @@ def test_a_network_fault_after_one_normal_step_is_judged_against_it_on_both_path
 
     assert "link node-2<->node-3" in first(full), first(full)
     assert first(summary) == first(full), (first(summary), first(full))
+
+
+@pytest.mark.slow
+def test_a_stage_given_more_work_is_the_configuration_on_both_paths_with_one_rank_per_tp_group(tmp_path: Path) -> None:
+    """The independent generator's seed 78, job 13: pipeline stage 7 of 8 computes 1.55x from the
+    first step, one rank per TP group logged. The pipeline groups of the unlogged TP indices had
+    no kind (no record, a name the kinds did not know), so their ranks, which read their host's
+    summary, counted as stage 0: the summary path named stage 7's two hosts, the full path the stage."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(13, "stage", 78)
+    assert spec.logging == "tp0" and spec.fault is not None
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert (v.candidates[0].kind, v.candidates[0].stage) == ("config", spec.fault.stage), v.candidates[:2]
+        assert v.slowdown > 1.3

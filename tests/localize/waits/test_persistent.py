@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from collector.meta import JobMeta, RankInfo
-from localize.waits.persistent import first_slow_step, imbalance, worker_onset
+from localize.waits.persistent import first_slow_step, imbalance, intermittent_start, worker_onset
+from localize.waits.ranking import pipeline_stages
 
 # 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4
 META = JobMeta("t", 16, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(16)},
@@ -96,3 +98,41 @@ def test_a_devices_first_slow_step_is_one_it_stayed_slow_after_not_a_noisy_warm_
     comp[5, on] *= 2.0
     assert first_slow_step(comp, seen, STEPS, META, KINDS, [5], STEPS[on].tolist()) == 8
     assert first_slow_step(comp, seen, STEPS, META, KINDS, [5], [2, 5, 8, 9, 14, 20, 21, 22, 28]) == 8
+
+
+def test_an_on_and_off_excess_begins_at_its_first_slow_step_after_normal_ones() -> None:
+    """No lasting level (slow every other step) yet a clear start: the column, and the slow ones since."""
+    rng = np.random.default_rng(0)
+    ratio = 1 + 0.02 * rng.standard_normal(30)
+    ratio[8::2] += 1.0
+    began, slow = intermittent_start(ratio)
+    assert began == 8
+    assert slow.tolist() == list(range(8, 30, 2))
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_an_excess_from_the_first_steps_has_no_later_start(first: int) -> None:
+    ratio = np.ones(30)
+    ratio[first::2] += 1.0
+    assert intermittent_start(ratio)[0] == 0
+
+
+def test_a_noisy_past_is_no_start() -> None:
+    """Slow in a third of the steps before: the device was never normal, so no onset is claimed."""
+    ratio = np.ones(30)
+    ratio[[1, 4, 7]] += 1.0
+    ratio[10::2] += 1.0
+    assert intermittent_start(ratio)[0] == 0
+
+
+def test_a_pipeline_group_of_unknown_kind_takes_its_ranks_stage_from_their_tp_peers() -> None:
+    """tp2 x pp2: the pipeline group of TP index 1 has no kind (none of it logged); ranks 1 and 3
+    share TP groups with ranks 0 and 2, whose pipeline group says their stages."""
+    meta = JobMeta(job="j", world_size=4, ranks={r: RankInfo("h0", r) for r in range(4)},
+                   groups={"pp-a": [0, 2], "pp-b": [1, 3], "tp-0": [0, 1], "tp-1": [2, 3]})
+    kinds = {"pp-a": "pp", "tp-0": "tp", "tp-1": "tp"}
+    stage, known = pipeline_stages(meta, 4, kinds)
+    assert stage.tolist() == [0, 0, 1, 1] and known.all()
+    stage, known = pipeline_stages(meta, 4, {"pp-a": "pp"})
+    assert known.tolist() == [True, False, True, False]
+    assert pipeline_stages(meta, 4, {"tp-0": "tp"})[1].all()  # no pipeline: every rank is stage 0

@@ -181,8 +181,8 @@ def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.n
 def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame | None) -> np.ndarray:
     """The steps operators' normal times are learned from: neither irregular, nor the first
     (partial: a logger starting mid-step) when there are four or more, nor warm-up, whose
-    collectives all run slow and would cancel a slow ring's evidence. All but the irregular
-    ones when nothing else is left."""
+    collectives all run slow and would cancel a slow ring's evidence, nor a step `table` marks
+    as no history. All but the irregular ones when nothing else is left."""
     odd = list(irregular)
     if len(steps) >= 4:
         odd.append(int(steps.min()))
@@ -191,6 +191,8 @@ def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame |
     if table is not None and "irregular" in table:
         # (the summary path judges a few irregular steps; the others it fetched, before them, are context)
         odd += table.loc[table["irregular"].astype(bool), "step"].astype(int).tolist()
+    if table is not None and "history" in table:  # (the summary path: which fetched steps are history)
+        odd += table.loc[~table["history"].astype(bool), "step"].astype(int).tolist()
     ref = np.setdiff1d(steps, np.asarray(odd, dtype=np.int64))
     return ref if len(ref) else np.setdiff1d(steps, irregular)
 

@@ -254,6 +254,7 @@ class FetchPlan:
     groups: list[str] = field(default_factory=list)
     rows_fetched: int = 0
     judged: list[int] = field(default_factory=list)  # the irregular steps judged; the others fetched are context
+    history: list[int] = field(default_factory=list)  # the normal steps fetched as the operators' history
 
 
 def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
@@ -382,6 +383,14 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     if not irregular:
         return FetchPlan([], [], [])
     usable = ~table["irregular"].astype(bool) & ~table["pattern"].isin(["warm-up"])
+    # the step logged right before a slow run began: hosts' own-clock step ends (a quantile over
+    # hosts) show a fault's first step late when only a few hosts ran it slow, so it may hold the
+    # fault's start; it is context, not history, unless no other normal step is left
+    logged = np.sort(table["step"].astype(int).to_numpy())
+    irr_set = set(irregular)
+    border = {int(logged[i - 1]) for i, s in enumerate(logged) if i and int(s) in irr_set and int(logged[i - 1]) not in irr_set}
+    if (usable & ~table["step"].isin(border)).any():
+        usable &= ~table["step"].isin(border)
 
     def normal_before(first: int) -> list[int]:
         normal = table.loc[usable & (table["step"] < first), "step"].astype(int).tolist()
@@ -393,7 +402,6 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     # each step with the one logged before it: a rank's operator streams run across step boundaries,
     # and the wait graph measures a rank's compute only between consecutive records of a stream
     # (the normal step only gives the operators' history: it needs no predecessor)
-    logged = np.sort(table["step"].astype(int).to_numpy())
     before = logged[np.maximum(np.searchsorted(logged, worst) - 1, 0)]
     fetch_steps = sorted({*worst, *before.tolist(), *normal[-MAX_NORMAL:]})
     # a step fetched before one of them is judged too when it was as slow as they were (more of the
@@ -432,7 +440,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
             continue
         chosen.append(g)
         ranks.update(mem)
-    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, judged=judged)
+    return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, judged=judged, history=normal[-MAX_NORMAL:])
 
 
 #: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order
@@ -480,7 +488,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
         meta = without_singletons(meta)
     partial = {g for g, m in meta.groups.items() if not set(m) <= fetched}
     worst = plan.judged
-    sub_table = table[table["step"].isin(plan.fetch_steps)]
+    sub_table = table[table["step"].isin(plan.fetch_steps)].assign(history=lambda t: t["step"].isin(plan.history))
     irr = table[table["irregular"].astype(bool)]
     slow = float(irr["duration_s"].median() / table.loc[~table["irregular"].astype(bool), "duration_s"].median())
     view = StepView(meta.job, meta, sub_table, worst, slow, "irregular")

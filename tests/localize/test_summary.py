@@ -343,3 +343,18 @@ def test_a_stage_given_more_work_is_the_configuration_on_both_paths_with_one_ran
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert (v.candidates[0].kind, v.candidates[0].stage) == ("config", spec.fault.stage), v.candidates[:2]
         assert v.slowdown > 1.3
+
+
+@pytest.mark.slow
+def test_the_step_before_a_slow_run_is_not_the_operators_history_on_the_summary_path(tmp_path: Path) -> None:
+    """The independent generator's seed 2026, job 45: a link slow from step 1004, three normal
+    steps after the warm-up, no sync at a step's end. Two hosts of 32 ran 1004 slow, so the
+    hosts' step ends (their 0.9 quantile) showed the fault from 1005, and 1004 was fetched as
+    history: the slow rings were a third of their own history, and the summary path named GPUs
+    at 0.13 where the full records name the link."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(45, "link", 2026)
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].device() == "link node-12<->node-14", [c.device() for c in v.candidates[:3]]

@@ -40,7 +40,7 @@ operator against its own history (drift-normalized robust rule, `detector.rule_d
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -91,7 +91,7 @@ LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one
 #: stage's hosts then and on another's a step later: the median of the two missed it; a few
 #: odd hosts cannot move this one
 HOST_QUANTILE = 0.9
-MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it)
+MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; four where a fault took turns in two places)
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
@@ -338,15 +338,15 @@ def _slow_ratios(matrix: Matrix, steps: list[int], normal: list[int]) -> tuple[n
     return ranks, cols, slow, max(1.1, float(calm.max(initial=0.0)))
 
 
-def slow_hosts(meta: JobMeta, ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: float) -> dict[int, frozenset[str]]:
-    """The hosts of each step's ranks that passed the bar (`_slow_ratios`' columns), where any did."""
-    known = np.array([int(r) in meta.ranks for r in ranks], dtype=bool)
-    names = np.array([meta.host_of(int(r)) if k else "" for r, k in zip(ranks, known, strict=True)], dtype=object)
-    over = (slow > bar) & known[:, None]
-    return {int(cols[j]): frozenset(names[over[:, j]].tolist()) for j in np.flatnonzero(over.any(axis=0))}
+def slow_leaders(ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: float) -> dict[int, frozenset[int]]:
+    """Each step's ranks that passed the bar (`_slow_ratios`' columns), where any did. Ranks, not
+    their hosts: where every host holds both replicas of a stage, a replica's turn and the other's
+    fall on the same hosts."""
+    over = slow > bar
+    return {int(cols[j]): frozenset(int(r) for r in ranks[over[:, j]]) for j in np.flatnonzero(over.any(axis=0))}
 
 
-def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[str]]) -> list[int]:
+def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[Hashable]]) -> list[int]:
     """MAX_STEPS irregular steps to fetch: the most typical ones (nearest the median slowdown; the
     slowest hold the fault plus whatever else disturbed the job then, a busy host, which makes
     every transfer look slow), those whose slow hosts (`leaders`) share none with the steps taken
@@ -354,7 +354,9 @@ def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[str]]) 
     chance (a data fault whose three fetched steps fell to one replica twice read as a device).
     Where most irregular steps had slow hosts, the fault is theirs and those steps come first: a
     step with none is one the fault did not show in (a busy machine's step before it, which, taken,
-    left no rank slow in most fetched steps: nothing was fetched and the job read healthy)."""
+    left no rank slow in most fetched steps: nothing was fetched and the job read healthy).
+    Where the fault showed in just two places, a second step of each: two replicas taking turns
+    show it only as two turns each (one of three steps is no turn; a device holds every one)."""
     off = np.abs(np.log(irr_tab["ratio"].astype(float)) - np.log(float(irr_tab["ratio"].median())))
     ranked = irr_tab.assign(off=off.to_numpy()).sort_values(["off", "step"])["step"].astype(int).tolist()
     shown = [s for s in ranked if leaders.get(s)]
@@ -362,13 +364,17 @@ def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[str]]) 
     if theirs:
         ranked = shown + [s for s in ranked if not leaders.get(s)]
     picked: list[int] = []
-    hosts: set[str] = set()
+    taken: set[Hashable] = set()
     for s in shown if theirs else ranked:
         own = leaders.get(s, frozenset())
-        if len(picked) < MAX_STEPS and not (own & hosts):
+        if len(picked) < MAX_STEPS and not (own & taken):
             picked.append(s)
-            hosts.update(own)
-    picked += [s for s in ranked if s not in picked][:MAX_STEPS - len(picked)]
+            taken.update(own)
+    if theirs and len(picked) == 2:
+        for first in list(picked):
+            again = [s for s in shown if s not in picked and leaders[s] & leaders[first]]
+            picked += again[:1]
+    picked += [s for s in ranked if s not in picked][:max(MAX_STEPS - len(picked), 0)]
     return sorted(picked)
 
 
@@ -397,7 +403,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
         return normal if len(normal) >= MAX_NORMAL else table.loc[usable, "step"].astype(int).tolist()
 
     matrix = compute_matrix(summary, meta)
-    worst = typical_steps(irr_tab, slow_hosts(meta, *_slow_ratios(matrix, irregular, normal_before(irregular[0])[-MAX_NORMAL:])))
+    worst = typical_steps(irr_tab, slow_leaders(*_slow_ratios(matrix, irregular, normal_before(irregular[0])[-MAX_NORMAL:])))
     normal = normal_before(worst[0])
     # each step with the one logged before it: a rank's operator streams run across step boundaries,
     # and the wait graph measures a rank's compute only between consecutive records of a stream

@@ -358,3 +358,31 @@ def test_the_step_before_a_slow_run_is_not_the_operators_history_on_the_summary_
     spec = random_spec(45, "link", 2026)
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert v.candidates[0].device() == "link node-12<->node-14", [c.device() for c in v.candidates[:3]]
+
+
+def test_a_fault_in_two_places_is_fetched_twice_in_each() -> None:
+    """Two replicas taking turns (ranks 0-3 and 4-7), 11 steps to 3: three fetched steps fall 2 to 1
+    and read as one replica's device; a second step of each shows the turns."""
+    from localize.summary import typical_steps
+
+    steps = list(range(10, 24))
+    irr = pd.DataFrame({"step": steps, "ratio": np.linspace(1.3, 1.5, len(steps))})
+    a, b = frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7})
+    leaders = {s: (b if s in (13, 17, 20) else a) for s in steps}
+    picked = typical_steps(irr, leaders)
+    assert len(picked) == 4 and sum(leaders[s] == b for s in picked) == 2, picked
+    assert len(typical_steps(irr, dict.fromkeys(steps, a))) == 3  # one place: the three most typical
+
+
+@pytest.mark.slow
+def test_two_replicas_taking_turns_unevenly_are_the_data_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 3030, job 3 (one rank per TP group, 40% of steps logged):
+    dp 2, the longest batch on a random replica each step, which fell to replica 1 in 11 of the 14
+    slow steps logged. Replicas took turns only if none held over half of them, so both paths named
+    replica 1's last stages; the summaries' three fetched steps fell to it twice."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(3, "data", 3030, {"logging": "tp0-random40"})
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].kind == "data", [c.device() for c in v.candidates[:3]]

@@ -7,7 +7,6 @@ import pytest
 
 from collector.meta import JobMeta, RankInfo
 from localize.waits.persistent import first_slow_step, imbalance, intermittent_start, worker_onset
-from localize.waits.ranking import pipeline_stages
 
 # 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4
 META = JobMeta("t", 16, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(16)},
@@ -124,15 +123,3 @@ def test_a_noisy_past_is_no_start() -> None:
     ratio[10::2] += 1.0
     assert intermittent_start(ratio)[0] == 0
 
-
-def test_a_pipeline_group_of_unknown_kind_takes_its_ranks_stage_from_their_tp_peers() -> None:
-    """tp2 x pp2: the pipeline group of TP index 1 has no kind (none of it logged); ranks 1 and 3
-    share TP groups with ranks 0 and 2, whose pipeline group says their stages."""
-    meta = JobMeta(job="j", world_size=4, ranks={r: RankInfo("h0", r) for r in range(4)},
-                   groups={"pp-a": [0, 2], "pp-b": [1, 3], "tp-0": [0, 1], "tp-1": [2, 3]})
-    kinds = {"pp-a": "pp", "tp-0": "tp", "tp-1": "tp"}
-    stage, known = pipeline_stages(meta, 4, kinds)
-    assert stage.tolist() == [0, 0, 1, 1] and known.all()
-    stage, known = pipeline_stages(meta, 4, {"pp-a": "pp"})
-    assert known.tolist() == [True, False, True, False]
-    assert pipeline_stages(meta, 4, {"tp-0": "tp"})[1].all()  # no pipeline: every rank is stage 0

@@ -299,10 +299,20 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     began = int(onset[np.asarray(first.witnesses)].min()) if first.kind in ("gpu", "host") else 0
     on_off = None
     mine = [r for r in first.witnesses if 0 <= r < len(seen) and seen[r]]
-    if began == 0 and first.kind in ("gpu", "host") and mine:
-        began, slow_cols = intermittent_start(device_ratio(comp, seen, meta, kinds, mine))
+    if began == 0 and first.kind in ("gpu", "host", "data") and mine:
+        own = device_ratio(comp, seen, meta, kinds, mine) if first.kind != "data" else slowest_replica(ratio, seen, replica)
+        began, slow_cols = intermittent_start(own)
         on_off = [int(steps[c]) for c in slow_cols] if began > 0 and len(slow_cols) < len(steps) - began else None
     return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None, on_off)
+
+
+def slowest_replica(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray) -> np.ndarray:
+    """Per column, the slowest model replica's compute over its stage peers' (its workers' median):
+    data taking turns, step by step, whichever replica's turn it was."""
+    out = np.ones(ratio.shape[1])
+    for k in np.unique(replica[seen]):  # one iteration per model replica
+        out = np.maximum(out, np.median(ratio[seen & (replica == k)], axis=0))
+    return out
 
 
 def intermittent_start(ratio: np.ndarray) -> tuple[int, np.ndarray]:

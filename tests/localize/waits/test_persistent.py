@@ -123,3 +123,16 @@ def test_a_noisy_past_is_no_start() -> None:
     ratio[10::2] += 1.0
     assert intermittent_start(ratio)[0] == 0
 
+
+
+def test_data_taking_turns_from_a_later_step_is_timed_from_it() -> None:
+    """Replicas take turns computing longer in three steps of four from step 17, none before: the
+    data, since 17 and in those steps (it read "slow from the first step", ~1.00x)."""
+    comp = table(0, 1.0, 0)
+    replicas = [[0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 12, 13], [6, 7, 14, 15]]
+    turns = [int(s) for s in STEPS if s >= 17 and s % 4 != 0]
+    for i, s in enumerate(turns):
+        comp[replicas[i % 4], s - 1] *= 1.6
+    found = imbalance(comp, np.ones(16, bool), STEPS, META, KINDS)
+    assert found.units[0].kind == "data"
+    assert found.since == 17 and found.on_off == turns

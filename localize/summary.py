@@ -584,6 +584,12 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
         if grown and set(grown[0].witnesses) <= set(first.ranks):
             grown[0].share = first.share
             found.units[0] = grown[0]
+        if found.units[0].also:
+            # still a GPU or its host (the host's one logged rank): whether its unlogged peers were
+            # slow too shows in their waits over the last slow steps of every rank's records
+            slow = found.on_off or [int(s) for s in steps if s >= found.since]
+            rows = fetch(sorted(meta.ranks), (slow[-min(len(slow), 2 * UNSEEN_STEPS)], slow[-1]))
+            found.units[0] = unlogged_wait(found.units[0], rows[rows["step"].isin(slow)], meta, kinds, top)
     elif first is not None and first.kind in ("gpu", "host"):
         if sample is None:
             sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))

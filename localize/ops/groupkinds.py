@@ -65,8 +65,14 @@ def group_kinds(ops: Ops, hint: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def observed_members(ops: Ops) -> dict[int, list[int]]:
-    """Per group code: the ranks that logged rows of it (for groups the metadata does not list)."""
-    g, r = membership(ops.group_code, ops.rank.astype(np.int64))
+    """Per group code: the ranks that logged rows of it, and the peers their point-to-point rows
+    name (for groups the metadata does not list). A pipeline group whose middle stage logged
+    nothing still has it: without, the last stage sat at the third place of four, beside the
+    third stage's workers, and a healthy job's last stage (its loss) read as a slow GPU."""
+    p2p = ops.inst_p2p
+    ends = np.r_[ops.inst_src[p2p], ops.inst_dst[p2p]].astype(np.int64)
+    g, r = membership(np.r_[ops.group_code, np.tile(ops.inst_group[p2p], 2)].astype(np.int64),
+                      np.r_[ops.rank.astype(np.int64), ends])
     cut = np.flatnonzero(np.diff(g)) + 1
     return {int(gs[0]): rs.tolist() for gs, rs in zip(np.split(g, cut), np.split(r, cut), strict=True)}
 

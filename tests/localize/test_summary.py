@@ -386,3 +386,18 @@ def test_two_replicas_taking_turns_unevenly_are_the_data_on_both_paths(tmp_path:
     spec = random_spec(3, "data", 3030, {"logging": "tp0-random40"})
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert v.candidates[0].kind == "data", [c.device() for c in v.candidates[:3]]
+
+
+@pytest.mark.slow
+def test_a_healthy_job_with_a_silent_middle_stage_is_healthy_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 5050, job 22: a quarter of the hosts logged nothing and
+    meta.json lists no groups. The pipeline groups were the ranks that logged in them, so a
+    replica whose third stage was silent put its last stage (loss: 16% more compute) third, beside
+    the third stage's workers, and a healthy job read "slow from the first step": a GPU."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(22, "healthy", 5050, {"logging": "hosts75"})
+    assert not spec.meta_groups
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.status == "healthy", [c.device() for c in v.candidates[:3]]

@@ -69,3 +69,21 @@ def test_syncs_neither_split_nor_merge_replicas(tmp_path: Path) -> None:
     _, want_stage, want_replica, _ = layout_units(meta, world, kinds)
     assert replica.max() + 1 == DIMS["dp"] and stage.max() + 1 == DIMS["pp"]
     assert np.array_equal(stage, want_stage) and np.array_equal(replica, want_replica)
+
+
+def test_a_stage_that_logged_nothing_keeps_its_place_in_the_pipeline() -> None:
+    """A pipeline 0 -> 1 -> 2 -> 3 whose rank 2 logged nothing: its neighbours' transfers name it,
+    so rank 3 is the fourth stage, not the third."""
+    rows = []
+    for step in range(2):
+        for src, dst in ((0, 1), (1, 2), (2, 3)):
+            for rank, op, peer in ((src, "send", dst), (dst, "recv", src)):
+                if rank != 2:
+                    rows.append({"rank": rank, "group": "pp-0", "op": op, "seq": step, "peer": peer, "nbytes": 1 << 20,
+                                 "start_ns": step * 1000 + 10 * src, "end_ns": step * 1000 + 10 * src + 5, "step": step})
+    ops = prepare_ops(pd.DataFrame(rows))
+    meta = JobMeta("j", 4, {r: RankInfo(f"node-{r}", 0) for r in range(4)})
+    laid = with_observed_groups(meta, ops)
+    assert laid.groups["pp-0"] == [0, 1, 2, 3]
+    _, stage, _, _ = layout_units(laid, 4, {"pp-0": "pp"})
+    assert stage.tolist() == [0, 1, 2, 3]

@@ -37,6 +37,8 @@ def _turns(owners: list[int], n_rep: int = 2) -> np.ndarray:
     ([1] * 13 + [0], None),  # one turn elsewhere is noise: the replica holds the fault
     ([1] * 10, None),  # a device
     ([1, 1, 0], None),  # one turn is no turn
+    ([0, 1], [0, 1]),  # a two-step spike, each step another replica's batch
+    ([1, 1], None),
 ])
 def test_replicas_take_turns_only_when_another_held_two_or_more(owners: list[int], turns: list[int] | None) -> None:
     replica = np.repeat(np.arange(2), 2)

@@ -401,3 +401,18 @@ def test_a_healthy_job_with_a_silent_middle_stage_is_healthy_on_both_paths(tmp_p
     assert not spec.meta_groups
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert v.status == "healthy", [c.device() for c in v.candidates[:3]]
+
+
+@pytest.mark.slow
+def test_a_stage_given_more_work_on_hosts_that_hold_both_stages_is_the_configuration(tmp_path: Path) -> None:
+    """The independent generator's seed 6060, job 16: tp4 x pp2 on 8-GPU hosts, so each host holds
+    both stages of one replica; stage 0 computes 1.44x. A host's summary median mixed its two
+    stages, the stages read equal, and an outlier rank of stage 0 read as a slow GPU; the last
+    steps of every rank's records judge stage against stage."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(16, "stage", 6060, {"step_ids": "false"})
+    assert spec.fault is not None
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert (v.candidates[0].kind, v.candidates[0].stage) == ("config", spec.fault.stage), v.candidates[:2]

@@ -28,7 +28,6 @@ MIN_SHARE = 0.08  # a further candidate must explain at least this share of the 
 UNSEEN_SHARE = 2 / 3
 QUIET_GPU = 0.6  # on a host that logged nothing, one GPU with this share of the host's blame is named
 QUIET_NEAR = 0.8  # ... and other such hosts with this share of its blame or more are tied with it
-OWN_TURNS = 0.8  # replicas taking turns: one may hold up to this share of them if another held two or more
 
 
 @dataclass
@@ -210,11 +209,10 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
 def replica_turns(by_step: np.ndarray, replica: np.ndarray) -> tuple[np.ndarray, float] | None:
     """The model replicas that take turns holding a slow step's blame (rank × step `by_step`), and
     the share of steps one replica held; None unless most steps' blame lies in one replica, at
-    least two replicas had turns and none more than half of them (one that does is a device), or
-    than `OWN_TURNS` of them while another held two or more: with two replicas, a batch drawn
-    at random falls 11 to 3 in one job of twenty (a device's replica holds all but noise). Two
-    slow steps are enough: a two-step spike on two replicas of 64 moved (each replica's blame was
-    one stage's, so no replica read whole, and one GPU was named at 0.04)."""
+    least two replicas had turns and none more than half of them (one that does is a device: a
+    slow host that logged nothing held 5 of 8, its blame landing on another replica in the rest).
+    Two slow steps are enough: a two-step spike on two replicas of 64 moved (each replica's blame
+    was one stage's, so no replica read whole, and one GPU was named at 0.04)."""
     n_rep = int(replica.max()) + 1
     if n_rep < 2 or by_step.shape[1] < 2:
         return None
@@ -225,10 +223,10 @@ def replica_turns(by_step: np.ndarray, replica: np.ndarray) -> tuple[np.ndarray,
     if held.sum() < COVERAGE * max(int((total > 0).sum()), 1):
         return None
     owners = per.argmax(axis=0)[held]
-    counts = np.sort(np.bincount(owners, minlength=n_rep))
-    if counts[-2] == 0 or (counts[-1] > 0.5 * len(owners) and (counts[-1] > OWN_TURNS * len(owners) or counts[-2] < 2)):
+    counts = np.bincount(owners, minlength=n_rep)
+    if (counts > 0).sum() < 2 or counts.max() > 0.5 * len(owners):
         return None
-    return np.flatnonzero(np.bincount(owners, minlength=n_rep)), float(held.mean())
+    return np.flatnonzero(counts), float(held.mean())
 
 
 def _quiet_host(r: int, hr: np.ndarray, b: np.ndarray, total: float, hosts: list[str], host: np.ndarray,

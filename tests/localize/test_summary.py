@@ -374,19 +374,6 @@ def test_a_fault_in_two_places_is_fetched_twice_in_each() -> None:
     assert len(typical_steps(irr, dict.fromkeys(steps, a))) == 3  # one place: the three most typical
 
 
-@pytest.mark.slow
-def test_two_replicas_taking_turns_unevenly_are_the_data_on_both_paths(tmp_path: Path) -> None:
-    """The independent generator's seed 3030, job 3 (one rank per TP group, 40% of steps logged):
-    dp 2, the longest batch on a random replica each step, which fell to replica 1 in 11 of the 14
-    slow steps logged. Replicas took turns only if none held over half of them, so both paths named
-    replica 1's last stages; the summaries' three fetched steps fell to it twice."""
-    from bench.altgen import random_spec
-    from tests.localize.altgen_jobs import both_paths, written
-
-    spec = random_spec(3, "data", 3030, {"logging": "tp0-random40"})
-    for v in both_paths(written(spec, tmp_path / spec.name)):
-        assert v.candidates[0].kind == "data", [c.device() for c in v.candidates[:3]]
-
 
 @pytest.mark.slow
 def test_a_healthy_job_with_a_silent_middle_stage_is_healthy_on_both_paths(tmp_path: Path) -> None:

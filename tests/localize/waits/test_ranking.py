@@ -32,15 +32,15 @@ def _turns(owners: list[int], n_rep: int = 2) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("owners", "turns"), [
-    ([1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1], [0, 1]),  # two replicas, a random batch falling 11 to 3
     ([0, 1, 0, 1], [0, 1]),
+    ([1, 1, 0, 0, 0, 1, 1, 1], None),  # over half: a device (a silent host's blame landing elsewhere at times)
     ([1] * 13 + [0], None),  # one turn elsewhere is noise: the replica holds the fault
     ([1] * 10, None),  # a device
     ([1, 1, 0], None),  # one turn is no turn
     ([0, 1], [0, 1]),  # a two-step spike, each step another replica's batch
     ([1, 1], None),
 ])
-def test_replicas_take_turns_only_when_another_held_two_or_more(owners: list[int], turns: list[int] | None) -> None:
+def test_replicas_take_turns_when_none_held_over_half(owners: list[int], turns: list[int] | None) -> None:
     replica = np.repeat(np.arange(2), 2)
     found = replica_turns(_turns(owners), replica)
     assert (None if found is None else found[0].tolist()) == turns

@@ -561,11 +561,11 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
     # a rank without a summary row of its own reads its host's: where no group tells its stage,
     # that copy would join stage 0's peers (a slow stage's unlogged ranks, slow workers there)
-    seen &= pipeline_stages(meta, len(seen), kinds)[1]
+    stage, staged = pipeline_stages(meta, len(seen), kinds)
+    seen &= staged
     found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
     first = found.units[0] if found.units else None
-    stage = pipeline_stages(meta, len(seen), kinds)[0]
-    by_host = pd.Series(stage[: len(seen)]).groupby([meta.host_of(r) if r in meta.ranks else "" for r in range(len(seen))])
+    by_host = pd.Series(stage).groupby([meta.host_of(r) if r in meta.ranks else "" for r in range(len(seen))])
     if first is not None and (by_host.nunique() > 1).any():
         # a host holds several pipeline stages: its summary's median is none of them (a stage given
         # more work hid in its hosts' medians, and an outlier rank of it read as a slow GPU); what
@@ -573,7 +573,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
         # rank's records, which win where they name another unit
         recent = fetch(sorted(meta.ranks), (steps[-min(len(steps), UNSEEN_STEPS)], steps[-1]))
         whole = persistent_imbalance(recent, without_singletons(meta), top, kinds) if len(recent) else None
-        if first is not None and whole is not None and whole.units and (
+        if whole is not None and whole.units and (
                 (whole.units[0].kind, whole.units[0].ranks) != (first.kind, first.ranks)):
             found, first = whole, whole.units[0]
             extra["note"] = f"judged on the last {UNSEEN_STEPS} steps of every rank's records (hosts that hold several stages)"

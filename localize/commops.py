@@ -476,9 +476,15 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
         ev.append("every data-parallel replica shows the same stage lagging: the split of layers, not a device")
         return Candidate("config", score, ev, source="commops", stage=_stage(u))
     if u.detail.get("replicas") == 1:
-        hosts = len({meta.host_of(r) for r in ranks})
-        ev.append(f"one model replica, all its GPUs on {hosts} hosts, computed longer in the slow steps")
-        ev.append("no one device slows hosts it does not share: the replica's batch did (sequence-length imbalance)")
+        hosts = sorted({meta.host_of(r) for r in ranks})
+        if len(hosts) > 1:
+            ev.append(f"one model replica, all its GPUs on {len(hosts)} hosts, computed longer in the slow steps")
+            ev.append("no one device slows hosts it does not share: the replica's batch did (sequence-length imbalance)")
+        else:
+            ev.append(f"one model replica, {len(ranks)} GPUs of {hosts[0]}, computed longer in the slow steps; "
+                      "the host's other GPUs did not")
+            ev.append("no one GPU slows its peers' compute, and a slow host slows all its GPUs: the replica's batch did "
+                      "(sequence-length imbalance)")
         return Candidate("data", score, ev, source="commops")
     ev.append(f"{u.label} take turns delaying their peers: whole replicas (all their GPUs) compute longer in different steps")
     ev.append("the delay moves with the data each replica gets, not with a device: sequence-length imbalance")

@@ -39,6 +39,7 @@ operator against its own history (drift-normalized robust rule, `detector.rule_d
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -61,6 +62,7 @@ from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView, with_steps
 from localize.verdict import Verdict
 from localize.waits.persistent import (
+    Imbalance,
     first_slow_step,
     grown_devices,
     imbalance,
@@ -566,13 +568,20 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
     first = found.units[0] if found.units else None
     by_host = pd.Series(stage).groupby([meta.host_of(r) if r in meta.ranks else "" for r in range(len(seen))])
+
+    @functools.cache
+    def judged_recent() -> Imbalance | None:
+        """The last UNSEEN_STEPS steps of every rank's records, judged stage against stage:
+        fetched once, for either reason below."""
+        recent = fetch(sorted(meta.ranks), (steps[-min(len(steps), UNSEEN_STEPS)], steps[-1]))
+        return persistent_imbalance(recent, without_singletons(meta), top, kinds) if len(recent) else None
+
     if first is not None and (by_host.nunique() > 1).any():
         # a host holds several pipeline stages: its summary's median is none of them (a stage given
         # more work hid in its hosts' medians, and an outlier rank of it read as a slow GPU); what
         # the summaries found is judged again, stage against stage, on the last steps of every
         # rank's records, which win where they name another unit
-        recent = fetch(sorted(meta.ranks), (steps[-min(len(steps), UNSEEN_STEPS)], steps[-1]))
-        whole = persistent_imbalance(recent, without_singletons(meta), top, kinds) if len(recent) else None
+        whole = judged_recent()
         if whole is not None and whole.units and (
                 (whole.units[0].kind, whole.units[0].ranks) != (first.kind, first.ranks)):
             found, first = whole, whole.units[0]
@@ -583,8 +592,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
         # groups whose other members log elsewhere; the last steps of every rank's records can (as
         # on the full-record path). Only that is taken from them: what the summaries could see and
         # did not is no finding (one step's noise)
-        recent = fetch(sorted(meta.ranks), (steps[-min(len(steps), UNSEEN_STEPS)], steps[-1]))
-        whole = persistent_imbalance(recent, without_singletons(meta), top, kinds) if len(recent) else None
+        whole = judged_recent()
         if whole is not None and whole.units and whole.units[0].via is not None:
             found, first = whole, whole.units[0]
             extra["note"] = f"judged on the last {UNSEEN_STEPS} steps of every rank's records (ranks that logged nothing)"

@@ -229,6 +229,13 @@ def device_ratio(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[
     return np.asarray(np.median(comp[mine], axis=0) / np.maximum(np.quantile(comp[seen], 0.25, axis=0), 1e-9))
 
 
+def held_ahead(over: np.ndarray) -> np.ndarray:
+    """Per step, whether the device was slow in at least half of the FOLLOW_STEPS steps from it
+    (fewer at the end): one noisy step is no start."""
+    ahead = np.lib.stride_tricks.sliding_window_view(np.r_[over, np.full(FOLLOW_STEPS - 1, np.nan)], FOLLOW_STEPS)
+    return np.asarray(np.nanmean(ahead, axis=1) >= 0.5)
+
+
 def first_slow_step(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
                     ranks: list[int], slow_steps: list[int]) -> int | None:
     """The first of `slow_steps` in which `ranks` computed beyond their stage peers, by half their
@@ -249,9 +256,7 @@ def first_slow_step(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta:
     if not over.any():
         return None
     strong = over & (excess >= ONSET_LEVEL * np.median(excess[over]))
-    ahead = np.lib.stride_tricks.sliding_window_view(np.r_[over, np.full(FOLLOW_STEPS - 1, np.nan)], FOLLOW_STEPS)
-    held = np.nanmean(ahead, axis=1) >= 0.5
-    first = np.flatnonzero(strong & held)
+    first = np.flatnonzero(strong & held_ahead(over))
     return int(steps[at[first[0]]]) if first.size else None
 
 
@@ -323,8 +328,7 @@ def intermittent_start(ratio: np.ndarray) -> tuple[int, np.ndarray]:
     over every step says "slow from the start"; its first slow step, after a run of normal ones,
     says when it began."""
     over = ratio > 1 + MIN_EXCESS
-    ahead = np.lib.stride_tricks.sliding_window_view(np.r_[over, np.full(FOLLOW_STEPS - 1, np.nan)], FOLLOW_STEPS)
-    held = np.flatnonzero(over & (np.nanmean(ahead, axis=1) >= 0.5))
+    held = np.flatnonzero(over & held_ahead(over))
     if not held.size or held[0] < SHIFT_MIN_STEPS:
         return 0, np.zeros(0, dtype=np.int64)
     k = int(held[0])

@@ -188,9 +188,11 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 rr = np.flatnonzero(np.isin(replica, turns[0]))
                 options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, turns[1],
                                         f"{len(turns[0])} model replicas", {"replicas": len(turns[0])}))
-            elif good[replica[r]] and len(np.unique(host[rr := np.flatnonzero(replica == replica[r])])) > 1:
-                # one whole replica slow across several hosts: no one device slows hosts it does not
-                # share, its batch does (a spike whose few steps all fell to the same replica)
+            elif good[replica[r]] and (len(np.unique(host[rr := np.flatnonzero(replica == replica[r])])) > 1
+                                       or (seen[hr] & ~np.isin(hr, rr)).any()):
+                # one whole replica slow across several hosts, or a part of one host whose other
+                # logged ranks were not: no one device slows just that, its batch does (a spike whose
+                # few steps all fell to the same replica; four of a host's eight GPUs in one step)
                 options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[replica[r]]),
                                         "1 model replica", {"replicas": 1}))
         qualified = [o for o in options if o is options[0] or o.coverage >= COVERAGE]

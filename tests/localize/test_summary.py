@@ -310,6 +310,19 @@ def test_a_data_fault_every_other_step_without_a_step_end_sync_is_the_data_on_bo
 
 
 @pytest.mark.slow
+def test_one_replica_slow_in_one_logged_step_on_half_a_host_is_the_data_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 8181, job 27: tp2 x pp2 x dp16 on 8-GPU hosts, one replica's
+    batch 2.1x for three steps of which one was logged. Its four GPUs were half a host, so the rule
+    that a replica across hosts is its batch did not apply: both paths named them one by one."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(27, "data", 8181)
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].kind == "data", [c.device() for c in v.candidates[:3]]
+
+
+@pytest.mark.slow
 def test_a_network_fault_after_one_normal_step_is_judged_against_it_on_both_paths(tmp_path: Path) -> None:
     """The independent generator's seed 10, job 24: a slow link from step 9, every third step
     logged, so one step (6) ran normally after warm-up. Each node judged its operators against all

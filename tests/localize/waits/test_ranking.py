@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from collector.meta import JobMeta, RankInfo
-from localize.waits.ranking import pipeline_stages, replica_turns
+from localize.waits.ranking import explain_rank_blame, pipeline_stages, replica_turns
 
 
 def test_a_pipeline_group_of_unknown_kind_takes_its_ranks_stage_from_their_tp_peers() -> None:
@@ -49,3 +49,31 @@ def test_replicas_take_turns_when_none_held_over_half(owners: list[int], turns: 
 def test_three_replicas_one_turn_each_take_turns() -> None:
     found = replica_turns(_turns([0, 1, 2], 3), np.repeat(np.arange(3), 2))
     assert found is not None and found[0].tolist() == [0, 1, 2]
+
+
+def _tp2_pp2_dp4_on_two_hosts() -> tuple[JobMeta, dict[str, str]]:
+    """16 ranks, 8 per host, tp-pp-dp order: replicas 0 and 1 on h0, 2 and 3 on h1."""
+    groups: dict[str, list[int]] = {}
+    for d in range(4):
+        base = 4 * d
+        groups |= {f"tp-{d}a": [base, base + 1], f"tp-{d}b": [base + 2, base + 3],
+                   f"pp-{d}a": [base, base + 2], f"pp-{d}b": [base + 1, base + 3]}
+    for i in range(4):
+        groups[f"dp-{i}"] = [i + 4 * d for d in range(4)]
+    meta = JobMeta(job="j", world_size=16, ranks={r: RankInfo(f"h{r // 8}", r % 8) for r in range(16)}, groups=groups)
+    return meta, {g: g.split("-")[0] for g in groups}
+
+
+@pytest.mark.parametrize(("slow", "kind"), [
+    ([4, 5, 6, 7], "data"),  # one replica, half of h0: no GPU slows its peers' compute, and h0's other four were not slow
+    (list(range(8)), "host"),  # all of h0: the host
+    ([5], "gpu"),
+])
+def test_one_replica_slow_within_one_host_is_its_batch(slow: list[int], kind: str) -> None:
+    """Seed 8181 job 27 of the independent generator: a three-step spike of one replica's batch, one
+    step logged; the replica's four GPUs were half a host and were named one by one, each at 0.25."""
+    meta, kinds = _tp2_pp2_dp4_on_two_hosts()
+    blame = np.full(16, 0.001)
+    blame[slow] = 1.0
+    units = explain_rank_blame(blame, meta, kinds, static=False)
+    assert units[0].kind == kind and sorted(units[0].ranks) == sorted(slow), units[:2]

@@ -467,6 +467,13 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
                   "host, not one GPU)")
         ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
         return Candidate("host", score, ev, host=u.label, source="commops")
+    if u.kind == "host" and "replicas" in u.detail:
+        ev.append(f"the {u.detail['replicas']} model replicas {u.label} holds were each slow whole, and no replica "
+                  f"elsewhere was ({top_groups})")
+        ev.append("data taking turns would move between hosts: one host slows every replica it holds, the last of "
+                  "them collecting the waits")
+        ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
+        return Candidate("host", score, ev, host=u.label, source="commops")
     if u.kind == "host":
         ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
         ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")

@@ -180,14 +180,23 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                                 for k in range(n_rep)])
             rep_sum = np.bincount(replica, weights=b, minlength=n_rep)
             good = (rep_cov >= COVERAGE) & (rep_sum >= 0.1 * rep_sum.max())
+            several: tuple[np.ndarray, float] | None = None
             if good.sum() >= 2 and replica[r] in np.flatnonzero(good):
-                rr = np.flatnonzero(np.isin(replica, np.flatnonzero(good)))
-                options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[good].mean()),
-                                        f"{int(good.sum())} model replicas", {"replicas": int(good.sum())}))
+                several = np.flatnonzero(np.isin(replica, np.flatnonzero(good))), float(rep_cov[good].mean())
             elif by_step is not None and (turns := replica_turns(by_step, replica)) is not None and replica[r] in turns[0]:
-                rr = np.flatnonzero(np.isin(replica, turns[0]))
-                options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, turns[1],
-                                        f"{len(turns[0])} model replicas", {"replicas": len(turns[0])}))
+                several = np.flatnonzero(np.isin(replica, turns[0])), turns[1]
+            if several is not None:
+                rr, cov = several
+                n = len(np.unique(replica[rr]))
+                if h >= 0 and (host[rr] == h).all() and (seen & (host != h)).any():
+                    # the replicas are all one host's, and ranks elsewhere logged: a slow host slows
+                    # every replica it holds, the last of them collecting the waits (seed 8686 job
+                    # 26: a host spike read as two replicas taking turns)
+                    options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, cov, hosts[h],
+                                            {"replicas": n}))
+                else:
+                    options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, cov,
+                                            f"{n} model replicas", {"replicas": n}))
             elif good[replica[r]] and (len(np.unique(host[rr := np.flatnonzero(replica == replica[r])])) > 1
                                        or (seen[hr] & ~np.isin(hr, rr)).any()):
                 # one whole replica slow across several hosts, or a part of one host whose other

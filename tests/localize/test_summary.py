@@ -323,6 +323,19 @@ def test_one_replica_slow_in_one_logged_step_on_half_a_host_is_the_data_on_both_
 
 
 @pytest.mark.slow
+def test_a_host_spike_over_the_two_replicas_it_holds_is_the_host_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 8686, job 26: tp2 x pp2 on 8-GPU hosts, so node-2 holds
+    two whole replicas; it ran 2.3x for four steps. The last of its replicas collected most of
+    the waits, both read as whole, and both paths said data taking turns at 0.95."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(26, "host", 8686)
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].device() == "host node-2", [c.device() for c in v.candidates[:3]]
+
+
+@pytest.mark.slow
 def test_a_network_fault_after_one_normal_step_is_judged_against_it_on_both_paths(tmp_path: Path) -> None:
     """The independent generator's seed 10, job 24: a slow link from step 9, every third step
     logged, so one step (6) ran normally after warm-up. Each node judged its operators against all

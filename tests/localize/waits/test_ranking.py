@@ -77,3 +77,18 @@ def test_one_replica_slow_within_one_host_is_its_batch(slow: list[int], kind: st
     blame[slow] = 1.0
     units = explain_rank_blame(blame, meta, kinds, static=False)
     assert units[0].kind == kind and sorted(units[0].ranks) == sorted(slow), units[:2]
+
+
+@pytest.mark.parametrize(("blame", "kind", "ranks"), [
+    # seed 8686 job 26: h0 slowed; the last of its two replicas collected most of the waits
+    ({**dict.fromkeys(range(4), 1.0), **dict.fromkeys(range(4, 8), 0.15)}, "host", list(range(8))),
+    # the same shares on replicas of two hosts: their batches
+    ({**dict.fromkeys(range(4), 1.0), **dict.fromkeys(range(8, 12), 0.15)}, "data", [*range(4), *range(8, 12)]),
+])
+def test_whole_replicas_of_one_host_are_the_host_and_of_several_their_data(blame: dict[int, float], kind: str,
+                                                                           ranks: list[int]) -> None:
+    meta, kinds = _tp2_pp2_dp4_on_two_hosts()
+    b = np.full(16, 0.001)
+    b[list(blame)] = list(blame.values())
+    units = explain_rank_blame(b, meta, kinds, static=False)
+    assert units[0].kind == kind and sorted(units[0].ranks) == ranks, units[:2]

@@ -94,6 +94,7 @@ LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one
 #: odd hosts cannot move this one
 HOST_QUANTILE = 0.9
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; four where a fault took turns in two places)
+EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their excess is this share of its lost time
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
@@ -422,8 +423,14 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
     # ranks that computed longer explain the slowdown only when they did in most of the steps
     # (one rank's noise in one of them is no straggler: a link's slow steps then read as a GPU)
-    known, _, ratio, bar = _slow_ratios(matrix, worst, normal[-MAX_NORMAL:])
-    explained = ratio.size > 0 and float((ratio > bar).any(axis=0).mean()) >= 0.5
+    known, cols, ratio, bar = _slow_ratios(matrix, worst, normal[-MAX_NORMAL:])
+    # ... and by a good part of what the step lost (a 1.15x compute hiccup of one rank in one of two
+    # steps was fetched as the straggler of a GPU that logged nothing and 2.2x)
+    comp, _, all_steps = matrix
+    typical = np.median(comp[np.ix_(known, np.flatnonzero(np.isin(all_steps, cols)))], axis=0) if ratio.size else ratio
+    lost = (irr_tab["duration_s"] - irr_tab["baseline_s"]).set_axis(irr_tab["step"].astype(int)).reindex(cols).to_numpy(float)
+    big = (ratio > bar) & ((ratio - 1) * typical >= EXPLAIN_SHARE * np.nan_to_num(lost)) if ratio.size else ratio > bar
+    explained = ratio.size > 0 and float(big.any(axis=0).mean()) >= 0.5
     slow = slow_ranks(known, ratio, bar, MAX_RANKS * len(worst)) if explained else []
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
     # one NIC, link or switch -- the wide budget; so too ranks on several hosts slow in one step

@@ -336,6 +336,21 @@ def test_a_host_spike_over_the_two_replicas_it_holds_is_the_host_on_both_paths(t
 
 
 @pytest.mark.slow
+def test_a_compute_hiccup_in_one_of_two_slow_steps_is_not_fetched_as_the_straggler(tmp_path: Path) -> None:
+    """The independent generator's seed 8282, job 26: one rank per TP group logged, the unlogged
+    GPU 63 2.2x for two steps. Its TP peer's waits are operator time, not compute; rank 36's 1.15x
+    compute hiccup in one of the two steps passed the bar, its groups alone were fetched, and the
+    summary path named GPU 36 at 1.00 where the full records name 63. A straggler now has to
+    explain a good part of what its step lost."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(26, "gpu", 8282)
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert (v.candidates[0].kind, v.candidates[0].rank) == ("gpu", 63), [c.device() for c in v.candidates[:3]]
+
+
+@pytest.mark.slow
 def test_a_network_fault_after_one_normal_step_is_judged_against_it_on_both_paths(tmp_path: Path) -> None:
     """The independent generator's seed 10, job 24: a slow link from step 9, every third step
     logged, so one step (6) ran normally after warm-up. Each node judged its operators against all

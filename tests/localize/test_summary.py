@@ -349,6 +349,24 @@ def test_a_compute_hiccup_in_one_of_two_slow_steps_is_not_fetched_as_the_straggl
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert (v.candidates[0].kind, v.candidates[0].rank) == ("gpu", 63), [c.device() for c in v.candidates[:3]]
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("job", "seed", "force"), [
+    (34, 8787, {"gph": "4"}),  # tp8 pp8 dp2, the random batch 8 to 5 over 13 slow steps
+    (3, 3030, {"logging": "tp0-random40"}),  # dp2, 11 to 3, one rank per TP group, 40% of steps logged
+])
+def test_data_taking_turns_with_two_replicas_is_the_data_on_both_paths(tmp_path: Path, job: int, seed: int,
+                                                                       force: dict[str, str]) -> None:
+    """With two replicas a random batch often falls to one of them in most slow steps: "none held
+    over half" read both jobs as a host (0.07) or a GPU. The other replica's turns are as strong
+    as a typical step's: the data."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(job, "data", seed, force)
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].kind == "data", [c.device() for c in v.candidates[:3]]
+
+
 
 @pytest.mark.slow
 def test_a_network_fault_after_one_normal_step_is_judged_against_it_on_both_paths(tmp_path: Path) -> None:

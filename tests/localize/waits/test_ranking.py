@@ -33,7 +33,9 @@ def _turns(owners: list[int], n_rep: int = 2) -> np.ndarray:
 
 @pytest.mark.parametrize(("owners", "turns"), [
     ([0, 1, 0, 1], [0, 1]),
-    ([1, 1, 0, 0, 0, 1, 1, 1], None),  # over half: a device (a silent host's blame landing elsewhere at times)
+    ([1, 1, 0, 0, 0, 1, 1, 1], [0, 1]),  # over half, the other's three turns as strong: a random batch, dp 2
+    ([1] * 11 + [0] * 3, [0, 1]),  # 11 to 3 (the independent generator's seed 3030, job 3)
+    ([1] * 12 + [0] * 2, None),  # over TURNS_MOST
     ([1] * 13 + [0], None),  # one turn elsewhere is noise: the replica holds the fault
     ([1] * 10, None),  # a device
     ([1, 1, 0], None),  # one turn is no turn
@@ -92,3 +94,11 @@ def test_whole_replicas_of_one_host_are_the_host_and_of_several_their_data(blame
     b[list(blame)] = list(blame.values())
     units = explain_rank_blame(b, meta, kinds, static=False)
     assert units[0].kind == kind and sorted(units[0].ranks) == ranks, units[:2]
+
+
+def test_weak_turns_elsewhere_do_not_make_a_device_the_data() -> None:
+    """Replica 1 holds five of eight slow steps; replica 0's three are a tenth as strong: a device's
+    blame landing elsewhere now and then (a silent host's), not a batch."""
+    by_step = _turns([1, 1, 0, 0, 0, 1, 1, 1])
+    by_step[:, [2, 3, 4]] *= 0.1
+    assert replica_turns(by_step, np.repeat(np.arange(2), 2)) is None

@@ -165,7 +165,7 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, view: StepView,
 
     A collective's transfer is its last arriver's copy (it did not wait): slow when that copy,
     and so every copy, is abnormal; or, whatever the detector says, when that copy alone took
-    half as long again as its own normal time and far outside its normal spread (`spread`: the
+    `SLOW_EXCESS` longer than its own normal time and far outside its normal spread (`spread`: the
     slot's interquartile range). A p2p transfer is judged by how long its data took once both
     ends had posted (`localize.network.transfers`): a long send is often a late receiver.
     """

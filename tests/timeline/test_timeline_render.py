@@ -51,3 +51,14 @@ def test_long_runs_are_compacted() -> None:
     assert shown[shown.index("60!"):shown.index("60!") + 3] == ["60!", "61!", "62!"]
     assert shown[-2:] == ["98!", "99!"] and "80!" not in shown
     assert len(rows) < 20
+
+
+def test_a_healthy_job_with_a_step_over_delta_does_not_say_none_ran_that_slow() -> None:
+    """A 1.25x step the timeline left out (its noise, or too brief to cost time) is said, not denied:
+    the status read "no step ran 1.10x its baseline" over it (independent generator, seed 8686 job 14)."""
+    tl = _timeline([1.0] * 8 + [1.25] + [1.0] * 5)
+    tl.steps.loc[tl.steps["step"] == 8, ["irregular", "pattern"]] = (False, "noise")
+    tl.irregular_steps, tl.status = [], "healthy"
+    line = render_plain(tl).splitlines()[1]
+    assert "no step ran" not in line and "the slowest step (8) ran 1.25x its baseline" in line, line
+    assert "no step ran 1.10x" in render_plain(_timeline([1.0] * 5)).splitlines()[1]

@@ -39,7 +39,7 @@ from localize.ops.features import (
     sorted_rows,
     step_scale,
 )
-from localize.ops.grouping import dense_codes, group_quantile, group_sum, present, unique
+from localize.ops.grouping import dense_codes, group_quantiles, group_sum, present, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
 from localize.ops.lone import (
     lone_copies,
@@ -151,7 +151,7 @@ def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.
     del seq, stream_step, first
     took = ops.inst_min / scale
     normal = np.isin(ops.inst_step, ref) & np.isfinite(took)
-    q1, med, q3 = (group_quantile(place[normal], k, took[normal], q) for q in (0.25, 0.5, 0.75))
+    q1, med, q3 = group_quantiles(place[normal], k, took[normal], (0.25, 0.5, 0.75))
     return med[place] * scale, (q3 - q1)[place] * scale
 
 
@@ -177,7 +177,7 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, view: StepView,
     beyond = (ex > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (ex > 5 * np.nan_to_num(spread))
     del b, spread, n_abn
     # the same test against the last arrivers' own history: the transfer's time, waits left out
-    b, spread = _transfer_history(ops, step_scale(ops, view.steps)[late], ref)
+    b, spread = _transfer_history(ops, step_scale(ops, view.steps, late), ref)
     own = ops.inst_min - b
     alone = (own > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (own > 5 * spread) & ~(flagged | beyond)
     del b, spread
@@ -493,15 +493,14 @@ def _rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops
                   "host, not one GPU)")
         ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
         return Candidate("host", score, ev, host=u.label, source="commops")
-    if u.kind == "host" and "replicas" in u.detail:
-        ev.append(f"the {u.detail['replicas']} model replicas {u.label} holds were each slow whole, and no replica "
-                  f"elsewhere was ({top_groups})")
-        ev.append("data taking turns would move between hosts: one host slows every replica it holds, the last of "
-                  "them collecting the waits")
-        ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
-        return Candidate("host", score, ev, host=u.label, source="commops")
     if u.kind == "host":
-        ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
+        if "replicas" in u.detail:
+            ev.append(f"the {u.detail['replicas']} model replicas {u.label} holds were each slow whole, and no replica "
+                      f"elsewhere was ({top_groups})")
+            ev.append("data taking turns would move between hosts: one host slows every replica it holds, the last of "
+                      "them collecting the waits")
+        else:
+            ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
         ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
         return Candidate("host", score, ev, host=u.label, source="commops")
     if u.kind == "config":

@@ -426,11 +426,13 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     known, cols, ratio, bar = _slow_ratios(matrix, worst, normal[-MAX_NORMAL:])
     # ... and by a good part of what the step lost (a 1.15x compute hiccup of one rank in one of two
     # steps was fetched as the straggler of a GPU that logged nothing and 2.2x)
-    comp, _, all_steps = matrix
-    typical = np.median(comp[np.ix_(known, np.flatnonzero(np.isin(all_steps, cols)))], axis=0) if ratio.size else ratio
-    lost = (irr_tab["duration_s"] - irr_tab["baseline_s"]).set_axis(irr_tab["step"].astype(int)).reindex(cols).to_numpy(float)
-    big = (ratio > bar) & ((ratio - 1) * typical >= EXPLAIN_SHARE * np.nan_to_num(lost)) if ratio.size else ratio > bar
-    explained = ratio.size > 0 and float(big.any(axis=0).mean()) >= 0.5
+    explained = False
+    if ratio.size:
+        comp, _, all_steps = matrix
+        typical = np.median(comp[np.ix_(known, np.flatnonzero(np.isin(all_steps, cols)))], axis=0)
+        lost = (irr_tab["duration_s"] - irr_tab["baseline_s"]).set_axis(irr_tab["step"].astype(int)).reindex(cols)
+        big = (ratio > bar) & ((ratio - 1) * typical >= EXPLAIN_SHARE * np.nan_to_num(lost.to_numpy(float)))
+        explained = float(big.any(axis=0).mean()) >= 0.5
     slow = slow_ranks(known, ratio, bar, MAX_RANKS * len(worst)) if explained else []
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
     # one NIC, link or switch -- the wide budget; so too ranks on several hosts slow in one step

@@ -876,13 +876,14 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
     return ops.inst_min / np.maximum(group_median(key, n_key, ops.inst_min), 1e-9)[key]
 
 
-def step_scale(ops: Ops, steps: pd.DataFrame | None) -> np.ndarray:
-    """Per row: the step's rolling baseline duration over the run's median (1 without steps)."""
+def step_scale(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`, default all): the step's rolling baseline duration over the run's
+    median (1 without steps)."""
     if steps is None or steps.empty or "baseline_s" not in steps:
-        return np.ones(len(ops.rank))
+        return np.ones(len(ops.rank) if rows is None else len(rows))
     base = steps.set_index("step")["baseline_s"].astype(float)
     med = float(np.nanmedian(base.to_numpy())) or 1.0
-    return _per_step(ops, (base / med).astype(np.float64))
+    return _per_step(ops, (base / med).astype(np.float64), rows)
 
 
 def _per_step(ops: Ops, values: pd.Series, rows: np.ndarray | None = None) -> np.ndarray:

@@ -164,16 +164,23 @@ def group_median(codes: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
 def group_quantile(codes: np.ndarray, k: int, values: np.ndarray, q: float) -> np.ndarray:
     """Quantile q of finite values per code in [0, k), linear between ranks like pandas'
     `groupby(...).quantile(q)`; NaN for a code that does not occur."""
+    return group_quantiles(codes, k, values, (q,))[0]
+
+
+def group_quantiles(codes: np.ndarray, k: int, values: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
+    """`group_quantile` for each of `qs`, from one sort of the values."""
     order = np.argsort(values)  # which of equal values comes first cannot change a quantile
     order = order[argsort_stable(codes[order])]
     v = values[order]
     count = np.bincount(codes, minlength=k)
     first = np.cumsum(count) - count
-    pos = q * np.maximum(count - 1, 0)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.ceil(pos).astype(np.int64)
-    with np.errstate(invalid="ignore"):
-        at_lo = v[np.minimum(first + lo, len(v) - 1)] if len(v) else np.zeros(k)
-        at_hi = v[np.minimum(first + hi, len(v) - 1)] if len(v) else np.zeros(k)
-        out = at_lo + (at_hi - at_lo) * (pos - lo)
-    return np.where(count > 0, out, np.nan)
+    out = []
+    for q in qs:  # (a few quantiles: no loop over rows)
+        pos = q * np.maximum(count - 1, 0)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.ceil(pos).astype(np.int64)
+        with np.errstate(invalid="ignore"):
+            at_lo = v[np.minimum(first + lo, len(v) - 1)] if len(v) else np.zeros(k)
+            at_hi = v[np.minimum(first + hi, len(v) - 1)] if len(v) else np.zeros(k)
+            out.append(np.where(count > 0, at_lo + (at_hi - at_lo) * (pos - lo), np.nan))
+    return out

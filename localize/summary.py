@@ -394,10 +394,12 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     usable = ~table["irregular"].astype(bool) & ~table["pattern"].isin(["warm-up"])
     # the step logged right before a slow run began: hosts' own-clock step ends (a quantile over
     # hosts) show a fault's first step late when only a few hosts ran it slow, so it may hold the
-    # fault's start; it is context, not history, unless no other normal step is left
+    # fault's start; it is context, not history, unless no other normal step is left (a step
+    # logged steps before, with unlogged ones between, holds none of it)
     logged = np.sort(table["step"].astype(int).to_numpy())
     irr_set = set(irregular)
-    border = {int(logged[i - 1]) for i, s in enumerate(logged) if i and int(s) in irr_set and int(logged[i - 1]) not in irr_set}
+    border = {int(logged[i - 1]) for i, s in enumerate(logged)
+              if i and int(s) in irr_set and int(logged[i - 1]) == int(s) - 1 and int(s) - 1 not in irr_set}
     if (usable & ~table["step"].isin(border)).any():
         usable &= ~table["step"].isin(border)
 
@@ -450,8 +452,10 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     ranks: set[int] = set()
     # smallest groups first over all slow ranks: a slow host's ranks each get their nearest peers
     wanted = sorted({g for r in slow for g in rank_groups.get(int(r), [])}, key=lambda g: (len(meta.groups[g]), g))
-    # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones
-    for g in wanted or [str(g) for g in per_group.index]:
+    # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones;
+    # without those (a log of a few steps gave the sidecars no history to judge by), every group
+    abnormal = [str(g) for g in per_group.index]
+    for g in wanted or abnormal or sorted(meta.groups, key=lambda g: (len(meta.groups[g]), g)):
         mem = meta.groups.get(g, [])
         if g in chosen or not mem or len(ranks | set(mem)) > budget:
             continue
@@ -491,7 +495,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     The fetched operators are judged with the same robust rule the sidecars use (`forest`
     switches to the random forest, about three times slower). With no irregular step, the
     summaries' compute says whether the job was slow from the start (`localize.waits.persistent`)."""
-    table, onset = step_table(summary)
+    table, onset = without_partial_first(*step_table(summary))
     observed = not meta.groups
     meta, sample = _with_groups(summary, meta, fetch)
     plan = plan_fetch(summary, meta, table)
@@ -512,12 +516,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     recorded = set(summary["host"].astype(str))
     quiet = np.array([(info := meta.ranks.get(r)) is not None and info.host not in recorded for r in range(meta.world_size)])
     verdict, analysis = analyse_ops(df, meta, view, top, partial, forest, unlisted=observed, quiet=quiet)
-    # the first recorded step is partial (warm-up, a logger starting mid-step), as on the full path
-    logged = sorted(int(x) for x in table["step"])
-    first = logged[0] if len(logged) >= 4 and set(plan.irregular) - {logged[0]} else None
-    verdict.irregular_steps = [s for s in plan.irregular if s != first]
-    if onset == first:
-        onset = verdict.irregular_steps[0]
+    verdict.irregular_steps = list(plan.irregular)
     verdict.onset_step = onset if verdict.status == "irregular" else None
     top_c = verdict.candidates[0] if verdict.candidates else None
     if verdict.onset_step is not None and top_c is not None and top_c.kind in ("gpu", "host"):
@@ -532,6 +531,22 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched,
                           "steps_judged": plan.judged})
     return verdict, plan
+
+
+def without_partial_first(table: pd.DataFrame, onset: int | None) -> tuple[pd.DataFrame, int | None]:
+    """The step table with its first recorded step not irregular (warm-up, a logger starting
+    mid-step: partial, as on the full path) when four or more steps were recorded and another is
+    irregular; the onset moves to the next irregular step. Planned as a slow step, a warm-up spike
+    took the fetch's budget and its history (the normal steps before the first judged one)."""
+    logged = np.sort(table["step"].astype(int).to_numpy())
+    irregular = table["irregular"].astype(bool).to_numpy()
+    if len(logged) < 4 or not irregular[1:].any() or not irregular[0] or int(table["step"].iloc[0]) != logged[0]:
+        return table, onset
+    table = table.assign(irregular=np.r_[False, irregular[1:]],
+                         pattern=np.r_[["warm-up"], table["pattern"].to_numpy(object)[1:]])
+    if onset == logged[0]:
+        onset = int(table.loc[table["irregular"].astype(bool), "step"].iloc[0])
+    return table, onset
 
 
 def without_singletons(meta: JobMeta) -> JobMeta:

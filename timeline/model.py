@@ -48,16 +48,25 @@ class Timeline:
     delta: float = 1.1  # the δ steps were judged with
     onset_step: int | None = None  # where the irregularity began (isolated slow steps before it aside)
     warmup_steps: list[int] = field(default_factory=list)  # slow first steps that are not a fault
-    slow_from_start: bool = False  # no step is irregular, yet some workers were slow in every step
+    slow_from_start: bool = False  # no step is irregular, yet some workers were slow beside their peers
 
-    def mark_slow_from_start(self, onset: int | None, slowdown: float, why: str) -> None:
-        """The job ran slow from its first step (found by comparing ranks, which steps alone cannot
-        show): every surface then tells the same story as the localizer."""
+    def mark_slow_from_start(self, onset: int | None, slowdown: float, who: str) -> None:
+        """The job ran slow from its first step, or from `onset` on steps too noisy to show it (found
+        by comparing ranks, which steps alone cannot show): every surface then tells the same story
+        as the localizer. `who`: the device to name in the note."""
         self.status = "irregular"
         self.slow_from_start = True
         self.onset_step = onset
         self.slowdown = slowdown
-        self.notes.append(why)
+        self.notes.append(f"slow {self.slow_since()}: {who}")
+
+    def slow_since(self) -> str:
+        """When a job slow beside its peers became so: "from the first step", or "since step N"
+        when its workers' compute beside their peers' shows a later start."""
+        first = int(self.steps["step"].min()) if len(self.steps) else None
+        if self.onset_step is None or first is None or self.onset_step <= first:
+            return "from the first step"
+        return f"since step {self.onset_step}"
 
     def since(self) -> int | None:
         """The onset step (the first irregular one unless told), or None when the job is healthy."""

@@ -59,7 +59,7 @@ def summary_lines(tl: Timeline) -> list[str]:
     kinds = ", ".join(f"{v} {k}" for k, v in tl.kinds_summary().items()) or "none recognized"
     lines = [f"job {tl.job}: {tl.meta.world_size} GPUs on {hosts} host(s), {n} step(s); groups: {kinds}"]
     if tl.status == "irregular" and tl.slow_from_start:
-        lines.append(f"status: SLOW from the first step (~{tl.slowdown:.2f}x) — no step is irregular against its "
+        lines.append(f"status: SLOW {tl.slow_since()} (~{tl.slowdown:.2f}x) — no step is irregular against its "
                      "neighbours; `laggard localize` names who is slow")
     elif tl.status == "irregular":
         irr = st[st["irregular"]]

@@ -48,10 +48,11 @@ def run(args: argparse.Namespace) -> int:
         from localize.commops import COLUMNS, persistent_verdict
         from localize.ops.steps import with_steps
 
-        v = persistent_verdict(with_steps(trace.commops(columns=COLUMNS, steps=steps)), trace.meta, 5, tl.group_kind)
+        durations = tl.steps.set_index("step")["duration_s"].astype(float) if len(tl.steps) else None
+        v = persistent_verdict(with_steps(trace.commops(columns=COLUMNS, steps=steps)), trace.meta, 5, tl.group_kind,
+                               durations)
         if v.status == "irregular" and v.candidates:
-            tl.mark_slow_from_start(v.onset_step, v.slowdown,
-                                    f"slow from the first step: {v.candidates[0].device()} (see `laggard localize`)")
+            tl.mark_slow_from_start(v.onset_step, v.slowdown, f"{v.candidates[0].device()} (see `laggard localize`)")
     other = [k for k in ("flows", "logs") if trace.has(k)]
     if other:  # say what this view leaves out, so a different verdict from `localize` is no contradiction
         tl.notes.append(f"timeline reads CommOps step times only; this trace also has {' and '.join(other)}, "

@@ -23,7 +23,7 @@ from localize.ops.grouping import present, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
-from timeline.steps import ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
+from timeline.steps import EPISODE_GAP, ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
 
 MIN_EXCESS = 0.15  # a worker must compute at least this much longer than its stage peers
 FOLLOW_STEPS = 4  # a first slow step is one the device stayed slow in, in half the slow steps from it
@@ -31,6 +31,7 @@ STAGE_EXCESS = 0.25  # a stage must compute this much longer than the fastest st
 SLOW_REPLICA_STEPS = 0.3  # data: replicas slow in at least this share of the steps, all told
 OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it is a device)
 QUIET_BEFORE = 0.1  # an on-and-off device began where it was slow in at most this share of the steps before
+LEVEL_HELD = 0.8  # a level shift is "slow in every step since" when slow in this share of them (else: on and off)
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
 
 
@@ -304,10 +305,12 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     began = int(onset[np.asarray(first.witnesses)].min()) if first.kind in ("gpu", "host") else 0
     on_off = None
     mine = [r for r in first.witnesses if 0 <= r < len(seen) and seen[r]]
-    if began == 0 and first.kind in ("gpu", "host", "data") and mine:
+    if first.kind in ("gpu", "host", "data") and mine:
         own = device_ratio(comp, seen, meta, kinds, mine) if first.kind != "data" else slowest_replica(ratio, seen, replica)
-        began, slow_cols = intermittent_start(own)
-        on_off = [int(steps[c]) for c in slow_cols] if began > 0 and len(slow_cols) < len(steps) - began else None
+        # a shift in how often it was slow is no level: on and off, it began at its episode's first slow step
+        if began == 0 or (own[began:] > 1 + MIN_EXCESS).mean() < LEVEL_HELD:
+            began, slow_cols = intermittent_start(own)
+            on_off = [int(steps[c]) for c in slow_cols] if began > 0 and len(slow_cols) < len(steps) - began else None
     return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None, on_off)
 
 
@@ -329,10 +332,22 @@ def intermittent_start(ratio: np.ndarray) -> tuple[int, np.ndarray]:
     says when it began."""
     over = ratio > 1 + MIN_EXCESS
     held = np.flatnonzero(over & held_ahead(over))
-    if not held.size or held[0] < SHIFT_MIN_STEPS:
+    if not held.size:
         return 0, np.zeros(0, dtype=np.int64)
-    k = int(held[0])
+    k = episode_start(over, int(held[0]))
+    if k < SHIFT_MIN_STEPS:
+        return 0, np.zeros(0, dtype=np.int64)
     before = ratio[:k]
     if over[:k].mean() > QUIET_BEFORE or np.median(before) > 1 + MIN_EXCESS / 2:
         return 0, np.zeros(0, dtype=np.int64)
     return k, k + np.flatnonzero(over[k:])
+
+
+def episode_start(over: np.ndarray, k: int) -> int:
+    """The first slow column of the episode that holds slow column `k`: slow columns at most
+    EPISODE_GAP apart belong to one, as the timeline's irregular steps do. A device slow every
+    other step, logged in a sample of the steps, may have sampled normal steps right after its
+    first slow one; that first slow step is still its start."""
+    slow = np.flatnonzero(over[:k + 1])
+    apart = np.flatnonzero(np.diff(slow) > EPISODE_GAP)
+    return int(slow[apart[-1] + 1]) if apart.size else int(slow[0])

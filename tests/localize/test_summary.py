@@ -350,6 +350,51 @@ def test_a_compute_hiccup_in_one_of_two_slow_steps_is_not_fetched_as_the_straggl
         assert (v.candidates[0].kind, v.candidates[0].rank) == ("gpu", 63), [c.device() for c in v.candidates[:3]]
 
 @pytest.mark.slow
+def test_a_warm_up_step_and_a_sampled_step_before_a_spike_do_not_spoil_the_summary_plan(tmp_path: Path) -> None:
+    """The independent generator's seed 9292, job 10: every third of 12 steps logged (1000, 1003,
+    1006, 1009), the data 1.9x in 1006. The summaries' step table read the warm-up step 1000
+    irregular too: the plan judged it, and 1003 -- three steps before the spike, with none logged
+    between -- was kept out of the history as a step that could hold its start. With one normal
+    step to learn from, the summary path named GPU 20 at 0.06 where the full records say data."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(10, "data", 9292, {"steps": "12"})
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].kind == "data", [c.device() for c in v.candidates[:3]]
+        assert v.onset_step == 1006
+
+
+@pytest.mark.slow
+def test_a_gpu_on_and_off_in_sampled_steps_is_timed_from_its_first_slow_step_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 8282, job 37: GPU 336 1.75x every other step from 17, 40%
+    of steps logged, no step irregular. Its compute beside its peers' shifted level at step 32 (a
+    normal step), which the verdict called "in every step since step 32"; its first logged slow
+    step is 19."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(37, "gpu", 8282)
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert (v.candidates[0].kind, v.candidates[0].rank) == ("gpu", 336)
+        assert v.onset_step == 19, v.onset_step
+
+
+@pytest.mark.slow
+def test_a_log_of_three_steps_without_abnormal_groups_still_fetches_the_network(tmp_path: Path) -> None:
+    """The independent generator's seed 9292, job 52: 40% of 12 steps logged (2, 6 and 7), a NIC
+    1.7x from step 6. The sidecars had no history to judge operators by, so the summaries held no
+    abnormal group and no rank computed longer: the plan fetched nothing and said healthy. It now
+    fetches every group within the network budget, and names the NIC as the full records do."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(52, "nic", 9292, {"steps": "12"})
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates and v.candidates[0].device() == "nic node-28", [c.device() for c in v.candidates[:3]]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("job", "seed", "force"), [
     (34, 8787, {"gph": "4"}),  # tp8 pp8 dp2, the random batch 8 to 5 over 13 slow steps
     (3, 3030, {"logging": "tp0-random40"}),  # dp2, 11 to 3, one rank per TP group, 40% of steps logged

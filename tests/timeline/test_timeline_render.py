@@ -62,3 +62,17 @@ def test_a_healthy_job_with_a_step_over_delta_does_not_say_none_ran_that_slow() 
     line = render_plain(tl).splitlines()[1]
     assert "no step ran" not in line and "the slowest step (8) ran 1.25x its baseline" in line, line
     assert "no step ran 1.10x" in render_plain(_timeline([1.0] * 5)).splitlines()[1]
+
+
+def test_a_job_slow_beside_its_peers_from_a_later_step_says_since_when() -> None:
+    """Workers slow beside their peers from step 19, on steps too noisy to show it: the status and
+    note say since when, and the job's own slowdown (it read "SLOW from the first step (~1.74x)",
+    the device's excess, on the independent generator's seed 8282 job 37)."""
+    tl = _timeline([1.0] * 30)
+    tl.mark_slow_from_start(19, 1.11, "gpu rank 336")
+    text = render_plain(tl)
+    assert text.splitlines()[1].startswith("status: SLOW since step 19 (~1.11x)")
+    assert "note: slow since step 19: gpu rank 336" in text
+    tl = _timeline([1.0] * 30)
+    tl.mark_slow_from_start(0, 1.3, "gpu rank 5")
+    assert render_plain(tl).splitlines()[1].startswith("status: SLOW from the first step (~1.30x)")

@@ -109,6 +109,17 @@ def test_an_on_and_off_excess_begins_at_its_first_slow_step_after_normal_ones() 
     assert slow.tolist() == list(range(8, 30, 2))
 
 
+def test_an_on_and_off_excess_in_sampled_steps_begins_at_its_episode_first_slow_step() -> None:
+    """Slow every other step from step 17, 40% of steps logged: the sampled steps right after its
+    first slow one (19) were even, so normal. Its first slow step still starts the episode (it read
+    "in every step since step 32", a normal step, on the independent generator's seed 8282 job 37)."""
+    ratio = 1 + 0.03 * np.random.default_rng(1).standard_normal(16)
+    ratio[[6, 10, 12, 13, 14]] += 0.75
+    began, slow = intermittent_start(ratio)
+    assert began == 6
+    assert slow.tolist() == [6, 10, 12, 13, 14]
+
+
 @pytest.mark.parametrize("first", [0, 1])
 def test_an_excess_from_the_first_steps_has_no_later_start(first: int) -> None:
     ratio = np.ones(30)

@@ -309,8 +309,10 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
         own = device_ratio(comp, seen, meta, kinds, mine) if first.kind != "data" else slowest_replica(ratio, seen, replica)
         # a shift in how often it was slow is no level: on and off, it began at its episode's first slow step
         if began == 0 or (own[began:] > 1 + MIN_EXCESS).mean() < LEVEL_HELD:
-            began, slow_cols = intermittent_start(own)
-            on_off = [int(steps[c]) for c in slow_cols] if began > 0 and len(slow_cols) < len(steps) - began else None
+            start, slow_cols = intermittent_start(own)
+            if start > 0:
+                began = start
+                on_off = [int(steps[c]) for c in slow_cols] if len(slow_cols) < len(steps) - began else None
     return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None, on_off)
 
 

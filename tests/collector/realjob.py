@@ -35,6 +35,7 @@ class Fault:
     host: str = ""
     rate: str = ""  # nic: tc tbf rate
     end: int | None = None  # exclusive; None: to the end of the run
+    every: int = 1  # slow in every Nth step from `start` only (2: on and off)
 
 
 @dataclass
@@ -77,6 +78,8 @@ class RealJob:
                     "--slow-from", str(fault.start)]
             if fault.end is not None:
                 out += ["--slow-to", str(fault.end)]
+            if fault.every > 1:
+                out += ["--slow-every", str(fault.every)]
         return out
 
     def truth(self, job: str, fault: Fault | None) -> dict[str, object]:
@@ -91,7 +94,8 @@ class RealJob:
                 root.update(rank=r, host=fault.host or self.host(r // self.nproc), gpu=r % self.nproc)
             else:
                 root["host"] = fault.host
-            faults.append({"kind": fault.kind, "factor": fault.factor, "pattern": "persistent",
+            faults.append({"kind": fault.kind, "factor": fault.factor,
+                           "pattern": "persistent" if fault.every == 1 else "alternate",
                            **({"rate": fault.rate} if fault.rate else {}), **{k: v for k, v in root.items() if k != "kind"},
                            "start_step": fault.start, "end_step": end, "root": root})
         return {"job": job, "source": "real gloo job (tests/collector/jobs/pipeline_train.py)",

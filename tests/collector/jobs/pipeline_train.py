@@ -22,7 +22,8 @@ Per step, on every rank:
     async_op=True as soon as that layer is done, and the step waits for all of them at its end.
 
 Faults: --slow-ranks 2,3 --slow-factor 1.6 --slow-from 20 [--slow-to 30] multiplies those ranks'
-compute (one rank: a slow GPU; one node's ranks: a slow or contended host) in steps [from, to).
+compute (one rank: a slow GPU; one node's ranks: a slow or contended host) in steps [from, to);
+--slow-every 2: in every other step of them (a fault on and off).
 --step-log FILE: rank 0 appends each finished step (tests act mid-run, e.g. throttle a NIC).
 --log-dir DIR: each rank writes rank-R.jsonl, one line per step with its own start/end (ns).
 Run it under the logger with no code change:
@@ -66,6 +67,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--slow-factor", type=float, default=1.0)
     ap.add_argument("--slow-from", type=int, default=0)
     ap.add_argument("--slow-to", type=int, default=1 << 30)
+    ap.add_argument("--slow-every", type=int, default=1, help="slow only every Nth step from --slow-from (on and off)")
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--step-log", default="")
     ap.add_argument("--log-dir", default="")
@@ -125,7 +127,8 @@ class Job:
         return mine
 
     def compute(self, ms: float, step: int) -> None:
-        f = self.a.slow_factor if self.slow and self.a.slow_from <= step < self.a.slow_to else 1.0
+        on = self.a.slow_from <= step < self.a.slow_to and (step - self.a.slow_from) % self.a.slow_every == 0
+        f = self.a.slow_factor if self.slow and on else 1.0
         time.sleep(ms * f / 1e3)
 
     def layers(self, step: int, backward: bool, last: bool = False) -> None:

@@ -843,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--laggard", type=Path, default=REPO, help="checkout whose laggard is measured (default: this one)")
     ap.add_argument("--rescore", type=Path, default=None,
                     help="generate nothing: localize and score every kept trace under DIR again (after a fix)")
-    ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
+    ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)} (with --rescore: of the kept jobs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0 (or tp0-random40), step_sync=mp, gph=4, order=tp-pp-dp, "
                          "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false")
@@ -854,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"laggard under test: {under_test(args.laggard.resolve())}", flush=True)
     if args.rescore:
         traces = sorted(p.parent for p in args.rescore.glob("*/truth.json"))
+        if args.kinds:  # (job directories are named alt<i>-<kind>)
+            traces = [t for t in traces if t.name.split("-", 1)[-1] in args.kinds.split(",")]
         results = [judge(t, args.timeout, args.laggard.resolve(), summary_first=args.summary_first) for t in traces]
     else:
         results = run(args.jobs, args.seed, args.keep, args.timeout, args.kinds.split(",") if args.kinds else None,

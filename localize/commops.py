@@ -308,7 +308,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     by_step = np.zeros((world, len(irr)))
     np.add.at(by_step, (graph.root_rank[at], col[at]), graph.delay[at])
     by_step = np.maximum(by_step - normal_blame[:, None] / max(len(ref), 1), 0.0)
-    unseen_blame = rank_blame * unseen_share(ops, lone_more, world, all_steps, ref, irr)
+    grown = compute_growth(ops, world, all_steps, ref)
+    unseen_blame = rank_blame * unseen_share(grown, lone_more, all_steps, irr)
     # a last arriver that was not late on its own clock (since the copies last ended together it
     # spent no more time than its peers computing, waiting or in other transfers) did not hold
     # them up: its data reached them late, so the transfer between them was slow -- e.g. a
@@ -344,7 +345,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
                                peer_wait=wait_change(waited, own_slow_steps(by_step, np.isin(all_steps, irr)),
                                                      np.isin(all_steps, ref)),
-                               quiet=silent)
+                               quiet=silent, grew=np.median(grown[:, np.isin(all_steps, irr)], axis=1))
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
@@ -624,17 +625,24 @@ def lone_excess(waited: np.ndarray, lone_ranks: np.ndarray, steps: np.ndarray, r
     return np.where(has[:, None], out, 0.0)
 
 
-def unseen_share(ops: Ops, lone_more: np.ndarray, world: int, steps: np.ndarray, ref: np.ndarray,
-                 slow: np.ndarray) -> np.ndarray:
-    """Per rank: of what its time per step grew by in the `slow` steps over its normal ones `ref`,
-    the share spent waiting in its lone copies (`lone_more`, `lone_excess`) rather than computing.
-    A slow unlogged peer grows the one; the rank itself, or its whole host, the other."""
+def compute_growth(ops: Ops, world: int, steps: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Rank × step (`steps`: the ops' steps, sorted): each rank's own compute beyond its median
+    over the normal steps `ref`."""
     own = rank_step_compute(ops, world, steps)
-    normal, hit = np.isin(steps, ref), np.isin(steps, slow)
+    normal = np.isin(steps, ref)
     if normal.any():
         own -= np.median(own[:, normal], axis=1, keepdims=True)
+    return own
+
+
+def unseen_share(grown: np.ndarray, lone_more: np.ndarray, steps: np.ndarray, slow: np.ndarray) -> np.ndarray:
+    """Per rank: of what its time per step grew by in the `slow` steps over its normal ones (its
+    compute, `grown`: `compute_growth`), the share spent waiting in its lone copies (`lone_more`,
+    `lone_excess`) rather than computing. A slow unlogged peer grows the one; the rank itself, or
+    its whole host, the other."""
+    hit = np.isin(steps, slow)
     waited = np.maximum(lone_more[:, hit], 0.0).sum(axis=1)
-    return waited / np.maximum(np.maximum(own[:, hit], 0.0).sum(axis=1) + waited, 1e-12)
+    return waited / np.maximum(np.maximum(grown[:, hit], 0.0).sum(axis=1) + waited, 1e-12)
 
 
 def candidate_ranks(c: Candidate, meta: JobMeta) -> list[int]:

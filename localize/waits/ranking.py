@@ -106,7 +106,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                        logged: np.ndarray | None = None, static: bool = True,
                        unseen: np.ndarray | None = None, peers: dict[int, list[int]] | None = None,
                        by_step: np.ndarray | None = None, peer_wait: np.ndarray | None = None,
-                       quiet: np.ndarray | None = None) -> list[RankUnit]:
+                       quiet: np.ndarray | None = None, grew: np.ndarray | None = None) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
@@ -119,7 +119,10 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     lands on the one stage its delay began at (`replica_turns`). `peer_wait`: per rank, its time in
     collectives with unlogged peers in the slow steps over before (`localize.ops.lone.wait_change`):
     for a host's one logged rank it tells its GPU from its host. `quiet`: per rank, known to have
-    logged nothing at all (default: not `logged`; the summary path reads only some ranks' records)."""
+    logged nothing at all (default: not `logged`; the summary path reads only some ranks' records).
+    `grew`: per rank, how much its own compute grew in the slow steps (s): a host whose logged GPUs
+    all computed longer is the host, however the blame for its waits fell among them (over a few
+    slow steps, on one or two of its GPUs: each step's last arriver collects it)."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
@@ -132,6 +135,13 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         """Share of the unit's logged ranks carrying a good part (30%) of the top rank's blame."""
         mine = ranks[seen[ranks]]
         return float((b[mine] >= 0.3 * top).mean()) if top > 0 and mine.size else 0.0
+
+    def _grown(ranks: np.ndarray, r: int) -> float:
+        """Share of the unit's logged ranks whose compute grew by half the top rank's or more."""
+        mine = ranks[seen[ranks]]
+        if grew is None or not mine.size or not grew[r] > 0:
+            return 0.0
+        return float((grew[mine] >= 0.5 * grew[r]).mean())
 
     host, stage, replica, hosts = layout_units(meta, world, kinds)
     b = blame.astype(np.float64).copy()
@@ -167,7 +177,8 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
         if len(hr) > 1 and not alone:
-            options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, _coverage(b, hr, top_b), hosts[h]))
+            options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total,
+                                    max(_coverage(b, hr, top_b), _grown(hr, r)), hosts[h]))
         if static and stage.max() > 0:
             sr = np.flatnonzero(stage == stage[r])
             if len(np.unique(host[sr])) > 1:

@@ -381,6 +381,20 @@ def test_a_gpu_on_and_off_in_sampled_steps_is_timed_from_its_first_slow_step_on_
 
 
 @pytest.mark.slow
+def test_a_host_on_and_off_judged_in_four_steps_is_the_host_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 9191, job 23: node-1 2.5x every other step, 40% of steps
+    logged without step numbers. The summary path judged four slow steps; the waits' blame fell on
+    two of the host's GPUs (64%), and its GPUs were named one by one where the full records name
+    the host. All eight computed longer in those steps: the host."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(23, "host", 9191, {"step_ids": "false"})
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].device() == "host node-1", [c.device() for c in v.candidates[:3]]
+
+
+@pytest.mark.slow
 def test_a_log_of_three_steps_without_abnormal_groups_still_fetches_the_network(tmp_path: Path) -> None:
     """The independent generator's seed 9292, job 52: 40% of 12 steps logged (2, 6 and 7), a NIC
     1.7x from step 6. The sidecars had no history to judge operators by, so the summaries held no

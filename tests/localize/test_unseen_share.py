@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from localize.commops import lone_excess, unseen_share
+from localize.commops import compute_growth, lone_excess, unseen_share
 from localize.ops.features import prepare_ops
 from localize.ops.lone import lone_copies, lone_time
 
@@ -37,7 +37,7 @@ def share(compute_slow: float, wait_slow: float) -> float:
     steps = np.arange(10)
     lone = lone_copies(ops, GROUPS)
     more = lone_excess(lone_time(ops, lone, 8, steps), ops.rank[lone], steps, steps[:6])
-    return float(unseen_share(ops, more, 8, steps, steps[:6], SLOW)[0])
+    return float(unseen_share(compute_growth(ops, 8, steps, steps[:6]), more, steps, SLOW)[0])
 
 
 def test_a_slow_unlogged_peer_grows_the_wait_not_the_compute() -> None:

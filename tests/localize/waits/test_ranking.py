@@ -102,3 +102,23 @@ def test_weak_turns_elsewhere_do_not_make_a_device_the_data() -> None:
     by_step = _turns([1, 1, 0, 0, 0, 1, 1, 1])
     by_step[:, [2, 3, 4]] *= 0.1
     assert replica_turns(by_step, np.repeat(np.arange(2), 2)) is None
+
+
+@pytest.mark.parametrize(("grew", "kind"), [
+    (dict.fromkeys(range(8), 0.3), "host"),  # every GPU of h0 computed longer: the host
+    ({2: 0.3}, "gpu"),  # only the blamed GPU did: it
+])
+def test_a_host_whose_gpus_all_computed_longer_is_the_host_however_the_blame_fell(grew: dict[int, float],
+                                                                                 kind: str) -> None:
+    """Seed 9191 job 23 of the independent generator: a host 2.5x on and off, four of its steps
+    judged from summaries; each step's last arriver collected the waits, two GPUs held 64% of the
+    blame, the host's coverage fell short and its GPUs were named one by one. Its GPUs' own compute
+    grew alike in the slow steps."""
+    meta, kinds = _tp2_pp2_dp4_on_two_hosts()
+    blame = np.full(16, 0.001)
+    blame[[2, 3, 5]] = [0.4, 0.26, 0.12]
+    growth = np.zeros(16)
+    growth[list(grew)] = list(grew.values())
+    units = explain_rank_blame(blame, meta, kinds, static=False, grew=growth)
+    assert units[0].kind == kind, units[:2]
+    assert explain_rank_blame(blame, meta, kinds, static=False)[0].kind == "gpu"  # (blame alone)

@@ -29,18 +29,9 @@ from localize.network.devices import (
     tied_best,
 )
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
-from localize.ops.features import (
-    CODED,
-    TIMED,
-    Ops,
-    prepare_ops,
-    rank_step_compute,
-    slot_stats,
-    sorted_rows,
-    step_scale,
-)
 from localize.ops.grouping import dense_codes, group_quantiles, group_sum, present, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
+from localize.ops.history import slot_stats, step_scale
 from localize.ops.lone import (
     lone_copies,
     lone_time,
@@ -52,6 +43,7 @@ from localize.ops.lone import (
     wait_change,
 )
 from localize.ops.steps import StepView, with_steps
+from localize.ops.table import CODED, TIMED, Ops, prepare_ops, rank_step_compute, sorted_rows
 from localize.verdict import Candidate, Verdict
 from localize.waits.persistent import (
     Imbalance,
@@ -228,7 +220,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 unlisted: bool | None = None, quiet: np.ndarray | None = None) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
-    Consumes `df`'s group, op, peer and time columns (`localize.ops.features.CODED`, `TIMED`).
+    Consumes `df`'s group, op, peer and time columns (`localize.ops.table.CODED`, `TIMED`).
     `partial`: groups whose members were not all fetched (summary path); their operators
     keep their place in each rank's timeline but are never judged. `forest=False` judges
     operators with the robust rule, as the sidecars do (the fast path). `unlisted`: a group

@@ -56,10 +56,10 @@ from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
 from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_verdict
 from localize.detect.detector import rule_detect
-from localize.ops.features import Ops, prepare_ops
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView, with_steps
+from localize.ops.table import Ops, prepare_ops
 from localize.verdict import Verdict
 from localize.waits.persistent import (
     Imbalance,

@@ -37,8 +37,8 @@ from localize.commops import COLUMNS
 from localize.detect.baselines import BASELINES, baseline_ranks
 from localize.detect.detector import label_rows, rule_detect
 from localize.detect.model_store import load_detector
-from localize.ops.features import prepare_ops
 from localize.ops.steps import step_durations
+from localize.ops.table import prepare_ops
 from localize.summary import SUMMARY_SCHEMA, localize_from_summary, summarize
 from localize.verdict import Candidate
 from timeline.steps import judge_from_fast_half

@@ -54,12 +54,13 @@ from collector.errors import TraceError
 from collector.groupnames import kind_in_name
 from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
-from localize.commops import COLUMNS, analyse_ops, candidate_ranks, imbalance_verdict
+from localize.candidates import imbalance_verdict
+from localize.commops import COLUMNS, analyse_ops, candidate_ranks
 from localize.detect.detector import rule_detect
-from localize.ops.features import Ops, prepare_ops
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies
 from localize.ops.steps import StepView, with_steps
+from localize.ops.table import Ops, prepare_ops
 from localize.verdict import Verdict
 from localize.waits.persistent import (
     Imbalance,

@@ -601,7 +601,7 @@ def judge_from_fast_half(durations: pd.Series, delta: float = 1.1, window: int =
     if len(normal) >= 3:
         # the steps judged before three normal ones were known get their baseline too: when a
         # fault covers most steps, the faster half is the fault's level, and operators' normal
-        # times scaled by it (`localize.ops.features.step_scale`) would halve
+        # times scaled by it (`localize.ops.history.step_scale`) would halve
         early = np.isclose(base, start) & (np.arange(len(vals)) <= int(np.flatnonzero(~irregular)[2]))
         base[early] = float(np.median(normal[:3]))
     return pd.DataFrame({"step": d.index.to_numpy(np.int64), "duration_s": vals, "baseline_s": base,

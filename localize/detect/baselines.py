@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from localize.detect.detector import three_sigma
-from localize.ops.features import Ops
+from localize.ops.table import Ops
 
 BASELINES = ("3-sigma", "slowest-comm", "megatron-minmax", "hta-late-start")
 

@@ -7,7 +7,7 @@ the forest. The screen's bounds were calibrated on held-out simulator jobs so th
 does not drop (`training.evaluate` scores the cascade as shipped).
 
 Drift is handled by auto-tuning, not retraining: features are normalized against the rolling
-step-time baseline (`features.step_scale`), and the decision threshold is re-tuned on the
+step-time baseline (`history.step_scale`), and the decision threshold is re-tuned on the
 recent normal iterations of the trace at hand, so that at most `fpr` of their operators are
 flagged. The 3-sigma rule on elapsed time sits beside it as the classic baseline.
 """
@@ -20,15 +20,9 @@ import numpy as np
 import pandas as pd
 
 from localize.detect.forest import ArrayForest
-from localize.ops.features import (
-    Basis,
-    Ops,
-    detector_matrix,
-    feature_basis,
-    in_steps,
-    slot_history,
-    step_scale,
-)
+from localize.ops.features import Basis, detector_matrix, feature_basis
+from localize.ops.history import slot_history, step_scale
+from localize.ops.table import Ops, in_steps
 
 DEFAULT_THRESHOLD = 0.5
 SCREEN_RATIO = 1.1  # elapsed over the slot's own (drift-normalized) median

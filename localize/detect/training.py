@@ -30,8 +30,9 @@ from localize.detect.detector import (
     tune_threshold,
 )
 from localize.detect.forest import ArrayForest
-from localize.ops.features import FEATURES, detector_matrix, feature_basis, prepare_ops
+from localize.ops.features import FEATURES, detector_matrix, feature_basis
 from localize.ops.steps import step_durations
+from localize.ops.table import prepare_ops
 from timeline.steps import judge_from_fast_half
 
 N_TREES = 6

@@ -19,8 +19,8 @@ import numpy as np
 
 from collector.meta import JobMeta
 from collector.schema import OPS
-from localize.ops.features import Ops
 from localize.ops.grouping import dense_codes, group_quantile
+from localize.ops.table import Ops
 from timeline.instances import host_codes
 from timeline.steps import clock_offsets_of
 

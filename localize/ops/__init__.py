@@ -1,1 +1,2 @@
-"""The operator table the CommOps methods share: per-operator features, group kinds, step judgement."""
+"""The operator table the CommOps methods share (`table`), an operator's normal time from its
+history (`history`), the detector's features (`features`), group kinds and step judgement."""

@@ -18,7 +18,7 @@ import pandas as pd
 from collector.groupnames import kind_in_name
 from collector.meta import JobMeta
 from collector.schema import OPS
-from localize.ops.features import Ops
+from localize.ops.table import Ops
 from timeline.groups import membership, sync_groups
 
 KINDS = ("dp", "tp", "pp", "ep", "cp", "sync")

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from collector.meta import JobMeta
-from localize.ops.features import Ops
 from localize.ops.grouping import unique
+from localize.ops.table import Ops
 from timeline.groups import membership
 
 

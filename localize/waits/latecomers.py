@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from localize.ops.features import Ops
 from localize.ops.grouping import group_quantile
+from localize.ops.table import Ops
 
 #: share of a group's instances in the irregular steps that must have the same last arriver
 CONSISTENT = 0.75

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from collector.meta import JobMeta
-from localize.ops.features import Ops, prepare_ops, rank_step_compute
 from localize.ops.grouping import present, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers
+from localize.ops.table import Ops, prepare_ops, rank_step_compute
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import EPISODE_GAP, ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localize.ops.features import Ops, slot_median
 from localize.ops.grouping import group_sum
+from localize.ops.history import slot_median
+from localize.ops.table import Ops
 from localize.waits.latecomers import recurrent_latecomers
 
 

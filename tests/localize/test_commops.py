@@ -12,8 +12,9 @@ import pytest
 
 from collector.traceio import Trace
 from localize.commops import COLUMNS, _late_history
-from localize.ops import features
-from localize.ops.features import Ops, prepare_ops, slot_history, sorted_rows, step_scale
+from localize.ops import history, table
+from localize.ops.history import slot_history, step_scale
+from localize.ops.table import Ops, prepare_ops, sorted_rows
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "gpu-straggler"
 
@@ -47,7 +48,8 @@ def test_late_history_holds_no_per_row_quantiles(ops: Ops, monkeypatch: pytest.M
     """Three per-row quantile arrays (24 bytes a row) made this stage the analysis's peak on a
     5 M-row job; it now holds the scale, the scaled times and the slots x steps history. (Small
     chunks: on this small trace the history's chunk scratch would hide the difference.)"""
-    monkeypatch.setattr(features, "_CHUNK", 4096)
+    monkeypatch.setattr(table, "_CHUNK", 4096)
+    monkeypatch.setattr(history, "_CHUNK", 4096)  # (its own binding of table's constant)
     view, ref = _view(ops), np.unique(ops.step)[2:-3]
     tracemalloc.start()
     try:

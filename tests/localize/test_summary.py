@@ -15,7 +15,7 @@ from collector.meta import JobMeta
 from collector.traceio import Trace
 from localize.combine import localize_trace
 from localize.commops import COLUMNS
-from localize.ops.features import prepare_ops
+from localize.ops.table import prepare_ops
 from localize.summary import localize_from_summary, summarize, write_summaries
 from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace

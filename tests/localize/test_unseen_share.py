@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from localize.commops import compute_growth, lone_excess, unseen_share
-from localize.ops.features import prepare_ops
 from localize.ops.lone import lone_copies, lone_time
+from localize.ops.table import prepare_ops
 
 GROUPS = {"tp-0": [0, 1, 2, 3], "tp-1": [4, 5, 6, 7], "dp-0": [0, 4]}
 SLOW = np.arange(6, 10)

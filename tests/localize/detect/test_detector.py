@@ -12,14 +12,10 @@ import pytest
 from localize.detect.detector import clearly_normal, rule_detect, three_sigma, tune_threshold
 from localize.detect.forest import ArrayForest
 from localize.detect.model_store import load_detector, load_model
-from localize.ops.features import (
-    FEATURES,
-    detector_matrix,
-    feature_basis,
-    prepare_ops,
-    slot_history,
-)
+from localize.ops.features import FEATURES, detector_matrix, feature_basis
+from localize.ops.history import slot_history
 from localize.ops.steps import step_durations
+from localize.ops.table import prepare_ops
 
 MS = 1_000_000
 
@@ -122,7 +118,7 @@ def test_train_detector_is_deterministic(tmp_path: Path, cli) -> None:
 def test_slots_match_pandas_with_lost_rows() -> None:
     """A slot is (rank, stream, op, ordinal within the step); numbering them from each
     operator's widest step must agree with pandas' grouping, also when rows were lost."""
-    from localize.ops.features import _slot_codes
+    from localize.ops.table import _slot_codes
 
     rng = np.random.default_rng(5)
     n_steps, ranks, per_step = 6, 4, 9

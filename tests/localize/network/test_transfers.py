@@ -8,8 +8,8 @@ import pytest
 
 from collector.meta import JobMeta, RankInfo
 from localize.network.transfers import slow_transfer_excess
-from localize.ops.features import prepare_ops
 from localize.ops.grouping import group_quantile
+from localize.ops.table import prepare_ops
 from tests.localize.waits.test_waitgraph import rows
 
 #: (send start, send end, recv start, recv end) in ms from the step's start

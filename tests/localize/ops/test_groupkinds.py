@@ -10,8 +10,8 @@ import pandas as pd
 
 from collector.meta import JobMeta, RankInfo
 from localize.commops import COLUMNS
-from localize.ops.features import Ops, prepare_ops
 from localize.ops.groupkinds import group_kinds, with_observed_groups
+from localize.ops.table import Ops, prepare_ops
 from localize.waits.ranking import layout_units
 from tests.timeline.test_timeline_groups import with_syncs
 from tests.timeline.timeline_factory import kinds_by_members, make_trace

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from localize.ops.features import prepare_ops
 from localize.ops.lone import (
     lone_copies,
     lone_time,
@@ -16,6 +15,7 @@ from localize.ops.lone import (
     wait_beside_peers,
     wait_change,
 )
+from localize.ops.table import prepare_ops
 
 GROUPS = {"tp-0": [0, 1, 2, 3], "tp-1": [4, 5, 6, 7], "dp-0": [0, 4]}
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from collector.traceio import Trace
 from localize.commops import COLUMNS
-from localize.ops.features import CODED, in_steps, prepare_ops, sorted_rows
+from localize.ops.table import CODED, in_steps, prepare_ops, sorted_rows
 from simulator.config import SimConfig
 from simulator.writer import simulate_trace
 from timeline.columns import read_commops

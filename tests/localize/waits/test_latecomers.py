@@ -11,7 +11,8 @@ import numpy as np
 from collector.kineto import import_kineto
 from collector.traceio import Trace
 from localize.commops import COLUMNS, _instance_layout
-from localize.ops.features import Ops, prepare_ops, slot_quantiles
+from localize.ops.history import slot_quantiles
+from localize.ops.table import Ops, prepare_ops
 from localize.waits.latecomers import recurrent_latecomers
 from tests.conftest import run_cli
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from collector.schema import OPS
-from localize.ops.features import prepare_ops
+from localize.ops.table import prepare_ops
 from localize.waits import waitgraph
 from localize.waits.waitgraph import _range_argmax, build_waitgraph
 

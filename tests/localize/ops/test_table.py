@@ -10,7 +10,7 @@ import pytest
 
 from collector.traceio import Trace
 from localize.commops import COLUMNS
-from localize.ops.features import RowTimes, prepare_ops, sorted_rows
+from localize.ops.table import RowTimes, prepare_ops, sorted_rows
 
 TRACE = Path(__file__).resolve().parents[3] / "traces" / "gpu-straggler"
 ROW_ARRAYS = ("elapsed", "inst", "wait", "gap", "group_code", "slot", "pair", "opcode", "step", "rank", "nbytes")
@@ -46,8 +46,8 @@ def test_sorted_rows_consumes_its_input() -> None:
 
 
 def test_step_codes_are_dense_codes_in_step_order() -> None:
-    from localize.ops.features import _step_codes
     from localize.ops.grouping import dense_codes
+    from localize.ops.table import _step_codes
 
     rng = np.random.default_rng(2)
     for step in (rng.integers(-3, 40, 500), rng.integers(0, 2**30, 50), np.array([7, 7, 7]), np.zeros(0)):
@@ -123,18 +123,18 @@ def test_history_matrix_by_chunks_equals_the_sorted_codes_path(monkeypatch: pyte
     and at a chunk smaller than the rows."""
     import dataclasses
 
-    from localize.ops import features
+    from localize.ops import history, table
 
     ops = prepare_ops(sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS)))
     rng = np.random.default_rng(5)
     e = rng.random(len(ops.step))
     keep = rng.random(len(ops.step)) > 0.2
     steps = np.unique(ops.step)
-    use = features.in_steps(ops, steps[1::2])
+    use = table.in_steps(ops, steps[1::2])
     spread = dataclasses.replace(ops, step=ops.step.astype(np.int64) * 10_000_000)
-    want = features._history_matrix(spread, e, use, keep)
-    monkeypatch.setattr(features, "_CHUNK", 1000)
-    got = features._history_matrix(ops, e, use, keep)
+    want = history._history_matrix(spread, e, use, keep)
+    monkeypatch.setattr(history, "_CHUNK", 1000)
+    got = history._history_matrix(ops, e, use, keep)
     assert got.shape == want.shape == (int(ops.slot.max()) + 1, len(steps[1::2]))
     np.testing.assert_array_equal(got, want)
 
@@ -142,14 +142,14 @@ def test_history_matrix_by_chunks_equals_the_sorted_codes_path(monkeypatch: pyte
 def test_idle_gaps_by_chunks_of_ranks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Gaps computed a chunk of whole ranks at a time (chunks far smaller than the rows, ranks
     cut at their first row) are the one-pass gaps bit for bit."""
-    from localize.ops import features
+    from localize.ops import table
 
     df = sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS))
     rank, start, end = (df[c].to_numpy(np.int64) for c in ("rank", "start_ns", "end_ns"))
-    want = features._idle_gaps(rank, start, end)
+    want = table._idle_gaps(rank, start, end)
     for chunk in (1, 97, 5000):
-        monkeypatch.setattr(features, "_RANK_CHUNK", chunk)
-        got = features.idle_gaps(rank, start, end)
+        monkeypatch.setattr(table, "_RANK_CHUNK", chunk)
+        got = table.idle_gaps(rank, start, end)
         assert got.tobytes() == want.tobytes()
 
 
@@ -157,7 +157,7 @@ def test_rank_step_compute_by_chunks_of_ranks_is_bincount_over_every_gap(monkeyp
     """Rank x step compute summed a chunk of whole ranks at a time is the sum over all rows' gaps,
     bit for bit (each rank's rows are added in row order, as bincount adds them), and every
     operator's elapsed, computed on use from the frame's times, is end - start in seconds."""
-    from localize.ops import features
+    from localize.ops import table
 
     ops = prepare_ops(Trace.open(TRACE).commops(columns=COLUMNS))
     steps = np.unique(ops.step)
@@ -165,8 +165,8 @@ def test_rank_step_compute_by_chunks_of_ranks_is_bincount_over_every_gap(monkeyp
     cell = ops.rank.astype(np.int64) * len(steps) + np.searchsorted(steps, ops.step)
     want = np.bincount(cell, weights=ops.gap, minlength=world * len(steps)).reshape(world, len(steps))
     for chunk in (1, 97, 1 << 18):
-        monkeypatch.setattr(features, "_RANK_CHUNK", chunk)
-        got = features.rank_step_compute(ops, world, steps)
+        monkeypatch.setattr(table, "_RANK_CHUNK", chunk)
+        got = table.rank_step_compute(ops, world, steps)
         assert got.tobytes() == want.tobytes()
     assert (want[:-2] > 0).any() and not want[-2:].any()
     raw = ops.df["end_ns"].to_numpy(np.int64) - ops.df["start_ns"].to_numpy(np.int64)

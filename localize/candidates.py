@@ -1,0 +1,262 @@
+"""The CommOps verdict's candidates and the evidence sentences that say why each is named.
+
+`localize.commops` finds who delayed whom (the analysis); this module turns its findings into
+`Candidate`s: a rank unit that caused waits (`rank_candidate`), a network device that explains
+slow transfers (`net_candidate`), a persistent imbalance among peers (`imbalance_verdict`), with
+the devices their records cannot tell apart (`with_ties`), ranked and deduplicated (`merge`).
+Kept apart so the words can change without touching the numbers; it never imports the analysis.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import cast
+
+import numpy as np
+import pandas as pd
+
+from collector.meta import JobMeta
+from localize.network.devices import NetCandidate
+from localize.ops.table import Ops
+from localize.verdict import Candidate, Verdict
+from localize.waits.persistent import Imbalance
+from localize.waits.ranking import RankUnit
+from localize.waits.waitgraph import WaitGraph
+
+
+def with_ties(cand: Candidate, u: RankUnit, meta: JobMeta) -> list[Candidate]:
+    """`cand` and the devices its unit's records cannot tell from it, at its score, marked a tie."""
+    if not u.also:
+        return [cand]
+    others = [_bare_candidate(a, cand.score, meta) for a in u.also]
+    for c in [cand, *others]:
+        c.tie = 1 + len(u.also)
+        c.evidence = c.evidence or cand.evidence
+    return [cand, *others]
+
+
+def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops | None, meta: JobMeta,
+                   lone: np.ndarray | None = None) -> Candidate:
+    score = u.share * rank_frac
+    ranks = np.asarray(u.witnesses)
+    if g is None or ops is None:
+        return _bare_candidate(u, score, meta)
+    hit = (g.suspect | g.orphan) & np.isin(g.root_rank, ranks)
+    direct = hit & (g.root_inst == np.arange(len(hit)))
+    groups = Counter(str(ops.groups[x]) for x in ops.inst_group[direct][:5000])
+    top_groups = ", ".join(f"{n} ({c})" for n, c in groups.most_common(3))
+    waited = float(g.delay[hit].sum())
+    ev = []
+    if u.via is not None:
+        ev.append(f"rank {u.via} was the last copy while its peers waited in {int(direct.sum())} prolonged operators "
+                  f"({top_groups}), yet computed no longer than before: it waited in collectives whose other members "
+                  "logged nothing (one rank per group logged)")
+        ev.append(f"one of {u.tie_names()} was slow; the records cannot tell which; {waited:.3f} s of waiting caused")
+        cand = _bare_candidate(u, score, meta)
+        cand.evidence = ev
+        return cand
+    if "quiet_host" in u.detail:
+        return _quiet_host_candidate(u, score, g, ops, meta)
+    if u.kind == "gpu":
+        r = int(ranks[0])
+        info = meta.ranks.get(r)
+        n_direct = int(direct.sum())
+        ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
+        exc = g.excess_compute[direct]
+        if u.also:
+            ev.append(f"it is the only rank of {u.also[0].label} that logged: a slow GPU there and the whole host "
+                      "slowed show the same records")
+        if "peer_wait" in u.detail:
+            ev.append(f"it is the only rank of {info.host if info else 'its host'} that logged, and in the slow steps "
+                      f"it waited {cast(float, u.detail['peer_wait']):.2f}x its normal time in the collectives it shares "
+                      "with its unlogged peers: it arrived last and they waited on it, so they were not slow (the "
+                      "GPU, not the host)")
+        if exc.size and lone is not None and (lone & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
+            ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
+                      "members were not logged (one rank per group logged), not in compute")
+        elif exc.size:
+            ev.append(f"its delay is its own: {np.median(exc) * 1e3:.2f} ms more compute than its peers before each of them")
+        if g.orphan[hit].any():
+            ev.append(f"rank {r} logged no record of {int(g.orphan[hit].sum())} operators its peers waited in")
+        ev.append(f"{int((hit & ~direct).sum())} more delays elsewhere trace back to it through waiting; {waited:.3f} s of waiting caused")
+        return Candidate("gpu", score, ev, rank=r, host=info.host if info else None, gpu=info.gpu if info else None, source="commops")
+    if u.kind == "host" and "peer_wait" in u.detail:
+        r = cast(int, u.detail["logged_rank"])
+        ev.append(f"rank {r}, the only rank of {u.label} that logged, delayed its peers ({top_groups}) computing "
+                  f"longer, and in the slow steps it also waited {cast(float, u.detail['peer_wait']):.2f}x its normal time "
+                  "in the collectives it shares with its unlogged peers on the host: they were slow too (the "
+                  "host, not one GPU)")
+        ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
+        return Candidate("host", score, ev, host=u.label, source="commops")
+    if u.kind == "host":
+        if "replicas" in u.detail:
+            ev.append(f"the {u.detail['replicas']} model replicas {u.label} holds were each slow whole, and no replica "
+                      f"elsewhere was ({top_groups})")
+            ev.append("data taking turns would move between hosts: one host slows every replica it holds, the last of "
+                      "them collecting the waits")
+        else:
+            ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
+        ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
+        return Candidate("host", score, ev, host=u.label, source="commops")
+    if u.kind == "config":
+        ev.append(f"{u.label}: {int(u.coverage * len(ranks))} of {len(ranks)} GPUs compute longer than the other stages; the next stages wait on them")
+        ev.append("every data-parallel replica shows the same stage lagging: the split of layers, not a device")
+        return Candidate("config", score, ev, source="commops", stage=_stage(u))
+    if u.detail.get("replicas") == 1:
+        hosts = sorted({meta.host_of(r) for r in ranks})
+        if len(hosts) > 1:
+            ev.append(f"one model replica, all its GPUs on {len(hosts)} hosts, computed longer in the slow steps")
+            ev.append("no one device slows hosts it does not share: the replica's batch did (sequence-length imbalance)")
+        else:
+            ev.append(f"one model replica, {len(ranks)} GPUs of {hosts[0]}, computed longer in the slow steps; "
+                      "the host's other GPUs did not")
+            ev.append("no one GPU slows its peers' compute, and a slow host slows all its GPUs: the replica's batch did "
+                      "(sequence-length imbalance)")
+        return Candidate("data", score, ev, source="commops")
+    ev.append(f"{u.label} take turns delaying their peers: whole replicas (all their GPUs) compute longer in different steps")
+    ev.append("the delay moves with the data each replica gets, not with a device: sequence-length imbalance")
+    return Candidate("data", score, ev, source="commops")
+
+
+def _quiet_host_candidate(u: RankUnit, score: float, g: WaitGraph, ops: Ops, meta: JobMeta) -> Candidate:
+    """A GPU or host that logged nothing, shown by its peers' waits in collectives short of its copies."""
+    mine = set(u.ranks)
+    names = np.array([bool(mine & set(meta.groups.get(str(n), ()))) for n in ops.groups])
+    hit = g.orphan & (g.missing_rank < 0) & (g.root_inst == np.arange(ops.n_inst)) & names[ops.inst_group]
+    groups = Counter(str(ops.groups[x]) for x in ops.inst_group[hit][:5000])
+    top_groups = ", ".join(f"{n} ({c})" for n, c in groups.most_common(3))
+    host = cast(str, u.detail["quiet_host"])
+    ev = [f"{host} logged nothing; in {int(hit.sum())} prolonged collectives ({top_groups}) every logged copy "
+          f"waited on members there, {float(g.delay[hit].sum()):.3f} s of waiting"]
+    if u.kind == "gpu":
+        ev.append(f"rank {u.ranks[0]} is the member most of those waits were on: that GPU, not the whole host")
+    else:
+        ev.append("its GPUs were waited on alike: the host's compute and its NIC's transfers look the same from "
+                  "its peers' records (a logger there, or flows, would tell them apart)")
+        if quiet := sorted({a.label for a in u.also if a.kind == "host"}):
+            ev.append(f"{', '.join(quiet)} logged nothing either and share a group with it that no logged rank is in, "
+                      "or were waited on nearly as long: the collectives that miss them both cannot say which was slow")
+    cand = _bare_candidate(u, score, meta)
+    cand.evidence = ev
+    return cand
+
+
+def _bare_candidate(u: RankUnit, score: float, meta: JobMeta) -> Candidate:
+    if u.kind == "gpu":
+        info = meta.ranks.get(u.ranks[0])
+        return Candidate("gpu", score, [], rank=u.ranks[0], host=info.host if info else None,
+                         gpu=info.gpu if info else None, source="commops")
+    if u.kind in ("host", "nic"):
+        return Candidate(u.kind, score, [], host=u.label, source="commops")
+    if u.kind == "link":
+        pair = u.detail.get("hosts")
+        return Candidate("link", score, [], hosts=[str(h) for h in pair] if isinstance(pair, list) else None, source="commops")
+    return Candidate(u.kind, score, [], source="commops", stage=_stage(u) if u.kind == "config" else None)
+
+
+def _stage(u: RankUnit) -> int | None:
+    st = u.detail.get("stage")
+    return int(st) if isinstance(st, int) else None
+
+
+def net_candidate(c: NetCandidate, score: float, meta: JobMeta, logged: np.ndarray) -> Candidate:
+    """`logged`: per rank, whether it logged any record (a GPU's path is told from its host's NIC
+    only by the host's other GPUs)."""
+    ex = ", ".join(c.examples)
+    common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}): every copy of a collective was slow, or a transfer's data arrived late while its sender was on time"
+    if c.kind == "gpu":
+        r = int(c.key)  # type: ignore[arg-type]
+        info = meta.ranks.get(r)
+        host = info.host if info else None
+        others = [x for x, i in meta.ranks.items() if i.host == host and x != r and x < len(logged) and logged[x]]
+        beside = ("other GPUs of the same host communicate normally" if others else
+                  f"no other GPU of {host} logged: this GPU's own path and the host's NIC show the same records")
+        return Candidate("gpu", score, [f"communication path of rank {r} (PCIe/NIC port of this GPU): {common}", beside],
+                         rank=r, host=host, gpu=info.gpu if info else None, source="commops")
+    key = c.key if isinstance(c.key, tuple) else (str(c.key),)
+    if c.kind == "nic":
+        return Candidate("nic", score, [f"NIC of {key[0]}: {common}"], host=key[0], source="commops")
+    if c.kind == "link":
+        return Candidate("link", score, [f"link {key[0]}<->{key[1]}: {common}"], hosts=list(key), source="commops")
+    return Candidate("switch", score, [f"switch {key[0]}: {common}"], switch=key[0], source="commops")
+
+
+def merge(primaries: list[Candidate], alternates: list[Candidate], top: int) -> list[Candidate]:
+    """Independent findings first (one per fault), then other devices that could explain the
+    slow transfers, each scored below every finding."""
+    primaries = sorted(primaries, key=lambda c: -c.score)
+    floor = min((c.score for c in primaries), default=1.0)
+    for c in alternates:
+        c.score = min(c.score, floor)
+    ranked = _dedupe(primaries + sorted(alternates, key=lambda c: -c.score))
+    # candidates that explain under 1% of the delay are noise, not suspects
+    return [c for i, c in enumerate(ranked) if i == 0 or c.score >= 0.01 * ranked[0].score][:top]
+
+
+def _dedupe(cands: list[Candidate]) -> list[Candidate]:
+    seen: set[tuple[object, ...]] = set()
+    out = []
+    for c in cands:
+        key = (c.kind, c.rank, c.host, tuple(c.hosts or ()), c.switch)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, extra: dict[str, object] | None = None,
+                      steps: np.ndarray | None = None, durations: pd.Series | None = None) -> Verdict:
+    """The verdict of a job slow from `first_step`, or from `found.since`, by `found.units` (none:
+    healthy). `steps`: the logged steps; `durations`: step times (s) by step."""
+    more = dict(extra or {})
+    units, x = found.units, found.ratio
+    if not units:
+        return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **more})
+    cands = []
+    for u in units:
+        cand = _bare_candidate(u, u.share, meta)
+        cand.evidence = _persistent_evidence(u, x, found.since, found.on_off)
+        cands += with_ties(cand, u, meta)
+    workers = [float(np.median(x[np.asarray(u.witnesses)])) for u in units if u.kind in ("gpu", "host")]
+    stages = [float(cast(float, u.detail["over"])) for u in units if u.kind == "config" and "over" in u.detail]
+    slow = max(workers + stages[:1], default=1.0)  # (a stage: its compute over the fastest stage's)
+    if found.since is not None and steps is not None:
+        later = found.on_off or [int(s) for s in steps if s >= found.since]
+        if durations is not None and len(durations):
+            d = durations.dropna()
+            before, after = d[d.index < found.since].iloc[1:], d[d.index.isin(later)]  # (the first holds warm-up)
+            if len(before) and len(after):
+                slow = float(after.median() / before.median())
+        return Verdict(meta.job, "irregular", later, slow, cands,
+                       {"source": "commops", "typical_compute_s": round(found.typical, 6), **more},
+                       onset_step=found.since)
+    return Verdict(meta.job, "irregular", [], slow, cands, {"source": "commops", "persistent": True,
+                                                            "typical_compute_s": round(found.typical, 6), **more},
+                   onset_step=first_step)
+
+
+def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, on_off: list[int] | None = None) -> list[str]:
+    since = "in every step since the first: the job has been slow from the start, so no iteration is irregular against its neighbours"
+    if u.kind in ("gpu", "host"):
+        slower = float(np.median(x[np.asarray(u.witnesses)]) - 1)
+        if began is not None:
+            when = f"on and off ({len(on_off)} steps) since step {began}" if on_off else f"in every step since step {began}"
+            since = (f"{when}, and not before: the step times are too noisy to show it, "
+                     "its compute beside its peers' in the same steps does")
+        if u.via is not None:
+            return [f"rank {u.via} spent {slower:.0%} longer per step than its stage peers, waiting in collectives whose "
+                    f"other members logged nothing (one rank per group logged): one of {u.tie_names()} is slow, and its "
+                    "records cannot tell which", since]
+        if "peer_wait" in u.detail:
+            r, change = cast(int, u.detail["logged_rank"]), cast(float, u.detail["peer_wait"])
+            told = ("it arrived last and they waited on it, so they are not slow (the GPU, not the host)" if u.kind == "gpu"
+                    else "they are slow too (the host, not one GPU)")
+            return [f"rank {r}, the only rank of its host that logged, computes {slower:.0%} longer per step than its "
+                    f"peers of the same pipeline stage, and waits {change:.2f}x as long as they do in the collectives "
+                    f"it shares with its unlogged peers: {told}", since]
+        return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
+    if u.kind == "config":
+        return [f"{u.label} computes longer than the fastest stage on every worker of the stage: the split of layers, not a device",
+                since]
+    return [f"{u.label} take turns computing longer than their stage peers: the delay moves with the data each replica gets "
+            "(sequence-length imbalance), not with a device"]

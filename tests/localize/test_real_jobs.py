@@ -62,6 +62,7 @@ TP4_FAULT = Fault("gpu", 20, 2.0, ranks=[2])
 WARMUP = 3  # steps 0..2: connection set-up and first allocations (0.4-0.8 s against 0.35 here)
 LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
 NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each namespace's hostname
+ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
 
 
 def run_nic(out: Path) -> Path:
@@ -173,6 +174,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 trace = run(out, PP4, f"real-{name}", PP4_FAULT)
             elif name == "tp4-gpu-from-20":
                 trace = run(out, TP4, f"real-{name}", TP4_FAULT)
+            elif name == "gpu-on-off-from-20":
+                trace = run(out, JOB, f"real-{name}", ON_OFF)
             else:
                 trace = run(out, JOB, f"real-{name}", SCENARIOS[name])
             cache[name] = (trace, verdicts(trace), own_steps(out))
@@ -304,3 +307,42 @@ def test_real_single_replica_logged_one_rank_per_tp_group_names_the_unlogged_mem
         assert got is not None and abs(got - TP4_FAULT.start) <= 1, said
 
     on_real_runs(ran, "tp4-gpu-from-20", judge)
+
+
+def every_third_step(trace: Path, out: Path) -> Path:
+    """A copy of a real run's trace as a sampling logger writes it: steps 0, 3, 6, ... only."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    shutil.copytree(trace, out, ignore=shutil.ignore_patterns("summary"))
+    for f in (out / "commops").glob("*.parquet"):
+        t = pq.read_table(f)
+        pq.write_table(t.filter(pc.equal(pc.subtract(t["step"], pc.multiply(pc.divide(t["step"], 3), 3)), 0)), f)
+    return out
+
+
+def on_off_disturbed(steps: list[float]) -> str:
+    """Why a run of ON_OFF is not the job it meant: warm-up aside, a step before the fault or an
+    off step after it 1.25x the median of those steps, or on steps not 1.2x slower than off ones."""
+    calm = [t for i, t in enumerate(steps) if i >= WARMUP and (i < ON_OFF.start or (i - ON_OFF.start) % 2)]
+    on = [t for i, t in enumerate(steps) if i >= ON_OFF.start and (i - ON_OFF.start) % 2 == 0]
+    med = float(np.median(calm))
+    if max(calm) >= 1.25 * med or float(np.median(on)) < 1.2 * med:
+        return f"not the intended run: this machine's other load ({' '.join(f'{t:.2f}' for t in steps)} s)"
+    return ""
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+@pytest.mark.parametrize("sampled", [False, True])
+def test_real_gpu_on_and_off_is_named_from_its_first_logged_slow_step(ran: Any, path: str, sampled: bool,
+                                                                      tmp_path: Path) -> None:
+    """Rank 5 2x every other step from step 20: named alone, since step 20; with every third step
+    logged (18, 21, 24, ...) its first logged slow step is 24 (21 was an off step)."""
+    def judge(trace: Path, answers: Answers, steps: list[float]) -> None:
+        if why := on_off_disturbed(steps):
+            pytest.skip(why)
+        v = verdicts(every_third_step(trace, tmp_path / trace.parent.name))[path] if sampled else answers[path]
+        check(v, Fault("gpu", 24 if sampled else 20, ranks=[5]), steps)
+
+    on_real_runs(ran, "gpu-on-off-from-20", judge)
+

@@ -209,6 +209,13 @@ def extent_step_durations(extent: tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 LAST_START_QUANTILE = 0.95
 
 
+def predecessors(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per logged step (`steps` sorted): the index of the step numbered one less (clipped into
+    range where there is none), and whether it was logged."""
+    at = np.minimum(np.searchsorted(steps, steps - 1), max(len(steps) - 1, 0))
+    return at, (steps[at] == steps - 1) if len(steps) else np.zeros(0, dtype=bool)
+
+
 def _from_last_start(steps: np.ndarray, latest: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Durations (ns) with each step logged without its predecessor (sampled steps, a window's
     first step) measured from where its last ranks start it (`latest`, LAST_START_QUANTILE), on a common
@@ -219,12 +226,11 @@ def _from_last_start(steps: np.ndarray, latest: np.ndarray, end: np.ndarray, dur
     rank to start is the one the previous step held longest, and its start is about that step's
     end. The job's span instead starts with a stage that finished early and posted the next
     step while another was still held: a normal step after a slow, unlogged one read 1.3x."""
-    at = np.searchsorted(steps, steps - 1)
-    has_prev = (at < len(steps)) & (steps[np.minimum(at, len(steps) - 1)] == steps - 1)
+    at, has_prev = predecessors(steps)
     alone = ~has_prev
     if not alone.any():
         return dur
-    pause = latest[has_prev] - end[np.minimum(at, len(steps) - 1)][has_prev]
+    pause = latest[has_prev] - end[at][has_prev]
     typical = float(np.median(pause)) if pause.size else 0.0
     return np.where(alone, end - latest + typical, dur)
 
@@ -237,9 +243,8 @@ def durations_from_bounds(steps: np.ndarray, begin: np.ndarray, end: np.ndarray)
     steps (no sync at a step's end: the last stage posts the next step's recv while the first
     stage still finishes this one), which a span alone overstates; a clock's first step gets no pause.
     `steps` sorted. One rule for the job's clock (`job_step_durations`) and each host's (the summaries)."""
-    at = np.searchsorted(steps, steps - 1)
-    has_prev = (at < len(steps)) & (steps[np.minimum(at, len(steps) - 1)] == steps - 1)
-    prev_end = np.where(has_prev, end[:, np.minimum(at, len(steps) - 1)], np.nan)
+    at, has_prev = predecessors(steps)
+    prev_end = np.where(has_prev, end[:, at], np.nan)
     pause = begin - prev_end
     with warnings.catch_warnings():  # a clock with no consecutive steps has no typical pause
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -62,6 +62,15 @@ def stage_reference(comp: np.ndarray, seen: np.ndarray, stage: np.ndarray) -> np
     return ref
 
 
+def row_nanmedian(a: np.ndarray) -> np.ndarray:
+    """Each row's median of its finite values; NaN for a row with none (a stage none of whose
+    ranks logged), without numpy's all-NaN warning for it."""
+    out = np.full(a.shape[0], np.nan)
+    has = np.isfinite(a).any(axis=1)
+    out[has] = np.nanmedian(a[has], axis=1)
+    return out
+
+
 @dataclass
 class StageRatio:
     """Each rank's compute over its stage's reference (rank × step), with what it was built from."""
@@ -85,7 +94,7 @@ def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[t
     if ref.shape[0] < 2 or not np.isfinite(ref).any():
         return []
     over = ref / np.maximum(np.nanmin(ref, axis=0), 1e-9)
-    y = np.nanmedian(over, axis=1)
+    y = row_nanmedian(over)
     out = []
     for s in np.flatnonzero(y > 1 + STAGE_EXCESS):
         ranks = np.flatnonzero(seen & (stage == s)).tolist()
@@ -272,15 +281,15 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     cols = np.arange(ratio.shape[1])
     since = cols >= onset[:, None]
     # a rank slow since some step is judged on the steps since then
-    x = np.where(seen, np.nanmedian(np.where(since, ratio, np.nan), axis=1), 1.0)
+    x = np.where(seen, row_nanmedian(np.where(since, ratio, np.nan)), 1.0)
     typical = float(np.nanmedian(ref))
-    own = np.nanmedian(ref[stage], axis=1)
+    own = row_nanmedian(ref[stage])
     worker_blame = np.where(seen, np.maximum(x - 1 - MIN_EXCESS, 0.0) * own, 0.0)
     unseen = None
     if waited is not None:
         # the excess that is time in lone copies beyond the stage peers': the unlogged peers' delay
         extra = (waited - stage_reference(waited, seen, stage)[stage]) / np.maximum(ref[stage], 1e-9)
-        xw = np.where(seen, np.nanmedian(np.where(since, extra, np.nan), axis=1), 0.0)
+        xw = np.where(seen, row_nanmedian(np.where(since, extra, np.nan)), 0.0)
         unseen = worker_blame * np.clip(xw / np.maximum(x - 1, 1e-9), 0.0, 1.0)
     beside = wait_beside_peers(waited, seen, stage) if waited is not None else None
     workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen, unseen=unseen, peers=peers,

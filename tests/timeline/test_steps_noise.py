@@ -249,3 +249,14 @@ def test_a_fault_on_and_off_starts_at_its_first_slow_step_however_short_the_firs
     d[slow] *= 1.18
     _, _, onset = settle(judge_steps(pd.Series(d, index=pd.Index(steps, name="step"))))
     assert onset == 27
+
+
+def test_steps_just_before_the_onset_over_delta_are_the_faults_first() -> None:
+    """The independent generator's seed 9494 job 49: a NIC on at random from step 8 (1.15x, 1.14x,
+    then 1.16-1.23x in most steps). The fault's own swings widened δ to 1.16, so steps 8 and 9
+    were left normal and the onset read 10."""
+    ratio = [1.85, 1.84, 1.02, 0.98, 0.97, 1.01, 1.01, 0.99, 1.146, 1.136, 1.162, 1.159, 1.18, 0.98, 1.175,
+             1.189, 0.96, 1.165, 0.99, 1.181, 1.201, 1.228, 1.174, 1.02, 1.199, 0.99, 1.01]
+    table, warm, onset = judge_window(pd.Series(0.294 * np.array(ratio), index=np.arange(len(ratio))))
+    assert warm == [0, 1] and onset == 8
+    assert table.loc[table["step"].isin([8, 9]), "irregular"].all()

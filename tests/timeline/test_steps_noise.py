@@ -255,8 +255,8 @@ def test_steps_just_before_the_onset_over_delta_are_the_faults_first() -> None:
     """The independent generator's seed 9494 job 49: a NIC on at random from step 8 (1.15x, 1.14x,
     then 1.16-1.23x in most steps). The fault's own swings widened δ to 1.16, so steps 8 and 9
     were left normal and the onset read 10."""
-    ratio = [1.85, 1.84, 1.02, 0.98, 0.97, 1.01, 1.01, 0.99, 1.146, 1.136, 1.162, 1.159, 1.18, 0.98, 1.175,
-             1.189, 0.96, 1.165, 0.99, 1.181, 1.201, 1.228, 1.174, 1.02, 1.199, 0.99, 1.01]
-    table, warm, onset = judge_window(pd.Series(0.294 * np.array(ratio), index=np.arange(len(ratio))))
+    d = [0.5427, 0.5408, 0.2982, 0.2906, 0.2837, 0.2959, 0.2957, 0.2917, 0.3367, 0.3359, 0.3436, 0.3426, 0.349,
+         0.289, 0.3451, 0.3492, 0.2831, 0.3422, 0.2903, 0.3438, 0.3497, 0.3574, 0.3417, 0.2974, 0.3521, 0.2904, 0.2964]
+    table, warm, onset = judge_window(pd.Series(d, index=np.arange(len(d))))
     assert warm == [0, 1] and onset == 8
     assert table.loc[table["step"].isin([8, 9]), "irregular"].all()

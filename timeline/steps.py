@@ -628,9 +628,10 @@ def judge_window(durations: pd.Series, delta: float = 1.1, warmup: bool = True) 
 
 def _with_onset_from_delta(table: pd.DataFrame, warm: list[int], onset: int | None,
                            delta: float) -> tuple[pd.DataFrame, list[int], int | None]:
-    """The steps right before the onset that ran δ or more over their baseline, neither warm-up
-    nor noise, are the fault's first ones: δ widened for the job's noise (`calm_delta`, which a
-    fault on in a third of the steps swells) left them normal. A NIC on at random from step 8 read
+    """The steps right before the onset that ran δ or more over their baseline, and by half the
+    irregular steps' typical excess, neither warm-up nor noise, are the fault's first ones: δ
+    widened for the job's noise (`calm_delta`, which a fault on in a third of the steps swells)
+    left them normal. A NIC on at random from step 8 read
     "since step 10", steps 8 and 9 at 1.15x and 1.14x under a widened δ of 1.16."""
     if onset is None:
         return table, warm, onset
@@ -639,7 +640,10 @@ def _with_onset_from_delta(table: pd.DataFrame, warm: list[int], onset: int | No
     ratio = table["ratio"].to_numpy(np.float64)
     pattern = table["pattern"].to_numpy(object)
     k = first = int(np.flatnonzero(steps == onset)[0])
-    while k > 1 and not irr[k - 1] and pattern[k - 1] == "" and ratio[k - 1] >= delta:
+    # (as slow as the fault's steps are, by half their typical excess: a 1.1x blip of noise before a
+    # 1.5x fault is not its start)
+    floor = max(delta, 1.0 + ONSET_LEVEL * float(np.nanmedian(ratio[irr] - 1.0)))
+    while k > 1 and not irr[k - 1] and pattern[k - 1] == "" and ratio[k - 1] >= floor:
         k -= 1
     if k == first:
         return table, warm, onset

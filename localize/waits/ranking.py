@@ -177,8 +177,11 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
         if len(hr) > 1 and not alone:
-            options.append(RankUnit("host", hr.tolist(), float(b[hr].sum()) / total,
-                                    max(_coverage(b, hr, top_b), _grown(hr, r)), hosts[h]))
+            blamed, grown = _coverage(b, hr, top_b), _grown(hr, r)
+            whole = RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, max(blamed, grown), hosts[h])
+            if grown > blamed:  # (its evidence then says what its GPUs did, not whom each delayed)
+                whole.detail.update({"grew": grown, "delayed": blamed})
+            options.append(whole)
         if static and stage.max() > 0:
             sr = np.flatnonzero(stage == stage[r])
             if len(np.unique(host[sr])) > 1:

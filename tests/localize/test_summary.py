@@ -390,8 +390,10 @@ def test_a_host_on_and_off_judged_in_four_steps_is_the_host_on_both_paths(tmp_pa
     from tests.localize.altgen_jobs import both_paths, written
 
     spec = random_spec(23, "host", 9191, {"step_ids": "false"})
-    for v in both_paths(written(spec, tmp_path / spec.name)):
+    full, summary = both_paths(written(spec, tmp_path / spec.name))
+    for v in (full, summary):
         assert v.candidates[0].device() == "host node-1", [c.device() for c in v.candidates[:3]]
+    assert "8 of the 8 logged GPUs of node-1 computed longer" in summary.candidates[0].evidence[0]
 
 
 @pytest.mark.slow

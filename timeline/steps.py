@@ -631,12 +631,12 @@ def _with_onset_from_delta(table: pd.DataFrame, warm: list[int], onset: int | No
     """The steps right before the onset that ran δ or more over their baseline, and by half the
     irregular steps' typical excess, neither warm-up nor noise, are the fault's first ones: δ
     widened for the job's noise (`calm_delta`, which a fault on in a third of the steps swells)
-    left them normal. A NIC on at random from step 8 read
-    "since step 10", steps 8 and 9 at 1.15x and 1.14x under a widened δ of 1.16."""
-    if onset is None:
+    left them normal. A NIC on at random from step 8 read "since step 10", its steps 8 and 9 at
+    1.15x and 1.14x under a widened δ of 1.16."""
+    irr = table["irregular"].to_numpy(bool).copy()
+    if onset is None or not irr.any():
         return table, warm, onset
     steps = table["step"].to_numpy(np.int64)
-    irr = table["irregular"].to_numpy(bool).copy()
     ratio = table["ratio"].to_numpy(np.float64)
     pattern = table["pattern"].to_numpy(object)
     k = first = int(np.flatnonzero(steps == onset)[0])

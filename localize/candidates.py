@@ -37,6 +37,9 @@ def with_ties(cand: Candidate, u: RankUnit, meta: JobMeta) -> list[Candidate]:
 
 def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops | None, meta: JobMeta,
                    lone: np.ndarray | None = None) -> Candidate:
+    """A rank unit's candidate at its share of the rank blame (`rank_frac`: the ranks' part of all
+    the delay), with the evidence of the waits it caused: how many operators, in which groups, how
+    many seconds, and what tells its kind from its neighbours'."""
     score = u.share * rank_frac
     ranks = np.asarray(u.witnesses)
     if g is None or ops is None:
@@ -149,6 +152,7 @@ def _quiet_host_candidate(u: RankUnit, score: float, g: WaitGraph, ops: Ops, met
 
 
 def _bare_candidate(u: RankUnit, score: float, meta: JobMeta) -> Candidate:
+    """A unit's candidate without evidence (the caller adds it), its device named from meta.json."""
     if u.kind == "gpu":
         info = meta.ranks.get(u.ranks[0])
         return Candidate("gpu", score, [], rank=u.ranks[0], host=info.host if info else None,
@@ -162,12 +166,14 @@ def _bare_candidate(u: RankUnit, score: float, meta: JobMeta) -> Candidate:
 
 
 def _stage(u: RankUnit) -> int | None:
+    """The pipeline stage a config unit names, if it names one."""
     st = u.detail.get("stage")
     return int(st) if isinstance(st, int) else None
 
 
 def net_candidate(c: NetCandidate, score: float, meta: JobMeta, logged: np.ndarray) -> Candidate:
-    """`logged`: per rank, whether it logged any record (a GPU's path is told from its host's NIC
+    """A network device's candidate, with the groups whose transfers were slow through it.
+    `logged`: per rank, whether it logged any record (a GPU's path is told from its host's NIC
     only by the host's other GPUs)."""
     ex = ", ".join(c.examples)
     common = f"transfers slow in {c.slow_units} of the {c.carried_units} groups it carries (e.g. {ex}): every copy of a collective was slow, or a transfer's data arrived late while its sender was on time"
@@ -201,6 +207,7 @@ def merge(primaries: list[Candidate], alternates: list[Candidate], top: int) -> 
 
 
 def _dedupe(cands: list[Candidate]) -> list[Candidate]:
+    """The first candidate of each device, in order (a device a second finding names again)."""
     seen: set[tuple[object, ...]] = set()
     out = []
     for c in cands:
@@ -243,6 +250,7 @@ def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, e
 
 
 def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, on_off: list[int] | None = None) -> list[str]:
+    """Why a unit slow beside its peers is named: how much longer it computed, and since when."""
     since = "in every step since the first: the job has been slow from the start, so no iteration is irregular against its neighbours"
     if u.kind in ("gpu", "host"):
         slower = float(np.median(x[np.asarray(u.witnesses)]) - 1)

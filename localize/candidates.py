@@ -98,12 +98,10 @@ def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops 
             ev.append("data taking turns would move between hosts: one host slows every replica it holds, the last of "
                       "them collecting the waits")
         elif "grew" in u.detail:
-            at = np.minimum(np.searchsorted(ops.rank, ranks), len(ops.rank) - 1)  # (rows sorted by rank)
-            logged = int((ops.rank[at] == ranks).sum())
-            ev.append(f"{round(cast(float, u.detail['grew']) * logged)} of the {logged} logged GPUs of {u.label} computed "
-                      "longer in the slow steps than in the normal ones: the host, not one GPU")
-            ev.append(f"each slow step's last arriver collected its waits: {round(cast(float, u.detail['delayed']) * logged)} "
-                      f"of them delayed their peers ({top_groups})")
+            ev.append(f"{u.detail['grew']} of the {u.detail['logged']} logged GPUs of {u.label} computed longer in the "
+                      "slow steps than in the normal ones: the host, not one GPU")
+            ev.append(f"each slow step's last arriver collected its waits: {u.detail['delayed']} of them delayed their "
+                      f"peers ({top_groups})")
         else:
             ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
         ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")

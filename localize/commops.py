@@ -195,14 +195,23 @@ def _judgeable(ops: Ops, expected: np.ndarray, unit_of_inst: np.ndarray) -> np.n
     return ((size >= expected) | lossy) & (size >= 2)
 
 
+#: with this many recorded steps or more, the first is partial (warm-up, a logger starting mid-step)
+PARTIAL_FIRST_STEPS = 4
+
+
+def partial_first(steps: np.ndarray) -> int | None:
+    """The first of the recorded `steps` (unique) when it is partial: never judged, never history."""
+    return int(steps.min()) if len(steps) >= PARTIAL_FIRST_STEPS else None
+
+
 def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame | None) -> np.ndarray:
     """The steps operators' normal times are learned from: neither irregular, nor the first
     (partial: a logger starting mid-step) when there are four or more, nor warm-up, whose
     collectives all run slow and would cancel a slow ring's evidence, nor a step `table` marks
     as no history. All but the irregular ones when nothing else is left."""
     odd = list(irregular)
-    if len(steps) >= 4:
-        odd.append(int(steps.min()))
+    if (first := partial_first(steps)) is not None:
+        odd.append(first)
     if table is not None and "pattern" in table:
         odd += table.loc[table["pattern"] == "warm-up", "step"].astype(int).tolist()
     if table is not None and "irregular" in table:
@@ -229,10 +238,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     """
     unlisted = not partial if unlisted is None else unlisted
     irr = np.sort(np.asarray(view.irregular_steps, dtype=np.int64))
-    if len(df):  # the first recorded step is partial (warm-up, a logger starting mid-step)
-        first = int(df["step"].min())
-        if len(unique(df["step"].to_numpy())) >= 4:
-            irr = irr[irr != first]
+    if len(df) and (first := partial_first(unique(df["step"].to_numpy()))) is not None:
+        irr = irr[irr != first]
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(df[COLUMNS])
@@ -300,7 +307,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     np.add.at(by_step, (graph.root_rank[at], col[at]), graph.delay[at])
     by_step = np.maximum(by_step - normal_blame[:, None] / max(len(ref), 1), 0.0)
     grown = compute_growth(ops, world, all_steps, ref)
-    unseen_blame = rank_blame * unseen_share(grown, lone_more, all_steps, irr)
+    in_slow = np.isin(all_steps, irr)
+    unseen_blame = rank_blame * unseen_share(grown, lone_more, in_slow)
     # a last arriver that was not late on its own clock (since the copies last ended together it
     # spent no more time than its peers computing, waiting or in other transfers) did not hold
     # them up: its data reached them late, so the transfer between them was slow -- e.g. a
@@ -334,9 +342,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     logged = present(ops.rank, world)
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
-                               peer_wait=wait_change(waited, own_slow_steps(by_step, np.isin(all_steps, irr)),
-                                                     np.isin(all_steps, ref)),
-                               quiet=silent, grew=np.median(grown[:, np.isin(all_steps, irr)], axis=1))
+                               peer_wait=wait_change(waited, own_slow_steps(by_step, in_slow), np.isin(all_steps, ref)),
+                               quiet=silent, grew=np.median(grown[:, in_slow], axis=1))
     rank_total = float(rank_blame.sum())
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
@@ -446,12 +453,11 @@ def compute_growth(ops: Ops, world: int, steps: np.ndarray, ref: np.ndarray) -> 
     return own
 
 
-def unseen_share(grown: np.ndarray, lone_more: np.ndarray, steps: np.ndarray, slow: np.ndarray) -> np.ndarray:
-    """Per rank: of what its time per step grew by in the `slow` steps over its normal ones (its
-    compute, `grown`: `compute_growth`), the share spent waiting in its lone copies (`lone_more`,
-    `lone_excess`) rather than computing. A slow unlogged peer grows the one; the rank itself, or
-    its whole host, the other."""
-    hit = np.isin(steps, slow)
+def unseen_share(grown: np.ndarray, lone_more: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    """Per rank: of what its time per step grew by in the slow steps (`hit`: per column of `grown`)
+    over its normal ones (its compute, `grown`: `compute_growth`), the share spent waiting in its
+    lone copies (`lone_more`, `lone_excess`) rather than computing. A slow unlogged peer grows the
+    one; the rank itself, or its whole host, the other."""
     waited = np.maximum(lone_more[:, hit], 0.0).sum(axis=1)
     return waited / np.maximum(np.maximum(grown[:, hit], 0.0).sum(axis=1) + waited, 1e-12)
 

@@ -55,7 +55,7 @@ from collector.groupnames import kind_in_name
 from collector.meta import JobMeta
 from collector.traceio import FORMATS, Trace, read_table, write_table
 from localize.candidates import imbalance_verdict
-from localize.commops import COLUMNS, analyse_ops, candidate_ranks
+from localize.commops import COLUMNS, analyse_ops, candidate_ranks, partial_first
 from localize.detect.detector import rule_detect
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies
@@ -535,17 +535,17 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
 
 
 def without_partial_first(table: pd.DataFrame, onset: int | None) -> tuple[pd.DataFrame, int | None]:
-    """The step table with its first recorded step not irregular (warm-up, a logger starting
-    mid-step: partial, as on the full path) when four or more steps were recorded and another is
+    """The step table with its first recorded step not irregular when it is partial (warm-up, a
+    logger starting mid-step: `commops.partial_first`, as on the full path) and another is
     irregular; the onset moves to the next irregular step. Planned as a slow step, a warm-up spike
     took the fetch's budget and its history (the normal steps before the first judged one)."""
-    logged = np.sort(table["step"].astype(int).to_numpy())
+    first = partial_first(table["step"].astype(int).to_numpy())
     irregular = table["irregular"].astype(bool).to_numpy()
-    if len(logged) < 4 or not irregular[1:].any() or not irregular[0] or int(table["step"].iloc[0]) != logged[0]:
+    if first is None or not irregular[1:].any() or not irregular[0] or int(table["step"].iloc[0]) != first:
         return table, onset
     table = table.assign(irregular=np.r_[False, irregular[1:]],
                          pattern=np.r_[["warm-up"], table["pattern"].to_numpy(object)[1:]])
-    if onset == logged[0]:
+    if onset == first:
         onset = int(table.loc[table["irregular"].astype(bool), "step"].iloc[0])
     return table, onset
 

@@ -180,7 +180,9 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
             blamed, grown = _coverage(b, hr, top_b), _grown(hr, r)
             whole = RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, max(blamed, grown), hosts[h])
             if grown > blamed:  # (its evidence then says what its GPUs did, not whom each delayed)
-                whole.detail.update({"grew": grown, "delayed": blamed})
+                logged_here = int(seen[hr].sum())
+                whole.detail.update({"logged": logged_here, "grew": round(grown * logged_here),
+                                     "delayed": round(blamed * logged_here)})
             options.append(whole)
         if static and stage.max() > 0:
             sr = np.flatnonzero(stage == stage[r])

@@ -37,7 +37,7 @@ def share(compute_slow: float, wait_slow: float) -> float:
     steps = np.arange(10)
     lone = lone_copies(ops, GROUPS)
     more = lone_excess(lone_time(ops, lone, 8, steps), ops.rank[lone], steps, steps[:6])
-    return float(unseen_share(compute_growth(ops, 8, steps, steps[:6]), more, steps, SLOW)[0])
+    return float(unseen_share(compute_growth(ops, 8, steps, steps[:6]), more, np.isin(steps, SLOW))[0])
 
 
 def test_a_slow_unlogged_peer_grows_the_wait_not_the_compute() -> None:

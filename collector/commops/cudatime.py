@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from collector.commops.works import timed_work
+
 if TYPE_CHECKING:
     from collector.commops.recorder import Recorder
 
@@ -103,6 +105,48 @@ def run_cuda(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], args
         record_end(rec, row, anchor, start)
         return out
     return watch_cuda(rec, out, row, anchor, start)
+
+
+def run_cuda_batch(rec: Recorder, orig: Callable[..., Any], ops: list[Any], rows: list[tuple[int, ...]]) -> Any:
+    """batch_isend_irecv on a CUDA group, between events: the start event when the GPU reaches the
+    batch (this rank's arrival), the end recorded once the caller's wait() has made its stream wait
+    for the batch. Not the work's future: NCCL completes a coalesced batch's at enqueue, and its
+    callback's stream does not wait for the transfers. A coalesced batch returns one work for all."""
+    import torch
+
+    anchor = clock_for(rec).anchor
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    with rec.async_lock:
+        for row in rows:
+            rec.in_flight[id(row)] = row
+    try:
+        works = orig(ops)
+    except BaseException:
+        _ended(rec, rows, anchor, start)(False)
+        raise
+    if not works:
+        with rec.async_lock:
+            for row in rows:
+                rec.in_flight.pop(id(row), None)
+        return works
+    if len(works) == len(rows):
+        return [timed_work(w, _ended(rec, [row], anchor, start), polled=False) for w, row in zip(works, rows, strict=True)]
+    return [*works[:-1], timed_work(works[-1], _ended(rec, rows, anchor, start), polled=False)]
+
+
+def _ended(rec: Recorder, rows: list[tuple[int, ...]], anchor: tuple[Any, int], start: Any) -> Callable[[bool], None]:
+    """What a batch's wait() does: end events on the (now waiting) current stream, or the rows failed."""
+    def finish(ok: bool) -> None:
+        if ok:
+            for row in rows:
+                record_end(rec, row, anchor, start)
+            return
+        with rec.async_lock:
+            for row in rows:
+                rec.in_flight.pop(id(row), None)
+        rec.failed.extend(rows)
+    return finish
 
 
 def record_end(rec: Recorder, row: tuple[int, ...], anchor: tuple[Any, int], start: Any) -> None:

@@ -18,7 +18,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from collector.commops.cudatime import run_cuda
+from collector.commops.cudatime import has_cuda_tensor, run_cuda, run_cuda_batch
+from collector.commops.works import timed_work
 from collector.groupnames import group_label
 from collector.schema import OPS
 
@@ -225,7 +226,7 @@ class Recorder:
         try:
             fut = work.get_future()
         except RuntimeError:  # "Work::getFuture not implemented"
-            return timed_work(self, work, row)
+            return timed_work(work, lambda ok: self.complete_async(row, None if ok else _FAILED))
         except Exception as exc:
             self.error(exc)
             return work
@@ -233,62 +234,6 @@ class Recorder:
         # (+20% step time in bench.sidecar); then() costs nothing measurable
         fut.then(lambda f: self.complete_async(row, f))
         return work
-
-
-_TimedWork: Any = None
-
-
-def timed_work(rec: Recorder, work: Any, row: tuple[int, ...]) -> Any:
-    """Wrap a Work without a future so its wait() marks completion; still an instance of dist.Work."""
-    global _TimedWork
-    if _TimedWork is None:
-        import torch.distributed as dist
-
-        class TimedWork(dist.Work):  # type: ignore[misc]
-            def __init__(self, rec: Recorder, inner: Any, row: tuple[int, ...]) -> None:
-                super().__init__()
-                self._rec, self._inner, self._row, self._done = rec, inner, row, False
-
-            def _finish(self, ok: bool) -> None:
-                if not self._done:
-                    self._done = True
-                    self._rec.complete_async(self._row, None if ok else _FAILED)
-
-            def wait(self, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    out = self._inner.wait(*args, **kwargs)
-                except BaseException:
-                    self._finish(False)
-                    raise
-                self._finish(True)
-                return out
-
-            def is_completed(self) -> bool:
-                done = bool(self._inner.is_completed())
-                if done:
-                    self._finish(bool(self._inner.is_success()) if hasattr(self._inner, "is_success") else True)
-                return done
-
-            def is_success(self) -> bool:
-                return bool(self._inner.is_success())
-
-            def exception(self) -> Any:
-                return self._inner.exception()
-
-            def source_rank(self) -> int:
-                return int(self._inner.source_rank())
-
-            def result(self) -> Any:
-                return self._inner.result()
-
-            def synchronize(self) -> None:
-                self._inner.synchronize()
-
-            def get_future(self) -> Any:
-                return self._inner.get_future()
-
-        _TimedWork = TimedWork
-    return _TimedWork(rec, work, row)
 
 
 _FAILED = object()
@@ -527,7 +472,8 @@ def make_p2p(rec: Recorder, orig: Callable[..., Any], op: str, peer_kw: str, gro
 
 
 def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], send_fns: tuple[Any, ...]) -> Callable[..., Any]:
-    """Wrap batch_isend_irecv: one row per P2POp, each timed when its work (or the batch's) completes."""
+    """Wrap batch_isend_irecv: one row per P2POp, each timed when its work (or the batch's) completes;
+    on the GPU's own events when the group runs on CUDA (`run_cuda_batch`)."""
     step, guard = rec.step, rec.guard
 
     def wrapper(p2p_op_list: list[Any]) -> Any:
@@ -546,11 +492,16 @@ def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], send_fns: tuple[Any,
         except Exception as exc:
             rec.error(exc)
             rows = []
+        gpu = bool(rows) and rows[0][0] in rec.cuda_groups and (
+            rows[0][0] not in rec.mixed_groups or has_cuda_tensor([p.tensor for p in p2p_op_list], {}))
         guard.on = True
         try:
+            if gpu:
+                return run_cuda_batch(rec, orig, p2p_op_list, rows)
             works = orig(p2p_op_list)
         except BaseException:
-            rec.failed.extend(rows)
+            if not gpu:
+                rec.failed.extend(rows)
             raise
         finally:
             guard.on = False

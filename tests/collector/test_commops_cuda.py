@@ -13,11 +13,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import pandas as pd
 import pytest
 
-from collector.commops.cudatime import drain_finished, has_cuda_tensor, wall_ns
+from collector.commops.cudatime import drain_finished, has_cuda_tensor, run_cuda_batch, wall_ns
 from collector.commops.recorder import Recorder
 from collector.traceio import Trace
 from tests.conftest import REPO, run_cli
@@ -52,6 +54,64 @@ def test_finished_ops_get_gpu_start_and_end_unfinished_ones_stay_pending() -> No
     assert done == [((0, 1, 1, -1, 64, 10_050_000_000, 4), 10_051_000_000)]
     assert [w[0] for w in waiting] == [stuck_row]
     assert list(rec.in_flight.values()) == [stuck_row]  # a hung NCCL op is still reported pending
+
+
+class Recorded:
+    """A torch.cuda.Event double that notes when it was recorded, among the test's other steps."""
+
+    log: ClassVar[list[str]] = []
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        pass
+
+    def record(self, stream: Any = None) -> None:
+        Recorded.log.append("event")
+
+
+class CoalescedWork:
+    """What NCCL's batch_isend_irecv returns: one work for the whole batch."""
+
+    def wait(self) -> bool:
+        Recorded.log.append("wait")
+        return True
+
+
+def _batch_recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "Event", Recorded)
+    Recorded.log = []
+    rec = Recorder(capacity=8)
+    rec.gpu_clock = SimpleNamespace(anchor=(FakeEvent(0.0), 0))
+    return rec
+
+
+def test_a_cuda_batch_ends_once_its_caller_has_waited_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL's coalesced batch completes its future at enqueue (on an H200 its rows ended ~16 ms
+    before they started): the end events must follow the caller's wait, which makes its stream wait."""
+    rec = _batch_recorder(monkeypatch)
+    send, recv = (0, 4, 1, 4, 64, 0, 3), (0, 5, 1, 4, 64, 0, 3)
+    works = run_cuda_batch(rec, lambda ops: [CoalescedWork()], ["send", "recv"], [send, recv])
+    assert Recorded.log == ["event"] and rec.cuda_rows == []  # the start only
+    assert set(rec.in_flight) == {id(send), id(recv)}  # pending until waited for: a hang shows
+    assert len(works) == 1
+    works[0].wait()
+    works[0].wait()  # a second wait records nothing more
+    assert Recorded.log == ["event", "wait", "event", "event", "wait"]
+    assert [r[0] for r in rec.cuda_rows] == [send, recv]
+    assert len({id(r[2]) for r in rec.cuda_rows}) == 1  # one start: the batch's arrival
+
+
+def test_a_cuda_batch_that_raises_is_failed_not_pending(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = _batch_recorder(monkeypatch)
+    row = (0, 4, 1, 4, 64, 0, 3)
+
+    def broken(ops: list[str]) -> list[Any]:
+        raise RuntimeError("NCCL error: remote process exited")
+
+    with pytest.raises(RuntimeError):
+        run_cuda_batch(rec, broken, ["send"], [row])
+    assert rec.failed == [row] and not rec.in_flight and not rec.cuda_rows
 
 
 class _Tensor:

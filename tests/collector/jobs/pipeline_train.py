@@ -26,6 +26,11 @@ compute (one rank: a slow GPU; one node's ranks: a slow or contended host) in st
 --slow-every 2: in every other step of them (a fault on and off).
 --step-log FILE: rank 0 appends each finished step (tests act mid-run, e.g. throttle a NIC).
 --log-dir DIR: each rank writes rank-R.jsonl, one line per step with its own start/end (ns).
+--device cuda: NCCL on GPUs instead (tensors on the GPU; compute stays a host sleep, the kernels'
+launch held back, so the GPU reaches the next operator late). The host reads the grad norm at the
+end of each step, as Megatron does, which bounds how far it runs ahead of its GPU. Ranks that share
+one GPU declare their own NCCL host (NCCL_HOSTID): NCCL refuses two ranks of one host on one device,
+and between hosts its traffic takes the network transport (sockets here), as between nodes.
 Run it under the logger with no code change:
   LAGGARD_COMMOPS_DIR=/tmp/t torchrun --nproc-per-node 2 --nnodes 4 --node-rank H ... \\
       -m collector.commops.run tests/collector/jobs/pipeline_train.py --steps 40
@@ -68,6 +73,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--slow-from", type=int, default=0)
     ap.add_argument("--slow-to", type=int, default=1 << 30)
     ap.add_argument("--slow-every", type=int, default=1, help="slow only every Nth step from --slow-from (on and off)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: NCCL on GPUs")
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--step-log", default="")
     ap.add_argument("--log-dir", default="")
@@ -80,7 +86,13 @@ class Job:
     def __init__(self, a: argparse.Namespace) -> None:
         self.a = a
         timeout = datetime.timedelta(seconds=a.timeout_s)
-        dist.init_process_group("gloo", timeout=timeout)
+        self.device = torch.device("cpu")
+        if a.device == "cuda":
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
+            if torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
+                os.environ["NCCL_HOSTID"] = f"laggard-rank-{os.environ.get('RANK', '0')}"
+        dist.init_process_group("nccl" if a.device == "cuda" else "gloo", timeout=timeout)
         self.rank, world = dist.get_rank(), dist.get_world_size()
         if world != a.tp * a.pp * a.dp:
             raise SystemExit(f"world size {world} != tp*pp*dp = {a.tp * a.pp * a.dp}")
@@ -97,19 +109,20 @@ class Job:
         slow = {int(r) for r in a.slow_ranks.split(",") if r.strip()}
         self.slow = self.rank in slow
         n_act = int(a.act_mib * (1 << 20)) // 4
-        self.act_out = [torch.full((n_act,), float(self.rank)) for _ in range(a.microbatches)]
-        self.act_in = [torch.empty(n_act) for _ in range(a.microbatches)]
-        self.grad_out = [torch.full((n_act,), float(self.rank)) for _ in range(a.microbatches)]
-        self.grad_in = [torch.empty(n_act) for _ in range(a.microbatches)]
-        self.tp_buf = torch.ones(int(a.tp_kib * 1024) // 4)
+        dev = self.device
+        self.act_out = [torch.full((n_act,), float(self.rank), device=dev) for _ in range(a.microbatches)]
+        self.act_in = [torch.empty(n_act, device=dev) for _ in range(a.microbatches)]
+        self.grad_out = [torch.full((n_act,), float(self.rank), device=dev) for _ in range(a.microbatches)]
+        self.grad_in = [torch.empty(n_act, device=dev) for _ in range(a.microbatches)]
+        self.tp_buf = torch.ones(int(a.tp_kib * 1024) // 4, device=dev)
         n_grad = int(a.grad_mib * (1 << 20)) // 4 // a.dp * a.dp
-        self.grads = torch.ones(n_grad)
-        self.shard = torch.empty(n_grad // a.dp)
+        self.grads = torch.ones(n_grad, device=dev)
+        self.shard = torch.empty(n_grad // a.dp, device=dev)
         per_layer = n_grad // a.layers // a.dp * a.dp  # --overlap-grad: each layer's share, and its shard
         self.layer_grads = [self.grads[i * per_layer:(i + 1) * per_layer] for i in range(a.layers)]
-        self.layer_shards = [torch.empty(per_layer // a.dp) for _ in range(a.layers)]
+        self.layer_shards = [torch.empty(per_layer // a.dp, device=dev) for _ in range(a.layers)]
         self.pending: list[Any] = []  # async gradient syncs in flight
-        self.norm = torch.ones(1)
+        self.norm = torch.ones(1, device=dev)
         self.param = torch.nn.Parameter(torch.zeros(8))
         self.opt = torch.optim.SGD([self.param], lr=0.01)
 
@@ -212,6 +225,8 @@ class Job:
             dist.all_gather_into_tensor(self.grads, self.shard, group=self.dp_g)
         if self.a.mp_sync:
             dist.all_reduce(self.norm, group=self.mp_g)
+        if self.device.type == "cuda":
+            self.norm.item()  # Megatron reads the grad norm on the host: the step waits for its GPU
         self.param.grad = torch.ones_like(self.param)
         self.opt.step()
 

@@ -7,11 +7,12 @@ events (the GPU's own arrival and completion, not the host's call). Four torchru
 nodes. On a machine with fewer GPUs than ranks the ranks share them, each declaring its own NCCL
 host, so NCCL's traffic goes through its network transport as between nodes.
 
-Compute is a host sleep of 30 ms a layer: the kernels' launch held back, so a slow rank's GPU reaches
-its next operator late. It dominates the step so that a fault shows through the time-sliced GPU's
-slow communication (every NCCL op of eight processes sharing one GPU takes milliseconds). A run in
-which the fault did not show, or a healthy run that the shared GPU made irregular, as the ranks'
-own step logs say, is skipped with the step times that say so (test_real_jobs.disturbed).
+Compute is a kernel that keeps the GPU busy 30 ms a layer forward (twice that backward), queued
+before the layer's all-reduce: a slow GPU's kernels take longer. It dominates the step so that a
+fault shows through the shared GPU's slow communication (every NCCL op of eight processes sharing
+one GPU takes milliseconds). A run in which the fault did not show, or a healthy run that the shared
+GPU made irregular, as the ranks' own step logs say, is skipped with the step times that say so
+(test_real_jobs.disturbed).
 
 Skipped without a CUDA GPU (run these on a GPU machine). `LAGGARD_KEEP_REAL_TRACES=DIR` keeps each
 run's trace and the ranks' own step logs in DIR, to be read again where there is no GPU.

@@ -26,11 +26,13 @@ compute (one rank: a slow GPU; one node's ranks: a slow or contended host) in st
 --slow-every 2: in every other step of them (a fault on and off).
 --step-log FILE: rank 0 appends each finished step (tests act mid-run, e.g. throttle a NIC).
 --log-dir DIR: each rank writes rank-R.jsonl, one line per step with its own start/end (ns).
---device cuda: NCCL on GPUs instead (tensors on the GPU; compute stays a host sleep, the kernels'
-launch held back, so the GPU reaches the next operator late). The host reads the grad norm at the
-end of each step, as Megatron does, which bounds how far it runs ahead of its GPU. Ranks that share
-one GPU declare their own NCCL host (NCCL_HOSTID): NCCL refuses two ranks of one host on one device,
-and between hosts its traffic takes the network transport (sockets here), as between nodes.
+--device cuda: NCCL on GPUs instead. Tensors live on the GPU and compute is a kernel that keeps the
+GPU busy (torch.cuda._sleep, calibrated), queued before the layer's all-reduce as a real layer's
+kernels are; --compute host keeps it a host sleep instead (a launch-bound job: the GPU idles until
+the host enqueues). The host reads the grad norm at the end of each step, as Megatron does, which
+bounds how far it runs ahead of its GPU. Ranks that share one GPU declare their own NCCL host
+(NCCL_HOSTID): NCCL refuses two ranks of one host on one device, and between hosts its traffic takes
+the network transport (sockets here), as between nodes.
 Run it under the logger with no code change:
   LAGGARD_COMMOPS_DIR=/tmp/t torchrun --nproc-per-node 2 --nnodes 4 --node-rank H ... \\
       -m collector.commops.run tests/collector/jobs/pipeline_train.py --steps 40
@@ -74,10 +76,26 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--slow-to", type=int, default=1 << 30)
     ap.add_argument("--slow-every", type=int, default=1, help="slow only every Nth step from --slow-from (on and off)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: NCCL on GPUs")
+    ap.add_argument("--compute", choices=("device", "host"), default="device",
+                    help="with --device cuda: compute as a GPU kernel (device) or a host sleep (host)")
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--step-log", default="")
     ap.add_argument("--log-dir", default="")
     return ap.parse_args()
+
+
+def gpu_cycles_per_ms() -> float:
+    """torch.cuda._sleep's cycles per millisecond on this GPU, measured after a warm-up (an idle GPU
+    clocks low at first)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles, rate = 20_000_000, 0.0
+    for _ in range(3):
+        start.record()
+        torch.cuda._sleep(cycles)  # type: ignore[attr-defined]
+        end.record()
+        end.synchronize()
+        rate = cycles / start.elapsed_time(end)
+    return rate
 
 
 class Job:
@@ -93,6 +111,7 @@ class Job:
             if torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
                 os.environ["NCCL_HOSTID"] = f"laggard-rank-{os.environ.get('RANK', '0')}"
         dist.init_process_group("nccl" if a.device == "cuda" else "gloo", timeout=timeout)
+        self.cycles_per_ms = gpu_cycles_per_ms() if a.device == "cuda" and a.compute == "device" else 0.0
         self.rank, world = dist.get_rank(), dist.get_world_size()
         if world != a.tp * a.pp * a.dp:
             raise SystemExit(f"world size {world} != tp*pp*dp = {a.tp * a.pp * a.dp}")
@@ -142,7 +161,10 @@ class Job:
     def compute(self, ms: float, step: int) -> None:
         on = self.a.slow_from <= step < self.a.slow_to and (step - self.a.slow_from) % self.a.slow_every == 0
         f = self.a.slow_factor if self.slow and on else 1.0
-        time.sleep(ms * f / 1e3)
+        if self.cycles_per_ms:
+            torch.cuda._sleep(int(ms * f * self.cycles_per_ms))  # type: ignore[attr-defined]
+        else:
+            time.sleep(ms * f / 1e3)
 
     def layers(self, step: int, backward: bool, last: bool = False) -> None:
         """This stage's layers, last first in the backward; `last`: the step's last backward, whose

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from collector.commops.layout import atomic_write_bytes, rank_shards
 from collector.errors import TraceError
 from collector.meta import JobMeta
-from collector.safeio import read_json
+from collector.safeio import check_regular, read_json
 from collector.traceio import Trace
 from localize.commops import COLUMNS
 from localize.ops.steps import with_steps
@@ -45,6 +45,16 @@ from localize.waits.hang import find_hang
 SUMMARY_DIR = "summary"
 
 
+def commops_files(root: Path, ranks: list[int] | None = None) -> list[Path]:
+    """Where the ranks' operators are: the logger's shards, else the job's one commops.parquet (an
+    imported or simulated trace), which holds every rank's."""
+    files = rank_shards(root, ranks)
+    if not files and (root / "commops.parquet").exists():
+        check_regular(root / "commops.parquet")
+        files = [root / "commops.parquet"]
+    return files
+
+
 def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) -> list[Path]:
     """Summarize this host's ranks for every complete window of steps not yet summarized.
 
@@ -59,13 +69,15 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     outdir = root / SUMMARY_DIR
     state_path = outdir / f".{host}.state.json"  # dot: not read as part of the summary dataset
     state = read_json(state_path) if state_path.exists() else {"next_step": 0}
-    files = rank_shards(root, ranks)
+    files = commops_files(root, ranks)
+    rows = (ds.field("step") >= state["next_step"]) | (ds.field("step") < 0)
+    if files and files[0].name == "commops.parquet":
+        rows = rows & ds.field("rank").isin(ranks)
     if not files:
         return []
     # a logger without step markers (step = -1) leaves every row to read, numbered on this node's
     # rows as `summarize` numbers them (`with_steps`): the windows then cut the numbered steps
-    df = with_steps(ds.dataset(files, format="parquet").to_table(
-        columns=list(COLUMNS), filter=(ds.field("step") >= state["next_step"]) | (ds.field("step") < 0)).to_pandas())
+    df = with_steps(ds.dataset(files, format="parquet").to_table(columns=list(COLUMNS), filter=rows).to_pandas())
     df = df[df["step"] >= state["next_step"]]
     if df.empty:
         return []
@@ -161,7 +173,7 @@ def central_localize(root: Path, top: int = 5, fetch: Fetch | None = None) -> tu
     """A hang first (pending operators); else the summaries, then only the shards they ask for
     (read here, or through `fetch`: a cluster's tasks reading them where they lie)."""
     trace = Trace.open(root)
-    mv = Movement(full_bytes=sum(p.stat().st_size for p in rank_shards(root)))
+    mv = Movement(full_bytes=sum(p.stat().st_size for p in commops_files(root)))
     hang = find_hang(trace)
     if hang is not None:
         return hang, mv

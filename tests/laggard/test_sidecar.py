@@ -148,3 +148,20 @@ def test_a_state_file_that_is_a_fifo_is_refused_not_waited_on(sharded: Path, tmp
     os.mkfifo(copy / "summary" / f".{host}.state.json")
     with pytest.raises(TraceError, match="not a regular file"):
         summarize_node(copy, host)
+
+
+def test_a_trace_in_one_file_is_summarized_and_agrees_with_localize(tmp_path: Path) -> None:
+    """An imported or simulated trace keeps every rank in one commops.parquet: `sidecar run` used
+    to write no summary from it, and `sidecar localize` then asked for the run just done."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    trace = tmp_path / "gpu-straggler"
+    shutil.copytree(REPO / "traces" / "gpu-straggler", trace)
+    out = run_cli("sidecar", "run", trace, "--all-hosts", check=True).stdout
+    assert "node-1: 1 window summary(ies)" in out, out
+    side = json.loads(run_cli("sidecar", "localize", trace, "--format", "json", check=True).stdout)
+    full = json.loads(run_cli("localize", trace, "--format", "json", check=True).stdout)
+    assert side["candidates"][0]["rank"] == full["candidates"][0]["rank"] == 13
+    assert side["data_movement"]["full_bytes"] == (trace / "commops.parquet").stat().st_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -36,7 +37,7 @@ def tiny_job(fault: Fault | None, p2p: str = "rendezvous", logging: str = "all",
                    seed=3, logged=list(range(12)))
 
 
-@pytest.mark.parametrize("p2p", ["rendezvous", "batched"])
+@pytest.mark.parametrize("p2p", ["rendezvous", "batched", "eager"])
 def test_trace_validates_and_truth_names_the_injected_nic(tmp_path: Path, p2p: str) -> None:
     spec = tiny_job(Fault("nic", 2.5, "persistent", list(range(6, 12)), host=2), p2p=p2p)
     rows, step_time = simulate(spec)
@@ -47,6 +48,24 @@ def test_trace_validates_and_truth_names_the_injected_nic(tmp_path: Path, p2p: s
     assert (f["kind"], f["host"], f["magnitude"]) == ("nic", "node-2", 2.5)
     assert f["active_steps"] == list(range(1006, 1012))
     assert step_time[6:].mean() > 1.1 * step_time[1:6].mean()
+
+
+def test_eager_sends_end_alone_and_rendezvous_sends_wait_for_their_receiver(tmp_path: Path) -> None:
+    """What an H200 measured of NCCL (bench.p2p_semantics): up to 8 MiB a send completes alone;
+    larger ones wait for their receiver. A late receiver shows in the send's row only under rendezvous."""
+    def p2p_rows(p2p: str) -> Any:
+        spec = tiny_job(Fault("gpu", 3.0, "persistent", list(range(6, 12)), rank=12), p2p=p2p)
+        rows, step_time = simulate(spec)
+        write_trace(spec, tmp_path / p2p, rows, step_time)
+        t = pq.read_table(tmp_path / p2p / "commops.parquet").to_pandas()
+        t["dur"] = t["end_ns"] - t["start_ns"]
+        return t[t["op"] == "send"]["dur"], t[t["op"] == "recv"]["dur"]
+
+    eager_send, eager_recv = p2p_rows("eager")
+    rdv_send, _ = p2p_rows("rendezvous")
+    assert eager_send.max() <= 1.01 * 2e-5 * 1e9  # the latency alone
+    assert eager_recv.max() > 100 * eager_send.max()  # the data waited for, or waiting
+    assert rdv_send.max() > 100 * eager_send.max()  # a send held until its (slow) receiver posted
 
 
 def test_tp0_logging_keeps_only_the_first_rank_of_each_tp_group(tmp_path: Path) -> None:

@@ -135,17 +135,21 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray, rows: np.ndarray
 
 
 def flights(ops: Ops, meta: JobMeta, ref: np.ndarray | None, send_row: np.ndarray,
-            recv_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            recv_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per instance: how long the data took once both sides were certainly in the transfer (s,
     NaN when one end is missing); whether the receiver was there first (then that is the
     transfer's whole time under any semantics); whether both ends completed together (the whole
-    time under rendezvous, a lower bound under an eager send that completes when its data lands).
+    time under rendezvous, a lower bound under an eager send that completes when its data lands);
+    and the time to the receive's own end (what bounds the transfer when the send did not wait).
 
     A blocking recv ends when its data arrived. Otherwise (a batch, an irecv waited on later)
     the recv ends when the rank's wait returned, which may have waited on something else: the
-    data was there by the earlier of the two ends."""
+    data was there by the earlier of the two ends, if the send waited for its receiver. An eager
+    send ends once its data is handed over, before it lands: then only the receive's end bounds it
+    (`slow_transfer_excess` chooses, by whether the stream's sends wait)."""
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     flight = np.full(ops.n_inst, np.nan)
+    by_recv = np.full(ops.n_inst, np.nan)
     waited = np.zeros(ops.n_inst, dtype=bool)
     together = np.zeros(ops.n_inst, dtype=bool)
     # (times on one clock of the two ends' rows only, but every row's start: other rows of their ranks count)
@@ -155,13 +159,15 @@ def flights(ops: Ops, meta: JobMeta, ref: np.ndarray | None, send_row: np.ndarra
     ready, blocking = last_activity(ops, start, end, ends, line)
     del start
     (end_s, end_r), (ready_s, ready_r), blocking_r = (end[:k], end[k:]), (ready[:k], ready[k:]), blocking[k:]
+    both_in = np.maximum(ready_s, ready_r)
     arrived = np.where(blocking_r, end_r, np.minimum(end_s, end_r))
-    took = np.maximum(arrived - np.maximum(ready_s, ready_r), 0.0)
+    took = np.maximum(arrived - both_in, 0.0)
     tol = np.maximum(TOLERANCE * took, TOLERANCE_S)
     flight[both] = took
+    by_recv[both] = np.maximum(end_r - both_in, 0.0)
     waited[both] = ready_r <= ready_s + tol
     together[both] = np.abs(end_s - end_r) <= tol
-    return flight, waited, together
+    return flight, waited, together, by_recv
 
 
 def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, together: np.ndarray,
@@ -212,15 +218,18 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
     send_row, recv_row = rows if rows is not None else p2p_rows(ops)
     if not ((send_row >= 0) & (recv_row >= 0)).any():
         return out, seen
-    flight, waited, together = flights(ops, meta, ref, send_row, recv_row)
+    flight, waited, together, by_recv = flights(ops, meta, ref, send_row, recv_row)
     # each instance's stream (the send's pair: -1 for collectives and lost sends), and which ran normally
     stream = np.where(ops.inst_p2p & (send_row >= 0), ops.inst_pair[ops.inst[np.maximum(send_row, 0)]], -1)
     in_ref = np.isin(ops.inst_step, ref)
+    held = held_sends(ops, send_row, waited, together, stream, in_ref)
+    # an eager stream's send ended before its data landed: the receive's end bounds the transfer
+    flight = np.where(held, flight, by_recv)
     needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, stream, in_ref)
     ex = flight - needs
     slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S)) & ~(flight <= usual)
     out[slow] = ex[slow]
-    return out, seen | waited | (together & held_sends(ops, send_row, waited, together, stream, in_ref)) | slow
+    return out, seen | waited | (together & held) | slow
 
 
 def held_sends(ops: Ops, send_row: np.ndarray, waited: np.ndarray, together: np.ndarray,

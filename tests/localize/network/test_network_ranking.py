@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -341,3 +343,17 @@ def test_a_host_slowed_whole_grows_its_one_logged_ranks_compute_as_much_as_its_w
     assert (u.kind, u.label) == ("host", "node-1")
     u = explain_rank_blame(b, meta, KINDS, logged=logged, unseen=b * 0.9, peers=peers, peer_wait=wait)[0]
     assert (u.kind, u.via) == ("gpu", 4)  # nearly all waiting: one of its unlogged peers
+
+
+@pytest.mark.slow
+def test_an_eager_nic_spike_is_the_nic_on_both_paths(tmp_path: Path) -> None:
+    """The independent generator's seed 9797, job 17, with eager p2p (NCCL's semantics up to 8 MiB,
+    measured on an H200): node-6's NIC 2.9x for three steps. The pipeline's batched receives were
+    timed to their sends' ends, which came before the data landed: every one read 0.02 ms, normal,
+    and cleared the NIC; a tie of the DP ring's 8 links was named instead."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(17, "nic", 9797, force={"p2p": "eager"})
+    for v in both_paths(written(spec, tmp_path / spec.name)):
+        assert v.candidates[0].device() == "nic node-6", [c.device() for c in v.candidates[:3]]

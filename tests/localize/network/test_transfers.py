@@ -69,6 +69,30 @@ def test_a_stream_noisy_in_normal_steps_is_slow_only_beyond_its_usual_range() ->
     assert beyond[-1] > 0.02
 
 
+def test_eager_data_late_into_a_batched_receive_is_slow() -> None:
+    """An eager send ends once its data is handed over; a receive posted in a batch (with the
+    rank's own send onwards) ends when the data lands. The send's end bounds nothing: the
+    independent generator's eager NIC spike (seed 9797, job 17) read every such transfer as 0.02 ms,
+    normal, which cleared the NIC and named the 8 links of the DP ring instead."""
+    spec: list[tuple[int, str, str, int, int, float, float]] = []
+    steps: list[int] = []
+    # receiver on time (data takes 1 ms), receiver late (the data waited), then the data takes 9 ms
+    recv_at = [(0.0, 1.0)] * 4 + [(3.0, 3.01)] * 2 + [(0.0, 9.0)]
+    for s, (post, end) in enumerate(recv_at):
+        t = 100.0 * s
+        spec += [(0, "pp-0", "send", s, 1, t, t + 0.01),
+                 (1, "pp-0", "recv", s, 0, t + post, t + end), (1, "pp-1", "send", s, 2, t + post, t + post + 0.01),
+                 (2, "pp-1", "recv", s, 1, t + post, t + post + 1.0)]
+        steps += [s] * 4
+    df = rows(spec)
+    df["step"] = steps
+    ops = prepare_ops(df)
+    meta = JobMeta("t", 3, {r: RankInfo("node-0", r) for r in range(3)}, {"pp-0": [0, 1], "pp-1": [1, 2]}, {}, {})
+    ex, seen = slow_transfer_excess(ops, meta, np.arange(6))
+    late = (ops.inst_step == 6) & (ops.groups[ops.inst_group] == "pp-0")
+    assert ex[late].item() == pytest.approx(0.008, abs=5e-4) and seen[late].item()
+
+
 def test_clock_offsets_between_hosts_are_removed() -> None:
     # rank 1's host clock runs 50 ms ahead; a receiver-late rendezvous transfer of 1 ms
     shifted = [(a, b, c + 50, d + 50) for a, b, c, d in RENDEZVOUS_NORMAL]

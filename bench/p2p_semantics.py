@@ -1,4 +1,4 @@
-"""When does a point-to-point send complete? `python -m bench.p2p_semantics [--backend nccl|gloo]`.
+"""When does a point-to-point send complete? `python -m bench.p2p_semantics [--backend nccl|gloo] [--quick]`.
 
 The localizer must hold whether a send completes alone (eager: the data is buffered) or only once
 its receiver has posted (rendezvous: the send waits for a late receiver). This measures which one the
@@ -7,7 +7,8 @@ backend at hand does, by message size: two ranks under torchrun, the receiver po
 receiver; one that took the transfer's own time did not. `--backend nccl` times on the GPU (the send
 is done when the GPU is); ranks that share one GPU declare their own NCCL host (NCCL refuses two
 ranks of one host on one device), so their traffic takes NCCL's network transport, as between nodes.
-Prints one line per size and exits 0; exits 2 when the backend cannot run here (nccl without a GPU).
+The backend defaults to nccl where a GPU is, gloo elsewhere. Prints one line per size and exits 0;
+exits 2 when the backend cannot run here (nccl without a GPU). --quick: three sizes, one exchange each.
 """
 
 from __future__ import annotations
@@ -108,23 +109,26 @@ def report(res: dict[str, object]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    ap.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl where a GPU is, else gloo")
     ap.add_argument("--sizes", default=",".join(SIZES), help="message sizes, e.g. 1KiB,4MiB")
     ap.add_argument("--late-ms", type=float, default=100.0, help="how late the receiver posts")
     ap.add_argument("--reps", type=int, default=3, help="exchanges per size (the median is shown)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON instead")
+    ap.add_argument("--quick", action="store_true", help="1KiB, 4MiB and 16MiB, one exchange each")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         worker(a)
         return 0
-    if a.backend == "nccl":
-        import torch
+    import torch
 
-        if not torch.cuda.is_available():
-            print("p2p_semantics: --backend nccl needs a CUDA GPU; use --backend gloo here", file=sys.stderr)
-            return 2
+    a.backend = a.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if a.backend == "nccl" and not torch.cuda.is_available():
+        print("p2p_semantics: --backend nccl needs a CUDA GPU; use --backend gloo here", file=sys.stderr)
+        return 2
+    if a.quick:
+        a.sizes, a.reps = "1KiB,4MiB,16MiB", 1
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "p2p.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "NCCL_SOCKET_IFNAME": "lo",

@@ -102,6 +102,31 @@ def test_a_cuda_batch_ends_once_its_caller_has_waited_for_it(monkeypatch: pytest
     assert len({id(r[2]) for r in rec.cuda_rows}) == 1  # one start: the batch's arrival
 
 
+def test_batch_isend_irecv_on_a_cuda_group_takes_the_event_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapper sends a CUDA group's batch (CUDA tensors) to `run_cuda_batch`, a CPU one to the host path."""
+    import collector.commops.recorder as recorder
+
+    rec = Recorder(capacity=8)
+    taken: list[str] = []
+    monkeypatch.setattr(recorder, "run_cuda_batch", lambda rec, orig, ops, rows: taken.append("events") or ["w"])
+    monkeypatch.setattr(rec, "group_id", lambda pg: pg)  # groups 0 (CPU) and 1 (CUDA), registered
+    rec.send_seq += [{}, {}]
+    rec.recv_seq += [{}, {}]
+    rec.cuda_groups.add(1)
+
+    def isend() -> None: ...
+
+    def batch(ops: list[Any]) -> list[Any]:
+        taken.append("host")
+        return []
+
+    wrapped = recorder.make_batch_p2p(rec, batch, (isend,))
+    op = SimpleNamespace(group=1, op=isend, peer=3, tensor=SimpleNamespace(nbytes=64, is_cuda=True))
+    assert wrapped([op]) == ["w"] and taken == ["events"]
+    wrapped([SimpleNamespace(group=0, op=isend, peer=3, tensor=SimpleNamespace(nbytes=64, is_cuda=False))])
+    assert taken == ["events", "host"]
+
+
 def test_a_cuda_batch_that_raises_is_failed_not_pending(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = _batch_recorder(monkeypatch)
     row = (0, 4, 1, 4, 64, 0, 3)

@@ -31,7 +31,7 @@ from localize.network.devices import (
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.ops.grouping import dense_codes, group_quantiles, group_sum, present, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
-from localize.ops.history import slot_stats, step_scale
+from localize.ops.history import per_row, scale_table, scaled_elapsed, slot_stats, step_scale
 from localize.ops.lone import (
     lone_copies,
     lone_time,
@@ -112,11 +112,10 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
     """Per instance: its last arriver's normal time and interquartile range over the reference
     steps, drift-scaled back to the step at hand: `slot_history` read at the last arrivers' rows
     only (its three per-row arrays, 24 bytes a row, were this stage's peak)."""
-    scale = step_scale(ops, view.steps)
-    med, q1, q3 = slot_stats(ops, ops.elapsed / scale, ref)
+    scales = scale_table(ops, view.steps)
+    med, q1, q3 = slot_stats(ops, scaled_elapsed(ops, scales), ref)
     late = ops.late_row
-    s = scale[late]
-    del scale
+    s = per_row(scales, ops, late)
     slot = ops.slot[late]
     med, q1, q3 = med[slot], q1[slot], q3[slot]
     miss = np.isnan(med)

@@ -35,9 +35,7 @@ from localize.ops.grouping import (
     argsort_stable,
     cumcount,
     dense_codes,
-    group_max,
     group_min,
-    group_sum,
     sort_keys,
     unique,
 )
@@ -210,13 +208,20 @@ class Ops:
     @property
     def inst_mean(self) -> np.ndarray:
         """Mean elapsed per instance (computed on use, like `wait`: only the detector's features
-        read it, and the analysis's later peaks are spared its bytes)."""
-        return group_sum(self.inst, self.n_inst, self.elapsed) / np.maximum(self.inst_size, 1)
+        read it, and the analysis's later peaks are spared its bytes; summed a chunk of rows at a
+        time, in row order: `group_sum`'s float64 sums without a row-sized `elapsed`)."""
+        out = np.zeros(self.n_inst)
+        for c in range(0, len(self.inst), _CHUNK):
+            np.add.at(out, self.inst[c:c + _CHUNK], self.elapsed_at(slice(c, c + _CHUNK)))
+        return out / np.maximum(self.inst_size, 1)
 
     @property
     def inst_max(self) -> np.ndarray:
-        """Largest elapsed per instance (computed on use, as `inst_mean`)."""
-        return group_max(self.inst, self.n_inst, self.elapsed)
+        """Largest elapsed per instance (computed on use, as `inst_mean`: `group_max` by chunks)."""
+        out = np.full(self.n_inst, -np.inf)
+        for c in range(0, len(self.inst), _CHUNK):
+            np.maximum.at(out, self.inst[c:c + _CHUNK], self.elapsed_at(slice(c, c + _CHUNK)))
+        return out
 
     @property
     def group_code(self) -> np.ndarray:

@@ -241,9 +241,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         irr = irr[irr != first]
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
-    ops = prepare_ops(df[COLUMNS])
-    for name in (*CODED, *TIMED):  # (`ops` holds them as codes and `RowTimes`: the caller's frame lets its copies go)
-        del df[name]
+    ops = prepare_ops(_moved_rows(df))
     all_steps = unique(ops.step)
     ref = normal_steps(all_steps, irr, view.steps)
     detector = load_detector() if forest else None
@@ -394,6 +392,16 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
             onset = began  # (on and off: its first slow step)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
+
+
+def _moved_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """`df`'s COLUMNS as a frame of their own, for `prepare_ops` alone to hold: the coded and timed
+    columns leave `df` (`ops` holds them as codes and `RowTimes`), so their arrays are freed once
+    it has read them (the int64 times, 16 bytes a row, while it codes the instances and slots)."""
+    rows = df[COLUMNS]
+    for name in (*CODED, *TIMED):
+        del df[name]
+    return rows
 
 
 def _lost_seconds(steps: pd.DataFrame, irr: np.ndarray) -> float:

@@ -31,7 +31,7 @@ from localize.network.devices import (
 from localize.network.transfers import MIN_EXCESS_S, SLOW_EXCESS, slow_transfer_excess
 from localize.ops.grouping import dense_codes, group_quantiles, group_sum, present, unique
 from localize.ops.groupkinds import group_kinds, observed_members, with_observed_groups
-from localize.ops.history import slot_stats, step_scale
+from localize.ops.history import per_row, scale_table, scaled_elapsed, slot_stats, step_scale
 from localize.ops.lone import (
     lone_copies,
     lone_time,
@@ -112,11 +112,10 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
     """Per instance: its last arriver's normal time and interquartile range over the reference
     steps, drift-scaled back to the step at hand: `slot_history` read at the last arrivers' rows
     only (its three per-row arrays, 24 bytes a row, were this stage's peak)."""
-    scale = step_scale(ops, view.steps)
-    med, q1, q3 = slot_stats(ops, ops.elapsed / scale, ref)
+    scales = scale_table(ops, view.steps)
+    med, q1, q3 = slot_stats(ops, scaled_elapsed(ops, scales), ref)
     late = ops.late_row
-    s = scale[late]
-    del scale
+    s = per_row(scales, ops, late)
     slot = ops.slot[late]
     med, q1, q3 = med[slot], q1[slot], q3[slot]
     miss = np.isnan(med)
@@ -242,9 +241,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         irr = irr[irr != first]
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
-    ops = prepare_ops(df[COLUMNS])
-    for name in (*CODED, *TIMED):  # (`ops` holds them as codes and `RowTimes`: the caller's frame lets its copies go)
-        del df[name]
+    ops = prepare_ops(_moved_rows(df))
     all_steps = unique(ops.step)
     ref = normal_steps(all_steps, irr, view.steps)
     detector = load_detector() if forest else None
@@ -395,6 +392,16 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
             onset = began  # (on and off: its first slow step)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
+
+
+def _moved_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """`df`'s COLUMNS as a frame of their own, for `prepare_ops` alone to hold: the coded and timed
+    columns leave `df` (`ops` holds them as codes and `RowTimes`), so their arrays are freed once
+    it has read them (the int64 times, 16 bytes a row, while it codes the instances and slots)."""
+    rows = df[COLUMNS]
+    for name in (*CODED, *TIMED):
+        del df[name]
+    return rows
 
 
 def _lost_seconds(steps: pd.DataFrame, irr: np.ndarray) -> float:

@@ -25,6 +25,8 @@ from timeline.instances import host_codes
 DP_MAX_PER_STEP = 4
 #: Largest group × rank bitmap `membership` marks pairs in (bytes) before it sorts instead.
 BITMAP_CELLS = 1 << 26
+#: rows per chunk of `membership`'s keys
+_CHUNK = 1 << 18
 
 
 def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
@@ -77,16 +79,17 @@ def group_features(df: pd.DataFrame, meta: JobMeta) -> pd.DataFrame:
 def membership(group: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unique (group code, rank) pairs, sorted by group then rank: who is in each group.
 
-    A group × rank bitmap where it is small (linear, no sort of every row), else a sort."""
+    A group × rank bitmap where it is small (linear, no sort of every row; marked a chunk of
+    rows at a time: no row-sized int64 keys beside the analysis's arrays), else a sort."""
     width = int(rank.max(initial=0)) + 1
-    key = group.astype(np.int64) * width + rank
     cells = (int(group.max(initial=0)) + 1) * width
     if cells <= BITMAP_CELLS:
         seen = np.zeros(cells, dtype=bool)
-        seen[key] = True
+        for c in range(0, len(group), _CHUNK):
+            seen[group[c:c + _CHUNK].astype(np.int64) * width + rank[c:c + _CHUNK]] = True
         pairs = np.flatnonzero(seen)
     else:
-        pairs = np.unique(key)
+        pairs = np.unique(group.astype(np.int64) * width + rank)
     return pairs // width, pairs % width
 
 

@@ -62,7 +62,7 @@ def clearly_normal(ops: Ops, basis: Basis) -> np.ndarray:
     out = np.empty(len(ops.rank), dtype=bool)
     for c in range(0, len(out), _CHUNK):
         at = slice(c, c + _CHUNK)
-        en, med = ops.elapsed_at(at) / basis.scale[at], basis.med[at]  # elapsed over the step-time baseline
+        en, med = ops.elapsed_at(at) / basis.scale(ops, at), basis.med(ops, at)  # elapsed over the step-time baseline
         close = (en <= SCREEN_RATIO * med) | (en - med <= SCREEN_EXCESS_S)
         peer = basis.peer[ops.inst[at]]
         out[at] = close & (peer >= SCREEN_PEER[0]) & (peer <= SCREEN_PEER[1])
@@ -74,8 +74,8 @@ def clearly_abnormal(ops: Ops, basis: Basis, rows: np.ndarray | None = None) -> 
     are constant beyond the feature ranges they were trained on, so the forest's probability for
     an operator 17x its usual time (a throttled NIC in a real job) can sit below a threshold that
     auto-tuning raised on a noisy job; such rows need no model to be called abnormal."""
-    scale, med = (basis.scale, basis.med) if rows is None else (basis.scale[rows], basis.med[rows])
-    en = (ops.elapsed if rows is None else ops.elapsed_at(rows)) / scale
+    en = (ops.elapsed if rows is None else ops.elapsed_at(rows)) / basis.scale(ops, rows)
+    med = basis.med(ops, rows)
     q1, q3 = basis.quartiles(ops, rows)
     sigma = np.maximum((q3 - q1) / 1.349, 0.02 * med)
     return (en >= CLEAR_RATIO * med) & (en - med >= CLEAR_SIGMAS * sigma) & (en - med > SCREEN_EXCESS_S)

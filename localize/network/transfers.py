@@ -20,7 +20,7 @@ import numpy as np
 from collector.meta import JobMeta
 from collector.schema import OPS
 from localize.ops.grouping import dense_codes, group_quantile
-from localize.ops.table import Ops
+from localize.ops.table import Ops, rank_bounds
 from timeline.instances import host_codes
 from timeline.steps import clock_offsets_of
 
@@ -29,8 +29,8 @@ from timeline.steps import clock_offsets_of
 SLOW_EXCESS = 0.3
 #: ... and at least this long beyond it (s): scheduling noise of a healthy host
 MIN_EXCESS_S = 50e-6
-#: rows per chunk of `last_activity`'s passes
-_CHUNK = 1 << 20
+#: rows per chunk of `aligned_times`' passes
+_CHUNK = 1 << 18
 #: two clock readings agree within this share of the transfer, or this many seconds
 TOLERANCE = 0.1
 TOLERANCE_S = 50e-6
@@ -60,28 +60,32 @@ def aligned_times(ops: Ops, meta: JobMeta, ref: np.ndarray | None, rows: np.ndar
     steps = np.unique(step[step >= 0])
     # (only the sampled steps' rows, one step at a time, with the columns the frame no longer holds: `Ops.rows_frame`)
     offsets = clock_offsets_of(lambda s: ops.rows_frame(step == s), meta, steps, trusted=ref)
-    host, _ = host_codes(meta, ops.rank)
-    at = np.clip(np.searchsorted(offsets.index.to_numpy(), ops.step), 0, len(offsets) - 1)
-    off = offsets.to_numpy()[at, host]
-    del at, host  # (in place from here: this runs near the analysis's peak)
-    n = len(off)
+    index, table = offsets.index.to_numpy(), offsets.to_numpy()
+    host_of = host_codes(meta, np.arange(max(max(meta.ranks, default=0), int(ops.rank.max(initial=0))) + 1))[0]
+
+    def off(at: slice | np.ndarray) -> np.ndarray:
+        """Per row of `at`: its host's offset at its step (read where it is used, by chunks: this
+        runs near the analysis's peak)."""
+        return table[np.clip(np.searchsorted(index, step[at]), 0, len(offsets) - 1), host_of[ops.rank[at]]]
+
+    def aligned(t: np.ndarray, at: slice | np.ndarray) -> np.ndarray:
+        """`t` (int64 ns, of the rows `at`) on the one clock, in seconds."""
+        out = t.astype(np.float64)
+        out -= off(at)
+        out *= 1e-9
+        return out
+
+    n = len(step)
     start = np.empty(n)
+    lo, hi = np.inf, -np.inf
     for c in range(0, n, _CHUNK):
-        start[c:c + _CHUNK] = ops.times.start(slice(c, c + _CHUNK))
-    start -= off
-    start *= 1e-9
-
-    def aligned_end(at: slice | np.ndarray) -> np.ndarray:
-        end = ops.times.end(at).astype(np.float64)
-        end -= off[at]
-        end *= 1e-9
-        return end
-
-    lo, hi = float(start.min(initial=np.inf)), float(start.max(initial=-np.inf))
-    for c in range(0, n, _CHUNK):
-        end = aligned_end(slice(c, c + _CHUNK))
+        at = slice(c, c + _CHUNK)
+        part, end = ops.times.bounds(at)
+        start[at] = aligned(part, at)
+        end = aligned(end, at)
         lo, hi = min(lo, float(end.min())), max(hi, float(end.max()))
-    return start, aligned_end(rows), (lo, hi - lo + 1.0)
+    lo, hi = min(lo, float(start.min(initial=np.inf))), max(hi, float(start.max(initial=-np.inf)))
+    return start, aligned(ops.times.end(rows), rows), (lo, hi - lo + 1.0)
 
 
 def time_line(start: np.ndarray, end: np.ndarray) -> tuple[float, float]:
@@ -102,26 +106,31 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray, rows: np.ndarray
     An irecv posted early and waited on later, or an operator of a batch, ends when the rank's
     wait returned; the rank was certainly inside the operator only after its last other start."""
     n = len(ops.rank)
-    narrow = np.int32 if n < 2**31 else np.int64  # (row indices and segment codes)
-    at: np.ndarray = np.arange(n, dtype=narrow) if rows is None else rows
+    at: np.ndarray = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64) if rows is None else rows
     if n < 2:
         return start[at], np.ones(len(at), dtype=bool)
     first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
     t0, span = time_line(start, end) if line is None else line
-    # each rank lifted to its own segment of one line; built in place and by chunks (this runs
-    # near the analysis's peak: one row-sized float array and the int32 segment codes)
-    seg = np.cumsum(first, dtype=narrow)
-    np.subtract(seg, 1, out=seg)
-    lifted_start = np.subtract(start, t0)
-    for c in range(0, n, _CHUNK):
-        lifted_start[c:c + _CHUNK] += np.multiply(seg[c:c + _CHUNK], span)  # rows are sorted by (rank, start): so is this
+    # each rank lifted to its own segment of one line, a chunk of whole ranks at a time (a search
+    # never leaves its rank's segment, so a chunk's rows are all it can land on: the same
+    # positions as in the whole line, without a row-sized lifted copy of the starts)
+    by_row = np.argsort(at, kind="stable")
+    bounds = rank_bounds(ops.rank)
+    cut = np.searchsorted(at[by_row], bounds)
     j = np.empty(len(at), dtype=at.dtype)
-    for c in range(0, len(at), _CHUNK):
-        idx = at[c:c + _CHUNK]
-        lifted_end = np.subtract(end[idx] if rows is None else end[c:c + _CHUNK], t0)
-        lifted_end += np.multiply(seg[idx], span)
-        j[c:c + _CHUNK] = np.searchsorted(lifted_start, lifted_end, side="left")
-    del seg, lifted_start
+    seg0 = 0
+    for lo, hi, a, b in zip(bounds[:-1], bounds[1:], cut[:-1], cut[1:], strict=True):
+        seg = np.cumsum(first[lo:hi], dtype=np.int64)
+        seg += seg0 - 1
+        seg0 = int(seg[-1]) + 1
+        lifted_start = np.subtract(start[lo:hi], t0)
+        lifted_start += np.multiply(seg, span)  # rows are sorted by (rank, start): so is this
+        mine = by_row[a:b]
+        idx = at[mine]
+        lifted_end = np.subtract(end[idx] if rows is None else end[mine], t0)
+        lifted_end += np.multiply(seg[idx - lo], span)
+        j[mine] = np.searchsorted(lifted_start, lifted_end, side="left") + lo
+    del by_row
     np.subtract(j, 1, out=j)
     np.maximum(j, at, out=j)
     ready = start[j]

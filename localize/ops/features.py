@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from localize.ops.grouping import dense_codes, group_median
-from localize.ops.history import slot_stats, step_ratio, step_scale
+from localize.ops.history import per_row, scale_table, scaled_elapsed, slot_stats, step_ratio
 from localize.ops.table import Ops
 
 #: detector feature names, in column order of `detector_matrix`
@@ -53,36 +53,45 @@ def peer_group_min_ratio(ops: Ops) -> np.ndarray:
 
 @dataclass
 class Basis:
-    """What the detector's screen and its features share, computed once for all rows."""
+    """What the detector's screen and its features share, computed once: per step, slot and
+    instance (read per row where they are used, a chunk or the screened rows at a time: two
+    row-sized float64 arrays held through the detection were its peak)."""
 
-    scale: np.ndarray  # per row: the step's rolling baseline over the run's median (drift)
-    med: np.ndarray  # per row: drift-normalized median of its slot over reference steps
+    scales: tuple[int, np.ndarray]  # per step: its rolling baseline over the run's median (drift; `scale_table`)
+    slot_med: np.ndarray  # per slot: drift-normalized median over reference steps (NaN: no reference)
     slot_q1: np.ndarray  # per slot: drift-normalized quartiles (NaN: no reference)
     slot_q3: np.ndarray
     peer: np.ndarray  # per instance: `peer_group_min_ratio`
 
-    def quartiles(self, ops: Ops, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def scale(self, ops: Ops, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """Per row (of `rows`, default all): its step's scale."""
+        return per_row(self.scales, ops, rows)
+
+    def med(self, ops: Ops, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """Per row (of `rows`, default all): its slot's median, as `slot_history` gives it."""
+        return self._fill(ops, rows, self.slot_med[ops.slot if rows is None else ops.slot[rows]])[0]
+
+    def quartiles(self, ops: Ops, rows: slice | np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(q1, q3) of the given rows' slots, as `slot_history` gives them."""
         slot = ops.slot if rows is None else ops.slot[rows]
-        q1, q3 = self.slot_q1[slot], self.slot_q3[slot]
-        miss = np.isnan(q1)
-        if miss.any():
-            inst, scale = (ops.inst, self.scale) if rows is None else (ops.inst[rows], self.scale[rows])
-            fb = ops.inst_min[inst] / scale
-            q1, q3 = np.where(miss, fb, q1), np.where(miss, fb, q3)
+        q1, q3 = self._fill(ops, rows, self.slot_q1[slot], self.slot_q3[slot])
         return q1, q3
+
+    def _fill(self, ops: Ops, rows: slice | np.ndarray | None, *values: np.ndarray) -> list[np.ndarray]:
+        """`values` (per row of `rows`) with slots never seen in reference steps (NaN) falling back
+        on the instance minimum (the transfer time), drift-normalized."""
+        miss = np.isnan(values[0])
+        if not miss.any():
+            return list(values)
+        fb = ops.inst_min[ops.inst if rows is None else ops.inst[rows]] / self.scale(ops, rows)
+        return [np.where(miss, fb, v) for v in values]
 
 
 def feature_basis(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None) -> Basis:
-    """The per-row step scale and slot median, and per-slot quartiles, as `slot_history`
-    computes them (only the median is needed for every row)."""
-    scale = step_scale(ops, steps)
-    med_s, q1_s, q3_s = slot_stats(ops, ops.elapsed / scale, ref_steps)
-    med = med_s[ops.slot]
-    miss = np.isnan(med)
-    if miss.any():  # slots never seen in reference steps: the instance minimum (transfer time)
-        med = np.where(miss, ops.inst_min[ops.inst] / scale, med)
-    return Basis(scale, med, q1_s, q3_s, peer_group_min_ratio(ops))
+    """The step scale, and per-slot median and quartiles, as `slot_history` computes them."""
+    scales = scale_table(ops, steps)
+    med, q1, q3 = slot_stats(ops, scaled_elapsed(ops, scales), ref_steps)
+    return Basis(scales, med, q1, q3, peer_group_min_ratio(ops))
 
 
 def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray | None,
@@ -98,7 +107,7 @@ def detector_matrix(ops: Ops, steps: pd.DataFrame | None, ref_steps: np.ndarray 
     def at(v: np.ndarray) -> np.ndarray:
         return v if rows is None else v[rows]
 
-    e, scale, med = (ops.elapsed if rows is None else ops.elapsed_at(rows)), at(b.scale), at(b.med)
+    e, scale, med = (ops.elapsed if rows is None else ops.elapsed_at(rows)), b.scale(ops, rows), b.med(ops, rows)
     q1, q3 = b.quartiles(ops, rows)
     en = e / scale
     iqr = np.maximum(q3 - q1, 1e-6 + 0.02 * med)

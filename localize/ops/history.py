@@ -137,25 +137,44 @@ def _quantiles(mat: np.ndarray, ps: tuple[float, ...]) -> list[np.ndarray]:
 def step_scale(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
     """Per row (of `rows`, default all): the step's rolling baseline duration over the run's
     median (1 without steps)."""
+    return per_row(scale_table(ops, steps), ops, rows)
+
+
+def scale_table(ops: Ops, steps: pd.DataFrame | None) -> tuple[int, np.ndarray]:
+    """`step_scale` per step: (the first step, each step's value from it), read by `per_row` a
+    chunk of rows at a time where a row-sized array of it would stand at a peak."""
     if steps is None or steps.empty or "baseline_s" not in steps:
-        return np.ones(len(ops.rank) if rows is None else len(rows))
+        return _step_table(ops, pd.Series(dtype=np.float64))
     base = steps.set_index("step")["baseline_s"].astype(float)
     med = float(np.nanmedian(base.to_numpy())) or 1.0
-    return _per_step(ops, (base / med).astype(np.float64), rows)
+    return _step_table(ops, (base / med).astype(np.float64))
 
 
-def _per_step(ops: Ops, values: pd.Series, rows: np.ndarray | None = None) -> np.ndarray:
-    """Per row (of `rows`, default all): the value of its step (1.0 where unknown), by table."""
-    step = ops.step if rows is None else ops.step[rows]
+def per_row(table: tuple[int, np.ndarray], ops: Ops, rows: slice | np.ndarray | None = None) -> np.ndarray:
+    """Per row (of `rows`: a slice or indices, default all): its step's value in a `_step_table`."""
+    lo, lut = table
+    return lut[(ops.step if rows is None else ops.step[rows]) - lo]
+
+
+def scaled_elapsed(ops: Ops, scales: tuple[int, np.ndarray]) -> np.ndarray:
+    """Per row: elapsed over its step's scale (`scale_table`), a fresh array divided in place a
+    chunk at a time (the same quotients as `ops.elapsed / step_scale(...)`, without its divisor)."""
+    e = ops.elapsed
+    for c in range(0, len(e), _CHUNK):
+        e[c:c + _CHUNK] /= per_row(scales, ops, slice(c, c + _CHUNK))
+    return e
+
+
+def _step_table(ops: Ops, values: pd.Series) -> tuple[int, np.ndarray]:
+    """Per step from the first of the rows' and `values`' steps: the value of that step (1.0 where
+    unknown, not finite or not positive)."""
     idx = values.index.to_numpy(np.int64)
-    if len(idx) == 0:
-        return np.ones(len(step))
-    lo = min(int(idx.min()), int(ops.step.min(initial=0)))
-    hi = max(int(idx.max()), int(ops.step.max(initial=0)))
+    lo = int(idx.min(initial=int(ops.step.min(initial=0))))
+    hi = int(idx.max(initial=int(ops.step.max(initial=0))))
     lut = np.ones(hi - lo + 1)
     v = values.to_numpy(np.float64)
     lut[idx - lo] = np.where(np.isfinite(v) & (v > 0), v, 1.0)
-    return lut[step - lo]
+    return lo, lut
 
 
 def step_ratio(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = None) -> np.ndarray:
@@ -163,4 +182,4 @@ def step_ratio(ops: Ops, steps: pd.DataFrame | None, rows: np.ndarray | None = N
     n = len(ops.rank) if rows is None else len(rows)
     if steps is None or steps.empty or "ratio" not in steps:
         return np.ones(n)
-    return _per_step(ops, steps.set_index("step")["ratio"].astype(np.float64), rows)
+    return per_row(_step_table(ops, steps.set_index("step")["ratio"].astype(np.float64)), ops, rows)

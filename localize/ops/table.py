@@ -35,9 +35,7 @@ from localize.ops.grouping import (
     argsort_stable,
     cumcount,
     dense_codes,
-    group_max,
     group_min,
-    group_sum,
     sort_keys,
     unique,
 )
@@ -179,10 +177,7 @@ class Ops:
 
     def elapsed_at(self, rows: slice | np.ndarray) -> np.ndarray:
         """`elapsed` of some rows (a slice, indices or a mask) alone: no row-sized array for a few."""
-        out = self.times.dur[rows].astype(np.float64)
-        np.maximum(out, 0, out=out)
-        out *= 1e-9
-        return out
+        return seconds(self.times.dur[rows])
 
     @property
     def gap(self) -> np.ndarray:
@@ -210,13 +205,20 @@ class Ops:
     @property
     def inst_mean(self) -> np.ndarray:
         """Mean elapsed per instance (computed on use, like `wait`: only the detector's features
-        read it, and the analysis's later peaks are spared its bytes)."""
-        return group_sum(self.inst, self.n_inst, self.elapsed) / np.maximum(self.inst_size, 1)
+        read it, and the analysis's later peaks are spared its bytes; summed a chunk of rows at a
+        time, in row order: `group_sum`'s float64 sums without a row-sized `elapsed`)."""
+        out = np.zeros(self.n_inst)
+        for c in range(0, len(self.inst), _CHUNK):
+            np.add.at(out, self.inst[c:c + _CHUNK], self.elapsed_at(slice(c, c + _CHUNK)))
+        return out / np.maximum(self.inst_size, 1)
 
     @property
     def inst_max(self) -> np.ndarray:
-        """Largest elapsed per instance (computed on use, as `inst_mean`)."""
-        return group_max(self.inst, self.n_inst, self.elapsed)
+        """Largest elapsed per instance (computed on use, as `inst_mean`: `group_max` by chunks)."""
+        out = np.full(self.n_inst, -np.inf)
+        for c in range(0, len(self.inst), _CHUNK):
+            np.maximum.at(out, self.inst[c:c + _CHUNK], self.elapsed_at(slice(c, c + _CHUNK)))
+        return out
 
     @property
     def group_code(self) -> np.ndarray:
@@ -565,7 +567,11 @@ def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
 
 
 def prepare_ops(df: pd.DataFrame) -> Ops:
-    """Sort rows by rank and own clock, match copies into instances, derive wait and gap."""
+    """Sort rows by rank and own clock, match copies into instances, derive wait and gap.
+
+    The rows' times are held as `RowTimes` as soon as the order is known, and leave `df` then:
+    a caller that passes a frame no one else holds (`localize.commops.analyse_ops`) has its
+    int64 times freed before the instances and slots are coded, the peak of this stage."""
     df = df.reset_index(drop=True)
     start = df["start_ns"].to_numpy(np.int64)
     sort = _row_order(_int_column(df, "rank"), start)
@@ -591,7 +597,11 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     else:
         rank = column("rank")
     del sort
-    end = column("end_ns")
+    rank = _narrow(rank)
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
+    times = RowTimes.of(start, column("end_ns"), rank, first)
+    del start
+    df = df.drop(columns=list(TIMED))
     is_p2p = opcode >= len(COLLECTIVE_OPS)
     is_send = opcode == OPS.index("send")
     # (row-sized scratch is dropped as soon as it is used, and held narrow: the peak is the sum)
@@ -620,7 +630,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     slot = _slot_codes(pair, opcode, rank, step)
     # per-row codes are held narrow (ranks and codes fit int32, ops int8; consumers widen where
     # they build keys), rank and step the frame's own int32 columns where it is sorted already
-    rank, step, gcode, slot = (_narrow(a) for a in (rank, step, gcode, slot))
+    step, gcode, slot = (_narrow(a) for a in (step, gcode, slot))
     last = np.zeros(n_inst, dtype=np.int64)
     for c in range(0, len(inst), _CHUNK):  # per instance: its last row speaks for it (by chunks, in row
         last[inst[c:c + _CHUNK]] = np.arange(c, min(c + _CHUNK, len(inst)))  # order: no row-sized int64 indices)
@@ -631,7 +641,7 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     size = np.zeros(n_inst, dtype=np.int64)
     np.add.at(size, inst, 1)  # (copies per instance: `np.bincount`'s counts without its intp copy of the codes)
     size = _narrow(size)
-    wait = seconds(start, end, np.empty(len(start)))  # elapsed (held by no one: `Ops.elapsed` computes it again on use)
+    wait = seconds(times.dur)  # elapsed (held by no one: `Ops.elapsed` computes it again on use)
     imin = group_min(inst, n_inst, wait)
     for c in range(0, len(wait), _CHUNK):  # ... less its instance's minimum, in place (no row-sized gather beside it)
         wait[c:c + _CHUNK] -= imin[inst[c:c + _CHUNK]]
@@ -640,20 +650,17 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     del wait
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
     del cand
-    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(df) else np.zeros(0, np.int64)
-    times = RowTimes.of(start, end, rank, first)
-    del start, end
-    # (the coded and timed columns leave the frame: their codes and `times` are what the analysis reads)
-    df = df.drop(columns=[c for c in (*CODED, *TIMED) if c in df.columns])
+    # (the coded columns leave the frame: their codes are what the analysis reads)
+    df = df.drop(columns=[c for c in CODED if c in df.columns])
     return Ops(df, order, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, inst_pair,
                opcode, step, rank, first, column("nbytes"), times)
 
 
-def seconds(start: np.ndarray, end: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """`out` (float64) filled with end - start (int64 ns) in seconds, 0 where negative: how long
-    each operator took."""
-    out[:] = np.subtract(end, start, dtype=np.int64)
+def seconds(dur: np.ndarray) -> np.ndarray:
+    """Durations (int ns: `RowTimes.dur`) in seconds, float64, 0 where negative: how long each
+    operator took."""
+    out = dur.astype(np.float64)
     np.maximum(out, 0, out=out)
     out *= 1e-9
     return out

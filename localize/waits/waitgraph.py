@@ -20,12 +20,13 @@ and back, in any order). Everything is vectorized; the chain is resolved by poin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
 from localize.ops.grouping import group_sum
 from localize.ops.history import slot_median
-from localize.ops.table import Ops
+from localize.ops.table import Ops, rank_bounds
 from localize.waits.latecomers import recurrent_latecomers
 
 
@@ -46,23 +47,23 @@ class WaitGraph:
     measured: np.ndarray  # bool per instance: the excess figures were measured (else 0: unknown)
 
 
-def _prev_same_pair(ops: Ops) -> np.ndarray:
-    """Per row: the previous row of the same rank and operator stream (-1 if none)."""
-    n = len(ops.rank)
-    pair = ops.pair
-    key = ops.rank.astype(np.int64) * (int(pair.max(initial=0)) + 1)
+def _prev_same_pair(ops: Ops, rows: slice) -> np.ndarray:
+    """Per row of `rows` (whole ranks): the previous row of the same rank and operator stream, as
+    an index into `rows` (-1 if none)."""
+    pair = ops.inst_pair[ops.inst[rows]]
+    key = ops.rank[rows].astype(np.int64) * (int(pair.max(initial=0)) + 1)
     key += pair
     del pair
     order = np.argsort(key, kind="stable")  # rows are time-ordered per rank already
-    key.sort(kind="stable")  # key[order], in place (this runs at the analysis's peak)
+    key.sort(kind="stable")  # key[order], in place
+    n = len(key)
     same = np.zeros(n, dtype=bool)
     np.equal(key[1:], key[:-1], out=same[1:])
     del key
-    before = np.empty(n, dtype=_row_index_type(n))  # per sorted position: the row before it
+    before = np.empty(n, dtype=np.int64)  # per sorted position: the row before it
     before[:1] = -1
     before[1:] = order[:-1]
     before[~same] = -1  # ... where it is of the same stream
-    del same
     prev = np.empty_like(before)
     prev[order] = before
     return prev
@@ -76,51 +77,61 @@ def _row_index_type(n: int) -> type[np.signedinteger]:
 
 def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the row its own-clock segment starts after (-1: none), and whether no gap in
-    between may hold a lost record (the running count of such rows did not move: read here, a
-    byte a row, rather than the count's four held into the backtracking's first pass, its peak).
+    between may hold a lost record (False where there is no segment start: such rows are never
+    measured). Read a byte a row, rather than a running count's four held into the
+    backtracking's first pass, its peak.
 
     The segment starts at the previous operator of the same stream. Where that one is in a step
     that was not logged before this one (sampled steps), or there is none, it starts at the
     rank's first operator of this step instead: every copy of an operator meets the same case,
-    so the copies are still compared on one footing."""
-    prev = _prev_same_pair(ops)
-    step = ops.step
-    far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
-    # (row-sized int32 links, each dropped or reused as soon as it is read: this runs near the peak)
-    near = np.where(far, -1, prev)
-    counts = np.cumsum(_unreliable_gaps(ops, near), dtype=prev.dtype)
-    del near
-    row = np.arange(len(step), dtype=prev.dtype)
-    first = np.where(np.r_[True, (ops.rank[1:] != ops.rank[:-1]) | (step[1:] != step[:-1])], row, 0)
-    np.maximum.accumulate(first, out=first)
-    start = np.where(first < row, first, -1)
-    del first, row
-    np.copyto(start, prev, where=~far)
-    del prev, far
-    whole = np.equal(counts, counts[np.maximum(start, 0)])
+    so the copies are still compared on one footing. A segment never leaves its rank, so the
+    rows are taken a chunk of whole ranks at a time (no row-sized links, keys or orders
+    beside the analysis's arrays: this runs near its peak)."""
+    n = len(ops.rank)
+    start = np.empty(n, dtype=_row_index_type(n))
+    whole = np.empty(n, dtype=bool)
+    seq = ops.column("seq")  # (in the frame's width: widened only where subtracted)
+    for lo, hi in pairwise(rank_bounds(ops.rank)):
+        start[lo:hi], whole[lo:hi] = _ranks_segment_starts(ops, slice(lo, hi), seq[lo:hi])
+        start[lo:hi][start[lo:hi] >= 0] += lo
     return start, whole
 
 
-def _unreliable_gaps(ops: Ops, prev: np.ndarray) -> np.ndarray:
-    """Per row: its gap may hold a lost record (so it is not pure compute).
+def _ranks_segment_starts(ops: Ops, rows: slice, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_segment_starts` of `rows` (whole ranks; `seq`: their seq), as indices into `rows`."""
+    prev = _prev_same_pair(ops, rows)
+    step = ops.step[rows]
+    far = (prev < 0) | (step[np.maximum(prev, 0)] < step - 1)
+    near = np.where(far, -1, prev)
+    counts = np.cumsum(_unreliable_gaps(ops, rows, seq, near))
+    del near
+    row = np.arange(len(step))
+    rank = ops.rank[rows]
+    first = np.where(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])], row, 0)
+    np.maximum.accumulate(first, out=first)
+    start = np.where(first < row, first, -1)
+    np.copyto(start, prev, where=~far)
+    whole = (start >= 0) & np.equal(counts, counts[np.maximum(start, 0)])
+    return start, whole
+
+
+def _unreliable_gaps(ops: Ops, rows: slice, seq: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """Per row of `rows` (whole ranks; `seq`: their seq, `prev`: each one's previous row of its
+    stream, an index into `rows`, -1 if none): its gap may hold a lost record (so it is not pure
+    compute).
 
     A collective stream numbers its operators consecutively; a jump in seq between two rows of
     one rank's stream means records in between were lost, and every gap of that rank between
     the two rows may contain a lost operator's time.
     """
-    seq = ops.column("seq")  # (in the frame's width: widened only where subtracted)
-    has = (prev >= 0) & ~ops.inst_p2p[ops.inst]
+    has = (prev >= 0) & ~ops.inst_p2p[ops.inst[rows]]
     hole = np.zeros(len(seq), dtype=bool)
-    for c in range(0, len(seq), _CHUNK):  # (by chunks: no row-sized gathers beside the marks)
-        h = has[c:c + _CHUNK]
-        hole[c:c + _CHUNK][h] = np.subtract(seq[c:c + _CHUNK][h], seq[prev[c:c + _CHUNK][h]], dtype=np.int64) > 1
-    mark = np.zeros(len(seq) + 1, dtype=prev.dtype)  # (+1/-1 marks: row indices' width suffices)
+    hole[has] = np.subtract(seq[has], seq[prev[has]], dtype=np.int64) > 1
+    mark = np.zeros(len(seq) + 1, dtype=np.int64)
     idx = np.flatnonzero(hole)
-    del hole
     np.add.at(mark, prev[idx] + 1, 1)
     np.add.at(mark, idx + 1, -1)
     return np.cumsum(mark, out=mark)[:-1] > 0
-
 
 
 def _typical_wait(ops: Ops, ref_steps: np.ndarray | None) -> np.ndarray | None:

@@ -123,10 +123,12 @@ def test_sync_groups_from_membership_alone() -> None:
 
 
 def test_membership_bitmap_and_sort_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Who is in each group, from rows in any order with repeats: the bitmap and the sort give the same pairs."""
+    """Who is in each group, from rows in any order with repeats: the bitmap (marked a chunk of rows
+    at a time) and the sort give the same pairs."""
     rng = np.random.default_rng(3)
     group, rank = rng.integers(0, 40, 5000), rng.integers(0, 300, 5000)
     want = sorted(set(zip(group.tolist(), rank.tolist(), strict=True)))
+    monkeypatch.setattr("timeline.groups._CHUNK", 777)
     got = membership(group, rank)
     monkeypatch.setattr("timeline.groups.BITMAP_CELLS", 0)
     for g, r in (got, membership(group, rank)):

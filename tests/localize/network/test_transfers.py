@@ -114,8 +114,9 @@ def test_group_quantile_matches_pandas() -> None:
 
 def test_last_activity_by_chunks_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     # three ranks with overlapping, batched (same start) and early-posted operators; chunks of
-    # 2 rows cut across ranks and across the searches' targets
+    # whole ranks, one rank each (the searches run a chunk at a time)
     from localize.network import transfers
+    from localize.ops import table
 
     rng = np.random.default_rng(5)
     spec: list[tuple[int, str, str, int, int, float, float]] = []
@@ -128,7 +129,8 @@ def test_last_activity_by_chunks_matches_one_pass(monkeypatch: pytest.MonkeyPatc
     start = ops.df["start_ns"].to_numpy(np.float64) * 1e-9
     end = ops.df["end_ns"].to_numpy(np.float64) * 1e-9
     whole = transfers.last_activity(ops, start, end)
-    monkeypatch.setattr(transfers, "_CHUNK", 2)
+    monkeypatch.setattr(table, "_RANK_CHUNK", 2)
+    assert len(table.rank_bounds(ops.rank)) == 4
     chunked = transfers.last_activity(ops, start, end)
     assert np.array_equal(whole[0], chunked[0]) and np.array_equal(whole[1], chunked[1])
     assert not whole[1].all() and (whole[0] > start).any()  # both kinds of rows occur

@@ -111,6 +111,24 @@ def test_segment_differences_in_place_by_chunks_match_a_copy(monkeypatch: pytest
     assert got.tobytes() == want.tobytes()
 
 
+def test_segment_starts_by_chunks_of_whole_ranks_match_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # streams interleaved within ranks, a p2p stream, a lost record (seq 2 after 0) and a later step
+    from localize.ops import table
+
+    spec = [(r, g, "all_reduce", s, -1, 10.0 * s + k, 10.0 * s + k + 0.5)
+            for r in range(4) for k, g in enumerate(("tp-0", "dp-0")) for s in range(4) if (r, s) != (2, 1)]
+    spec += [(r, "pp-0", "send" if r % 2 == 0 else "recv", s, r ^ 1, 10.0 * s + 5, 10.0 * s + 6)
+             for r in range(4) for s in range(4)]
+    df = pd.concat([rows(spec), rows([(r, g, op, q + 4, p, a + 40, b + 40) for r, g, op, q, p, a, b in spec], step=3)])
+    ops = prepare_ops(df.reset_index(drop=True))
+    whole = waitgraph._segment_starts(ops)
+    monkeypatch.setattr(table, "_RANK_CHUNK", 3)
+    assert len(table.rank_bounds(ops.rank)) == 5
+    chunked = waitgraph._segment_starts(ops)
+    assert whole[0].tolist() == chunked[0].tolist() and whole[1].tolist() == chunked[1].tolist()
+    assert (whole[0] >= 0).any() and (whole[0] < 0).any() and not whole[1][whole[0] >= 0].all()
+
+
 def test_p2p_streams_numbered_per_end_are_matched_by_order() -> None:
     # each end numbers the stream on its own (send 0,1 / recv 5,6): matched 1st-1st, 2nd-2nd
     spec = [(0, "pp-0", "send", 0, 1, 0.0, 1.0), (0, "pp-0", "send", 1, 1, 2.0, 3.0),

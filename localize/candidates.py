@@ -254,8 +254,7 @@ def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, o
         slower = float(np.median(x[np.asarray(u.witnesses)]) - 1)
         if began is not None:
             when = f"on and off ({len(on_off)} steps) since step {began}" if on_off else f"in every step since step {began}"
-            since = (f"{when}, and not before: the step times are too noisy to show it, "
-                     "its compute beside its peers' in the same steps does")
+            since = f"{when}, and not before: its compute beside its peers' in the same steps shows when it began"
         if u.via is not None:
             return [f"rank {u.via} spent {slower:.0%} longer per step than its stage peers, waiting in collectives whose "
                     f"other members logged nothing (one rank per group logged): one of {u.tie_names()} is slow, and its "

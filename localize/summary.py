@@ -282,13 +282,13 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
 Matrix = tuple[np.ndarray, np.ndarray, list[int]]
 
 
-def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> Matrix:
+def compute_matrix(summary: pd.DataFrame, meta: JobMeta, keep_first: bool = False) -> Matrix:
     """Rank × step compute from the summaries: each rank's own row where it was an outlier on
     its host, else its host's median; which ranks are known; the steps (the first, warm-up, left
-    out when there are more than two)."""
+    out when there are more than two, unless `keep_first`)."""
     star = summary[summary["group"] == "*"]
     steps = sorted(int(s) for s in star["step"].unique())
-    if len(steps) > 2:
+    if len(steps) > 2 and not keep_first:
         steps = steps[1:]
     world = max(meta.world_size, int(summary["rank"].max()) + 1) if len(summary) else meta.world_size
     hosts = star[(star["rank"] < 0) & star["step"].isin(steps)]
@@ -304,8 +304,12 @@ def compute_matrix(summary: pd.DataFrame, meta: JobMeta) -> Matrix:
         rr = own["rank"].to_numpy(np.int64)
         cc = np.searchsorted(steps, own["step"].to_numpy(np.int64))
         comp[rr, cc] = np.fmax(comp[rr, cc], own["compute_s"].to_numpy(np.float64))
-    seen = np.isfinite(comp).all(axis=1)
-    return np.nan_to_num(comp), seen, steps
+    apart = keep_first and len(steps) > 2  # the first column is read apart (NaN where unknown)
+    seen = np.isfinite(comp[:, 1:] if apart else comp).all(axis=1)
+    out = np.nan_to_num(comp)
+    if apart:
+        out[:, 0] = comp[:, 0]
+    return out, seen, steps
 
 
 def slow_ranks(ranks: np.ndarray, slow: np.ndarray, bar: float, most: int) -> list[int]:
@@ -574,7 +578,10 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     its stage peers, stage against stage (the group kinds from one fetched step when the group
     names do not say them). `sample`: the last step of every rank's records, when fetched already
     (meta.json listed no groups)."""
-    comp, seen, steps = compute_matrix(summary, meta)
+    comp, seen, steps = compute_matrix(summary, meta, keep_first=True)
+    before = None
+    if len(steps) > 2:  # the first recorded step is judged apart: it may hold the warm-up
+        before, comp, steps = comp[:, 0], comp[:, 1:], steps[1:]
     extra: dict[str, object] = {"from": "summary"}
     if not steps or not seen.any():
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})
@@ -590,7 +597,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     # that copy would join stage 0's peers (a slow stage's unlogged ranks, slow workers there)
     stage, staged = pipeline_stages(meta, len(seen), kinds)
     seen &= staged
-    found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top)
+    found = imbalance(comp, seen, np.asarray(steps, dtype=np.int64), meta, kinds, top, before=before)
     first = found.units[0] if found.units else None
     by_host = pd.Series(stage).groupby([meta.host_of(r) if r in meta.ranks else "" for r in range(len(seen))])
 

@@ -33,6 +33,7 @@ OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it
 QUIET_BEFORE = 0.1  # an on-and-off device began where it was slow in at most this share of the steps before
 LEVEL_HELD = 0.8  # a level shift is "slow in every step since" when slow in this share of them (else: on and off)
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
+WHOLE_FIRST = 0.9  # a first recorded step is whole when each rank logged this share of an average step's operators
 
 
 def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -40,14 +41,43 @@ def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple
     columns. The first step holds the job's warm-up and is left out when there are more than two.
     `lone` (per row, `localize.ops.lone`): operators whose time is the rank's unlogged peers'
     compute as much as its own, counted with it."""
-    steps = unique(ops.step)
-    n_steps = len(steps)
+    comp, seen, steps = all_steps_compute(ops, world, lone)
+    return (comp[:, 1:], seen, steps[1:]) if len(steps) > 2 else (comp, seen, steps)
+
+
+def all_steps_compute(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`compute_table` with the first step kept."""
+    steps = np.asarray(unique(ops.step), dtype=np.int64)
     comp = rank_step_compute(ops, world, steps)  # (a chunk of ranks at a time: this may run at the analysis' peak)
     if lone is not None and lone.any():
-        comp += lone_time(ops, lone, world, np.asarray(steps, dtype=np.int64))
-    seen = present(ops.rank, world)
-    steps = np.asarray(steps, dtype=np.int64)
-    return (comp[:, 1:], seen, steps[1:]) if n_steps > 2 else (comp, seen, steps)
+        comp += lone_time(ops, lone, world, steps)
+    return comp, present(ops.rank, world), steps
+
+
+def whole_first_step(ops: Ops, world: int, steps: np.ndarray) -> bool:
+    """Whether every rank logged its first recorded step whole: as many operators as in an average
+    later step (a logger that started mid-step leaves it short, and its compute then means nothing)."""
+    first = np.bincount(ops.rank[ops.step == steps[0]], minlength=world)[:world]
+    later = (np.bincount(ops.rank, minlength=world)[:world] - first) / max(len(steps) - 1, 1)
+    logged = later > 0
+    return bool(logged.any() and (first[logged] >= WHOLE_FIRST * later[logged]).all())
+
+
+def normal_first_step(before: np.ndarray, comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str],
+                      mine: list[int]) -> bool:
+    """Whether the first recorded step, left out of `comp` (`before`: its column), was a normal one
+    for the ranks `mine`: every stage's workers computed as long as in the later steps (longer is
+    warm-up, shorter a log that began mid-step) and `mine` computed like their stage peers. Then
+    their excess began at the next recorded step."""
+    both = np.c_[before, comp]
+    ref = stage_ratio(both, seen, meta, kinds).ref
+    later = row_nanmedian(ref[:, 1:])
+    staged = np.isfinite(ref[:, 0]) & (later > 0)
+    if not staged.any():
+        return False
+    change = ref[staged, 0] / later[staged]
+    usual = bool(((change <= 1 + MIN_EXCESS) & (change >= 1 / (1 + MIN_EXCESS))).all())
+    return usual and float(device_ratio(both, seen, meta, kinds, mine)[0]) <= 1 + MIN_EXCESS
 
 
 def stage_reference(comp: np.ndarray, seen: np.ndarray, stage: np.ndarray) -> np.ndarray:
@@ -188,10 +218,13 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
         return Imbalance([], np.ones(world), 0.0)
     ops = prepare_ops(df)
     lone = lone_copies(ops, meta.groups, unlisted=True)
-    comp, seen, steps = compute_table(ops, world, lone)
+    comp, seen, steps = all_steps_compute(ops, world, lone)
+    before = comp[:, 0] if len(steps) > 2 and whole_first_step(ops, world, steps) else None
+    if len(steps) > 2:
+        comp, steps = comp[:, 1:], steps[1:]
     waited = lone_time(ops, lone, world, unique(ops.step))[:, -comp.shape[1]:] if lone.any() else None
     return imbalance(comp, seen, steps, with_observed_groups(meta, ops), group_kinds(ops, hint), top,
-                     waited, unlogged_peers(ops, meta.groups, lone, world))
+                     waited, unlogged_peers(ops, meta.groups, lone, world), before)
 
 
 def excess_onsets(ratio: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -271,10 +304,14 @@ def first_slow_step(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta:
 
 
 def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMeta, kinds: dict[str, str],
-              top: int = 5, waited: np.ndarray | None = None, peers: dict[int, list[int]] | None = None) -> Imbalance:
+              top: int = 5, waited: np.ndarray | None = None, peers: dict[int, list[int]] | None = None,
+              before: np.ndarray | None = None) -> Imbalance:
     """`persistent_imbalance` on a rank × step compute table (full records, or the summaries'
     per-host and outlier-rank compute) whose columns are `steps`. `waited` (same shape): the part
-    of it spent in lone copies, waiting on `peers` that logged nothing (`localize.ops.lone`)."""
+    of it spent in lone copies, waiting on `peers` that logged nothing (`localize.ops.lone`).
+    `before`: each rank's compute in the first recorded step, left out of `comp` (it may hold the
+    warm-up), when it was logged whole: a device normal there is slow since `steps[0]`, not from
+    the start (a log of sampled steps whose first is the one normal step)."""
     sr = stage_ratio(comp, seen, meta, kinds)
     ratio, ref, stage, replica = sr.ratio, sr.ref, sr.stage, sr.replica
     onset = excess_onsets(ratio, seen)
@@ -322,6 +359,9 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
             if start > 0:
                 began = start
                 on_off = [int(steps[c]) for c in slow_cols] if len(slow_cols) < len(steps) - began else None
+    if (began == 0 and before is not None and first.kind in ("gpu", "host") and mine
+            and normal_first_step(before, comp, seen, meta, kinds, mine)):
+        return Imbalance(units, x, typical, int(steps[0]), on_off)
     return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None, on_off)
 
 

@@ -38,6 +38,21 @@ def test_a_worker_slow_from_the_first_step_has_no_later_onset() -> None:
     assert found.units[0].ranks == [5] and found.since is None
 
 
+def test_a_first_recorded_step_that_was_normal_dates_the_excess_from_the_next() -> None:
+    """Sampled steps whose first logged one was the last normal step (the independent generator's
+    seed 9898 job 2: a host 2x from 1007, steps 1005, 1007, 1010, ... logged): that step is left out
+    as a possible warm-up, and the host read "from the first step (1005)". Where every stage computed
+    there as in the later steps and the device like its peers, it is slow since the next one."""
+    comp = table(5, 1.5, 0)
+    normal = 0.2 * (1 + 0.03 * np.random.default_rng(8).standard_normal(16))
+    assert imbalance(comp, np.ones(16, bool), STEPS, META, KINDS, before=normal).since == 1
+    warm_up = normal * 2.0  # every worker longer: the job's warm-up says nothing of the device
+    assert imbalance(comp, np.ones(16, bool), STEPS, META, KINDS, before=warm_up).since is None
+    slow_there = normal.copy()
+    slow_there[5] *= 1.5
+    assert imbalance(comp, np.ones(16, bool), STEPS, META, KINDS, before=slow_there).since is None
+
+
 def test_a_balanced_job_has_nothing() -> None:
     found = imbalance(table(5, 1.0, 0), np.ones(16, bool), STEPS, META, KINDS)
     assert not found.units and found.since is None

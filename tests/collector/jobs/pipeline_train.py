@@ -51,6 +51,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tests.collector.jobs.nccl_events import calibrate
+
 
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,20 +86,6 @@ def parse() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def gpu_cycles_per_ms() -> float:
-    """torch.cuda._sleep's cycles per millisecond on this GPU, measured after a warm-up (an idle GPU
-    clocks low at first)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cycles, rate = 20_000_000, 0.0
-    for _ in range(3):
-        start.record()
-        torch.cuda._sleep(cycles)  # type: ignore[attr-defined]
-        end.record()
-        end.synchronize()
-        rate = cycles / start.elapsed_time(end)
-    return rate
-
-
 class Job:
     """This rank's place in the grid, its groups and buffers."""
 
@@ -111,7 +99,7 @@ class Job:
             if torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
                 os.environ["NCCL_HOSTID"] = f"laggard-rank-{os.environ.get('RANK', '0')}"
         dist.init_process_group("nccl" if a.device == "cuda" else "gloo", timeout=timeout)
-        self.cycles_per_ms = gpu_cycles_per_ms() if a.device == "cuda" and a.compute == "device" else 0.0
+        self.cycles_per_ms = calibrate() if a.device == "cuda" and a.compute == "device" else 0.0
         self.rank, world = dist.get_rank(), dist.get_world_size()
         if world != a.tp * a.pp * a.dp:
             raise SystemExit(f"world size {world} != tp*pp*dp = {a.tp * a.pp * a.dp}")

@@ -114,9 +114,13 @@ def run_cuda_batch(rec: Recorder, orig: Callable[..., Any], ops: list[Any], rows
     callback's stream does not wait for the transfers. A coalesced batch returns one work for all."""
     import torch
 
-    anchor = clock_for(rec).anchor
-    start = torch.cuda.Event(enable_timing=True)
-    start.record()
+    try:
+        anchor = clock_for(rec).anchor
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+    except Exception as exc:  # the batch runs untimed: timing it is never worth the training step
+        rec.error(exc)
+        return orig(ops)
     with rec.async_lock:
         for row in rows:
             rec.in_flight[id(row)] = row
@@ -136,16 +140,20 @@ def run_cuda_batch(rec: Recorder, orig: Callable[..., Any], ops: list[Any], rows
 
 
 def _ended(rec: Recorder, rows: list[tuple[int, ...]], anchor: tuple[Any, int], start: Any) -> Callable[[bool], None]:
-    """What a batch's wait() does: end events on the (now waiting) current stream, or the rows failed."""
+    """What a batch's wait() does: end events on the (now waiting) current stream, or the rows failed.
+    It runs inside the caller's wait(): a bookkeeping error is counted, never raised into training."""
     def finish(ok: bool) -> None:
-        if ok:
-            for row in rows:
-                record_end(rec, row, anchor, start)
-            return
-        with rec.async_lock:
-            for row in rows:
-                rec.in_flight.pop(id(row), None)
-        rec.failed.extend(rows)
+        try:
+            if ok:
+                for row in rows:
+                    record_end(rec, row, anchor, start)
+                return
+            with rec.async_lock:
+                for row in rows:
+                    rec.in_flight.pop(id(row), None)
+            rec.failed.extend(rows)
+        except Exception as exc:
+            rec.error(exc)
     return finish
 
 

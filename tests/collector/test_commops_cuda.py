@@ -102,6 +102,26 @@ def test_a_cuda_batch_ends_once_its_caller_has_waited_for_it(monkeypatch: pytest
     assert len({id(r[2]) for r in rec.cuda_rows}) == 1  # one start: the batch's arrival
 
 
+def test_a_cuda_batch_whose_timing_fails_still_runs_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sidecar never breaks training: an event that cannot be made or recorded is a counted
+    error; the batch runs, and its wait() returns."""
+    import torch
+
+    rec = _batch_recorder(monkeypatch)
+    row = (0, 4, 1, 4, 64, 0, 3)
+    works = run_cuda_batch(rec, lambda ops: [CoalescedWork()], ["send"], [row])
+
+    class Broken:
+        def __init__(self, enable_timing: bool = True) -> None:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "Event", Broken)
+    assert works[0].wait() is True and rec.errors == 1  # the end event failed inside the caller's wait
+    ran: list[str] = []
+    assert run_cuda_batch(rec, lambda ops: ran.append("batch") or ["w"], ["send"], [row]) == ["w"]
+    assert ran == ["batch"] and rec.errors == 2  # the start event failed: the batch ran untimed
+
+
 def test_batch_isend_irecv_on_a_cuda_group_takes_the_event_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The wrapper sends a CUDA group's batch (CUDA tensors) to `run_cuda_batch`, a CPU one to the host path."""
     import collector.commops.recorder as recorder

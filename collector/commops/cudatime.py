@@ -89,9 +89,13 @@ def run_cuda(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], args
 
     if row[0] in rec.mixed_groups and not has_cuda_tensor(args, kwargs):
         return rec.run_host(orig, row, args, kwargs)
-    anchor = clock_for(rec).anchor
-    start = torch.cuda.Event(enable_timing=True)
-    start.record()
+    try:
+        anchor = clock_for(rec).anchor
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+    except Exception as exc:  # the op runs untimed: timing it is never worth the training step
+        rec.error(exc)
+        return orig(*args, **kwargs)
     with rec.async_lock:
         rec.in_flight[id(row)] = row  # until the GPU passes the end event: a hung NCCL op stays pending
     try:
@@ -140,29 +144,33 @@ def run_cuda_batch(rec: Recorder, orig: Callable[..., Any], ops: list[Any], rows
 
 
 def _ended(rec: Recorder, rows: list[tuple[int, ...]], anchor: tuple[Any, int], start: Any) -> Callable[[bool], None]:
-    """What a batch's wait() does: end events on the (now waiting) current stream, or the rows failed.
-    It runs inside the caller's wait(): a bookkeeping error is counted, never raised into training."""
+    """What a batch's wait() does: end events on the (now waiting) current stream, or the rows failed."""
     def finish(ok: bool) -> None:
-        try:
-            if ok:
-                for row in rows:
-                    record_end(rec, row, anchor, start)
-                return
-            with rec.async_lock:
-                for row in rows:
-                    rec.in_flight.pop(id(row), None)
-            rec.failed.extend(rows)
-        except Exception as exc:
-            rec.error(exc)
+        if ok:
+            for row in rows:
+                record_end(rec, row, anchor, start)
+            return
+        with rec.async_lock:
+            for row in rows:
+                rec.in_flight.pop(id(row), None)
+        rec.failed.extend(rows)
     return finish
 
 
 def record_end(rec: Recorder, row: tuple[int, ...], anchor: tuple[Any, int], start: Any) -> None:
-    """Put the op's end event on the current stream and queue the op for the writer."""
+    """Put the op's end event on the current stream and queue the op for the writer. It runs in the
+    training call (or the caller's wait()): an event that fails is a counted error and the op is
+    dropped, never raised into training nor left pending as if hung."""
     import torch
 
-    end = torch.cuda.Event(enable_timing=True)
-    end.record()
+    try:
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+    except Exception as exc:
+        with rec.async_lock:
+            rec.in_flight.pop(id(row), None)
+        rec.error(exc)
+        return
     with rec.async_lock:
         rec.cuda_rows.append((row, anchor, start, end))
 

@@ -19,7 +19,13 @@ from typing import Any, ClassVar
 import pandas as pd
 import pytest
 
-from collector.commops.cudatime import drain_finished, has_cuda_tensor, run_cuda_batch, wall_ns
+from collector.commops.cudatime import (
+    drain_finished,
+    has_cuda_tensor,
+    run_cuda,
+    run_cuda_batch,
+    wall_ns,
+)
 from collector.commops.recorder import Recorder
 from collector.traceio import Trace
 from tests.conftest import REPO, run_cli
@@ -120,6 +126,30 @@ def test_a_cuda_batch_whose_timing_fails_still_runs_and_waits(monkeypatch: pytes
     ran: list[str] = []
     assert run_cuda_batch(rec, lambda ops: ran.append("batch") or ["w"], ["send"], [row]) == ["w"]
     assert ran == ["batch"] and rec.errors == 2  # the start event failed: the batch ran untimed
+
+
+def test_a_cuda_op_whose_timing_fails_still_runs_untimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single NCCL op likewise: its start event failing runs it untimed; its end event failing
+    drops its record, which is not left pending (that would read as a hang)."""
+    import torch
+
+    rec = _batch_recorder(monkeypatch)
+    row = (0, 4, 1, -1, 64, 0, 3)
+    ended = {"fail": False}
+
+    class Flaky:
+        def __init__(self, enable_timing: bool = True) -> None:
+            if ended["fail"]:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        def record(self, stream: Any = None) -> None:
+            ended["fail"] = True  # the start was recorded: the next event (the end) fails
+
+    monkeypatch.setattr(torch.cuda, "Event", Flaky)
+    assert run_cuda(rec, lambda: None, row, (), {}) is None
+    assert rec.errors == 1 and not rec.in_flight and not rec.cuda_rows
+    assert run_cuda(rec, lambda: 7, row, (), {}) == 7  # now the start fails too: the op runs untimed
+    assert rec.errors == 2
 
 
 def test_batch_isend_irecv_on_a_cuda_group_takes_the_event_path(monkeypatch: pytest.MonkeyPatch) -> None:

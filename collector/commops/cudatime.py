@@ -82,20 +82,31 @@ def has_cuda_tensor(args: Any, kwargs: Any) -> bool:
     return False
 
 
-def run_cuda(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], args: Any, kwargs: Any) -> Any:
-    """Run an op of a CUDA group between two events. Sync ops get their end event right after the
-    call (the caller's stream already waits on NCCL's); async ops get it from the work's future."""
+def start_event(rec: Recorder) -> tuple[tuple[Any, int], Any] | None:
+    """The clock's anchor and a start event recorded on the current stream (it fires when the GPU
+    reaches the op); None, with the error counted, when CUDA cannot make one: the op then runs
+    untimed, since timing it is never worth the training step."""
     import torch
 
-    if row[0] in rec.mixed_groups and not has_cuda_tensor(args, kwargs):
-        return rec.run_host(orig, row, args, kwargs)
     try:
         anchor = clock_for(rec).anchor
         start = torch.cuda.Event(enable_timing=True)
         start.record()
-    except Exception as exc:  # the op runs untimed: timing it is never worth the training step
+    except Exception as exc:
         rec.error(exc)
+        return None
+    return anchor, start
+
+
+def run_cuda(rec: Recorder, orig: Callable[..., Any], row: tuple[int, ...], args: Any, kwargs: Any) -> Any:
+    """Run an op of a CUDA group between two events. Sync ops get their end event right after the
+    call (the caller's stream already waits on NCCL's); async ops get it from the work's future."""
+    if row[0] in rec.mixed_groups and not has_cuda_tensor(args, kwargs):
+        return rec.run_host(orig, row, args, kwargs)
+    began = start_event(rec)
+    if began is None:
         return orig(*args, **kwargs)
+    anchor, start = began
     with rec.async_lock:
         rec.in_flight[id(row)] = row  # until the GPU passes the end event: a hung NCCL op stays pending
     try:
@@ -116,15 +127,10 @@ def run_cuda_batch(rec: Recorder, orig: Callable[..., Any], ops: list[Any], rows
     batch (this rank's arrival), the end recorded once the caller's wait() has made its stream wait
     for the batch. Not the work's future: NCCL completes a coalesced batch's at enqueue, and its
     callback's stream does not wait for the transfers. A coalesced batch returns one work for all."""
-    import torch
-
-    try:
-        anchor = clock_for(rec).anchor
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-    except Exception as exc:  # the batch runs untimed: timing it is never worth the training step
-        rec.error(exc)
+    began = start_event(rec)
+    if began is None:
         return orig(ops)
+    anchor, start = began
     with rec.async_lock:
         for row in rows:
             rec.in_flight[id(row)] = row

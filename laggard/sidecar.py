@@ -70,13 +70,12 @@ def summarize_node(root: Path, host: str, window: int = 20, final: bool = True) 
     state_path = outdir / f".{host}.state.json"  # dot: not read as part of the summary dataset
     state = read_json(state_path) if state_path.exists() else {"next_step": 0}
     files = commops_files(root, ranks)
-    rows = (ds.field("step") >= state["next_step"]) | (ds.field("step") < 0)
-    if files and files[0].name == "commops.parquet":
-        rows = rows & ds.field("rank").isin(ranks)
     if not files:
         return []
     # a logger without step markers (step = -1) leaves every row to read, numbered on this node's
     # rows as `summarize` numbers them (`with_steps`): the windows then cut the numbered steps
+    # (the ranks: one commops.parquet holds every host's)
+    rows = ((ds.field("step") >= state["next_step"]) | (ds.field("step") < 0)) & ds.field("rank").isin(ranks)
     df = with_steps(ds.dataset(files, format="parquet").to_table(columns=list(COLUMNS), filter=rows).to_pandas())
     df = df[df["step"] >= state["next_step"]]
     if df.empty:

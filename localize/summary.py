@@ -64,6 +64,7 @@ from localize.ops.table import Ops, prepare_ops
 from localize.verdict import Verdict
 from localize.waits.persistent import (
     Imbalance,
+    first_apart,
     first_slow_step,
     grown_devices,
     imbalance,
@@ -578,10 +579,8 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
     its stage peers, stage against stage (the group kinds from one fetched step when the group
     names do not say them). `sample`: the last step of every rank's records, when fetched already
     (meta.json listed no groups)."""
-    comp, seen, steps = compute_matrix(summary, meta, keep_first=True)
-    before = None
-    if len(steps) > 2:  # the first recorded step is judged apart: it may hold the warm-up
-        before, comp, steps = comp[:, 0], comp[:, 1:], steps[1:]
+    comp, seen, all_steps = compute_matrix(summary, meta, keep_first=True)
+    before, comp, steps = first_apart(comp, all_steps)
     extra: dict[str, object] = {"from": "summary"}
     if not steps or not seen.any():
         return Verdict(meta.job, "healthy", [], 1.0, [], {"source": "commops", **extra})

@@ -140,9 +140,7 @@ def run_cuda_batch(rec: Recorder, orig: Callable[..., Any], ops: list[Any], rows
         _ended(rec, rows, anchor, start)(False)
         raise
     if not works:
-        with rec.async_lock:
-            for row in rows:
-                rec.in_flight.pop(id(row), None)
+        _forget(rec, rows)
         return works
     if len(works) == len(rows):
         return [timed_work(w, _ended(rec, [row], anchor, start), polled=False) for w, row in zip(works, rows, strict=True)]
@@ -156,11 +154,16 @@ def _ended(rec: Recorder, rows: list[tuple[int, ...]], anchor: tuple[Any, int], 
             for row in rows:
                 record_end(rec, row, anchor, start)
             return
-        with rec.async_lock:
-            for row in rows:
-                rec.in_flight.pop(id(row), None)
+        _forget(rec, rows)
         rec.failed.extend(rows)
     return finish
+
+
+def _forget(rec: Recorder, rows: list[tuple[int, ...]]) -> None:
+    """No longer in flight: the GPU will never pass an end event of theirs."""
+    with rec.async_lock:
+        for row in rows:
+            rec.in_flight.pop(id(row), None)
 
 
 def record_end(rec: Recorder, row: tuple[int, ...], anchor: tuple[Any, int], start: Any) -> None:

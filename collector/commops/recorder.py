@@ -500,7 +500,7 @@ def make_batch_p2p(rec: Recorder, orig: Callable[..., Any], send_fns: tuple[Any,
                 return run_cuda_batch(rec, orig, p2p_op_list, rows)
             works = orig(p2p_op_list)
         except BaseException:
-            if not gpu:
+            if not gpu:  # (`run_cuda_batch` marks its own)
                 rec.failed.extend(rows)
             raise
         finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,8 @@ from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_besid
 from localize.ops.table import Ops, prepare_ops, rank_step_compute
 from localize.waits.ranking import COVERAGE, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import EPISODE_GAP, ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
+
+StepsT = TypeVar("StepsT", np.ndarray, list[int])  # a table's steps, as an array or a list
 
 MIN_EXCESS = 0.15  # a worker must compute at least this much longer than its stage peers
 FOLLOW_STEPS = 4  # a first slow step is one the device stayed slow in, in half the slow steps from it
@@ -42,7 +45,16 @@ def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple
     `lone` (per row, `localize.ops.lone`): operators whose time is the rank's unlogged peers'
     compute as much as its own, counted with it."""
     comp, seen, steps = all_steps_compute(ops, world, lone)
-    return (comp[:, 1:], seen, steps[1:]) if len(steps) > 2 else (comp, seen, steps)
+    _, comp, steps = first_apart(comp, steps)
+    return comp, seen, steps
+
+
+def first_apart(comp: np.ndarray, steps: StepsT) -> tuple[np.ndarray | None, np.ndarray, StepsT]:
+    """The first recorded step's column set apart when there are more than two steps (it may hold
+    the job's warm-up): that column (None when kept), the other columns, their steps."""
+    if len(steps) > 2:
+        return comp[:, 0], comp[:, 1:], steps[1:]
+    return None, comp, steps
 
 
 def all_steps_compute(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -218,10 +230,9 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
         return Imbalance([], np.ones(world), 0.0)
     ops = prepare_ops(df)
     lone = lone_copies(ops, meta.groups, unlisted=True)
-    comp, seen, steps = all_steps_compute(ops, world, lone)
-    before = comp[:, 0] if len(steps) > 2 and whole_first_step(ops, world, steps) else None
-    if len(steps) > 2:
-        comp, steps = comp[:, 1:], steps[1:]
+    comp, seen, all_steps = all_steps_compute(ops, world, lone)
+    first, comp, steps = first_apart(comp, all_steps)
+    before = first if first is not None and whole_first_step(ops, world, all_steps) else None
     waited = lone_time(ops, lone, world, unique(ops.step))[:, -comp.shape[1]:] if lone.any() else None
     return imbalance(comp, seen, steps, with_observed_groups(meta, ops), group_kinds(ops, hint), top,
                      waited, unlogged_peers(ops, meta.groups, lone, world), before)

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -77,6 +78,7 @@ class Trial:
     agent_rc: int
     job_rc: int
     agent_log: str
+    last: dict[str, Any]  # the service's last answer for the job ({} if it never had one)
 
 
 def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 40, steps: int = 160,
@@ -99,12 +101,14 @@ def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 4
         named: list[int | None] = []
         named_at: list[float] = []
         found_at: float | None = None
+        last: dict[str, Any] = {}
         t_end = time.monotonic() + deadline_s
         with httpx.Client(timeout=5) as client:
             while time.monotonic() < t_end and found_at is None:
                 r = client.get(f"{base}/v1/jobs/{job}")
                 if r.status_code == 200:
-                    cands = r.json().get("candidates") or []
+                    last = r.json()
+                    cands = last.get("candidates") or []
                     top = cands[0].get("rank") if cands else None
                     if not named or named[-1] != top:
                         named.append(top)
@@ -119,7 +123,7 @@ def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 4
         agent_rc = agent.wait(timeout=120)
     t_fault = fault_start(out, slow_rank, slow_from)
     return Trial(None if found_at is None else found_at - t_fault, named, [t - t_fault for t in named_at], steps,
-                 agent_rc, job_rc, log.read_text())
+                 agent_rc, job_rc, log.read_text(), last)
 
 
 def fault_start(out: Path, rank: int, step: int) -> float:

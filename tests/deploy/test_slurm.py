@@ -5,6 +5,7 @@ with rank 1 slowed and a node agent, and `laggard serve` naming rank 1."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -124,6 +125,7 @@ def test_sbatch_example_runs_the_job_and_the_agent_and_the_service_names_the_ran
                               str(TRAIN), "--steps", "50", "--slow-rank", "1", "--slow-steps", "15:50", "--slow-ms",
                               "60"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
         tops: list[int | None] = []  # the top candidate over time: the verdict is redone as posts arrive
+        last: dict[str, object] = {}  # the service's last answer, shown if the rank is never named
         deadline = time.monotonic() + 400
         ended: float | None = None
         while time.monotonic() < deadline and (ended is None or time.monotonic() < ended + 15):
@@ -131,6 +133,7 @@ def test_sbatch_example_runs_the_job_and_the_agent_and_the_service_names_the_ran
                 ended = time.monotonic()  # the job and its agents are done: the last rounds may still be due
             r = httpx.get(f"{base}/v1/jobs/slurm-demo", timeout=5)
             if r.status_code == 200:
+                last = r.json()
                 cands = r.json().get("candidates") or []
                 top = cands[0].get("rank") if cands else None
                 if not tops or tops[-1] != top:
@@ -141,9 +144,15 @@ def test_sbatch_example_runs_the_job_and_the_agent_and_the_service_names_the_ran
         _, err = p.communicate(timeout=400)
         out = (work / "job.out").read_text() if (work / "job.out").exists() else ""
         assert p.returncode == 0, err + out[-3000:]
-        assert 1 in tops, (tops, out[-3000:])
+        assert 1 in tops, (tops, _brief(last), (tmp_path / "state.log").read_text()[-2000:], out[-3000:])
         deadline = time.monotonic() + 60
         while "summary(ies) posted" not in out and time.monotonic() < deadline:  # the agent's last line
             time.sleep(0.5)
             out = (work / "job.out").read_text()
         assert "summary(ies) posted" in out, out[-3000:]
+
+
+
+def _brief(verdict: dict[str, object]) -> str:
+    """What a failed assertion shows of the service's last verdict (status, steps, candidates, why)."""
+    return json.dumps(verdict, default=str)[:3000]

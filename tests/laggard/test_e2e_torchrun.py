@@ -4,6 +4,7 @@ rules, and the service's own Alertmanager notification."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -70,9 +71,10 @@ def test_slowed_rank_is_named_scraped_and_alerted(tmp_path: Path) -> None:
         try:
             t = trial(base, tmp_path / "run", JOB, slow_rank=1, slow_from=15, steps=50, slow_ms=60, deadline_s=90,
                       linger_s=3)
+            assert t.seconds is not None, (t.named, json.dumps(t.last, default=str)[:3000],
+                                           (tmp_path / "state.log").read_text()[-2000:], t.agent_log[-2000:])
             print(f"phases: serve up {t0 - t_start:.1f} s, job and agent {time.monotonic() - t0:.1f} s, "
                   f"verdict {t.seconds:.1f} s after the first slowed step")
-            assert t.seconds is not None, (t.named, t.agent_log[-2000:])
             assert t.job_rc == 0 and t.agent_rc == 0, t.agent_log[-2000:]
             deadline = time.monotonic() + 30
             firing: list[dict[str, Any]] = []

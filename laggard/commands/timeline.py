@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         if v.status == "irregular" and v.candidates:
             tl.mark_slow_from_start(v.onset_step, v.slowdown, f"{v.candidates[0].device()} (see `laggard localize`)")
     other = [k for k in ("flows", "logs") if trace.has(k)]
+    if "flows" in other:
+        trace.table("flows")  # (not read here, but checked: what `validate` refuses, no verb accepts)
     if other:  # say what this view leaves out, so a different verdict from `localize` is no contradiction
         tl.notes.append(f"timeline reads CommOps step times only; this trace also has {' and '.join(other)}, "
                         "which `laggard localize` reads too")

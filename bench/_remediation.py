@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.names import gpu_problem, host_problem, nic_problem
-from collector.traceio import Trace
+from collector.inputs.names import gpu_problem, host_problem, nic_problem
+from collector.trace.traceio import Trace
 from explain.diagnose import diagnose
 from explain.probes import CATALOG
 from explain.remediation import ACTIONS, AuditLog

@@ -45,7 +45,7 @@ def shard_by_host(src: Path, out: Path) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from collector.meta import JobMeta
+    from collector.trace.meta import JobMeta
 
     meta = JobMeta.load(src / "meta.json")
     (out / "commops").mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,7 @@ def cli_path(trace: Path, timeout: float) -> dict[str, Any]:
 
 def full_path(trace: Path, timeout: float) -> dict[str, Any]:
     return _child(
-        "from collector.traceio import Trace\nfrom localize.combine import localize_trace\n"
+        "from collector.trace.traceio import Trace\nfrom localize.combine import localize_trace\n"
         f"v = localize_trace(Trace.open({str(trace)!r}), ('commops',))\n"
         "out = {'top': v.candidates[0].rank if v.candidates else None, 'status': v.status}", timeout)
 

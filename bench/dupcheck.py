@@ -37,8 +37,8 @@ def main() -> int:
     args = ap.parse_args()
     rows = 1e6 if args.quick else args.rows
     steps = max(1, round(rows / ROWS_PER_STEP_2048))
-    from collector.contract import commops_problems
-    from collector.traceio import Trace
+    from collector.trace.contract import commops_problems
+    from collector.trace.traceio import Trace
 
     with tempfile.TemporaryDirectory(prefix="laggard-dup-") as tmp:
         trace = Path(tmp) / "t"

@@ -21,7 +21,7 @@ SCENARIOS = ("gpu-straggler", "pcie-downgrade", "switch-congestion", "stage-imba
 
 
 def main() -> None:
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from laggard.commands.eval import localizer, verdict_for
     from simulator.config import scenario_config
     from simulator.writer import simulate_trace

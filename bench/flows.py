@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from collector.flows import pcap_to_flows
-from collector.pcap import write_pcap
-from collector.traceio import Trace
+from collector.network.flows import pcap_to_flows
+from collector.network.pcap import write_pcap
+from collector.trace.traceio import Trace
 from localize.flows import localize_flows
 from simulator.config import P2P_MODES, FaultSpec, SimConfig, scenario_config
 from simulator.flows import emit_flows, merge_fabric
@@ -216,7 +216,7 @@ def ingest_rate(packets: int, root: Path) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     res = pcap_to_flows(path)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(f"  laggard (collector.flows):  wall {wall:.2f} s  cpu {cpu:.2f} s  -> {packets / cpu / 1e6:.2f} M packets/s per core "
+    print(f"  laggard (collector.network.flows):  wall {wall:.2f} s  cpu {cpu:.2f} s  -> {packets / cpu / 1e6:.2f} M packets/s per core "
           f"({packets / wall / 1e6:.2f} M/s wall), {res.table.num_rows} bursts  (target >= 2 M/s)")
     tshark = shutil.which("tshark")
     if tshark is None:
@@ -246,7 +246,7 @@ def real_capture(root: Path) -> None:
     finally:
         lab.down()
     res = pcap_to_flows(out / "capture.pcap")
-    from collector.meta import JobMeta
+    from collector.trace.meta import JobMeta
 
     meta = JobMeta.from_dict(lab.meta("ddp-gloo"))
     job = build_flow_timeline(res.table.to_pandas(), meta).jobs[0]

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.combine import TIE_LIST, localize_trace
 from localize.commops import COLUMNS
 from localize.detect.baselines import BASELINES, baseline_ranks
@@ -444,7 +444,7 @@ def latency(gpus: int, steps: int, workdir: Path) -> dict[str, float]:
     summary = summarize(df, trace.meta.host_of)
     side_cpu = time.process_time() - c0
     side_s = time.perf_counter() - t0
-    from collector.traceio import write_table
+    from collector.trace.traceio import write_table
 
     write_table(summary, out / "summary.parquet", SUMMARY_SCHEMA)
     del df

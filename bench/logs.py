@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from collector.logs import parse_logs
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.logs.analysis import analyze_logs
 from localize.logs.pool import EventPool
 from simulator.cluster import Layout

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from bench.localize import NET_LAYOUTS, crossed_pairs, tie_credit, tied_top
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.combine import TIE_LIST, localize_trace
 from localize.detect.training import TRAIN_SEED_LIMIT
 from simulator.config import P2P_MODES, FaultSpec, SimConfig

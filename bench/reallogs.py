@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.logs import parse_logs
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.logs.analysis import analyze_logs
 from localize.logs.pool import EventPool
 from simulator.cluster import Layout

@@ -157,7 +157,7 @@ def bench_bytes(gpus: int, steps: int, layers: int, window: int) -> dict[str, An
     """Simulate a job with one slow GPU, run every node's sidecar, then central localization."""
     import pyarrow.parquet as pq
 
-    from collector.meta import JobMeta
+    from collector.trace.meta import JobMeta
     from laggard.sidecar import central_localize, summarize_node
     from simulator.config import FaultSpec, SimConfig
     from simulator.writer import simulate_trace

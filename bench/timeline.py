@@ -18,7 +18,7 @@ from pathlib import Path
 
 CHILD = """
 import json, resource, sys, time
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from timeline.build import build_timeline
 t0, c0 = time.perf_counter(), time.process_time()
 tl = build_timeline(Trace.open(sys.argv[1]))

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from drain3.drain import Drain
 
-from collector.errors import TraceError
-from collector.limits import ENV, limits
-from collector.safeio import check_log_file, gunzip_bounded, read_regular
+from collector.inputs.errors import TraceError
+from collector.inputs.limits import ENV, limits
+from collector.inputs.safeio import check_log_file, gunzip_bounded, read_regular
 
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 #: masks applied to each new digit-folded line, in order (IPs before numbers, paths before words)

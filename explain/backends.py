@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from collector.names import host_problem
+from collector.inputs.names import host_problem
 
 #: POSIX portable user names (what --ssh-user may be)
 USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")

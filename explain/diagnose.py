@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.backends import LocalBackend, ProbeBackend
 from explain.dot import DiagramOfThought
 from explain.evidence import (

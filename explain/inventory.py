@@ -2,7 +2,7 @@
 
 Built from meta.json, so an argument is valid only if the job itself runs there; NIC names come
 from `topology[host]["nics"]` when the trace records them. Every name is checked once, here, by
-collector.names (RFC 1123 hosts, kernel NIC names, integer GPU indexes): a trace with one bad name
+collector.inputs.names (RFC 1123 hosts, kernel NIC names, integer GPU indexes): a trace with one bad name
 is refused before anything runs, so no later step can hand an unchecked name to a command.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from collector.errors import UserError
-from collector.meta import JobMeta
-from collector.names import gpu_problem, host_problem, nic_problem
+from collector.inputs.errors import UserError
+from collector.inputs.names import gpu_problem, host_problem, nic_problem
+from collector.trace.meta import JobMeta
 
 #: Slurm/Kubernetes job ids: never option-like (no leading '-')
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")

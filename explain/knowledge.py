@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 
 BUILTIN_DIR = Path(__file__).with_name("kb")
 ENV_PATH = "LAGGARD_KB_PATH"

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 
 DEFAULT_CONFIG = Path.home() / ".config" / "laggard" / "llm.yaml"
 

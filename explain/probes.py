@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from collector.names import nic_problem
+from collector.inputs.names import nic_problem
 from explain.inventory import Inventory
 
 Outcome = Literal["ok", "abnormal", "unreachable", "error", "not-run"]

@@ -35,9 +35,9 @@ from collector.commops.layout import (
     rank_shards,
     read_rank_infos,
 )
-from collector.errors import UserError
-from collector.meta import JobMeta
-from collector.safeio import read_json
+from collector.inputs.errors import UserError
+from collector.inputs.safeio import read_json
+from collector.trace.meta import JobMeta
 from laggard.cliutil import emit
 from localize.commops import COLUMNS
 from localize.summary import groups_within, summarize, to_wire

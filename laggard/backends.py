@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 
 if TYPE_CHECKING:
     from explain.backends import ProbeBackend

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from collector.errors import UserError
-from collector.text import safe_text
+from collector.inputs.errors import UserError
+from collector.inputs.text import safe_text
 from laggard import commands
 from laggard.cliutil import emit
 

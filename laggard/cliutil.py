@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from collector.errors import UserError
-from collector.text import safe_text
+from collector.inputs.errors import UserError
+from collector.inputs.text import safe_text
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID

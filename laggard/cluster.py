@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 
 DEFAULT_WORKERS = 2
 DEFAULT_MEMORY = "2GiB"

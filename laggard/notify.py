@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from explain.report.alert import alertmanager_payload, detect_format, slack_payload
 from explain.report.model import Report
 from laggard.cliutil import emit

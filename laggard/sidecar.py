@@ -24,10 +24,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from collector.commops.layout import atomic_write_bytes, rank_shards
-from collector.errors import TraceError
-from collector.meta import JobMeta
-from collector.safeio import check_regular, read_json
-from collector.traceio import Trace
+from collector.inputs.errors import TraceError
+from collector.inputs.safeio import check_regular, read_json
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import Trace
 from localize.commops import COLUMNS
 from localize.ops.steps import with_steps
 from localize.summary import (

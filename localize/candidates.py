@@ -15,7 +15,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 from localize.network.devices import NetCandidate
 from localize.ops.table import Ops
 from localize.verdict import Candidate, Verdict

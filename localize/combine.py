@@ -13,9 +13,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from collector.errors import UserError
-from collector.meta import coverage_note
-from collector.traceio import Trace
+from collector.inputs.errors import UserError
+from collector.trace.meta import coverage_note
+from collector.trace.traceio import Trace
 from localize.verdict import Candidate, Verdict
 
 #: evidence kind -> (module, function) of its localizer

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 
-from collector.meta import JobMeta
-from collector.schema import OPS
-from collector.traceio import Trace
+from collector.trace.meta import JobMeta
+from collector.trace.schema import OPS
+from collector.trace.traceio import Trace
 from localize.candidates import imbalance_verdict, merge, net_candidate, rank_candidate, with_ties
 from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector

@@ -29,10 +29,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from collector.errors import TraceError
-from collector.meta import JobMeta
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Piece, frame, list_pieces, open_filesystem, read_pieces
+from collector.inputs.errors import TraceError
+from collector.trace.meta import JobMeta
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import Piece, frame, list_pieces, open_filesystem, read_pieces
 from localize.commops import COLUMNS
 from localize.summary import (
     SUMMARY_SCHEMA,
@@ -220,7 +220,7 @@ def localize_distributed(src: Source, run: Executor, top: int = 5,
     the map tasks on `run`. Returns the verdict and the fetch plan (None for a hang)."""
     st = stats if stats is not None else Stats()
     if src.local is not None:
-        from collector.traceio import Trace
+        from collector.trace.traceio import Trace
         from localize.waits.hang import find_hang
 
         hang = find_hang(Trace.open(src.local))

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from collector.errors import UserError
-from collector.meta import _natural_key
-from collector.traceio import Trace
+from collector.inputs.errors import UserError
+from collector.trace.meta import _natural_key
+from collector.trace.traceio import Trace
 from localize.verdict import Candidate, Status, Verdict
 from timeline.flows import (
     MIN_DATA_PACKET,

@@ -50,10 +50,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from collector.errors import TraceError
-from collector.groupnames import kind_in_name
-from collector.meta import JobMeta
-from collector.traceio import FORMATS, Trace, read_table, write_table
+from collector.inputs.errors import TraceError
+from collector.trace.groupnames import kind_in_name
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import FORMATS, Trace, read_table, write_table
 from localize.candidates import imbalance_verdict
 from localize.commops import COLUMNS, analyse_ops, candidate_ranks, partial_first
 from localize.detect.detector import rule_detect

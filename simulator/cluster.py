@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from simulator.config import SimConfig
 
 GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp", "mp")  # mp: one model replica (tp x cp x pp), for the iteration-end sync
@@ -99,7 +99,7 @@ class Layout:
         except (IndexError, ValueError):
             h = -1
         if not 0 <= h < int(self.host.max()) + 1:
-            from collector.errors import UserError
+            from collector.inputs.errors import UserError
 
             raise UserError(f"unknown host '{name}'", f"hosts are node-0..node-{int(self.host.max())}")
         return h
@@ -110,7 +110,7 @@ class Layout:
         except (IndexError, ValueError):
             s = -1
         if not 0 <= s < int(self.switch.max()) + 1:
-            from collector.errors import UserError
+            from collector.inputs.errors import UserError
 
             raise UserError(f"unknown switch '{name}'", f"switches are tor-0..tor-{int(self.switch.max())}")
         return s

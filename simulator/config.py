@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from collector.errors import UserError
-from collector.limits import ENV, limits
+from collector.inputs.errors import UserError
+from collector.inputs.limits import ENV, limits
 
 if TYPE_CHECKING:
     import numpy as np

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.schema import OPS
+from collector.trace.schema import OPS
 from simulator.cluster import Layout
 from simulator.config import SimConfig
 from simulator.faults import FaultModel

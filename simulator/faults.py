@@ -71,7 +71,7 @@ def resolve_faults(cfg: SimConfig, layout: Layout) -> list[ActiveFault]:
         k = spec.kind
         if k in ("gpu", "pcie"):
             if spec.rank is None or not 0 <= spec.rank < cfg.gpus:
-                from collector.errors import UserError
+                from collector.inputs.errors import UserError
 
                 raise UserError(f"--fault {k}: rank {spec.rank} is not in 0..{cfg.gpus - 1}", "pick a rank of the job")
             af.rank = spec.rank
@@ -86,7 +86,7 @@ def resolve_faults(cfg: SimConfig, layout: Layout) -> list[ActiveFault]:
             af.switch = layout.switch_index(spec.switch or "")
         elif k == "stage":
             if spec.stage is None or not 0 <= spec.stage < cfg.pp:
-                from collector.errors import UserError
+                from collector.inputs.errors import UserError
 
                 raise UserError(f"--fault stage: stage {spec.stage} is not in 0..{cfg.pp - 1}", "pick a pipeline stage")
             af.ranks = np.arange(spec.stage * stage_size, (spec.stage + 1) * stage_size)

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from collector.errors import UserError
-from collector.flows import DEFAULT_GAP_NS, Bursts, bursts_table, coalesce
-from collector.meta import JobMeta
-from collector.pcap import write_pcap
-from collector.schema import FLOW_PROTOS, FLOWS_SCHEMA, ROCE_UDP_PORT
-from collector.traceio import Trace, write_table
+from collector.inputs.errors import UserError
+from collector.network.flows import DEFAULT_GAP_NS, Bursts, bursts_table, coalesce
+from collector.network.pcap import write_pcap
+from collector.trace.meta import JobMeta
+from collector.trace.schema import FLOW_PROTOS, FLOWS_SCHEMA, ROCE_UDP_PORT
+from collector.trace.traceio import Trace, write_table
 from simulator.cluster import Layout
 from simulator.config import FaultSpec, SimConfig
 from simulator.faults import FaultModel, resolve_faults
@@ -41,7 +41,7 @@ PCAP_SNAPLEN = 128
 
 
 def _ip_words(ips: np.ndarray) -> np.ndarray:
-    """Dotted quads -> v4-mapped low words, as collector.pcap encodes addresses."""
+    """Dotted quads -> v4-mapped low words, as collector.network.pcap encodes addresses."""
     parts = np.array([list(map(int, ip.split("."))) for ip in ips], dtype=np.uint64).reshape(-1, 4)
     v4 = (parts[:, 0] << np.uint64(24)) | (parts[:, 1] << np.uint64(16)) | (parts[:, 2] << np.uint64(8)) | parts[:, 3]
     return np.uint64(0xFFFF_0000_0000) | v4

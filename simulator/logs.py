@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from collector.errors import UserError
-from collector.meta import JobMeta
+from collector.inputs.errors import UserError
+from collector.trace.meta import JobMeta
 
 #: failure name -> (category, candidate kind, stages it can happen in)
 FAILURES: dict[str, tuple[str, str, tuple[str, ...]]] = {

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 
 #: failure -> (category, kind of the root cause)
 FAILURES: dict[str, tuple[str, str]] = {

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.safeio import read_json
+from collector.inputs.safeio import read_json
 
 MECHANISMS = {
     "gpu": ("thermal", "power_cap", "clocks_locked"),

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collector.schema import COMMOPS_SCHEMA, OPS
-from collector.traceio import ChunkedParquetWriter
+from collector.trace.schema import COMMOPS_SCHEMA, OPS
+from collector.trace.traceio import ChunkedParquetWriter
 from simulator.cluster import Layout
 from simulator.config import SimConfig
 from simulator.engine import Engine, RowBatch

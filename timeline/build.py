@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 
-from collector.errors import TraceError, UserError
-from collector.meta import JobMeta, coverage_note
-from collector.traceio import Trace
+from collector.inputs.errors import TraceError, UserError
+from collector.trace.meta import JobMeta, coverage_note
+from collector.trace.traceio import Trace
 from timeline.columns import read_commops
 from timeline.groups import infer_group_kinds
 from timeline.model import Timeline, empty_steps

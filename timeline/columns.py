@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from collector.contract import commops_problems, hang_snapshot
-from collector.errors import TraceError
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, frame_of_columns, release_arrow_memory
+from collector.inputs.errors import TraceError
+from collector.trace.contract import commops_problems, hang_snapshot
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import Trace, frame_of_columns, release_arrow_memory
 
 STRING_COLUMNS = ("group", "op")
 

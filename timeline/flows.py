@@ -21,7 +21,7 @@ import pandas as pd
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from collector.meta import JobMeta, _natural_key
+from collector.trace.meta import JobMeta, _natural_key
 
 #: average packet size below which a directed edge carries only acknowledgements
 MIN_DATA_PACKET = 200

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collector.groupnames import kind_in_name
-from collector.meta import PARALLEL_DIMS, JobMeta
-from collector.schema import P2P_OPS
+from collector.trace.groupnames import kind_in_name
+from collector.trace.meta import PARALLEL_DIMS, JobMeta
+from collector.trace.schema import P2P_OPS
 from timeline.instances import host_codes
 
 #: At most this many collectives per rank per step: the once-a-step data-parallel kind.

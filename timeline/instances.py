@@ -12,8 +12,8 @@ import pandas as pd
 from scipy import sparse
 from scipy.sparse.linalg import lsqr
 
-from collector.meta import JobMeta
-from collector.schema import P2P_OPS
+from collector.trace.meta import JobMeta
+from collector.trace.schema import P2P_OPS
 from timeline.columns import codes
 
 #: Columns the matching needs; read only these from a large trace.

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 
 STEP_COLUMNS = ("step", "duration_s", "baseline_s", "ratio", "irregular", "pattern")
 PATTERNS = ("spike", "fluctuation", "persistent")

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta
-from collector.schema import P2P_OPS
+from collector.trace.meta import JobMeta
+from collector.trace.schema import P2P_OPS
 from timeline.columns import codes
 from timeline.instances import estimate_clock_offsets, host_codes, instance_ids
 

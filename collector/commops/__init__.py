@@ -75,7 +75,7 @@ def name_group(pg: Any, name: str) -> bool:
     """Name a process group in the trace (e.g. "tp-0", "dp-3"; unique per group across the job).
 
     Call it before the group's first operator. The name is kept as given; a `group_desc` is kept
-    only when it names one group ("tp-0"), see `collector.groupnames`.
+    only when it names one group ("tp-0"), see `collector.trace.groupnames`.
     Returns False (and says why on stderr) when the logger is off or the group already ran
     under another name.
     """

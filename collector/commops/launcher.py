@@ -22,7 +22,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 
-from collector.meta import PARALLEL_DIMS
+from collector.trace.meta import PARALLEL_DIMS
 
 HOST_VARS = ("LAGGARD_HOST", "SLURMD_NODENAME", "NODE_NAME")
 ENV_PARALLELISM = "LAGGARD_PARALLELISM"

@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.errors import TraceError
-from collector.meta import JobMeta, RankInfo
-from collector.safeio import check_regular, read_json
-from collector.schema import COMMOPS_SCHEMA
+from collector.inputs.errors import TraceError
+from collector.inputs.safeio import check_regular, read_json
+from collector.trace.meta import JobMeta, RankInfo
+from collector.trace.schema import COMMOPS_SCHEMA
 
 #: operators a rank entered and had not completed when it was last seen
 PENDING_SCHEMA = pa.schema(

@@ -20,8 +20,8 @@ from typing import Any
 
 from collector.commops.cudatime import has_cuda_tensor, run_cuda, run_cuda_batch
 from collector.commops.works import timed_work
-from collector.groupnames import group_label
-from collector.schema import OPS
+from collector.trace.groupnames import group_label
+from collector.trace.schema import OPS
 
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 SEND, RECV = OP_CODE["send"], OP_CODE["recv"]
@@ -267,7 +267,7 @@ def _future_failed(fut: Any) -> bool:
 
 def describe_group(pg: Any) -> tuple[str, list[int]]:
     """A stable, cross-rank name for a process group and its global ranks: "world" for the
-    default group, else `collector.groupnames.group_label` of torch's name and `group_desc`
+    default group, else `collector.trace.groupnames.group_label` of torch's name and `group_desc`
     (e.g. new_group(..., group_desc="tp-0"); torch names groups identically on every rank).
     """
     import torch.distributed as dist

@@ -21,7 +21,7 @@ import pyarrow as pa
 from collector.commops import cudatime, layout
 from collector.commops.launcher import identity as launcher_identity
 from collector.commops.recorder import Recorder
-from collector.schema import COMMOPS_SCHEMA, OPS
+from collector.trace.schema import COMMOPS_SCHEMA, OPS
 
 _OPS = pa.array(OPS, pa.string())
 STUCK_NS = 1_000_000_000  # in flight this long at a flush: written to pending/ (localize.waits.hang waits longer)

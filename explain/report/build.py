@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta
-from collector.traceio import Trace
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import Trace
 from explain.report.evidence import flow_evidence, log_evidence, step_start_utc, suspect_hosts
 from explain.report.model import Report, confidence_label, irregular_windows, tie_words
 from explain.report.waits import annotate_waits, gantt_rows, wait_matrix, wait_path

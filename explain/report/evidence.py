@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta
-from collector.traceio import Trace
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import Trace
 from explain.report.model import FlowEvidence, LogEvidence
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from collector.text import safe_text
+from collector.inputs.text import safe_text
 from explain.report.figures import FIGURES
 from explain.report.model import Report, tied_root
 

@@ -11,7 +11,7 @@ import textwrap
 
 import numpy as np
 
-from collector.text import safe_text
+from collector.inputs.text import safe_text
 from explain.report.model import Report, tied_root
 
 BARS = "▁▂▃▄▅▆▇█"

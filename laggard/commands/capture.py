@@ -8,10 +8,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from laggard.cliutil import emit, verb_parser
 
-#: shown in --help without importing collector.flows; tests check it equals collector.flows.DEFAULT_GAP_NS
+#: shown in --help without importing collector.network.flows; tests check it equals collector.network.flows.DEFAULT_GAP_NS
 DEFAULT_GAP_MS = 1.0
 
 
@@ -49,9 +49,14 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # heavy (pandas, pyarrow, scapy): only when this verb runs
-    from collector.flows import DEFAULT_GAP_NS, pcap_to_flows, read_flow_records, write_flows_trace
-    from collector.live import capture_to_pcap
-    from collector.safeio import read_json
+    from collector.inputs.safeio import read_json
+    from collector.network.flows import (
+        DEFAULT_GAP_NS,
+        pcap_to_flows,
+        read_flow_records,
+        write_flows_trace,
+    )
+    from collector.network.live import capture_to_pcap
 
     if args.burst_gap is None:
         args.burst_gap = DEFAULT_GAP_NS / 1e6
@@ -95,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 def _recognised(trace_dir: Path) -> list[str]:
     """What the capture shows: the training job it recognises (or that there is none), and whether
     it holds enough iterations to be judged."""
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from timeline.flows import build_flow_timeline, too_short
 
     trace = Trace.open(trace_dir)

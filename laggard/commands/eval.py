@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 if TYPE_CHECKING:  # stages load only when the verb runs
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from localize.verdict import Verdict
 
 EVALSETS = Path(__file__).resolve().parents[2] / "explain" / "evalsets"
@@ -118,7 +118,7 @@ def verdict_for(trace: Trace, loc: Any) -> Verdict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from explain.diagnose import diagnose, shared_kb
     from explain.extract import extract_keys
     from explain.llm import LLMConfig, OpenAIChat

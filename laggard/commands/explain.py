@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collector.errors import UserError
-from collector.text import safe_text
+from collector.inputs.errors import UserError
+from collector.inputs.text import safe_text
 from laggard.backends import MODES
 from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from explain.diagnose import Diagnosis
     from explain.remediation import Proposal
     from localize.verdict import Verdict
@@ -60,7 +60,7 @@ def read_alert(arg: str) -> str:
     if not arg.startswith("@"):
         data = arg.encode(errors="replace")
     else:
-        from collector.safeio import check_regular
+        from collector.inputs.safeio import check_regular
 
         path = Path(arg[1:])
         if not path.exists():
@@ -78,8 +78,8 @@ def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
     from localize.verdict import Verdict
 
     if args.verdict:
-        from collector.limits import limits
-        from collector.safeio import load_json, read_regular
+        from collector.inputs.limits import limits
+        from collector.inputs.safeio import load_json, read_regular
 
         if not args.verdict.exists():
             raise UserError(f"--verdict {args.verdict}: no such file", "write one with `laggard localize TRACE --format json`")
@@ -130,7 +130,7 @@ def ask(prop: Proposal) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from explain.diagnose import diagnose
     from explain.llm import LLMConfig, OpenAIChat
     from explain.remediation import AuditLog

@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.source == "flight-recorder":
-        from collector.flight_recorder import import_flight_recorder
+        from collector.importers.flight_recorder import import_flight_recorder
 
         meta = import_flight_recorder(args.src, args.out, world_size=args.world_size, job=args.job)
         dumped = meta.extra.get("dumped_ranks", [])
@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
         emit(f"{done:,} completed operator(s), {pending:,} entered and not completed"
               + ("; no operator completed: a hang snapshot, see `laggard localize`" if pending and not done else ""))
     else:
-        from collector.kineto import import_kineto
-        from collector.meta import coverage_note
+        from collector.importers.kineto import import_kineto
+        from collector.trace.meta import coverage_note
 
         meta = import_kineto(args.src, args.out, job=args.job)
         present = meta.extra.get("ranks_present", [])

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from explain.knowledge import ENV_PATH, load_kb, search_path
 from laggard.cliutil import add_format, emit, print_json, verb_parser
 

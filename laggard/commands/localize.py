@@ -69,13 +69,14 @@ def render_text(v: Verdict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.top < 1:
-        from collector.errors import UserError
+        from collector.inputs.errors import UserError
 
         raise UserError(f"--top {args.top}", "give at least 1")
     if args.cluster or args.summary_first:
         verdict = cluster_verdict(args)
     else:
-        from collector.traceio import Trace  # heavy (pandas, pyarrow): only when this verb runs
+        # heavy (pandas, pyarrow): only when this verb runs
+        from collector.trace.traceio import Trace
         from localize.combine import localize_trace
 
         trace = Trace.open(args.trace)
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 def cluster_verdict(args: argparse.Namespace) -> Verdict:
     """The summary-first verdict, its tasks on the cluster (or in this process with
     --summary-first alone); what the run did goes to stderr."""
-    from collector.errors import UserError
+    from collector.inputs.errors import UserError
     from laggard.cluster import open_cluster
     from localize.distributed import Serial, Source, Stats, localize_distributed
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from laggard.cliutil import add_format, emit, print_json, verb_parser
 from localize.logs.pool import POOL_ENV, EventPool, user_pool_path
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--top {args.top} must be at least 1", "e.g. --top 5")
     if args.lines < 0:
         raise UserError(f"--lines {args.lines} is negative", "e.g. --lines 20, or --lines 0 for none")
-    from collector.traceio import Trace  # heavy: only when this verb runs
+    from collector.trace.traceio import Trace  # heavy: only when this verb runs
 
     trace = Trace.open(args.trace[0])
     if not trace.has("logs"):
@@ -68,7 +68,7 @@ def _learn(paths: list[Path], args: argparse.Namespace) -> int:
     if not paths:
         raise UserError("laggard logs learn needs traces of successful jobs", "e.g. laggard logs learn /data/run5")
     from collector.logs import parse_logs
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
 
     target = args.pool or user_pool_path()
     pool = EventPool.load(target)

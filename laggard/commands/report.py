@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UserError
-from collector.text import safe_text
+from collector.inputs.errors import UserError
+from collector.inputs.text import safe_text
 from laggard.cliutil import (
     add_fail_on_irregular,
     emit,
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         from laggard.notify import check_url
 
         check_url(args.notify)
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
 
     trace = Trace.open(args.trace)
     from laggard.backends import choose_backend

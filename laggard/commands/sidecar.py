@@ -65,7 +65,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from collector.commops.launcher import host_of
-    from collector.meta import JobMeta
+    from collector.trace.meta import JobMeta
     from laggard.sidecar import central_localize, follow_node, summarize_node, wait_for_meta
 
     if args.action == "run":
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _agent(args: argparse.Namespace) -> int:
     from collector.commops.launcher import host_of
-    from collector.errors import UserError
+    from collector.inputs.errors import UserError
     from laggard.agent import Agent, default_spool
 
     if not args.post.startswith(("http://", "https://")):
@@ -129,7 +129,7 @@ def _agent(args: argparse.Namespace) -> int:
 
 def _positive(flags: tuple[tuple[str, float], ...]) -> None:
     """Refuse a flag that must be above 0 (a zero window or a negative poll would crash the loop)."""
-    from collector.errors import UserError
+    from collector.inputs.errors import UserError
 
     for flag, v in flags:
         if not v > 0:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from laggard.cliutil import emit, verb_parser
 from simulator.config import (
     LOGGED_RANKS,

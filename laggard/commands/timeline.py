@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from collector.errors import UserError
-from collector.text import safe_text
+from collector.inputs.errors import UserError
+from collector.inputs.text import safe_text
 from laggard.cliutil import add_format, emit, parse_steps, print_json, verb_parser
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.delta <= 1.0:
         raise UserError(f"--delta {args.delta} must be above 1", "use e.g. --delta 1.1 (10% slower than typical)")
-    from collector.traceio import Trace  # heavy (pandas, pyarrow): only when this verb runs
+    from collector.trace.traceio import Trace  # heavy (pandas, pyarrow): only when this verb runs
     from timeline.build import build_timeline
     from timeline.render import render_plain
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = args.format == "json"
     if args.jobs_per_layout < 1 or args.eval_jobs_per_layout < 1:
-        from collector.errors import UserError
+        from collector.inputs.errors import UserError
 
         raise UserError("--jobs-per-layout and --eval-jobs-per-layout must be >= 1", "e.g. --jobs-per-layout 4")
     forest, card = train(args.seed, None if quiet else (lambda m: emit(m, file=sys.stderr)), args.jobs_per_layout,

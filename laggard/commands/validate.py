@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.validate import validate_trace
+    from collector.trace.validate import validate_trace
 
     problems = validate_trace(args.trace)
     if args.format == "json":

@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.commops.layout import PENDING_SCHEMA, write_meta
-from collector.meta import JobMeta, RankInfo
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace
+from collector.trace.meta import JobMeta, RankInfo
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import Trace
 from explain.report.build import report_from_verdict
 from explain.report.html import render_html
 from explain.report.markdown import render_markdown

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from collector.schema import OPS
+from collector.trace.schema import OPS
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
 GROUP = r"^(\*|[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127})$"  # "*" marks a step row (localize/summary.py)

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from localize.detect.detector import ForestDetector
 from localize.detect.forest import ArrayForest
 

@@ -127,7 +127,7 @@ def twin_rows(cfg: Any) -> tuple[pd.DataFrame, np.ndarray]:
                                        "start_ns": (b.start + off)[m].astype(np.int64),
                                        "end_ns": (b.end + off)[m].astype(np.int64), "step": b.step[m]}))
         df = pd.concat(parts, ignore_index=True)
-        from collector.schema import OPS
+        from collector.trace.schema import OPS
 
         df["op"] = np.asarray(OPS)[df["op"].to_numpy()]
         return df

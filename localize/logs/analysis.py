@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from collector.logs import ParsedLogs, parse_logs
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.logs.pool import EventPool
 from localize.logs.temporal import STAGES, line_stages, temporal
 from localize.verdict import Candidate, Verdict

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 
 if TYPE_CHECKING:  # numpy and the log parser load only when a pool is used, so `laggard logs --help` is fast
     import numpy as np
@@ -48,8 +48,8 @@ class EventPool:
     def load(cls, path: Path) -> EventPool:
         """The pool in `path` (empty when there is none): a regular file within LAGGARD_MAX_POOL_BYTES
         (a FIFO would hang every `laggard logs`, a huge file fill memory)."""
-        from collector.limits import limits
-        from collector.safeio import load_json, read_regular
+        from collector.inputs.limits import limits
+        from collector.inputs.safeio import load_json, read_regular
 
         if not path.exists():
             return cls()
@@ -104,7 +104,7 @@ class EventPool:
     def save(self, path: Path) -> None:
         """Write the pool; refused (nothing written) when it would be over LAGGARD_MAX_POOL_BYTES,
         so every pool written can be read back."""
-        from collector.limits import ENV, limits
+        from collector.inputs.limits import ENV, limits
 
         data = json.dumps({"version": 1, "jobs": self.jobs, "shapes": dict(sorted(self.shapes.items())),
                            "templates": dict(sorted(self.templates.items()))}, indent=0).encode()

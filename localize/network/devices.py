@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 
 KIND_ORDER = {"gpu": 0, "link": 1, "nic": 2, "switch": 3}
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector.meta import JobMeta
-from collector.schema import OPS
+from collector.trace.meta import JobMeta
+from collector.trace.schema import OPS
 from localize.ops.grouping import dense_codes, group_quantile
 from localize.ops.table import Ops, rank_bounds
 from timeline.instances import host_codes

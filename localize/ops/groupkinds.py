@@ -15,9 +15,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from collector.groupnames import kind_in_name
-from collector.meta import JobMeta
-from collector.schema import OPS
+from collector.trace.groupnames import kind_in_name
+from collector.trace.meta import JobMeta
+from collector.trace.schema import OPS
 from localize.ops.table import Ops
 from timeline.groups import membership, sync_groups
 

@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 from localize.ops.grouping import unique
 from localize.ops.table import Ops
 from timeline.groups import membership

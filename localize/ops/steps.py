@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta
-from collector.traceio import Trace
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import Trace
 from localize.ops.grouping import dense_codes, group_max, group_min
 from timeline.steps import judge_from_fast_half
 

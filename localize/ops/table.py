@@ -29,8 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.schema import COLLECTIVE_OPS, OPS
-from collector.traceio import release_arrow_memory
+from collector.trace.schema import COLLECTIVE_OPS, OPS
+from collector.trace.traceio import release_arrow_memory
 from localize.ops.grouping import (
     argsort_stable,
     cumcount,
@@ -146,7 +146,7 @@ class Ops:
     inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
     slot: np.ndarray  # per row: slot code
     inst_pair: np.ndarray  # per instance: (group, src, dst) code — same for every seq of one operator stream
-    opcode: np.ndarray  # per row: index into collector.schema.OPS (int8)
+    opcode: np.ndarray  # per row: index into collector.trace.schema.OPS (int8)
     step: np.ndarray  # per row: step (int32, the frame's column where it can be)
     rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
     rank_start: np.ndarray  # per rank value: first row index (ranks contiguous), via `rank_pos`

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from collector.commops.layout import read_pending
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.verdict import Candidate, Verdict
 
 

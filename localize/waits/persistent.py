@@ -18,7 +18,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 from localize.ops.grouping import present, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 
 COVERAGE = 0.6  # share of a unit's ranks that must carry blame to name the unit
 TURNS_MOST = 0.8  # data taking turns: the most turns one replica may hold when another held two strong ones

@@ -23,7 +23,7 @@ from bench.altgen import (
     stage_program,
     write_trace,
 )
-from collector.validate import validate_trace
+from collector.trace.validate import validate_trace
 
 
 def tiny_job(fault: Fault | None, p2p: str = "rendezvous", logging: str = "all", ep: int = 1) -> JobSpec:

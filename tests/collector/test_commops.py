@@ -14,9 +14,9 @@ import torch.distributed as dist
 from collector import commops
 from collector.commops.recorder import OP_CODE, Recorder, make_collective
 from collector.commops.writer import ShardWriter
-from collector.meta import JobMeta
-from collector.traceio import Trace
-from collector.validate import validate_trace
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import Trace
+from collector.trace.validate import validate_trace
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from collector.commops.cudatime import (
     wall_ns,
 )
 from collector.commops.recorder import Recorder
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from tests.conftest import REPO, run_cli
 
 

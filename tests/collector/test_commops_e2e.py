@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.meta import JobMeta
-from collector.traceio import Trace
-from collector.validate import validate_trace
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import Trace
+from collector.trace.validate import validate_trace
 from laggard.sidecar import central_localize, summarize_node
 from tests.conftest import REPO, run_cli
 

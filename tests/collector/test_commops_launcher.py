@@ -17,7 +17,7 @@ from collector.commops.launcher import (
     parse_parallelism,
 )
 from collector.commops.layout import merge_meta, rank_shards, read_rank_infos
-from collector.errors import TraceError
+from collector.inputs.errors import TraceError
 
 TORCHRUN = {"LOCAL_RANK": "3", "GROUP_RANK": "1", "TORCHELASTIC_RUN_ID": "none", "HOSTNAME": "gpu-a17"}
 SLURM = {"SLURMD_NODENAME": "gpu-b03", "SLURM_JOB_NAME": "llama70b", "SLURM_JOB_ID": "881234",

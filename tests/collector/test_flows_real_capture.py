@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.flows import localize_flows
 from tests.collector.netns_job import NetnsLab, ensure_tools, iteration_errors
 from tests.conftest import run_cli

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from bench._corpus import Case, build
-from collector.errors import UserError
-from collector.flight_recorder import import_flight_recorder
-from collector.kineto import import_kineto
+from collector.importers.flight_recorder import import_flight_recorder
+from collector.importers.kineto import import_kineto
+from collector.inputs.errors import UserError
 from collector.logs import read_log
-from collector.traceio import Trace
-from collector.validate import validate_trace
+from collector.trace.traceio import Trace
+from collector.trace.validate import validate_trace
 
 PWNED = Path("/tmp/laggard-pwned")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.errors import TraceError
+from collector.inputs.errors import TraceError
 from collector.logs import SHAPE_BYTES, TemplateCache, mask, parse_logs
 
 LOG = """\

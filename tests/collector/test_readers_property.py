@@ -18,17 +18,17 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from collector.contract import commops_problems, flows_problems, ip_problem
-from collector.errors import TraceError, UserError
-from collector.flight_recorder import _PLAIN, RestrictedUnpickler, load_dump
-from collector.flows import ALIASES, pcap_to_flows, read_flow_records
-from collector.kineto import import_kineto
+from collector.importers.flight_recorder import _PLAIN, RestrictedUnpickler, load_dump
+from collector.importers.kineto import import_kineto
+from collector.inputs.errors import TraceError, UserError
+from collector.inputs.names import gpu_problem, host_problem, nic_problem
+from collector.inputs.safeio import json_depth
+from collector.inputs.text import safe_text
 from collector.logs import read_log
-from collector.meta import JobMeta
-from collector.names import gpu_problem, host_problem, nic_problem
-from collector.safeio import json_depth
-from collector.schema import COMMOPS_SCHEMA, FLOWS_SCHEMA
-from collector.text import safe_text
+from collector.network.flows import ALIASES, pcap_to_flows, read_flow_records
+from collector.trace.contract import commops_problems, flows_problems, ip_problem
+from collector.trace.meta import JobMeta
+from collector.trace.schema import COMMOPS_SCHEMA, FLOWS_SCHEMA
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                            HealthCheck.too_slow])
@@ -300,7 +300,7 @@ def test_commops_checks_never_raise(rows: list[tuple]) -> None:
                   "peer": pa.array(cols[2], pa.int32()), "nbytes": pa.array(cols[3], pa.int64()),
                   "start_ns": pa.array(cols[4], pa.int64()), "end_ns": pa.array(cols[5], pa.int64()),
                   "step": pa.array(cols[6], pa.int32())}, schema=COMMOPS_SCHEMA)
-    meta = JobMeta("j", 4, {r: __import__("collector.meta").meta.RankInfo("node-0", r) for r in range(4)})
+    meta = JobMeta("j", 4, {r: __import__("collector.trace.meta").trace.meta.RankInfo("node-0", r) for r in range(4)})
     problems = commops_problems(t, meta, "x")
     if rows and not problems:  # accepted rows are inside every range analysis relies on
         a = t.to_pandas()

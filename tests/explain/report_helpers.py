@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import write_table
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import write_table
 from localize.verdict import Candidate, Verdict
 
 WORLD, STEPS, SLOW_RANK, SLOW_STEPS = 16, 20, 5, range(10, 15)

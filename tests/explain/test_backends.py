@@ -65,7 +65,7 @@ def test_missing_command_is_reported_not_raised() -> None:
                                           (b"[1]", "not the simulator's ground truth")])
 def test_virtual_probes_refuse_a_truth_json_they_cannot_read(tmp_path: Path, truth: bytes | None,
                                                              words: str) -> None:
-    from collector.errors import UserError
+    from collector.inputs.errors import UserError
     from laggard.backends import choose_backend
 
     (tmp_path / "meta.json").write_text('{"job": "j", "world_size": 1, "ranks": {"0": {"host": "node-0"}}}')

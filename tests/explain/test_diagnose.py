@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.backends import LocalBackend
 from explain.diagnose import diagnose
 from explain.probes import CATALOG

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from explain.knowledge import CATEGORIES, ENV_PATH, load_kb, parse_entry, search_path
 
 GOOD = {

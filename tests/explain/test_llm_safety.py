@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.diagnose import diagnose
 from explain.llm import (
     SCHEMA_ATTRIBUTE,

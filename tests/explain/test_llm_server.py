@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.diagnose import diagnose
 from explain.llm import LLMConfig, OpenAIChat
 from explain.probes import CATALOG

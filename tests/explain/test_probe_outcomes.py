@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.backends import SSHBackend
 from explain.diagnose import diagnose
 from explain.inventory import Inventory, InventoryError
@@ -147,7 +147,7 @@ def test_a_bad_host_name_is_refused_before_anything_runs(tmp_path: Path, host: s
     meta = json.loads((path / "meta.json").read_text())
     meta["ranks"]["13"]["host"] = host
     (path / "meta.json").write_text(json.dumps(meta))
-    from collector.meta import JobMeta
+    from collector.trace.meta import JobMeta
 
     with pytest.raises(InventoryError, match="rank 13"):
         Inventory.from_meta(JobMeta.load(path / "meta.json"))
@@ -160,7 +160,7 @@ def test_a_nic_named_like_an_option_is_refused(tmp_path: Path) -> None:
     meta = json.loads((path / "meta.json").read_text())
     meta["topology"]["node-1"]["nics"] = ["-s"]
     (path / "meta.json").write_text(json.dumps(meta))
-    from collector.meta import JobMeta
+    from collector.trace.meta import JobMeta
 
     with pytest.raises(InventoryError, match="NIC '-s'"):
         Inventory.from_meta(JobMeta.load(path / "meta.json"))

@@ -11,7 +11,7 @@ from tests.explain.conftest import write_trace
 
 @pytest.fixture
 def inv(tmp_path) -> Inventory:
-    from collector.meta import JobMeta
+    from collector.trace.meta import JobMeta
 
     meta = JobMeta.load(write_trace(tmp_path / "t", []) / "meta.json")
     meta.topology["node-1"]["nics"] = ["ens1np0", "ens2np0"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 from explain.inventory import Inventory
 from explain.remediation import AuditLog, Proposal, apply, build_proposal, default_audit_path
 from tests.explain.conftest import write_trace

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.report.build import build_report
 from explain.report.html import render_html
 from tests.explain.chromium_cdp import Browser, ensure_chromium

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.report.build import build_report, report_from_verdict
 from explain.report.html import render_html
 from explain.report.markdown import render_markdown

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from explain.diagnose import Diagnosis, diagnose, shared_kb
 from explain.inventory import Inventory
 from explain.reasoner import DeterministicReasoner

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from bench.sidecar import shard_like_logger
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 from laggard.agent import Agent, node_view
 from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace

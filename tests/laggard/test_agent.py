@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.errors import TraceError
+from collector.inputs.errors import TraceError
 from laggard.agent import Agent, Spool, node_view, wire_group
 from laggard.service.app import create_app
 from tests.conftest import run_cli

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.sidecar import shard_like_logger
-from collector.errors import UserError
-from collector.meta import JobMeta
+from collector.inputs.errors import UserError
+from collector.trace.meta import JobMeta
 from laggard.cliutil import print_json
 from laggard.cluster import DaskRun, open_cluster
 from laggard.sidecar import central_localize, summarize_node

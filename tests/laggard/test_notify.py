@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from explain.report.alert import detect_format
 from explain.report.build import report_from_verdict
 from explain.report.model import Report

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.sidecar import shard_like_logger
-from collector.meta import JobMeta
+from collector.trace.meta import JobMeta
 from laggard.sidecar import central_localize, summarize_node
 from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace
@@ -105,7 +105,7 @@ def test_a_log_without_step_numbers_is_numbered_on_each_node(tmp_path: Path) -> 
     """A logger without step markers writes step = -1: the sidecar read no row of it and wrote no
     summary ("no node summaries"). Each node now numbers its own rows, and the central localizer
     names the device the full records name."""
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from localize.combine import localize_trace
 
     cfg = SimConfig(gpus=32, tp=4, pp=2, steps=30, seed=5, hide_steps=True,
@@ -139,7 +139,7 @@ def test_a_state_file_that_is_a_fifo_is_refused_not_waited_on(sharded: Path, tmp
     import os
     import shutil
 
-    from collector.errors import TraceError
+    from collector.inputs.errors import TraceError
 
     copy = tmp_path / "t"
     shutil.copytree(sharded, copy, ignore=shutil.ignore_patterns("summary"))

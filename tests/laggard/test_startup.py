@@ -45,7 +45,7 @@ def test_help_and_version_load_no_heavy_library(argv: list[str]) -> None:
 
 
 def test_capture_help_default_is_the_collectors() -> None:
-    from collector.flows import DEFAULT_GAP_NS
+    from collector.network.flows import DEFAULT_GAP_NS
     from laggard.commands.capture import DEFAULT_GAP_MS
 
     assert DEFAULT_GAP_MS == DEFAULT_GAP_NS / 1e6

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.altgen import Costs, Fault, JobSpec, Layout, simulate, write_trace
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.combine import localize_trace
 from localize.summary import localize_from_summary, write_summaries
 from localize.verdict import Verdict

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.commops import COLUMNS, _late_history
 from localize.ops import history, table
 from localize.ops.history import slot_history, step_scale

@@ -12,9 +12,9 @@ import fsspec
 import pandas as pd
 import pytest
 
-from collector.errors import TraceError
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, list_pieces, open_filesystem, read_pieces
+from collector.inputs.errors import TraceError
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import Trace, list_pieces, open_filesystem, read_pieces
 from localize.commops import COLUMNS
 from localize.distributed import (
     Serial,

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.errors import UserError
-from collector.traceio import Trace
+from collector.inputs.errors import UserError
+from collector.trace.traceio import Trace
 from localize.combine import localize_trace, merge
 from localize.detect.model_store import HASH_NAME, MODEL_DIR, MODEL_NAME, load_model, save_model
 from localize.summary import localize_from_summary, write_summaries

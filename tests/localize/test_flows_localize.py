@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.flows import localize_flows
 from localize.verdict import Verdict
 from tests.conftest import run_cli
@@ -108,7 +108,7 @@ def test_a_capture_too_short_gives_no_verdict(tmp_path: Path) -> None:
     beside the job's CommOps the verdict goes on from those and says what it could not judge."""
     import json
 
-    from collector.flows import Bursts
+    from collector.network.flows import Bursts
     from simulator.flows import sim_bursts, write_roce_pcap
 
     src = sim_flows("link")

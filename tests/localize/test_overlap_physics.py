@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.combine import localize_trace
 from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace

@@ -241,8 +241,8 @@ def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: 
     """Per rank and step, exactly the operators the schedule issues (the p2p pairs went through
     batch_isend_irecv, the DP sync through the deprecated reduce_scatter_tensor and
     all_gather_into_tensor); meta.json from the launcher's environment."""
-    from collector.meta import JobMeta
-    from collector.traceio import Trace
+    from collector.trace.meta import JobMeta
+    from collector.trace.traceio import Trace
 
     trace = ran("healthy")[0]
     meta = JobMeta.load(trace / "meta.json")

@@ -42,7 +42,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_the_logger_records_the_async_buckets_from_launch_during_the_backward(ran: Any) -> None:
     """One record per layer's bucket per rank and step, started while the backward still runs
     (before the step's last TP all-reduce ends), ended no later than the step's all-gather starts."""
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
 
     df = Trace.open(ran("healthy")[0]).commops()
     df = df[(df["step"] >= 1) & (df["step"] < JOB.steps)]

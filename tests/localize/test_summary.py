@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.meta import JobMeta
-from collector.traceio import Trace
+from collector.trace.meta import JobMeta
+from collector.trace.traceio import Trace
 from localize.combine import localize_trace
 from localize.commops import COLUMNS
 from localize.ops.table import prepare_ops

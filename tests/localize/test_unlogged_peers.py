@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.combine import localize_trace
 from localize.summary import localize_from_summary, write_summaries
 from localize.verdict import Candidate, Verdict

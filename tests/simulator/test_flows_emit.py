@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.errors import UserError
-from collector.flows import pcap_to_flows
-from collector.traceio import Trace
+from collector.inputs.errors import UserError
+from collector.network.flows import pcap_to_flows
+from collector.trace.traceio import Trace
 from simulator.config import FaultSpec, SimConfig
 from simulator.flows import emit_flows, sim_bursts, write_roce_pcap
 from simulator.writer import simulate_trace

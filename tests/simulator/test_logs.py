@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from simulator.cluster import Layout
 from simulator.config import SimConfig
 from simulator.logs import CATEGORIES, FAILURES, emit_logs

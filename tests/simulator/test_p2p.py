@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.errors import UserError
-from collector.traceio import Trace
-from collector.validate import validate_trace
+from collector.inputs.errors import UserError
+from collector.trace.traceio import Trace
+from collector.trace.validate import validate_trace
 from simulator.config import P2P_MODES, FaultSpec, SimConfig
 from simulator.writer import simulate_trace
 

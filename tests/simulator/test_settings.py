@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.errors import UserError
-from collector.traceio import Trace
+from collector.inputs.errors import UserError
+from collector.trace.traceio import Trace
 from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace
 

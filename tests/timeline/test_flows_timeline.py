@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from simulator.flows import merge_fabric
 from tests.flows_sims import SEMANTICS, sim_flows
 from timeline.flows import TP_NOTE, build_flow_timeline

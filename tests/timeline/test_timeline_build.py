@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.errors import TraceError, UserError
-from collector.traceio import Trace
+from collector.inputs.errors import TraceError, UserError
+from collector.trace.traceio import Trace
 from tests.timeline.timeline_factory import make_trace
 from timeline.build import build_timeline, expected_step_seconds
 
@@ -105,8 +105,8 @@ def test_trace_without_commops(tmp_path: Path) -> None:
 def test_jsonl_trace_reads_through_collector(tmp_path: Path) -> None:
     import pandas as pd
 
-    from collector.schema import COMMOPS_SCHEMA
-    from collector.traceio import write_table
+    from collector.trace.schema import COMMOPS_SCHEMA
+    from collector.trace.traceio import write_table
 
     make_trace(tmp_path, DIMS, STEPS, offsets_ns=SKEW)
     df = pd.read_parquet(tmp_path / "commops.parquet")

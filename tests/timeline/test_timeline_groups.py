@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from simulator.config import SimConfig
 from simulator.writer import simulate_trace
 from tests.timeline.timeline_factory import kinds_by_members, layout, make_trace

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from timeline.model import Timeline
 from timeline.render import bar, fmt_seconds, render_plain, sparkline, step_rows
 from timeline.steps import judge_steps, slowdown

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from simulator.config import SCENARIOS, FaultSpec, SimConfig, scenario_config
 from simulator.writer import simulate_trace
 from timeline.build import build_timeline

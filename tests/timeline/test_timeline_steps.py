@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from tests.timeline.timeline_factory import make_trace
 from timeline.build import COLUMNS
 from timeline.columns import read_commops

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta, RankInfo
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, write_table
+from collector.trace.meta import JobMeta, RankInfo
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import Trace, write_table
 
 KINDS = ("tp", "cp", "ep", "dp", "pp")
 

@@ -138,7 +138,7 @@ def test_step_view_fallback_reads_its_own_columns(monkeypatch: pytest.MonkeyPatc
     from them (the shipped gpu-straggler trace: slow steps are found)."""
     import importlib
 
-    from collector.traceio import Trace
+    from collector.trace.traceio import Trace
     from localize.ops import steps as steps_mod
 
     real = importlib.import_module

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 from localize.logs.pool import EventPool
 from tests.conftest import run_cli
 

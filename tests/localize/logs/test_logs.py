@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from collector.logs import parse_logs
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.logs.analysis import analyze_logs, localize_logs
 from localize.logs.pool import POOL_ENV, SHIPPED_POOL, EventPool, user_pool_path
 from localize.logs.temporal import STAGES, dtw, stage_of_shapes

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from collector.logs import parse_logs
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.logs.analysis import analyze_logs, localize_logs
 from localize.logs.pool import EventPool
 from simulator.cluster import Layout

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from localize.network.devices import resolve_network, slow_units, split_slow, tie_note, tied_best
 from localize.waits.ranking import explain_rank_blame
 

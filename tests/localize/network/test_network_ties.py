@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.altgen import Fault, Layout
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.combine import localize_trace
 from simulator.config import FaultSpec, SimConfig
 from simulator.flows import emit_flows

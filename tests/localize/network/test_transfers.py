@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from localize.network.transfers import slow_transfer_excess
 from localize.ops.grouping import group_quantile
 from localize.ops.table import prepare_ops

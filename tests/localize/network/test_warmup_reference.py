@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.meta import JobMeta, RankInfo
-from collector.traceio import Trace
+from collector.trace.meta import JobMeta, RankInfo
+from collector.trace.traceio import Trace
 from localize.combine import localize_trace
 from localize.network.devices import resolve_network
 from simulator.config import FaultSpec, SimConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from localize.commops import COLUMNS
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.table import Ops, prepare_ops

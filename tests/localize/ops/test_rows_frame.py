@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.commops import COLUMNS
 from localize.ops.table import CODED, in_steps, prepare_ops, sorted_rows
 from simulator.config import SimConfig

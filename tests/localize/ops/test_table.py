@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from localize.commops import COLUMNS
 from localize.ops.table import RowTimes, prepare_ops, sorted_rows
 

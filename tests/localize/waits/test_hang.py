@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 from collector.commops.layout import PENDING_SCHEMA, atomic_write_table
-from collector.flight_recorder import import_flight_recorder
-from collector.meta import JobMeta, RankInfo
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import Trace, write_table
+from collector.importers.flight_recorder import import_flight_recorder
+from collector.trace.meta import JobMeta, RankInfo
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import Trace, write_table
 from localize.waits.hang import find_hang
 
 FR = Path(__file__).parents[2] / "collector" / "data" / "fr-gloo-hang"

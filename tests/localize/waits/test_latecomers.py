@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.kineto import import_kineto
-from collector.traceio import Trace
+from collector.importers.kineto import import_kineto
+from collector.trace.traceio import Trace
 from localize.commops import COLUMNS, _instance_layout
 from localize.ops.history import slot_quantiles
 from localize.ops.table import Ops, prepare_ops
@@ -17,7 +17,7 @@ from localize.waits.latecomers import recurrent_latecomers
 from tests.conftest import run_cli
 
 # a real 4-rank gloo DDP job profiled by torch.profiler: rank 2 computes 60 ms longer from step 15;
-# in normal steps the all-reduce copies already spread over 1.5-38 ms (tests/collector/test_kineto.py)
+# in normal steps the all-reduce copies already spread over 1.5-38 ms (tests/collector/importers/test_kineto.py)
 PROFILE = Path(__file__).parents[2] / "collector" / "data" / "kineto-gloo-steps"
 
 

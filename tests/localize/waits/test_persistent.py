@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from localize.waits.persistent import first_slow_step, imbalance, intermittent_start, worker_onset
 
 # 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4

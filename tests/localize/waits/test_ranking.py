@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.meta import JobMeta, RankInfo
+from collector.trace.meta import JobMeta, RankInfo
 from localize.waits.ranking import explain_rank_blame, pipeline_stages, replica_turns
 
 

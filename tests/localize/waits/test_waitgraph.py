@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.schema import OPS
+from collector.trace.schema import OPS
 from localize.ops.table import prepare_ops
 from localize.waits import waitgraph
 from localize.waits.waitgraph import _range_argmax, build_waitgraph

@@ -16,11 +16,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from collector.contract import ip_problem
-from collector.errors import UserError
-from collector.pcap import PacketFields, ReadStats, format_ips, iter_packets
-from collector.safeio import check_regular
-from collector.schema import FLOW_PROTOS, FLOWS_SCHEMA, ROCE_UDP_PORT
+from collector.inputs.errors import UserError
+from collector.inputs.safeio import check_regular
+from collector.network.pcap import PacketFields, ReadStats, format_ips, iter_packets
+from collector.trace.contract import ip_problem
+from collector.trace.schema import FLOW_PROTOS, FLOWS_SCHEMA, ROCE_UDP_PORT
 
 #: default burst gap: longer than packet spacing inside a collective, shorter than compute phases
 DEFAULT_GAP_NS = 1_000_000
@@ -262,8 +262,8 @@ def write_flows_trace(out: Path, table: pa.Table, meta: dict | None, job: str) -
     Without a meta.json each address stands for its own host (no topology): jobs and
     parallelism are still recognised, but candidates name addresses instead of hosts.
     """
-    from collector.meta import JobMeta
-    from collector.traceio import write_table
+    from collector.trace.meta import JobMeta
+    from collector.trace.traceio import write_table
 
     ips = sorted(set(table.column("src_ip").to_pylist()) | set(table.column("dst_ip").to_pylist()))
     if meta is None:

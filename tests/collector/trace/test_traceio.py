@@ -9,10 +9,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from collector.errors import TraceError
-from collector.meta import JobMeta, RankInfo
-from collector.schema import COMMOPS_SCHEMA, FLOWS_SCHEMA
-from collector.traceio import FORMATS, Trace, read_table, write_table
+from collector.inputs.errors import TraceError
+from collector.trace.meta import JobMeta, RankInfo
+from collector.trace.schema import COMMOPS_SCHEMA, FLOWS_SCHEMA
+from collector.trace.traceio import FORMATS, Trace, read_table, write_table
 
 
 def commops_frame(n_ranks: int = 4, steps: int = 3) -> pd.DataFrame:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from collector.errors import TraceError
-from collector.meta import JobMeta
+from collector.inputs.errors import TraceError
+from collector.trace.meta import JobMeta
 
 
 def _meta(**over: Any) -> dict[str, Any]:

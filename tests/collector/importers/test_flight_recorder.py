@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector.errors import UserError
-from collector.flight_recorder import import_flight_recorder, load_dump
+from collector.importers.flight_recorder import import_flight_recorder, load_dump
+from collector.inputs.errors import UserError
 from tests.conftest import run_cli
 
-DATA = Path(__file__).parent / "data" / "fr-gloo-hang"
+DATA = Path(__file__).parents[1] / "data" / "fr-gloo-hang"
 
 
 class _Evil:
@@ -110,7 +110,7 @@ def test_cli_refuses_bad_dumps_with_one_line(tmp_path: Path, content: bytes, say
     assert not (tmp_path / "t").exists()
 
 
-NCCL_H100 = Path(__file__).parent / "data"
+NCCL_H100 = Path(__file__).parents[1] / "data"
 
 
 @pytest.mark.parametrize("form", ["pickle", "json"])

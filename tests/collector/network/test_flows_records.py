@@ -1,4 +1,4 @@
-"""collector.flows.read_flow_records: flow-exporter CSV (IPFIX / nfdump names) -> flows contract."""
+"""collector.network.flows.read_flow_records: flow-exporter CSV (IPFIX / nfdump names) -> flows contract."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import UserError
-from collector.flows import read_flow_records
+from collector.inputs.errors import UserError
+from collector.network.flows import read_flow_records
 
 
 def test_ipfix_columns(tmp_path: Path) -> None:

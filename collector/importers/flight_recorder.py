@@ -28,15 +28,15 @@ from typing import Any
 import pyarrow as pa
 
 from collector.commops import layout
-from collector.contract import MAX_NS
-from collector.errors import TraceError, UserError
-from collector.groupnames import group_label
-from collector.limits import ENV, limits
-from collector.meta import JobMeta, RankInfo
-from collector.names import host_problem
-from collector.safeio import check_regular, load_json, read_regular
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import write_table
+from collector.inputs.errors import TraceError, UserError
+from collector.inputs.limits import ENV, limits
+from collector.inputs.names import host_problem
+from collector.inputs.safeio import check_regular, load_json, read_regular
+from collector.trace.contract import MAX_NS
+from collector.trace.groupnames import group_label
+from collector.trace.meta import JobMeta, RankInfo
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import write_table
 
 #: Flight Recorder collective names (without the backend prefix) -> contract op
 OP_NAMES = {
@@ -163,7 +163,7 @@ def rank_of(path: Path) -> int:
 
 
 def group_name(pg: Any) -> str:
-    """Same names as the CommOps logger (`collector.groupnames.group_label`) from a dump's
+    """Same names as the CommOps logger (`collector.trace.groupnames.group_label`) from a dump's
     `process_group`: (name, desc), or the name alone."""
     if isinstance(pg, (list, tuple)) and len(pg) == 2:
         return group_label(str(pg[0]), str(pg[1]))

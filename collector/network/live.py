@@ -1,7 +1,7 @@
 """Live packet capture through tshark (the engine behind pyshark), written as a pcap file (microsecond timestamps: live captures cannot be written in the nanosecond format).
 
 tshark is driven directly (pyshark would decode every packet in Python, far too slow for
-RoCE rates); the capture file is then read by the vectorized reader in collector.pcap.
+RoCE rates); the capture file is then read by the vectorized reader in collector.network.pcap.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from collector.errors import UserError
+from collector.inputs.errors import UserError
 
 
 def capture_to_pcap(iface: str, duration_s: float, out: Path, snaplen: int = 128,

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collector.contract import DUP_KEYS, duplicate_rows
+from collector.trace.contract import DUP_KEYS, duplicate_rows
 
 
 def _reference(t: pa.Table) -> int:

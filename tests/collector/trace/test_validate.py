@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector.validate import validate_trace
-from tests.collector.test_traceio import commops_frame, make_trace
+from collector.trace.validate import validate_trace
+from tests.collector.trace.test_traceio import commops_frame, make_trace
 
 
 def problems(path: Path) -> list[str]:
@@ -70,10 +70,10 @@ def test_cli_validate_missing_dir(tmp_path: Path, cli) -> None:
 
 def test_a_flow_address_that_is_not_an_ip_is_one_problem_and_refused_by_every_reader(tmp_path: Path, cli) -> None:
     """validate and the analysis share the check: the flows file's rows, with a host name in src_ip."""
-    from collector.errors import TraceError
-    from collector.schema import FLOWS_SCHEMA
-    from collector.traceio import Trace, write_table
-    from tests.collector.test_traceio import flows_frame
+    from collector.inputs.errors import TraceError
+    from collector.trace.schema import FLOWS_SCHEMA
+    from collector.trace.traceio import Trace, write_table
+    from tests.collector.trace.test_traceio import flows_frame
 
     trace = make_trace(tmp_path / "t")
     write_table(flows_frame().assign(src_ip="node-0"), trace / "flows.parquet", FLOWS_SCHEMA)

@@ -23,11 +23,11 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from collector.contract import commops_problems, flows_problems, hang_snapshot, meta_problems
-from collector.errors import TraceError
-from collector.meta import JobMeta
-from collector.safeio import check_log_file, check_regular, read_json
-from collector.schema import EVIDENCE
+from collector.inputs.errors import TraceError
+from collector.inputs.safeio import check_log_file, check_regular, read_json
+from collector.trace.contract import commops_problems, flows_problems, hang_snapshot, meta_problems
+from collector.trace.meta import JobMeta
+from collector.trace.schema import EVIDENCE
 
 FORMATS = (".parquet", ".jsonl", ".csv")
 #: stem of an evidence kind's shard directory entries that dataset discovery skips

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import TraceError
-from collector.safeio import load_json, read_json
+from collector.inputs.errors import TraceError
+from collector.inputs.safeio import load_json, read_json
 
 
 @pytest.mark.parametrize("doc", [b'{"world_size": 1' + b"0" * 5000 + b"}", b"[" + b"9" * (sys.get_int_max_str_digits() + 1) + b"]"])

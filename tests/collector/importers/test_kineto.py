@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector.errors import UserError
-from collector.kineto import import_kineto
-from collector.meta import coverage_note
+from collector.importers.kineto import import_kineto
+from collector.inputs.errors import UserError
+from collector.trace.meta import coverage_note
 
-DATA = Path(__file__).parent / "data" / "kineto-gloo"
+DATA = Path(__file__).parents[1] / "data" / "kineto-gloo"
 
 
 def _kernel(name: str, ts: float, dur: float, **args: object) -> dict:
@@ -183,7 +183,7 @@ def test_real_profiled_gloo_job_under_torchrun(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    job = Path(__file__).parent / "jobs" / "profiled_train.py"
+    job = Path(__file__).parents[1] / "jobs" / "profiled_train.py"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
                            str(job), "--out", str(tmp_path / "prof"), "--steps", "14", "--compute-ms", "5",
                            "--slow-rank", "2", "--slow-from", "10", "--slow-ms", "60"],
@@ -210,7 +210,7 @@ def test_the_same_window_twice_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
-    from collector.kineto import gunzip
+    from collector.importers.kineto import gunzip
 
     raw = gzip.compress(b" " * (8 << 20))
     with pytest.raises(UserError, match="expands past 1 MiB"):

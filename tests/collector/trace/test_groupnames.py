@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from collector.flight_recorder import group_name
-from collector.groupnames import group_label, kind_in_name
+from collector.importers.flight_recorder import group_name
+from collector.trace.groupnames import group_label, kind_in_name
 
 
 def test_a_description_of_one_group_is_its_name() -> None:

@@ -1,4 +1,4 @@
-"""collector.pcap / collector.flows: packets from scapy-built captures become the right bursts."""
+"""collector.network.pcap / collector.network.flows: packets from scapy-built captures become the right bursts."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import PcapNgWriter, wrpcap
 
-from collector.errors import UserError
-from collector.flows import pcap_to_flows
-from collector.pcap import ReadStats, iter_packets, write_pcap
+from collector.inputs.errors import UserError
+from collector.network.flows import pcap_to_flows
+from collector.network.pcap import ReadStats, iter_packets, write_pcap
 
 T0 = 1_760_000_000.0
 ETH = {"src": "02:00:00:00:00:01", "dst": "02:00:00:00:00:02"}

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.errors import TraceError
-from collector.limits import ENV, limits
-from collector.safeio import load_json, read_regular
+from collector.inputs.errors import TraceError
+from collector.inputs.limits import ENV, limits
+from collector.inputs.safeio import load_json, read_regular
 
 PARALLEL_DIMS = ("dp", "tp", "pp", "ep", "cp")
 

@@ -28,15 +28,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from collector.contract import MAX_NS
-from collector.errors import TraceError, UserError
-from collector.flight_recorder import DTYPE_BYTES, OP_NAMES, RANK_IN_NAME, group_name
-from collector.limits import ENV, limits
-from collector.meta import JobMeta, RankInfo, as_int
-from collector.names import host_problem
-from collector.safeio import check_regular, load_json, read_regular
-from collector.schema import COMMOPS_SCHEMA
-from collector.traceio import write_table
+from collector.importers.flight_recorder import DTYPE_BYTES, OP_NAMES, RANK_IN_NAME, group_name
+from collector.inputs.errors import TraceError, UserError
+from collector.inputs.limits import ENV, limits
+from collector.inputs.names import host_problem
+from collector.inputs.safeio import check_regular, load_json, read_regular
+from collector.trace.contract import MAX_NS
+from collector.trace.meta import JobMeta, RankInfo, as_int
+from collector.trace.schema import COMMOPS_SCHEMA
+from collector.trace.traceio import write_table
 
 #: decompressed size a .json.gz may reach (torch.profiler writes tens to hundreds of MB per rank)
 MAX_TRACE_BYTES = 4 << 30

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector.traceio import Trace
+from collector.trace.traceio import Trace
 from tests.conftest import run_cli
 from tests.flows_sims import sim_flows
 
@@ -101,7 +101,7 @@ def test_live_capture_in_a_namespace(tmp_path: Path) -> None:
             time.sleep(0.5)
             proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "laggard", "capture", "--iface", "lo",
                                    "--duration", "4", "--out", str(tmp_path / "t")],
-                                  capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+                                  capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[3])
         finally:
             sender.kill()
         assert proc.returncode == 0, proc.stderr

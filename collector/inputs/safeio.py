@@ -15,8 +15,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from collector.errors import TraceError
-from collector.limits import ENV, limits
+from collector.inputs.errors import TraceError
+from collector.inputs.limits import ENV, limits
 
 
 def check_regular(path: Path) -> os.stat_result:

@@ -1,6 +1,6 @@
 """Strict validation of a trace directory against the contract; every problem, one line each.
 
-The checks themselves live in collector.contract and are the same ones every reader applies,
+The checks themselves live in collector.trace.contract and are the same ones every reader applies,
 so a trace `laggard validate` accepts is one no verb crashes on.
 """
 
@@ -11,7 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from collector.contract import (
+from collector.inputs.errors import TraceError
+from collector.inputs.safeio import check_regular
+from collector.trace.contract import (
     DUP_KEYS,
     Problem,
     commops_problems,
@@ -20,11 +22,9 @@ from collector.contract import (
     log_problems,
     meta_problems,
 )
-from collector.errors import TraceError
-from collector.meta import JobMeta
-from collector.safeio import check_regular
-from collector.schema import EVIDENCE
-from collector.traceio import find_evidence, log_paths, read_table
+from collector.trace.meta import JobMeta
+from collector.trace.schema import EVIDENCE
+from collector.trace.traceio import find_evidence, log_paths, read_table
 
 __all__ = ["Problem", "validate_trace"]
 

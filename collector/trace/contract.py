@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.errors import TraceError
-from collector.limits import ENV, limits
-from collector.meta import JobMeta
-from collector.names import host_problem, nic_problem
-from collector.schema import FLOW_PROTOS, OPS
+from collector.inputs.errors import TraceError
+from collector.inputs.limits import ENV, limits
+from collector.inputs.names import host_problem, nic_problem
+from collector.trace.meta import JobMeta
+from collector.trace.schema import FLOW_PROTOS, OPS
 
 #: latest plausible timestamp (year ~2262 is int64's end; anything past 2200 is a broken clock)
 MAX_NS = 7_258_118_400 * 10**9

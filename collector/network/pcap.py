@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.errors import UserError
-from collector.schema import FLOW_PROTOS, ROCE_UDP_PORT
+from collector.inputs.errors import UserError
+from collector.trace.schema import FLOW_PROTOS, ROCE_UDP_PORT
 
 #: bytes kept per packet: link header (<= 22), IPv4 with options (<= 60) or IPv6 (40), L4 + BTH (20)
 DATA_BYTES = 104

@@ -1,0 +1,1 @@
+"""Packets and flows: pcap/pcapng reading, flow bursts and flow records, live capture."""

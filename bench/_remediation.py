@@ -18,9 +18,9 @@ from typing import Any
 
 from collector.inputs.names import gpu_problem, host_problem, nic_problem
 from collector.trace.traceio import Trace
+from explain.actions.probes import CATALOG
+from explain.actions.remediation import ACTIONS, AuditLog
 from explain.diagnose import diagnose
-from explain.probes import CATALOG
-from explain.remediation import ACTIONS, AuditLog
 from localize.verdict import Candidate, Verdict
 from simulator.virtual_cluster import VirtualCluster
 

@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.trace.traceio import Trace
-from explain.backends import LocalBackend, ProbeBackend
-from explain.dot import DiagramOfThought
-from explain.evidence import (
+from explain.actions.backends import LocalBackend, ProbeBackend
+from explain.actions.inventory import Inventory, InventoryError
+from explain.actions.probes import CATALOG, ProbeRejected, ProbeResult, build_call, interpret
+from explain.actions.remediation import AuditLog, Proposal, apply, build_proposal
+from explain.knowledge import KnowledgeBase, load_kb
+from explain.reasoning.dot import DiagramOfThought
+from explain.reasoning.evidence import (
     EvidenceItem,
     alert_evidence,
     clip,
@@ -25,10 +29,8 @@ from explain.evidence import (
     valid_citation,
     verdict_evidence,
 )
-from explain.extract import Keys, extract_keys
-from explain.inventory import Inventory, InventoryError
-from explain.knowledge import KnowledgeBase, load_kb
-from explain.llm import (
+from explain.reasoning.extract import Keys, extract_keys
+from explain.reasoning.llm import (
     SCHEMA_ATTRIBUTE,
     SCHEMA_CRITIQUE,
     SCHEMA_PROPOSE,
@@ -40,8 +42,7 @@ from explain.llm import (
     schema_critique,
     schema_propose,
 )
-from explain.probes import CATALOG, ProbeRejected, ProbeResult, build_call, interpret
-from explain.reasoner import (
+from explain.reasoning.reasoner import (
     Attribution,
     DeterministicReasoner,
     Hypothesis,
@@ -52,10 +53,9 @@ from explain.reasoner import (
     focus,
     settle_tie,
 )
-from explain.remediation import AuditLog, Proposal, apply, build_proposal
+from explain.reasoning.tie import tie_of
 from explain.retrieval import Retriever
 from explain.story import Story
-from explain.tie import tie_of
 from localize.verdict import Candidate, Verdict
 
 Approver = Callable[[Proposal], bool]
@@ -85,7 +85,7 @@ class Diagnosis:
     simulated: bool = False  # probes answered by the simulator's virtual cluster (from truth.json), not a machine
     llm_rounds: list[int] = field(default_factory=list)  # rounds whose LLM reply was used (the rest: deterministic)
     story: dict[str, Any] = field(default_factory=dict)  # explain.story: the status line every surface shares
-    tie: dict[str, Any] | None = None  # explain.tie: the first candidate's tie and whether a probe decided it
+    tie: dict[str, Any] | None = None  # explain.reasoning.tie: the first candidate's tie and whether a probe decided it
 
     @property
     def confirmation(self) -> str:

@@ -211,8 +211,8 @@ def load_kb(dirs: Sequence[Path] | None = None, strict: bool = False) -> Knowled
     in `problems` (strict=True raises instead, which `kb lint` and tests use)."""
     import yaml  # only where the knowledge base is read, so `laggard --help` stays fast
 
-    from explain.probes import CATALOG, FINDING_TAGS
-    from explain.remediation import ACTIONS
+    from explain.actions.probes import CATALOG, FINDING_TAGS
+    from explain.actions.remediation import ACTIONS
 
     kb = KnowledgeBase()
     for d in dirs if dirs is not None else search_path():

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from collector.inputs.errors import UserError
 
 if TYPE_CHECKING:
-    from explain.backends import ProbeBackend
+    from explain.actions.backends import ProbeBackend
 
 MODES = ("auto", "virtual", "local", "ssh", "dry-run")
 
 
 def choose_backend(trace: Path, mode: str = "auto", ssh_user: str | None = None) -> ProbeBackend:
-    from explain.backends import LocalBackend, SSHBackend
+    from explain.actions.backends import LocalBackend, SSHBackend
 
     if mode == "auto":
         mode = "dry-run"
@@ -38,7 +38,7 @@ def choose_backend(trace: Path, mode: str = "auto", ssh_user: str | None = None)
     if mode == "local":
         return LocalBackend()
     if mode == "ssh":
-        from explain.backends import USER_RE
+        from explain.actions.backends import USER_RE
 
         if ssh_user is not None and not USER_RE.match(ssh_user):
             raise UserError(f"--ssh-user {ssh_user[:40]!r} is not a user name", "give a plain login name, e.g. --ssh-user ops")

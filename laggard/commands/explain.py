@@ -14,8 +14,8 @@ from laggard.cliutil import add_format, emit, print_json, verb_parser
 
 if TYPE_CHECKING:  # the heavy stages load only when the verb runs, so `laggard --help` stays fast
     from collector.trace.traceio import Trace
+    from explain.actions.remediation import Proposal
     from explain.diagnose import Diagnosis
-    from explain.remediation import Proposal
     from localize.verdict import Verdict
 
 
@@ -95,7 +95,7 @@ def load_verdict(args: argparse.Namespace, trace: Trace) -> Verdict:
         from localize.combine import localize_trace  # type: ignore[import-not-found]
     except ImportError:
         raise UserError("no localizer in this build", "pass --verdict FILE from `laggard localize --format json`") from None
-    from explain.tie import MAX_TIE_LISTED, complete, unlisted
+    from explain.reasoning.tie import MAX_TIE_LISTED, complete, unlisted
 
     verdict = localize_trace(trace, None)
     if unlisted(verdict):  # a tie wider than the verdict's top: list its devices, so probes can decide among them
@@ -131,9 +131,9 @@ def ask(prop: Proposal) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from collector.trace.traceio import Trace
+    from explain.actions.remediation import AuditLog
     from explain.diagnose import diagnose
-    from explain.llm import LLMConfig, OpenAIChat
-    from explain.remediation import AuditLog
+    from explain.reasoning.llm import LLMConfig, OpenAIChat
     from laggard.backends import choose_backend
 
     trace = Trace.open(args.trace)

@@ -77,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
     backend = choose_backend(trace.path, args.probes)
     # the stages (and matplotlib) are imported here so that every `laggard` command starts fast
     from explain.diagnose import diagnose
+    from explain.reasoning.tie import MAX_TIE_LISTED, complete, unlisted
     from explain.report.build import build_report
     from explain.report.html import render_html
     from explain.report.markdown import render_markdown
-    from explain.tie import MAX_TIE_LISTED, complete, unlisted
     from localize.combine import localize_trace
     from timeline.build import build_timeline
 

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from collector.trace.traceio import Trace
-from explain.backends import LocalBackend
+from explain.actions.backends import LocalBackend
+from explain.actions.probes import CATALOG
+from explain.actions.remediation import ACTIONS, AuditLog
 from explain.diagnose import diagnose
-from explain.probes import CATALOG
-from explain.remediation import ACTIONS, AuditLog
 from localize.verdict import Candidate, Verdict
 from simulator.virtual_cluster import VirtualCluster
 from tests.explain.conftest import gpu_verdict

@@ -64,8 +64,8 @@ def test_user_directory_extends_and_overrides(tmp_path: Path, monkeypatch: pytes
     ({"surprise": 1}, "unknown key 'surprise'"),
 ])
 def test_bad_entries_are_reported(change: dict, problem: str) -> None:
-    from explain.probes import CATALOG, FINDING_TAGS
-    from explain.remediation import ACTIONS
+    from explain.actions.probes import CATALOG, FINDING_TAGS
+    from explain.actions.remediation import ACTIONS
 
     entry, problems = parse_entry(dict(GOOD, **change), "x.yaml", tuple(CATALOG), tuple(ACTIONS), FINDING_TAGS)
     assert entry is None

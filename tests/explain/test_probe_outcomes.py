@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from collector.trace.traceio import Trace
-from explain.backends import SSHBackend
+from explain.actions.backends import SSHBackend
+from explain.actions.inventory import Inventory, InventoryError
+from explain.actions.probes import CATALOG, ProbeCall, interpret
+from explain.actions.remediation import AuditLog
 from explain.diagnose import diagnose
-from explain.inventory import Inventory, InventoryError
-from explain.probes import CATALOG, ProbeCall, interpret
-from explain.remediation import AuditLog
 from localize.verdict import Candidate, Verdict
 from simulator.virtual_cluster import VirtualCluster
 from tests.explain.conftest import gpu_verdict, write_trace

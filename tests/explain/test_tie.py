@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from collector.trace.traceio import Trace
+from explain.actions.inventory import Inventory
+from explain.actions.remediation import AuditLog
 from explain.diagnose import Diagnosis, diagnose, shared_kb
-from explain.inventory import Inventory
-from explain.reasoner import DeterministicReasoner
-from explain.remediation import AuditLog
+from explain.reasoning.reasoner import DeterministicReasoner
+from explain.reasoning.tie import MAX_TIE_HOSTS, complete, tie_of, unlisted
 from explain.report.build import report_from_verdict
 from explain.report.html import render_html
 from explain.report.markdown import render_markdown
-from explain.tie import MAX_TIE_HOSTS, complete, tie_of, unlisted
 from localize.verdict import Candidate, Verdict
 from simulator.virtual_cluster import VirtualCluster
 from tests.explain.conftest import write_trace

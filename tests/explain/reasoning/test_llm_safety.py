@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from collector.trace.traceio import Trace
+from explain.actions.probes import CATALOG
+from explain.actions.remediation import AuditLog
 from explain.diagnose import diagnose
-from explain.llm import (
+from explain.reasoning.llm import (
     SCHEMA_ATTRIBUTE,
     SCHEMA_CRITIQUE,
     SCHEMA_PROPOSE,
@@ -24,8 +26,6 @@ from explain.llm import (
     schema_critique,
     schema_propose,
 )
-from explain.probes import CATALOG
-from explain.remediation import AuditLog
 from simulator.virtual_cluster import VirtualCluster
 from tests.explain.conftest import gpu_verdict
 

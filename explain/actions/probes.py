@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from collector.inputs.names import nic_problem
-from explain.inventory import Inventory
+from explain.actions.inventory import Inventory
 
 Outcome = Literal["ok", "abnormal", "unreachable", "error", "not-run"]
 #: outcomes that are an answer from the device, and so evidence

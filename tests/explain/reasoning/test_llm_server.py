@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from collector.trace.traceio import Trace
+from explain.actions.probes import CATALOG
+from explain.actions.remediation import AuditLog
 from explain.diagnose import diagnose
-from explain.llm import LLMConfig, OpenAIChat
-from explain.probes import CATALOG
-from explain.remediation import AuditLog
+from explain.reasoning.llm import LLMConfig, OpenAIChat
 from simulator.virtual_cluster import VirtualCluster
 from tests.explain.conftest import gpu_verdict
-from tests.explain.test_llm_safety import HOSTILE_LOG
+from tests.explain.reasoning.test_llm_safety import HOSTILE_LOG
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from explain.extract import PORT_RES, extract_keys
+from explain.reasoning.extract import PORT_RES, extract_keys
 
 #: the port patterns as first written: the reference for what the bounded ones must still find
 REFERENCE = (re.compile(r"\bssh\b[^\n]*?\s-p\s*(\d{2,5})\b"),

@@ -4,8 +4,14 @@ import json
 from pathlib import Path
 
 from collector.trace.meta import JobMeta
-from explain.inventory import Inventory
-from explain.remediation import AuditLog, Proposal, apply, build_proposal, default_audit_path
+from explain.actions.inventory import Inventory
+from explain.actions.remediation import (
+    AuditLog,
+    Proposal,
+    apply,
+    build_proposal,
+    default_audit_path,
+)
 from tests.explain.conftest import write_trace
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from explain.backends import LocalBackend, ProbeBackend, SSHBackend
-from explain.probes import ProbeCall, interpret
+from explain.actions.backends import LocalBackend, ProbeBackend, SSHBackend
+from explain.actions.probes import ProbeCall, interpret
 
 
 def test_ssh_backend_builds_argv_not_strings() -> None:

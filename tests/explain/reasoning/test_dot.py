@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from explain.dot import DiagramOfThought
+from explain.reasoning.dot import DiagramOfThought
 
 
 def test_typed_sections_render_as_xml() -> None:

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import yaml
 
-from explain.extract import extract_keys
+from explain.reasoning.extract import extract_keys
 from explain.scoring import score_extraction, summarize_extraction
 
-ALERTS = Path(__file__).resolve().parents[2] / "explain" / "evalsets" / "alerts.yaml"
+ALERTS = Path(__file__).resolve().parents[3] / "explain" / "evalsets" / "alerts.yaml"
 
 
 def test_extracts_each_kind_of_key() -> None:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from explain.inventory import Inventory
-from explain.probes import CATALOG, FINDING_TAGS, ProbeRejected, build_call, interpret
+from explain.actions.inventory import Inventory
+from explain.actions.probes import CATALOG, FINDING_TAGS, ProbeRejected, build_call, interpret
 from tests.explain.conftest import write_trace
 
 
@@ -52,7 +52,7 @@ def test_catalog_is_read_only_and_covers_the_issue_list() -> None:
 
 
 def _run(name: str, out: str, rc: int = 0, **args):
-    from explain.probes import ProbeCall
+    from explain.actions.probes import ProbeCall
 
     return interpret(ProbeCall(name, "node-1", args, []), rc, out, "P1")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from explain.inventory import JOB_ID_RE, Inventory
+from explain.actions.inventory import JOB_ID_RE, Inventory
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from explain.inventory import Inventory
+from explain.actions.inventory import Inventory
 from explain.story import sources_in_words
 from localize.verdict import Candidate, Verdict
 

@@ -3,7 +3,7 @@
 Round 1 proposes hypotheses (KB entries whose signature fits the verdict, ranked by prior,
 retrieval similarity and log hits); round 2 critiques them and orders the probes that could
 confirm them, cheapest-to-most-likely first; round 3 attributes the cause from probe findings.
-The LLM reasoner (explain/llm.py) answers the same three questions and is checked against this.
+The LLM reasoner (explain/reasoning/llm.py) answers the same three questions and is checked against this.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from explain.evidence import EvidenceItem
-from explain.inventory import Inventory
+from explain.actions.inventory import Inventory
+from explain.actions.probes import CATALOG, ProbeResult
 from explain.knowledge import Entry, KnowledgeBase
-from explain.probes import CATALOG, ProbeResult
+from explain.reasoning.evidence import EvidenceItem
+from explain.reasoning.tie import Tie, TieOutcome, members, on_host, tie_of
 from explain.retrieval import Retriever
-from explain.tie import Tie, TieOutcome, members, on_host, tie_of
 from localize.verdict import Candidate, Verdict
 
 #: words that describe each verdict kind, used as the retrieval query when no text is available

@@ -97,7 +97,7 @@ LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one
 HOST_QUANTILE = 0.9
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; four where a fault took turns in two places)
 EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their excess is this share of its lost time
-CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess
+CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess (a normal step that slow is no history)
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
@@ -408,6 +408,12 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
               if i and int(s) in irr_set and int(logged[i - 1]) == int(s) - 1 and int(s) - 1 not in irr_set}
     if (usable & ~table["step"].isin(border)).any():
         usable &= ~table["step"].isin(border)
+    # a step under δ that lost a fault step's share of time (an on-and-off fault's milder turns) is
+    # no history either: two such steps of five widened a ring's usual range until no transfer read slow
+    least = float(irr_tab["ratio"].astype(float).min()) - 1.0
+    mild = table["ratio"].astype(float) - 1.0 >= CONTEXT_EXCESS * least
+    if (usable & ~mild).any():
+        usable &= ~mild
 
     def normal_before(first: int) -> list[int]:
         normal = table.loc[usable & (table["step"] < first), "step"].astype(int).tolist()

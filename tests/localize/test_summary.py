@@ -480,6 +480,34 @@ def test_the_step_before_a_slow_run_is_not_the_operators_history_on_the_summary_
         assert v.candidates[0].device() == "link node-12<->node-14", [c.device() for c in v.candidates[:3]]
 
 
+def test_a_step_as_slow_as_the_faults_under_delta_is_not_the_operators_history() -> None:
+    """An on-and-off fault: its turns at 1.15x are irregular, two milder ones at 1.12x are not. Taken
+    as normal steps they were two of five history steps, the rings' usual range widened to hold
+    them, and no slow transfer was seen (the independent generator's seed 10101, job 36)."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(3, 26))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    table = _steps(steps, [7, 9, 11, 13, 17, 19, 21, 25])
+    table.loc[table["irregular"], "ratio"] = 1.15
+    table.loc[table["step"].isin([15, 23]), "ratio"] = 1.12
+    plan = plan_fetch(_host_rows(compute), _layout(), table)
+    assert plan.history and not {15, 23} & set(plan.history), plan.history
+
+
+def test_an_on_and_off_link_under_its_milder_turns_is_the_same_answer_on_both_paths(tmp_path: Path) -> None:
+    """The job of the test above, rebuilt: the summaries named a host at 0.26 where the full
+    records name the tie of the devices every DP ring crosses (the link among them)."""
+    from bench.altgen import random_spec
+    from tests.localize.altgen_jobs import both_paths, written
+
+    spec = random_spec(36, "link", 10101)
+    full, summary = both_paths(written(spec, tmp_path / spec.name), top=40)
+    for v in (full, summary):
+        tied = {c.device() for c in v.candidates if c.tie == v.candidates[0].tie}
+        assert v.candidates[0].tie == len(tied) == 36 and "link node-2<->node-3" in tied, [c.device() for c in v.candidates[:3]]
+
+
 def test_a_fault_in_two_places_is_fetched_twice_in_each() -> None:
     """Two replicas taking turns (ranks 0-3 and 4-7), 11 steps to 3: three fetched steps fall 2 to 1
     and read as one replica's device; a second step of each shows the turns."""

@@ -237,8 +237,12 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     """
     unlisted = not partial if unlisted is None else unlisted
     irr = np.sort(np.asarray(view.irregular_steps, dtype=np.int64))
-    if len(df) and (first := partial_first(unique(df["step"].to_numpy()))) is not None:
-        irr = irr[irr != first]
+    if len(df):
+        logged = unique(df["step"].to_numpy())
+        # (a step with no rows here cannot be judged: a live fetch may come back without one)
+        irr = irr[np.isin(irr, logged)]
+        if (first := partial_first(logged)) is not None:
+            irr = irr[irr != first]
     if len(df) == 0 or len(irr) == 0:
         return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
     ops = prepare_ops(_moved_rows(df))

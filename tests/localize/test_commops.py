@@ -60,3 +60,19 @@ def test_late_history_holds_no_per_row_quantiles(ops: Ops, monkeypatch: pytest.M
     finally:
         tracemalloc.stop()
     assert peak < 4 * 8 * len(ops.rank)  # was 5.3 row-sized float arrays, now 3.3
+
+
+def test_an_irregular_step_with_no_rows_in_the_window_is_left_out_not_a_crash() -> None:
+    """The service's fetch from a live job came back without one of the irregular steps it asked
+    for: the per-step blame table had a column the step mask did not ("shape mismatch"), every
+    round failed, and the job read irregular with no candidate (tests/deploy/test_slurm.py)."""
+    from localize.commops import analyse_ops
+    from localize.ops.steps import step_view, with_steps
+    from tests.conftest import REPO
+    from timeline.columns import read_commops
+
+    trace = Trace.open(REPO / "traces" / "gpu-straggler")
+    view = step_view(trace, None)
+    df = sorted_rows(with_steps(read_commops(trace, COLUMNS, None)))
+    verdict, _ = analyse_ops(df[df["step"] != view.irregular_steps[2]].reset_index(drop=True), trace.meta, view)
+    assert [c.device() for c in verdict.candidates[:1]] == ["gpu rank 13 (node-1 gpu 5)"]

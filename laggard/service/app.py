@@ -90,6 +90,7 @@ class Service:
         self.external_url = external_url.rstrip("/")
         self.job_timeout_s = job_timeout_s
         self.wake = asyncio.Event()
+        self.closed = False  # set by close(): no round starts after it
         self._dirty: set[str] = set(self.store.jobs_with_summaries())  # re-localize after a restart
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, str], str] = {}  # what each node last said about its ranks
@@ -297,6 +298,8 @@ class Service:
 
     def start_rounds(self) -> None:
         """Start a round for every job due one, each on its own: a slow job does not hold up the others."""
+        if self.closed:
+            return
         for job in self.take_dirty():
             task = asyncio.create_task(self._round_guarded(job))
             self.running[job] = task
@@ -313,6 +316,9 @@ class Service:
             self.mark_failed(job, f"{type(exc).__name__}: {str(exc)[:300]}")
 
     def close(self) -> None:
+        # (first: a cancelled round's end wakes the loop, and a loop whose cancellation was lost
+        # would start rounds on the closed store and executor as fast as they fail)
+        self.closed = True
         for task in self.running.values():
             task.cancel()
         self.workers.close()
@@ -346,7 +352,7 @@ def create_app(db: Path | str, interval_s: float = 10.0, max_body: int = MAX_BOD
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async def loop() -> None:
-            while True:
+            while not svc.closed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(svc.wake.wait(), interval_s)
                 svc.wake.clear()

@@ -315,3 +315,16 @@ def test_a_slow_job_does_not_hold_up_the_others(tmp_path: Path, trace: Path, mon
         assert c.get("/v1/jobs/svc-job").status_code == 200
         assert "slow" in svc.running and c.get("/v1/jobs/slow").status_code == 404, time.monotonic() - t0
         assert svc.workers.slot("slow") != svc.workers.slot("svc-job")
+
+
+def test_no_round_starts_once_the_service_is_closed(tmp_path: Path, trace: Path) -> None:
+    """A round cancelled at shutdown wakes the loop as it ends; a loop whose cancellation was lost
+    then started rounds on the closed store and executor as fast as they failed (a 5 GB log, and
+    SIGTERM not done in 15 s). Closed, a job due a round starts none."""
+    p = _posts(trace, tmp_path)[0]
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0)) as c:
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        assert c.post("/v1/summaries", json=p).status_code == 202
+    assert svc.closed and "svc-job" in svc._dirty  # the job is still due a round ...
+    svc.start_rounds()  # ... and none starts
+    assert not svc.running

@@ -133,7 +133,7 @@ def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.
 
     A slot's history mixes copies that waited with ones that did not: on a wide all-to-all its
     spread hid a NIC at 2.8x (seed 8686 job 37). Last arrivers' copies alone are the path's time."""
-    seq = ops.column("seq")[ops.late_row].astype(np.int64)
+    seq = ops.inst_seq.astype(np.int64)
     stream_step, _ = dense_codes(ops.inst_pair.astype(np.int64) * (1 << 32) + (ops.inst_step.astype(np.int64) - int(ops.inst_step.min())))
     first = np.full(int(stream_step.max()) + 1, np.iinfo(np.int64).max)
     np.minimum.at(first, stream_step, seq)
@@ -227,7 +227,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 unlisted: bool | None = None, quiet: np.ndarray | None = None) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
-    Consumes `df`'s group, op, peer and time columns (`localize.ops.table.CODED`, `TIMED`).
+    Consumes `df`'s group, op, peer, seq and time columns (`localize.ops.table.CODED`, `TIMED`).
     `partial`: groups whose members were not all fetched (summary path); their operators
     keep their place in each rank's timeline but are never judged. `forest=False` judges
     operators with the robust rule, as the sidecars do (the fast path). `unlisted`: a group

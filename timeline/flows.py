@@ -18,10 +18,9 @@ from typing import cast
 
 import numpy as np
 import pandas as pd
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from collector.trace.meta import JobMeta, _natural_key
+from timeline.graph import components
 
 #: average packet size below which a directed edge carries only acknowledgements
 MIN_DATA_PACKET = 200
@@ -191,8 +190,7 @@ def recognize_jobs(edges: pd.DataFrame, host_of: dict[str, str]) -> list[list[st
     dst = np.concatenate([edges["dst_ip"].map(index).to_numpy(dtype=np.int64),
                           n + np.asarray([hosts[host_of[ip]] for ip in ips], dtype=np.int64)])
     m = n + len(hosts)
-    graph = coo_matrix((np.ones(src.size), (src, dst)), shape=(m, m))
-    _, label = connected_components(graph, directed=False)
+    label = components(m, src, dst)
     active = set(edges["src_ip"]) | set(edges["dst_ip"])
     comps: dict[int, list[str]] = {}
     for ip in ips:
@@ -293,8 +291,7 @@ def _components(pairs: pd.DataFrame) -> list[pd.DataFrame]:
         return []
     idx = {h: i for i, h in enumerate(hosts)}
     a, b = pairs["sh"].map(idx).to_numpy(), pairs["dh"].map(idx).to_numpy()
-    graph = coo_matrix((np.ones(a.size), (a, b)), shape=(len(hosts), len(hosts)))
-    _, label = connected_components(graph, directed=False)
+    label = components(len(hosts), a, b)
     lab = pd.Series(label[a], index=pairs.index)
     return [pairs[lab == k] for k in sorted(set(label[a].tolist()))]
 

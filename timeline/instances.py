@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import sparse
-from scipy.sparse.linalg import lsqr
 
 from collector.trace.meta import JobMeta
 from collector.trace.schema import P2P_OPS
 from timeline.columns import codes
+from timeline.graph import pairwise_least_squares
 
 #: Columns the matching needs; read only these from a large trace.
 COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
@@ -72,13 +71,8 @@ def estimate_clock_offsets(df: pd.DataFrame, meta: JobMeta) -> pd.Series:
     pairs = pd.concat([_collective_pairs(df[~p2p], host[~p2p]), _p2p_pairs(df[p2p], host[p2p])])
     if pairs.empty:
         return pd.Series(np.zeros(len(names), dtype=np.int64), index=names, name="offset_ns")
-    m = len(pairs)
-    w = np.sqrt(pairs["n"].to_numpy(np.float64))
-    rows = np.repeat(np.arange(m), 2)
-    cols = np.column_stack([pairs["a"].to_numpy(), pairs["b"].to_numpy()]).ravel()
-    vals = np.column_stack([w, -w]).ravel()
-    system = sparse.csr_matrix((vals, (rows, cols)), shape=(m, len(names)))
-    offsets = lsqr(system, pairs["d"].to_numpy(np.float64) * w, atol=1e-12, btol=1e-12)[0]
+    offsets = pairwise_least_squares(len(names), pairs["a"].to_numpy(np.int64), pairs["b"].to_numpy(np.int64),
+                                     pairs["d"].to_numpy(np.float64), np.sqrt(pairs["n"].to_numpy(np.float64)))
     return pd.Series(np.round(offsets).astype(np.int64), index=names, name="offset_ns")
 
 

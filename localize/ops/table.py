@@ -47,8 +47,8 @@ _CHUNK = 1 << 18
 #: rows per chunk of whole ranks (`rank_bounds`): a gap pass holds about eight int64 arrays of its chunk
 _RANK_CHUNK = 1 << 18
 
-#: CommOps columns `prepare_ops` holds as codes only (`Ops.rows_frame` rebuilds them)
-CODED = ("group", "op", "peer")
+#: CommOps columns `prepare_ops` holds as codes or per instance only (`Ops.rows_frame` rebuilds them)
+CODED = ("group", "op", "peer", "seq")
 #: CommOps columns `prepare_ops` holds as `RowTimes` only (`Ops.rows_frame` and `Ops.df` rebuild them)
 TIMED = ("start_ns", "end_ns")
 #: log2 of the rows per block of a rank's start times held as offsets from the block's first (`RowTimes`)
@@ -146,6 +146,7 @@ class Ops:
     inst_dst: np.ndarray  # per instance: p2p destination rank (-1 for collectives)
     slot: np.ndarray  # per row: slot code
     inst_pair: np.ndarray  # per instance: (group, src, dst) code — same for every seq of one operator stream
+    inst_seq: np.ndarray  # per instance: its last arriver's seq (every copy of a collective has its seq)
     opcode: np.ndarray  # per row: index into collector.trace.schema.OPS (int8)
     step: np.ndarray  # per row: step (int32, the frame's column where it can be)
     rank: np.ndarray  # per row: rank (int32, the frame's column where it can be)
@@ -230,16 +231,10 @@ class Ops:
     def df(self) -> pd.DataFrame:
         """The original columns in sorted order, index 0..n-1 (built on first use: the analysis
         itself reads only the arrays above), with the times (TIMED) rebuilt from `times`, but
-        those held as codes above (CODED: group, op, peer), which `rows_frame` rebuilds for the
-        rows that need them."""
+        those held as codes or per instance above (CODED: group, op, peer, seq), which
+        `rows_frame` rebuilds for the rows that need them."""
         out = self.source if self.order is None else self.source.take(self.order).reset_index(drop=True)
         return self._with_times(out.copy(deep=False), None)
-
-    def column(self, name: str) -> np.ndarray:
-        """One column of the frame in the analysis' order (the frame's own, unless it was sorted
-        here): what `df[name]` reads without building `df`."""
-        col = self.source[name].to_numpy()
-        return col if self.order is None else col[self.order]
 
     def _with_times(self, out: pd.DataFrame, idx: np.ndarray | None) -> pd.DataFrame:
         """`out` (the rows `idx`, or all) with its start_ns and end_ns from `times`."""
@@ -249,7 +244,9 @@ class Ops:
     def rows_frame(self, rows: np.ndarray) -> pd.DataFrame:
         """Some rows (a mask or indices, in the analysis' order) with every original column:
         group and op rebuilt from their codes as categoricals, a p2p row's peer from its
-        instance's ends (collectives read -1, as the contract writes them), the times from `times`."""
+        instance's ends (collectives read -1, as the contract writes them), the times from `times`.
+        A collective's seq is its own; a p2p row's is its transfer's number, the same at both ends
+        (producers that number the two ends apart are paired here, not by seq)."""
         idx = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
         out = self.source.take(idx if self.order is None else self.order[idx]).reset_index(drop=True)
         code = self.opcode[idx].astype(np.int64)
@@ -260,6 +257,7 @@ class Ops:
         send = code == OPS.index("send")
         peer = np.where(send, self.inst_dst[inst], np.where(self.inst_p2p[inst], self.inst_src[inst], -1))
         out["peer"] = _narrow(peer.astype(np.int64))
+        out["seq"] = np.where(self.inst_p2p[inst], inst, self.inst_seq[inst])
         return self._with_times(out, idx)
 
     @property
@@ -650,11 +648,12 @@ def prepare_ops(df: pd.DataFrame) -> Ops:
     del wait
     late_row[inst[cand[::-1]]] = cand[::-1]  # first row of each instance wins
     del cand
-    # (the coded columns leave the frame: their codes are what the analysis reads)
+    inst_seq = _narrow(column("seq")[np.maximum(late_row, 0)])
+    # (the coded columns leave the frame: their codes and per-instance values are what the analysis reads)
     df = df.drop(columns=[c for c in CODED if c in df.columns])
     return Ops(df, order, inst, n_inst, size, imin, _narrow(late_row), groups,
                _narrow(inst_group), _narrow(inst_step), inst_p2p, _narrow(inst_src), _narrow(inst_dst), slot, inst_pair,
-               opcode, step, rank, first, column("nbytes"), times)
+               inst_seq, opcode, step, rank, first, column("nbytes"), times)
 
 
 def seconds(dur: np.ndarray) -> np.ndarray:

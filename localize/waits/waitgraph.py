@@ -90,9 +90,8 @@ def _segment_starts(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     n = len(ops.rank)
     start = np.empty(n, dtype=_row_index_type(n))
     whole = np.empty(n, dtype=bool)
-    seq = ops.column("seq")  # (in the frame's width: widened only where subtracted)
-    for lo, hi in pairwise(rank_bounds(ops.rank)):
-        start[lo:hi], whole[lo:hi] = _ranks_segment_starts(ops, slice(lo, hi), seq[lo:hi])
+    for lo, hi in pairwise(rank_bounds(ops.rank)):  # (a collective copy's seq is its instance's)
+        start[lo:hi], whole[lo:hi] = _ranks_segment_starts(ops, slice(lo, hi), ops.inst_seq[ops.inst[lo:hi]])
         start[lo:hi][start[lo:hi] >= 0] += lo
     return start, whole
 

@@ -1,5 +1,6 @@
-"""The columns `prepare_ops` keeps only as codes (group, op, peer) are rebuilt exactly for the rows
-that need them, and the clock offsets estimated on those rows are the ones the whole frame gives."""
+"""The columns `prepare_ops` keeps only as codes or per instance (group, op, peer, seq) are rebuilt
+for the rows that need them (exactly, but a p2p row's seq: its transfer's number at both ends), and
+the clock offsets estimated on those rows are the ones the whole frame gives."""
 
 from __future__ import annotations
 
@@ -28,12 +29,23 @@ def test_rows_frame_rebuilds_coded_columns_and_offsets(tmp_path: Path) -> None:
     mask = in_steps(ops, np.array([2, 5]))
     got, want = ops.rows_frame(mask), whole[mask].reset_index(drop=True)
     assert list(got.columns) == list(want.columns)
-    for c in want.columns:
-        same = got[c].astype(str) if c in ("group", "op") else got[c]
-        pd.testing.assert_series_equal(same, want[c].astype(str) if c in ("group", "op") else want[c],
-                                       check_dtype=c not in CODED)
     p2p = want["op"].isin(["send", "recv"]).to_numpy()
     assert p2p.any()
+    for c in want.columns:
+        same = got[c].astype(str) if c in ("group", "op") else got[c]
+        expect = want[c].astype(str) if c in ("group", "op") else want[c]
+        if c == "seq":
+            same, expect = same[~p2p], expect[~p2p]
+        pd.testing.assert_series_equal(same, expect, check_dtype=c not in CODED)
+    # a p2p row's seq: one number per transfer, the same at both ends, as the given seq pairs them
+    send = (got["op"][p2p] == "send").to_numpy()
+    ends = {"src": np.where(send, got["rank"][p2p], got["peer"][p2p]),
+            "dst": np.where(send, got["peer"][p2p], got["rank"][p2p])}
+    transfer, given = got[p2p].assign(**ends), want[p2p].assign(**ends)
+    keys = ["group", "src", "dst", "seq"]
+    assert (transfer.groupby(keys, observed=True).size() == 2).all()
+    assert (pd.Series(transfer["seq"].to_numpy()).groupby(given.groupby(keys, observed=True).ngroup().to_numpy())
+            .nunique() == 1).all()
     steps = np.unique(ops.step)
     ref = steps[steps < 6]
     rebuilt = clock_offsets_by_step(ops.rows_frame(in_steps(ops, offset_samples(steps, trusted=ref))), trace.meta,

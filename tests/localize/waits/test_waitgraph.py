@@ -24,7 +24,7 @@ def rows(spec: list[tuple[int, str, str, int, int, float, float]], step: int = 1
 
 def graph(df: pd.DataFrame, abnormal_rows: set[tuple[int, str, int]]) -> tuple:
     ops = prepare_ops(df)
-    key = list(zip(ops.rank.tolist(), ops.groups[ops.group_code].tolist(), ops.df["seq"].tolist(), strict=True))
+    key = list(zip(ops.rank.tolist(), ops.groups[ops.group_code].tolist(), pd.Series(ops.inst_seq[ops.inst]).tolist(), strict=True))
     abnormal = np.array([k in abnormal_rows for k in key])
     expected = np.where(ops.inst_p2p, 2, ops.inst_size)
     msum = np.bincount(ops.inst, weights=ops.rank.astype(float), minlength=ops.n_inst)
@@ -37,7 +37,7 @@ def test_last_arriver_is_the_suspect_and_its_own_compute_is_the_root() -> None:
     spec = [(r, "tp-0", "all_reduce", 0, -1, 0.0, 1.0) for r in range(4)]
     spec += [(r, "tp-0", "all_reduce", 1, -1, 2.0 if r != 2 else 7.0, 8.0) for r in range(4)]
     ops, g = graph(rows(spec), {(r, "tp-0", 1) for r in (0, 1, 3)})
-    i = int(ops.inst[(ops.df["seq"] == 1).to_numpy()][0])
+    i = int(ops.inst[(pd.Series(ops.inst_seq[ops.inst]) == 1).to_numpy()][0])
     assert g.suspect[i] and not g.comm[i]
     assert g.root_rank[i] == 2
     assert abs(g.delay[i] - 0.005) < 1e-6
@@ -54,8 +54,8 @@ def test_backtracking_follows_waiting_across_groups() -> None:
     spec += [(r, "tp-0", "all_reduce", 1, -1, 2.0 if r != 1 else 8.0, 8.5) for r in range(4)]
     abnormal = {(r, "tp-0", 1) for r in (0, 2, 3)} | {(1, "pp-0", 1)}
     ops, g = graph(rows(spec), abnormal)
-    tp1 = int(ops.inst[((ops.df["seq"] == 1) & (ops.groups[ops.group_code] == "tp-0")).to_numpy()][0])
-    recv = int(ops.inst[((ops.opcode == OPS.index("recv")) & (ops.df["seq"] == 1)).to_numpy()][0])
+    tp1 = int(ops.inst[((pd.Series(ops.inst_seq[ops.inst]) == 1) & (ops.groups[ops.group_code] == "tp-0")).to_numpy()][0])
+    recv = int(ops.inst[((ops.opcode == OPS.index("recv")) & (pd.Series(ops.inst_seq[ops.inst]) == 1)).to_numpy()][0])
     assert g.suspect[tp1] and g.suspect[recv]
     assert g.root_inst[tp1] == recv  # the chain ends at the late send
     assert g.root_rank[tp1] == 9
@@ -163,7 +163,7 @@ def test_a_last_arriver_held_up_by_a_longer_transfer_elsewhere_was_late_on_its_o
     spec += [(r, "dp-1", "reduce_scatter", 0, -1, 1.5, 8.5) for r in (1, 3)]
     spec += [(0, "cp-0", "all_gather", 1, -1, 6.0, 9.5), (1, "cp-0", "all_gather", 1, -1, 9.0, 9.5)]
     ops, g = graph(rows(spec), {(0, "cp-0", 1)})
-    i = int(ops.inst[((ops.groups[ops.group_code] == "cp-0") & (ops.df["seq"] == 1)).to_numpy()][0])
+    i = int(ops.inst[((ops.groups[ops.group_code] == "cp-0") & (pd.Series(ops.inst_seq[ops.inst]) == 1)).to_numpy()][0])
     assert g.suspect[i] and ops.rank[ops.late_row[i]] == 1
     assert abs(g.excess_compute[i]) < 1e-6 and abs(g.excess_wait[i]) < 1e-6
     assert abs(g.excess_own[i] - 0.003) < 1e-6

@@ -18,6 +18,11 @@ Each scenario runs the job once (40 steps) and asks both paths for the device an
                 step-to-step noise; its compute beside its stage peers' shows it, and since when
   pp4-gpu-from-0    another layout, tp1 x pp4 x dp2: rank 0 computes 2x from the first step, and
                 its stage's only other worker shares its host
+  stage-from-0  every worker of the last stage (ranks 4..7) computes 1.6x from the first step: the
+                split of layers (config, stage 1), not a device
+  small-act-gpu-from-20  64 KiB activations instead of 4 MiB (each transfer a fraction of a
+                millisecond; the time a send takes is then mostly its batched receive's wait):
+                rank 5 computes 2x from step 20
 A run that this shared machine's other load disturbed (a step 1.25x its neighbours, or a fault
 that no longer shows), as the ranks' own step logs say, is not the job the scenario means: it is
 skipped, with the step times that say so. A run answered wrong is judged again on one fresh run
@@ -63,6 +68,9 @@ WARMUP = 3  # steps 0..2: connection set-up and first allocations (0.4-0.8 s aga
 LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
 NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each namespace's hostname
 ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
+STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
+SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
+SMALL_ACT_FAULT = Fault("gpu", 20, 2.0, ranks=[5])
 
 
 def run_nic(out: Path) -> Path:
@@ -176,6 +184,10 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 trace = run(out, TP4, f"real-{name}", TP4_FAULT)
             elif name == "gpu-on-off-from-20":
                 trace = run(out, JOB, f"real-{name}", ON_OFF)
+            elif name == "stage-from-0":
+                trace = run(out, JOB, f"real-{name}", STAGE_FAULT)
+            elif name == "small-act-gpu-from-20":
+                trace = run(out, SMALL_ACT, f"real-{name}", SMALL_ACT_FAULT)
             else:
                 trace = run(out, JOB, f"real-{name}", SCENARIOS[name])
             cache[name] = (trace, verdicts(trace), own_steps(out))
@@ -223,6 +235,35 @@ def test_real_deep_pipeline_gpu_slow_from_the_first_step(ran: Any, path: str) ->
         check(answers[path], PP4_FAULT, steps)
 
     on_real_runs(ran, "pp4-gpu-from-0", judge)
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_job_whose_last_stage_computes_longer_is_the_split_of_layers(ran: Any, path: str) -> None:
+    """Every worker of stage 1 computes 1.6x from the first step (a real Megatron job like it read
+    "healthy"): no step is normal, the stage's workers are all slower than the other stage's, so
+    it is the configuration, stage 1, not one of its devices; since the first step."""
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, STAGE_FAULT):
+            pytest.skip(why)
+        v = answers[path]
+        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
+        assert v["status"] == "irregular" and v["candidates"], said
+        top = v["candidates"][0]
+        assert top["kind"] == "config" and top.get("stage") == 1, said
+        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), said
+        assert onset(v) == 0, said
+
+    on_real_runs(ran, "stage-from-0", judge)
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_job_with_small_activations_names_the_slow_gpu(ran: Any, path: str) -> None:
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, SMALL_ACT_FAULT):
+            pytest.skip(why)
+        check(answers[path], SMALL_ACT_FAULT, steps)
+
+    on_real_runs(ran, "small-act-gpu-from-20", judge)
 
 
 @pytest.mark.root

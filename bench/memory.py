@@ -4,8 +4,10 @@ Target (issue #14): peak RSS <= 10x the input's size + 300 MB for any input. Eac
 trace in traces/ through the real CLI in its own process; the peak is that process's max RSS
 (getrusage of the child). The input's size is every file of the trace on disk. Prints one line per
 run, the closest margin, and exits 1 when any run is over its budget. --quick: one trace with logs.
---large: instead, a simulated 5 M-row trace (2,048 GPUs, tp 8, pp 8, 13 steps, one slow GPU: 24 MB
-of Parquet) through validate, timeline and localize (issue #14 on a large valid trace).
+--large: instead, two simulated traces, 5 M rows (2,048 GPUs, tp 8, pp 8, 13 steps, one slow GPU: 24 MB
+of Parquet; under LAGGARD_MAX_FULL_ROWS, so localized from the full records) and 10 M rows (4,096 GPUs:
+over it, so localized from per-host summaries), through validate, timeline, localize, explain and
+report (issue #14 on large valid traces).
 """
 
 from __future__ import annotations
@@ -22,17 +24,17 @@ MB = 1 << 20
 VERBS = ("validate", "timeline", "localize", "logs", "explain", "report")
 
 
-#: the verbs --large runs, and the job it simulates (2,048 GPUs x 13 steps: 4,952,064 operator rows)
-LARGE_VERBS = ("validate", "timeline", "localize")
-LARGE_JOB = ("--gpus", "2048", "--tp", "8", "--pp", "8", "--steps", "13", "--seed", "17",
-             "--fault", "gpu:rank=683,factor=2,steps=7:12")
+#: the verbs --large runs, and the jobs it simulates (x 13 steps: 4,952,064 and 9,904,128 operator rows)
+LARGE_VERBS = ("validate", "timeline", "localize", "explain", "report")
+LARGE_GPUS = {"large": 2048, "larger": 4096}
+LARGE_JOB = ("--tp", "8", "--pp", "8", "--steps", "13", "--seed", "17", "--fault", "gpu:rank=683,factor=2,steps=7:12")
 
 
-def simulate_large(out: Path) -> Path:
-    """The --large trace, written by `laggard simulate` (in its own process: not measured)."""
+def simulate_large(out: Path, gpus: int) -> Path:
+    """A --large trace, written by `laggard simulate` (in its own process: not measured)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "laggard.cli", "simulate", *LARGE_JOB, "--out", str(out)], cwd=ROOT,
-                   env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "laggard.cli", "simulate", "--gpus", str(gpus), *LARGE_JOB, "--out", str(out)],
+                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     return out
 
 
@@ -65,7 +67,7 @@ def peak_mb(cmd: list[str]) -> tuple[int, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="only traces/gpu-xid (commops and logs)")
-    ap.add_argument("--large", action="store_true", help="a simulated 5 M-row trace (validate, timeline, localize)")
+    ap.add_argument("--large", action="store_true", help="simulated 5 M- and 10 M-row traces (every verb but logs)")
     ap.add_argument("--verbs", default=None, help=f"comma-separated verbs (default {','.join(VERBS)}; "
                                                   f"with --large {','.join(LARGE_VERBS)})")
     args = ap.parse_args()
@@ -75,7 +77,7 @@ def main() -> int:
     over, worst = [], (float("inf"), "no run")
     with tempfile.TemporaryDirectory(prefix="laggard-mem-") as tmp:
         if args.large:
-            traces = [simulate_large(Path(tmp) / "large")]
+            traces = [simulate_large(Path(tmp) / name, gpus) for name, gpus in LARGE_GPUS.items()]
         for trace in traces:
             size = trace_bytes(trace)
             budget = budget_mb(size)

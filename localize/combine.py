@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from collector.inputs.errors import UserError
+from collector.inputs.limits import ENV, limits
 from collector.trace.meta import coverage_note
 from collector.trace.traceio import Trace
 from localize.verdict import Candidate, Verdict
@@ -58,6 +59,8 @@ def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) ->
     if fn is None:
         raise UserError(f"no {kind} localizer is installed", "use another evidence flag, or none to use what exists")
     if kind == "commops":
+        if steps is None and (rows := trace.parquet_rows("commops") or 0) > limits().full_rows:
+            return _from_summaries(trace, rows, top)
         from localize.ops.steps import step_view
 
         view = step_view(trace, steps)
@@ -65,6 +68,19 @@ def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) ->
     if kind == "flows":
         return fn(trace, steps, top)  # type: ignore[no-any-return]
     return fn(trace, top)  # type: ignore[no-any-return]
+
+
+def _from_summaries(trace: Trace, rows: int, top: int) -> Verdict:
+    """The summary-first localizer (the sidecars' method, `localize.summary`) in this process, for a
+    trace with more CommOps rows than the full records path holds: its memory follows one host's
+    rows and the steps it fetches, not the whole trace."""
+    from localize.distributed import Serial, Source, localize_distributed
+
+    verdict, _ = localize_distributed(Source.open(trace.path), Serial(), top, check_hang=False)
+    verdict.extra["summary_first"] = (
+        f"{rows:,} CommOps rows, more than the full records path holds in one process "
+        f"({limits().full_rows:,}, {ENV['full_rows']}): localized from per-host summaries as the sidecars do")
+    return verdict
 
 
 def localize_trace(trace: Trace, evidence: tuple[str, ...] | None = None, steps: tuple[int, int] | None = None,

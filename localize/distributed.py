@@ -214,12 +214,13 @@ def fetch_host_rows(location: str, pieces: list[Piece], host_ranks: list[int], r
     return host_rows(df, ranks, steps)
 
 
-def localize_distributed(src: Source, run: Executor, top: int = 5,
-                         stats: Stats | None = None) -> tuple[Verdict, FetchPlan | None]:
-    """A hang first (local traces: the pending operators); else the summary-first localizer with
-    the map tasks on `run`. Returns the verdict and the fetch plan (None for a hang)."""
+def localize_distributed(src: Source, run: Executor, top: int = 5, stats: Stats | None = None,
+                         check_hang: bool = True) -> tuple[Verdict, FetchPlan | None]:
+    """A hang first (local traces: the pending operators; `check_hang` False: the caller has
+    looked); else the summary-first localizer with the map tasks on `run`. Returns the verdict
+    and the fetch plan (None for a hang)."""
     st = stats if stats is not None else Stats()
-    if src.local is not None:
+    if check_hang and src.local is not None:
         from collector.trace.traceio import Trace
         from localize.waits.hang import find_hang
 

@@ -35,6 +35,7 @@ class Limits:
     json_depth: int  # nesting of any JSON or pickle document
     objects: int  # containers and scalars in one pickle
     pool_bytes: int  # the log event pool (`laggard logs learn`), read and written
+    full_rows: int  # CommOps rows the full-records localizer holds in one process (~100 B each at its peak)
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -51,6 +52,7 @@ class Limits:
             json_depth=_env_int("LAGGARD_MAX_JSON_DEPTH", 64),
             objects=_env_int("LAGGARD_MAX_OBJECTS", 50_000_000),
             pool_bytes=_env_int("LAGGARD_MAX_POOL_BYTES", 64 << 20),
+            full_rows=_env_int("LAGGARD_MAX_FULL_ROWS", 5_000_000),
         )
 
 
@@ -63,4 +65,5 @@ ENV = {"world_size": "LAGGARD_MAX_WORLD_SIZE", "meta_bytes": "LAGGARD_MAX_META_B
        "dump_bytes": "LAGGARD_MAX_DUMP_BYTES", "log_bytes": "LAGGARD_MAX_LOG_BYTES",
        "gzip_ratio": "LAGGARD_MAX_GZIP_RATIO", "log_lines": "LAGGARD_MAX_LOG_LINES",
        "line_bytes": "LAGGARD_MAX_LINE_BYTES", "max_step": "LAGGARD_MAX_STEP", "step_cells": "LAGGARD_MAX_STEP_CELLS",
-       "json_depth": "LAGGARD_MAX_JSON_DEPTH", "objects": "LAGGARD_MAX_OBJECTS", "pool_bytes": "LAGGARD_MAX_POOL_BYTES"}
+       "json_depth": "LAGGARD_MAX_JSON_DEPTH", "objects": "LAGGARD_MAX_OBJECTS", "pool_bytes": "LAGGARD_MAX_POOL_BYTES",
+       "full_rows": "LAGGARD_MAX_FULL_ROWS"}

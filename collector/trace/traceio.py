@@ -373,6 +373,19 @@ class Trace:
             raise TraceError(f"{problems[0].where}: {problems[0].what}", problems[0].fix)
         return table
 
+    def parquet_rows(self, kind: str) -> int | None:
+        """Rows of an evidence kind held as Parquet, from its footers (nothing read); None when the
+        trace lacks it or holds it as JSON lines or CSV (counted only by reading them)."""
+        path = self.evidence.get(kind)
+        if path is None or not (path.is_dir() or path.suffix == ".parquet"):
+            return None
+        for f in sorted(path.glob("*.parquet")) if path.is_dir() else [path]:
+            check_regular(f)
+        try:
+            return int(ds.dataset(path, format="parquet").count_rows())
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceError(f"{path}: not readable Parquet ({exc})", "regenerate or convert the file") from exc
+
     def commops(self, columns: Sequence[str] | None = None, ranks: Iterable[int] | None = None,
                 steps: tuple[int, int] | None = None) -> pd.DataFrame:
         """CommOps as a DataFrame, optionally only some ranks or an inclusive step range."""

@@ -15,11 +15,22 @@ from collector.trace.meta import JobMeta
 from collector.trace.traceio import Trace
 from explain.report.evidence import flow_evidence, log_evidence, step_start_utc, suspect_hosts
 from explain.report.model import Report, confidence_label, irregular_windows, tie_words
-from explain.report.waits import annotate_waits, gantt_rows, wait_matrix, wait_path
+from explain.report.waits import (
+    annotate_waits,
+    gantt_rows,
+    joined_edges,
+    joined_wait_matrix,
+    wait_edges,
+    wait_matrix,
+    wait_path,
+)
 from explain.story import Story
 from localize.verdict import Verdict
 
 GANTT_RANKS = 12
+#: CommOps rows the wait figures read at a time (whole steps): the report's memory follows this, not the trace
+WAIT_CHUNK_ROWS = 1 << 18
+WAIT_COLUMNS = ["rank", "group", "op", "seq", "peer", "start_ns", "end_ns", "step"]
 
 
 def build_report(trace: Trace, timeline: Any | None, verdict: Verdict, diagnosis: Any | None = None) -> Report:
@@ -87,29 +98,56 @@ def _add_timeline(report: Report, timeline: Any) -> None:
 
 
 def _add_waits(report: Report, trace: Trace, timeline: Any | None) -> None:
-    ops = annotate_waits(trace.commops(columns=["rank", "group", "op", "seq", "peer", "start_ns", "end_ns", "step"]))
-    if ops.empty:
-        return
-    report.waits = wait_matrix(ops)
-    if report.since_step is not None:
-        report.since_utc = step_start_utc(ops, report.since_step)
+    """Who waited on whom, read a chunk of whole steps at a time (`WAIT_CHUNK_ROWS`): each chunk's
+    waits, blame and per-step time are summed, then the two steps the Gantt charts show are read."""
     group_kind = dict(getattr(timeline, "group_kind", {}) or {})
-    roots = _root_ranks(report, trace.meta, ops)
     window = report.irregular_steps or None
-    report.path = wait_path(ops, roots, group_kind, window)
-    slow, normal = _gantt_steps(report, ops)
+    matrices, edges, blame, elapsed = [], [], [], []
+    ranks: set[int] = set()
+    for steps in step_chunks(trace, WAIT_CHUNK_ROWS):
+        ops = annotate_waits(trace.commops(columns=WAIT_COLUMNS, steps=steps))
+        if ops.empty:
+            continue
+        matrices.append(wait_matrix(ops))
+        edges.append(wait_edges(ops, group_kind, window))
+        in_window = ops[ops["step"].isin(report.irregular_steps)] if report.irregular_steps else ops
+        blame.append(in_window[in_window["rank"] != in_window["blocker"]].groupby("blocker")["wait_s"].sum())
+        elapsed.append(ops[ops["step"] >= 0].groupby("step")["elapsed_s"].sum())
+        ranks.update(ops["rank"].unique().tolist())
+        if report.since_step is not None and steps[0] <= report.since_step <= steps[1]:
+            report.since_utc = step_start_utc(ops, report.since_step)
+        del ops
+    if not matrices:
+        return
+    report.waits = joined_wait_matrix(matrices)
+    roots = _root_ranks(report, trace.meta, pd.concat(blame).groupby(level=0).sum())
+    report.path = wait_path(joined_edges(edges), roots)
+    slow, normal = _gantt_steps(report, pd.concat(elapsed).groupby(level=0).sum())
     if slow is None or normal is None:
         return
     # up to 4 ranks per level, spread over the level (a link's root ranks sit on two hosts)
-    ranks = [r for hop in report.path for r in hop.ranks[:: max(1, len(hop.ranks) // 4)][:4]][:GANTT_RANKS]
-    ranks = ranks or sorted(ops["rank"].unique())[:8]
+    shown = [r for hop in report.path for r in hop.ranks[:: max(1, len(hop.ranks) // 4)][:4]][:GANTT_RANKS]
+    shown = shown or sorted(ranks)[:8]
     report.gantt_steps = (slow, normal)
-    report.gantt_slow = gantt_rows(ops, slow, ranks)
-    report.gantt_normal = gantt_rows(ops, normal, ranks)
+    report.gantt_slow = gantt_rows(annotate_waits(trace.commops(columns=WAIT_COLUMNS, steps=(slow, slow))), slow, shown)
+    report.gantt_normal = gantt_rows(annotate_waits(trace.commops(columns=WAIT_COLUMNS, steps=(normal, normal))), normal,
+                                     shown)
 
 
-def _root_ranks(report: Report, meta: JobMeta, ops: pd.DataFrame) -> list[int]:
-    """Ranks of the top candidate; without one, the rank everybody waited on most."""
+def step_chunks(trace: Trace, rows: int) -> list[tuple[int, int]]:
+    """Inclusive step ranges covering every CommOps row, each of about `rows` rows or one step."""
+    step = trace.commops(columns=["step"])["step"].to_numpy(np.int64)
+    if not len(step):
+        return []
+    values, counts = np.unique(step, return_counts=True)
+    bucket = (np.cumsum(counts) - counts) // max(rows, 1)  # (steps that start within the same `rows` rows)
+    cut = np.flatnonzero(np.diff(bucket)) + 1
+    return [(int(v[0]), int(v[-1])) for v in np.split(values, cut)]
+
+
+def _root_ranks(report: Report, meta: JobMeta, blame: pd.Series) -> list[int]:
+    """Ranks of the top candidate; without one, the rank everybody waited on most (`blame`:
+    seconds waited on each blocker in the irregular steps, or all)."""
     root = report.root
     if root:
         if root.get("rank") is not None:
@@ -118,19 +156,17 @@ def _root_ranks(report: Report, meta: JobMeta, ops: pd.DataFrame) -> list[int]:
         ranks = [r for r, info in meta.ranks.items() if info.host in hosts]
         if ranks:
             return sorted(ranks)
-    window = ops[ops["step"].isin(report.irregular_steps)] if report.irregular_steps else ops
-    blamed = window[window["rank"] != window["blocker"]].groupby("blocker")["wait_s"].sum()
-    return [_argmax(blamed)] if len(blamed) and report.status != "healthy" else []
+    return [_argmax(blame)] if len(blame) and report.status != "healthy" else []
 
 
-def _gantt_steps(report: Report, ops: pd.DataFrame) -> tuple[int | None, int | None]:
-    """The slowest irregular step and the normal step closest to it."""
+def _gantt_steps(report: Report, elapsed: pd.Series) -> tuple[int | None, int | None]:
+    """The slowest irregular step and the normal step closest to it (`elapsed`: operator seconds
+    per step, read when the report has no step table)."""
     steps = report.steps
     if steps is None or steps.empty:
-        per = ops[ops["step"] >= 0].groupby("step")["elapsed_s"].sum()
-        if per.empty:
+        if elapsed.empty:
             return None, None
-        return _argmax(per), _argmax(-per)
+        return _argmax(elapsed), _argmax(-elapsed)
     s = steps.set_index("step")
     marked = s.index.isin(report.irregular_steps)
     irr = s[marked]

@@ -78,33 +78,51 @@ def wait_matrix(annotated: pd.DataFrame) -> WaitMatrix:
     return WaitMatrix(table.index.to_numpy(), table.columns.to_numpy(), table.to_numpy(dtype=np.float64))
 
 
-def wait_path(
-    annotated: pd.DataFrame,
-    roots: list[int],
-    group_kind: dict[str, str],
-    steps: list[int] | None = None,
-    max_levels: int = 6,
-) -> list[PathHop]:
-    """Levels of ranks that waited, transitively, on the root ranks (level 0).
+def joined_wait_matrix(parts: list[WaitMatrix]) -> WaitMatrix:
+    """One matrix from the matrices of disjoint sets of steps (a rank absent from a part waited 0 there)."""
+    frames = [pd.DataFrame(p.seconds, index=p.ranks, columns=p.steps) for p in parts]
+    if not frames:
+        return WaitMatrix(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, 0)))
+    table = pd.concat(frames, axis=1).fillna(0.0).sort_index().sort_index(axis=1)
+    return WaitMatrix(table.index.to_numpy(), table.columns.to_numpy(), table.to_numpy(dtype=np.float64))
+
+
+def wait_edges(annotated: pd.DataFrame, group_kind: dict[str, str], steps: list[int] | None = None) -> pd.DataFrame:
+    """Seconds each rank waited on each other rank (its blocker), per kind of group, in `steps`
+    (all when None): what `wait_path` reads. Sums of disjoint sets of rows add up (`joined_edges`),
+    so a trace can be read a chunk of steps at a time."""
+    rows = annotated if steps is None else annotated[annotated["step"].isin(steps)]
+    rows = rows[(rows["rank"] != rows["blocker"]) & (rows["wait_s"] > 0)]
+    kind_of = {g: group_kind.get(g, _kind_from_name(g)) for g in rows["group"].unique()}
+    return (rows[["rank", "blocker", "wait_s"]].assign(kind=rows["group"].map(kind_of).astype(object))
+            .groupby(["rank", "blocker", "kind"], sort=False)["wait_s"].sum().reset_index())
+
+
+def joined_edges(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """`wait_edges` of the union of the parts' rows."""
+    frames = [p for p in parts if not p.empty]
+    if not frames:
+        return pd.DataFrame({"rank": [], "blocker": [], "kind": [], "wait_s": []})
+    return pd.concat(frames).groupby(["rank", "blocker", "kind"], sort=False)["wait_s"].sum().reset_index()
+
+
+def wait_path(edges: pd.DataFrame, roots: list[int], max_levels: int = 6) -> list[PathHop]:
+    """Levels of ranks that waited, transitively, on the root ranks (level 0), from `wait_edges`.
 
     Each waiting rank is attached to the rank it waited on longest (its dominant blocker);
     level k holds the ranks whose dominant blocker is in level k-1.
     """
-    rows = annotated if steps is None else annotated[annotated["step"].isin(steps)]
-    rows = rows[(rows["rank"] != rows["blocker"]) & (rows["wait_s"] > 0)]
-    if rows.empty or not roots:
+    if edges.empty or not roots:
         return [PathHop(0, sorted(roots))] if roots else []
-    edges = rows.groupby(["rank", "blocker"], sort=False)["wait_s"].sum().reset_index()
-    edges = edges.sort_values("wait_s", ascending=False).drop_duplicates("rank")
-    kind_of = {g: group_kind.get(g, _kind_from_name(g)) for g in rows["group"].unique()}
-    kinds = rows[["rank", "blocker"]].assign(kind=rows["group"].map(kind_of)).drop_duplicates()
-    edge_kinds = kinds.groupby(["rank", "blocker"])["kind"].agg(lambda s: sorted(set(s))).to_dict()
-    dominant = dict(zip(edges["rank"].to_numpy().tolist(), edges["blocker"].to_numpy().tolist(), strict=True))
-    waited = dict(zip(edges["rank"].to_numpy().tolist(), edges["wait_s"].to_numpy().tolist(), strict=True))
+    totals = edges.groupby(["rank", "blocker"], sort=False)["wait_s"].sum().reset_index()
+    totals = totals.sort_values("wait_s", ascending=False, kind="stable").drop_duplicates("rank")
+    edge_kinds = edges.groupby(["rank", "blocker"])["kind"].agg(lambda s: sorted(set(s))).to_dict()
+    dominant = dict(zip(totals["rank"].to_numpy().tolist(), totals["blocker"].to_numpy().tolist(), strict=True))
+    waited = dict(zip(totals["rank"].to_numpy().tolist(), totals["wait_s"].to_numpy().tolist(), strict=True))
     hops = [PathHop(0, sorted(roots))]
     seen = set(roots)
     frontier = set(roots)
-    by_blocker = edges.groupby("blocker")["rank"].agg(list).to_dict()
+    by_blocker = totals.groupby("blocker")["rank"].agg(list).to_dict()
     for level in range(1, max_levels + 1):
         nxt = sorted({r for b in frontier for r in by_blocker.get(b, []) if r not in seen})
         if not nxt:

@@ -31,7 +31,9 @@ def register(sub: Any) -> None:
         "--cluster runs the summary-first localizer (the sidecar's: per-host abnormal-operator\n"
         "summaries, then full records of only the ranks and steps they point at) as Dask tasks\n"
         "that read the CommOps shards where they lie; its verdict is byte for byte the one the\n"
-        "same method gives in one process (--summary-first, or localize.summary).",
+        "same method gives in one process (--summary-first, or localize.summary). A trace of more\n"
+        "than LAGGARD_MAX_FULL_ROWS CommOps rows (5,000,000: ~100 bytes each in memory) is localized\n"
+        "that way too, unless --steps narrows it; the output says so.",
     )
     p.add_argument("trace", help="trace directory (holds meta.json); with --cluster also a file:// or fsspec URL")
     ev = p.add_argument_group("evidence (default: all the trace has)")
@@ -53,6 +55,8 @@ def render_text(v: Verdict) -> str:
     story = Story.of(v)
     cov = v.extra.get("coverage")
     note = [f"note: {cov['note']}"] if isinstance(cov, dict) and cov.get("note") else []
+    if isinstance(how := v.extra.get("summary_first"), str):
+        note.append(f"note: {how}")
     if v.status == "healthy":
         return "\n".join([story.status_line(), *note])
     lines = [story.status_line()]

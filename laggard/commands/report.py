@@ -79,8 +79,6 @@ def run(args: argparse.Namespace) -> int:
     from explain.diagnose import diagnose
     from explain.reasoning.tie import MAX_TIE_LISTED, complete, unlisted
     from explain.report.build import build_report
-    from explain.report.html import render_html
-    from explain.report.markdown import render_markdown
     from localize.combine import localize_trace
     from timeline.build import build_timeline
 
@@ -102,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = diagnose(trace, tied, backend=backend)
         stages.next("rendering the report")
         report = build_report(trace, timeline, verdict, diagnosis)
+        # (the renderers, matplotlib's ~27 MB among them, load once the analysis is done: not on its peak)
+        from explain.report.html import render_html
+        from explain.report.markdown import render_markdown
+
         text = {"html": render_html, "md": render_markdown}.get(fmt, _json)(report)
     if args.out == "-":  # md or json: input text (job, hosts, log lines) reaches the terminal escaped
         sys.stdout.write(safe_text(text))

@@ -194,3 +194,35 @@ def test_commands_never_wrap_inside_a_flag() -> None:
     html = render_html(r)
     assert '<span class="w">--query-gpu=index,clocks.sm,clocks.max.sm,temperature.gpu</span>' in html
     assert "code.cmd .w{white-space:nowrap}" in html
+
+
+def test_waits_read_a_few_steps_at_a_time_are_the_waits_of_the_whole_trace(
+        tmp_path: Path, report: Report, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report reads CommOps a chunk of whole steps at a time (its memory follows the chunk,
+    not the trace); chunks of ~3 steps give the figures one read of every step gives."""
+    import explain.report.build as build
+
+    trace = make_trace(tmp_path / "t", with_logs=True)
+    n = len(Trace.open(trace).commops(columns=["step"]))
+    monkeypatch.setattr(build, "WAIT_CHUNK_ROWS", n // 7)
+    assert len(build.step_chunks(Trace.open(trace), n // 7)) >= 6
+    chunked = build_report(Trace.open(trace), make_timeline(), make_verdict(), make_diagnosis())
+    assert report.waits is not None and chunked.waits is not None
+    assert (chunked.waits.ranks == report.waits.ranks).all() and (chunked.waits.steps == report.waits.steps).all()
+    assert chunked.waits.seconds == pytest.approx(report.waits.seconds, abs=1e-12)
+    assert [h.to_dict() for h in chunked.path] == [h.to_dict() for h in report.path]
+    assert chunked.gantt_steps == report.gantt_steps and chunked.since_utc == report.since_utc
+    pd.testing.assert_frame_equal(chunked.gantt_slow, report.gantt_slow)
+    pd.testing.assert_frame_equal(chunked.gantt_normal, report.gantt_normal)
+
+
+def test_step_chunks_cover_every_step_once(tmp_path: Path) -> None:
+    from explain.report.build import step_chunks
+
+    trace = Trace.open(make_trace(tmp_path / "t"))
+    steps = sorted(trace.commops(columns=["step"])["step"].unique())
+    for rows in (1, 50, 10**9):
+        chunks = step_chunks(trace, rows)
+        covered = [s for lo, hi in chunks for s in steps if lo <= s <= hi]
+        assert covered == steps and all(lo <= hi for lo, hi in chunks)
+    assert len(step_chunks(trace, 1)) == len(steps) and len(step_chunks(trace, 10**9)) == 1

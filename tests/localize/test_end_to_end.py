@@ -79,6 +79,25 @@ def test_summary_path_fetches_only_part(traces: dict[str, Trace]) -> None:
     assert 0 < plan.rows_fetched < len(t.commops(columns=["rank"]))
 
 
+def test_a_trace_over_the_full_paths_rows_is_localized_from_summaries(traces: dict[str, Trace], cli,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past LAGGARD_MAX_FULL_ROWS CommOps rows, localize works host by host as the sidecars do
+    (its memory follows a host's rows, not the trace's) and says so; under it, or for a window
+    of steps, it reads the full records. Same device either way."""
+    t = traces["gpu"]
+    rows = t.parquet_rows("commops")
+    assert rows is not None and rows > 1000
+    full = localize_trace(t)
+    assert "from" not in full.extra and "summary_first" not in full.extra
+    monkeypatch.setenv("LAGGARD_MAX_FULL_ROWS", "1000")
+    v = localize_trace(Trace.open(t.path))
+    assert v.extra.get("from") == "summary" and f"{rows:,} CommOps rows" in str(v.extra["summary_first"])
+    assert top(v).rank == top(full).rank == 13 and v.onset_step == full.onset_step
+    assert "from" not in localize_trace(Trace.open(t.path), steps=(0, 9)).extra
+    p = cli("localize", t.path, env={"LAGGARD_MAX_FULL_ROWS": "1000"})
+    assert p.returncode == 0 and "rank 13" in p.stdout and "LAGGARD_MAX_FULL_ROWS" in p.stdout, p.stdout + p.stderr
+
+
 def test_cli_json_contract_and_exit_codes(traces: dict[str, Trace], cli) -> None:
     p = cli("localize", traces["gpu"].path, "--format", "json", "--top", "2")
     assert p.returncode == 0, p.stderr

@@ -120,3 +120,10 @@ def test_meta_round_trip_keeps_unknown_keys(tmp_path: Path) -> None:
     meta = JobMeta.from_dict(raw)
     meta.save(tmp_path / "meta.json")
     assert JobMeta.load(tmp_path / "meta.json").extra == {"model": {"params": 7e9}}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_parquet_rows_come_from_the_footers_and_only_for_parquet(tmp_path: Path, fmt: str) -> None:
+    trace = Trace.open(make_trace(tmp_path / "t", fmt))
+    assert trace.parquet_rows("commops") == (len(commops_frame()) if fmt == ".parquet" else None)
+    assert trace.parquet_rows("flows") is None

@@ -214,6 +214,17 @@ def on_real_runs(ran: Any, name: str, judge: Judge) -> None:
         judge(*ran(name, fresh=True))
 
 
+def checked(path: str, fault: Fault) -> Judge:
+    """The judge of a run with `fault`: skipped when the machine's load disturbed it, else `check`
+    of `path`'s answer."""
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, fault):
+            pytest.skip(why)
+        check(answers[path], fault, steps)
+
+    return judge
+
+
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_real_job_is_localized(ran: Any, name: str, path: str) -> None:
@@ -229,12 +240,7 @@ def test_real_job_is_localized(ran: Any, name: str, path: str) -> None:
 def test_real_deep_pipeline_gpu_slow_from_the_first_step(ran: Any, path: str) -> None:
     """A stage of two workers on one host: the slow one is named, not the stage (`sidecar
     localize` answered "config" when a host's typical compute was interpolated)."""
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, PP4_FAULT):
-            pytest.skip(why)
-        check(answers[path], PP4_FAULT, steps)
-
-    on_real_runs(ran, "pp4-gpu-from-0", judge)
+    on_real_runs(ran, "pp4-gpu-from-0", checked(path, PP4_FAULT))
 
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
@@ -258,24 +264,14 @@ def test_real_job_whose_last_stage_computes_longer_is_the_split_of_layers(ran: A
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_with_small_activations_names_the_slow_gpu(ran: Any, path: str) -> None:
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, SMALL_ACT_FAULT):
-            pytest.skip(why)
-        check(answers[path], SMALL_ACT_FAULT, steps)
-
-    on_real_runs(ran, "small-act-gpu-from-20", judge)
+    on_real_runs(ran, "small-act-gpu-from-20", checked(path, SMALL_ACT_FAULT))
 
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, NIC):
-            pytest.skip(why)
-        check(answers[path], NIC, steps)
-
-    on_real_runs(ran, "nic-from-20", judge)
+    on_real_runs(ran, "nic-from-20", checked(path, NIC))
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:

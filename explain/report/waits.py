@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from timeline.instances import instance_ids
+
 
 @dataclass
 class WaitMatrix:
@@ -43,17 +45,13 @@ class PathHop:
 def annotate_waits(ops: pd.DataFrame) -> pd.DataFrame:
     """Add `elapsed_s`, `wait_s` and `blocker` to CommOps rows (vectorized over all rows).
 
-    An instance is (group, seq) for collectives and (group, seq, src, dst) for a send/recv pair.
+    Copies are matched into instances as the timeline matches them (`timeline.instances.instance_ids`:
+    (group, seq) for collectives, (group, src, dst, seq) for a send/recv pair, in order where a
+    producer numbers the two ends apart).
     """
     df = ops.reset_index(drop=True)
-    peer = df["peer"].to_numpy()
     rank = df["rank"].to_numpy()
-    is_send = df["op"].to_numpy() == "send"
-    p2p = peer >= 0
-    src = np.where(p2p, np.where(is_send, rank, peer), -1)
-    dst = np.where(p2p, np.where(is_send, peer, rank), -1)
-    key = pd.DataFrame({"group": df["group"].to_numpy(), "seq": df["seq"].to_numpy(), "src": src, "dst": dst})
-    inst = key.groupby(["group", "seq", "src", "dst"], sort=False).ngroup().to_numpy()
+    inst = instance_ids(df)
     elapsed = (df["end_ns"].to_numpy() - df["start_ns"].to_numpy()).astype(np.float64) / 1e9
     n = int(inst.max()) + 1 if len(inst) else 0
     best = np.full(n, np.inf)
@@ -67,7 +65,6 @@ def annotate_waits(ops: pd.DataFrame) -> pd.DataFrame:
     out["elapsed_s"] = elapsed
     out["wait_s"] = elapsed - best[inst]
     out["blocker"] = blocker_of[inst]
-    out["instance"] = inst
     return out
 
 

@@ -226,3 +226,18 @@ def test_step_chunks_cover_every_step_once(tmp_path: Path) -> None:
         covered = [s for lo, hi in chunks for s in steps if lo <= s <= hi]
         assert covered == steps and all(lo <= hi for lo, hi in chunks)
     assert len(step_chunks(trace, 1)) == len(steps) and len(step_chunks(trace, 10**9)) == 1
+
+
+def test_waits_pair_sends_and_recvs_numbered_apart_as_the_timeline_does() -> None:
+    """A producer that numbers each end of a pair on its own (sends 0, 1; recvs 5, 6): the copies
+    are paired in order, as `timeline.instances` pairs them, so the late receiver is the blocker."""
+    from explain.report.waits import annotate_waits
+
+    ms = 1_000_000
+    rows = pd.DataFrame({
+        "rank": [0, 0, 1, 1], "group": ["pp-0"] * 4, "op": ["send", "send", "recv", "recv"],
+        "seq": [0, 1, 5, 6], "peer": [1, 1, 0, 0],
+        "start_ns": [0, 21 * ms, 8 * ms, 20 * ms], "end_ns": [10 * ms, 22 * ms, 10 * ms, 22 * ms], "step": [0] * 4})
+    out = annotate_waits(rows)
+    assert out["blocker"].tolist() == [1, 0, 1, 0]  # the first transfer waited on the receiver, the second on the sender
+    assert out["wait_s"].tolist() == pytest.approx([0.008, 0.0, 0.0, 0.001])

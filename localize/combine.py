@@ -59,8 +59,9 @@ def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) ->
     if fn is None:
         raise UserError(f"no {kind} localizer is installed", "use another evidence flag, or none to use what exists")
     if kind == "commops":
-        if steps is None and (rows := trace.parquet_rows("commops") or 0) > limits().full_rows:
-            return _from_summaries(trace, rows, top)
+        cap = limits().full_rows
+        if steps is None and (rows := trace.parquet_rows("commops") or 0) > cap:
+            return _from_summaries(trace, rows, cap, top)
         from localize.ops.steps import step_view
 
         view = step_view(trace, steps)
@@ -70,7 +71,7 @@ def run_one(kind: str, trace: Trace, steps: tuple[int, int] | None, top: int) ->
     return fn(trace, top)  # type: ignore[no-any-return]
 
 
-def _from_summaries(trace: Trace, rows: int, top: int) -> Verdict:
+def _from_summaries(trace: Trace, rows: int, cap: int, top: int) -> Verdict:
     """The summary-first localizer (the sidecars' method, `localize.summary`) in this process, for a
     trace with more CommOps rows than the full records path holds: its memory follows one host's
     rows and the steps it fetches, not the whole trace."""
@@ -79,7 +80,7 @@ def _from_summaries(trace: Trace, rows: int, top: int) -> Verdict:
     verdict, _ = localize_distributed(Source.open(trace.path), Serial(), top, check_hang=False)
     verdict.extra["summary_first"] = (
         f"{rows:,} CommOps rows, more than the full records path holds in one process "
-        f"({limits().full_rows:,}, {ENV['full_rows']}): localized from per-host summaries as the sidecars do")
+        f"({cap:,}, {ENV['full_rows']}): localized from per-host summaries as the sidecars do")
     return verdict
 
 

@@ -76,10 +76,9 @@ def wait_matrix(annotated: pd.DataFrame) -> WaitMatrix:
 
 
 def joined_wait_matrix(parts: list[WaitMatrix]) -> WaitMatrix:
-    """One matrix from the matrices of disjoint sets of steps (a rank absent from a part waited 0 there)."""
+    """One matrix from the matrices (at least one) of disjoint sets of steps (a rank absent from a
+    part waited 0 there)."""
     frames = [pd.DataFrame(p.seconds, index=p.ranks, columns=p.steps) for p in parts]
-    if not frames:
-        return WaitMatrix(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, 0)))
     table = pd.concat(frames, axis=1).fillna(0.0).sort_index().sort_index(axis=1)
     return WaitMatrix(table.index.to_numpy(), table.columns.to_numpy(), table.to_numpy(dtype=np.float64))
 

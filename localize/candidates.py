@@ -187,6 +187,10 @@ def net_candidate(c: NetCandidate, score: float, meta: JobMeta, logged: np.ndarr
     key = c.key if isinstance(c.key, tuple) else (str(c.key),)
     if c.kind == "nic":
         return Candidate("nic", score, [f"NIC of {key[0]}: {common}"], host=key[0], source="commops")
+    if c.kind == "host":
+        return Candidate("host", score, [f"inside {key[0]} (CPUs, memory, PCIe, the links among its GPUs): {common}",
+                                         f"including transfers that never leave the host ({', '.join(c.inside[:3])}), "
+                                         "which its NIC does not carry"], host=key[0], source="commops")
     if c.kind == "link":
         return Candidate("link", score, [f"link {key[0]}<->{key[1]}: {common}"], hosts=list(key), source="commops")
     return Candidate("switch", score, [f"switch {key[0]}: {common}"], switch=key[0], source="commops")

@@ -22,6 +22,7 @@ from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
 from localize.network.devices import (
     NetCandidate,
+    beyond_common_mode,
     resolve_network,
     slow_units,
     split_slow,
@@ -262,8 +263,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
     slow_transfer = judge & (comm_excess > 0)
     in_ref = np.isin(ops.inst_step, ref)
-    slow, partly = split_slow(slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr, min_frac=0.0,
-                                         normal=judge & in_ref))
+    slow, partly = split_slow(beyond_common_mode(slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr,
+                                                            min_frac=0.0, normal=judge & in_ref), members, meta))
     slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))
     short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
     world = max(meta.world_size, int(ops.rank.max()) + 1)
@@ -321,8 +322,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # (a p2p transfer's data is measured directly, `localize.network.transfers`: never inferred this way)
     late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
     if late_data[in_irr].any():
-        slow, partly = split_slow(slow_units(unit_of_inst, unit_names, slow_transfer | late_data, judge & in_irr,
-                                             min_frac=0.0, normal=judge & in_ref))
+        slow, partly = split_slow(beyond_common_mode(slow_units(unit_of_inst, unit_names, slow_transfer | late_data,
+                                                                judge & in_irr, min_frac=0.0, normal=judge & in_ref),
+                                                     members, meta))
     comm_like = graph.comm | late_data
     comm_w = np.where(comm_like & in_irr, graph.delay, 0.0)
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[comm_like & in_ref].sum()), 0.0)

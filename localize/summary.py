@@ -467,12 +467,18 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones;
     # without those (a log of a few steps gave the sidecars no history to judge by), every group
     abnormal = [str(g) for g in per_group.index]
+    # with no slow rank, whole hosts where the budget allows: their groups that never leave the
+    # host are what tells a slow host from its NIC, and the ones that stayed normal clear devices
+    on_host: dict[str, set[int]] = {}
+    for r, info in meta.ranks.items():
+        on_host.setdefault(info.host, set()).add(r)
     for g in wanted or abnormal or sorted(meta.groups, key=lambda g: (len(meta.groups[g]), g)):
-        mem = meta.groups.get(g, [])
-        if g in chosen or not mem or len(ranks | set(mem)) > budget:
+        members = set(meta.groups.get(g, []))
+        if g in chosen or not members or len(ranks | members) > budget:
             continue
         chosen.append(g)
-        ranks.update(mem)
+        hosts: set[int] = set().union(*(on_host.get(meta.host_of(r), set()) for r in members if r in meta.ranks))
+        ranks.update(members if wanted or len(ranks | members | hosts) > budget else members | hosts)
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, judged=judged, history=normal[-MAX_NORMAL:])
 
 

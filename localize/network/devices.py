@@ -11,6 +11,11 @@ its edges cross, never one edge; units that were slow and units that were not, i
 subtracted, narrow it down. Where they cannot (one ring over every host and nothing else on
 the network, or rings that all cross the same hosts in the same order), several devices
 explain the slow units exactly as well: `tied_best` returns them all so the verdict can say so.
+
+A host's inside (its CPUs, memory and PCIe, the links among its GPUs) is on every transfer that
+touches the host, the ones that never leave it included. A starved or throttled host slows
+those too, which its NIC cannot: so the host is a device here, named where its own internal
+transfers were slow with the ones through its NIC.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 
 from collector.trace.meta import JobMeta
 
-KIND_ORDER = {"gpu": 0, "link": 1, "nic": 2, "switch": 3}
+KIND_ORDER = {"gpu": 0, "link": 1, "nic": 2, "host": 3, "switch": 4}
 
 
 @dataclass
@@ -35,6 +40,7 @@ class NetCandidate:
     carried_units: int
     examples: list[str] = field(default_factory=list)
     carried: list[str] = field(default_factory=list)  # every unit it carries
+    inside: list[str] = field(default_factory=list)  # host: its slow units that never left it
 
     def label(self) -> str:
         """The device's name as the verdict text writes it (rank 5, node-3, node-2<->node-3, tor-1)."""
@@ -50,8 +56,9 @@ UPLINK = "uplink"
 
 
 def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[tuple[str, object]]:
-    """Devices one unit's transfers cross: for each edge that leaves a host, both GPUs'
-    network paths, both NICs, the link between the hosts and their switches.
+    """Devices one unit's transfers cross: for each edge, the inside of the hosts at its ends;
+    for an edge that leaves a host, also both GPUs' network paths, both NICs, the link between
+    the hosts and their switches.
 
     A ring (all-reduce, all-gather, reduce-scatter, p2p) sends to its ring neighbour; an
     all-to-all (`mesh`) sends from every member to every other.
@@ -68,6 +75,8 @@ def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[t
         if a not in meta.ranks or b not in meta.ranks:
             continue
         ha, hb = meta.host_of(a), meta.host_of(b)
+        devs.add(("host", (ha,)))
+        devs.add(("host", (hb,)))
         if ha == hb:
             continue
         devs.add(("gpu", a))  # the GPU's own path to the network (PCIe, its NIC port)
@@ -104,7 +113,12 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
         crossed[name] = unit_devices(members, meta, name in mesh)
         for dev in crossed[name]:
             carried[dev].append(name)
-    total_w = sum(slow.values())
+    # a host whose transfers all leave it carries what its NIC carries: nothing tells its inside
+    # from its NIC then, and the NIC, which a slow transfer is known to cross, stands for both
+    for dev in [d for d in carried if d[0] == "host"]:
+        if carried[dev] == carried.get(("nic", dev[1]), []):
+            del carried[dev]
+    total_w = sum(slow.values()) + SLOW_FRAC * sum(partly.values())
     # devices of each kind the job's transfers cross: with no prior on which kind fails, one
     # device of a scarce kind (a switch) is likelier than one of many (a link), when both
     # explain the slow transfers equally well
@@ -118,15 +132,16 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
         if not names:
             continue
         hit = [n for n in names if n in slow]
-        recall = sum(slow[n] for n in hit) / total_w
+        recall = (sum(slow[n] for n in hit) + SLOW_FRAC * sum(partly.get(n, 0.0) for n in names if n not in slow)) / total_w
         precision = (len(hit) + sum(partly.get(n, 0.0) for n in names if n not in slow)) / len(names)
         if recall <= 0:
             continue
         score = 2 * precision * recall / (precision + recall)
         kind, key = dev
         nkey: tuple[str, ...] | int = int(key) if isinstance(key, (int, np.integer)) else tuple(key)  # type: ignore[arg-type]
+        inside = [n for n in hit if kind == "host" and n not in carried.get(("nic", key), [])]
         out.append(NetCandidate("switch" if kind == UPLINK else kind, nkey, score, len(hit), len(names),
-                                sorted(hit, key=lambda n: -slow[n])[:3], names))
+                                sorted(hit, key=lambda n: -slow[n])[:3], names, sorted(inside, key=lambda n: -slow[n])))
     # a switch is named once, as whole or as its uplink, whichever explains the transfers better
     best: dict[tuple[str, object], NetCandidate] = {}
     for c in out:
@@ -192,6 +207,18 @@ def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.nd
     if normal is not None:
         excess = excess - frac(comm_inst, normal)
     return {unit_names[i]: float(excess[i]) for i in np.flatnonzero(excess >= min_frac)}
+
+
+def beyond_common_mode(excess: dict[str, float], units: dict[str, list[int]], meta: JobMeta) -> dict[str, float]:
+    """`slow_units`' excess of each unit that never leaves its host, less the median of all such
+    units': what slows every host's inside at once (this machine's load, a job-wide pause) is no
+    evidence against one host; only one host's internal transfers slowing beyond the others' is."""
+    inside = {n for n, m in units.items() if m and all(r in meta.ranks for r in m) and len({meta.host_of(r) for r in m}) == 1}
+    if len(inside) < 2:
+        return excess
+    base = max(float(np.median([excess.get(n, 0.0) for n in inside])), 0.0)
+    moved = {n: x - base if n in inside else x for n, x in excess.items()}
+    return {n: x for n, x in moved.items() if x > 0 or n not in inside}
 
 
 def split_slow(excess: dict[str, float], min_frac: float = SLOW_FRAC) -> tuple[dict[str, float], dict[str, float]]:

@@ -27,6 +27,10 @@ A run that this shared machine's other load disturbed (a step 1.25x its neighbou
 that no longer shows), as the ranks' own step logs say, is not the job the scenario means: it is
 skipped, with the step times that say so. A run answered wrong is judged again on one fresh run
 (`on_real_runs`): wrong twice fails, wrong once is a warning in the report.
+  host-throttled-from-20  (root) node-1's processes in a cgroup whose CPU quota drops to 5% of a
+                core from step 20 (a Kubernetes CPU limit's CFS throttling): the kernel stops both
+                ranks wherever they are, their transfers among themselves included, which no NIC
+                carries -- the host, not its NIC
   nic-from-20   (root) each node in its own network namespace with its own NIC, a veth on one
                 bridge (tests/collector/netns_job.py's lab); node-1's egress is rate-limited
                 with tc from step 20. TP stays inside a node (its loopback), PP and DP cross NICs.
@@ -45,6 +49,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.collector.cpulimit import CpuLimit
 from tests.collector.netns_job import NetnsLab, ensure_tools
 from tests.collector.realjob import Fault, RealJob, run, step_times
 from tests.conftest import run_cli
@@ -83,6 +88,23 @@ def run_nic(out: Path) -> Path:
                    env={"GLOO_SOCKET_IFNAME": "eth0"}, at_step=[(NIC.start - 1, lambda: LAB.throttle(node, NIC.rate))])
     finally:
         LAB.down()
+
+
+THROTTLED = Fault("host", 20, host=JOB.host(1))
+QUOTA = 0.05  # of one core, for node-1's agent and its two ranks together
+
+
+def run_throttled(out: Path) -> Path:
+    """The job with node-1's processes in a cgroup; its CPU quota set once step 19 is done."""
+    node = int(THROTTLED.host.rsplit("-", 1)[1])
+    cpu = CpuLimit(f"laggard-test-{os.getpid()}")
+    try:
+        cpu.up()
+        return run(out, JOB, "real-host-throttled-from-20", THROTTLED,
+                   wrap=lambda n, argv: cpu.argv(argv) if n == node else argv,
+                   at_step=[(THROTTLED.start - 1, lambda: cpu.limit(QUOTA))], timeout=300)
+    finally:
+        cpu.down()
 
 
 def verdicts(trace: Path) -> dict[str, dict[str, Any]]:
@@ -142,18 +164,20 @@ def own_steps(out: Path) -> list[float]:
     return [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
 
 
-def disturbed(steps: list[float], fault: Fault | None, effect: float = 1.2) -> str:
+def disturbed(steps: list[float], fault: Fault | None, effect: float = 1.2, steady: bool = True) -> str:
     """Why this run is not the job the scenario meant, from the ranks' own step times, or "".
 
     On a shared machine other tenants' load can make a step run 1.25x its neighbours' median
     (then a healthy run is not healthy, and a fault's onset is not the first irregular step),
     or slow every step so much that an injected fault no longer shows (`effect`x at least).
+    `steady=False`: a fault whose own steps vary that much (CPU throttling stops a host at
+    whatever point its quota runs out); only the steps before it must be even.
     """
     n = len(steps)
     cut = fault.start if fault is not None and fault.start > WARMUP else None
     regimes = [range(WARMUP, n)] if cut is None else [range(WARMUP, cut), range(cut + 1, n)]
     why = []
-    for reg in regimes:
+    for reg in regimes if steady or cut is None else regimes[:1]:
         med = float(np.median([steps[i] for i in reg]))
         bad = [i for i in reg if steps[i] >= 1.25 * med]
         if bad:
@@ -178,6 +202,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
             out = tmp_path_factory.mktemp(name)
             if name == "nic-from-20":
                 trace = run_nic(out)
+            elif name == "host-throttled-from-20":
+                trace = run_throttled(out)
             elif name == "pp4-gpu-from-0":
                 trace = run(out, PP4, f"real-{name}", PP4_FAULT)
             elif name == "tp4-gpu-from-20":
@@ -272,6 +298,20 @@ def test_real_job_with_small_activations_names_the_slow_gpu(ran: Any, path: str)
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
     on_real_runs(ran, "nic-from-20", checked(path, NIC))
+
+
+@pytest.mark.root
+@pytest.mark.skipif(bool(CpuLimit.why_not()), reason=CpuLimit.why_not() or "-")
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path: str) -> None:
+    """A host the kernel throttles slows the transfers through its NIC and, unlike a slow NIC,
+    the ones among its own GPUs too: the host is named (its NIC was, before hosts were devices)."""
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, THROTTLED, steady=False):
+            pytest.skip(why)
+        check(answers[path], THROTTLED, steps)
+
+    on_real_runs(ran, "host-throttled-from-20", judge)
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:

@@ -178,7 +178,8 @@ def test_a_rank_within_the_noise_of_normal_steps_does_not_narrow_the_fetch() -> 
     compute.loc[7, [6, 8, 10]] = 1.15
     ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
     plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
-    assert plan.groups == ["dp-1"] and plan.ranks == [1, 5, 9, 13], plan
+    # (dp-1's members with the rest of their hosts: those hosts' own groups tell a host from its NIC)
+    assert plan.groups == ["dp-1"] and plan.ranks == [0, 1, 4, 5, 8, 9, 12, 13], plan
 
 
 def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() -> None:

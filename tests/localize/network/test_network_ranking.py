@@ -39,6 +39,28 @@ def test_nic_beats_the_links_it_shares() -> None:
     assert (best.kind, best.key) == ("nic", ("node-1",))
 
 
+def test_a_host_whose_own_groups_slowed_with_its_nic_traffic_is_the_host() -> None:
+    """A starved host (its CPUs throttled) slows every transfer it takes part in, the TP ring
+    among its own GPUs too, which its NIC does not carry: the host's inside, not its NIC."""
+    meta = meta16()
+    units = units_of(meta)
+    slow = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}
+    slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(4, 8)} | {"tp-1": 1.0}
+    best = resolve_network(units, slow, meta)
+    assert (best[0].kind, best[0].key) == ("host", ("node-1",)) and best[0].inside == ["tp-1"]
+    assert best[0].score > best[1].score and (best[1].kind, best[1].key) == ("nic", ("node-1",))
+
+
+def test_a_host_seen_only_through_its_nic_is_left_to_the_nic() -> None:
+    """Hosts of one GPU each: every transfer leaves the host, so its inside and its NIC carry
+    the same groups; the NIC stands for both and the host is no candidate."""
+    ranks = {r: RankInfo(f"host-{r}", 0) for r in range(4)}
+    units = {"dp-0": [0, 1, 2, 3], "pp-0": [0, 2], "pp-1": [1, 3]}
+    meta = JobMeta("t", 4, ranks, units, {}, {})
+    cands = resolve_network(units, {"dp-0": 1.0, "pp-1": 1.0}, meta, top=100)
+    assert "host" not in {c.kind for c in cands} and ("nic", ("host-1",)) in {(c.kind, c.key) for c in tied_best(cands)}
+
+
 def test_a_single_gpu_path_beats_its_host() -> None:
     meta = meta16()
     units = units_of(meta)

@@ -182,15 +182,16 @@ def net_candidate(c: NetCandidate, score: float, meta: JobMeta, logged: np.ndarr
         others = [x for x, i in meta.ranks.items() if i.host == host and x != r and x < len(logged) and logged[x]]
         beside = ("other GPUs of the same host communicate normally" if others else
                   f"no other GPU of {host} logged: this GPU's own path and the host's NIC show the same records")
-        return Candidate("gpu", score, [f"communication path of rank {r} (PCIe/NIC port of this GPU): {common}", beside],
+        return Candidate("gpu", score, [f"communication path of rank {r} (its PCIe and NVLink, its NIC port): {common}", beside],
                          rank=r, host=host, gpu=info.gpu if info else None, source="commops")
     key = c.key if isinstance(c.key, tuple) else (str(c.key),)
     if c.kind == "nic":
         return Candidate("nic", score, [f"NIC of {key[0]}: {common}"], host=key[0], source="commops")
     if c.kind == "host":
-        return Candidate("host", score, [f"inside {key[0]} (CPUs, memory, PCIe, the links among its GPUs): {common}",
-                                         f"including transfers that never leave the host ({', '.join(c.inside[:3])}), "
-                                         "which its NIC does not carry"], host=key[0], source="commops")
+        inside = ([f"including transfers that never leave the host ({', '.join(c.inside[:3])}), which its NIC does not carry"]
+                  if c.inside else [])
+        return Candidate("host", score, [f"inside {key[0]} (CPUs, memory, PCIe, the links among its GPUs): {common}", *inside],
+                         host=key[0], source="commops")
     if c.kind == "link":
         return Candidate("link", score, [f"link {key[0]}<->{key[1]}: {common}"], hosts=list(key), source="commops")
     return Candidate("switch", score, [f"switch {key[0]}: {common}"], switch=key[0], source="commops")

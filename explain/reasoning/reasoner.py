@@ -161,7 +161,7 @@ class DeterministicReasoner:
         query = " ".join([KIND_QUERY.get(k, k) for k in kinds] + [it.text for it in text_items])
         sims = dict(zip([e.id for e in self.retriever.entries], self.retriever.scores(query), strict=True))
         top_sim = max((sims.get(e.id, 0.0) for e in pool), default=0.0) or 1.0
-        # the localizer's own words about the suspect (e.g. "PCIe/NIC port of this GPU") weigh in separately
+        # the localizer's own words about the suspect (e.g. "its PCIe and NVLink, its NIC port") weigh in separately
         said = " ".join(cand.evidence[:3]) if cand else ""
         said_sims = dict(zip([e.id for e in self.retriever.entries], self.retriever.scores(said), strict=True))
         top_said = max((said_sims.get(e.id, 0.0) for e in pool), default=0.0) or 1.0

@@ -56,9 +56,9 @@ UPLINK = "uplink"
 
 
 def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[tuple[str, object]]:
-    """Devices one unit's transfers cross: for each edge, the inside of the hosts at its ends;
-    for an edge that leaves a host, also both GPUs' network paths, both NICs, the link between
-    the hosts and their switches.
+    """Devices one unit's transfers cross: for each edge, the inside of the hosts at its ends and
+    both GPUs' own paths; for an edge that leaves a host, also both NICs, the link between the
+    hosts and their switches.
 
     A ring (all-reduce, all-gather, reduce-scatter, p2p) sends to its ring neighbour; an
     all-to-all (`mesh`) sends from every member to every other.
@@ -77,10 +77,10 @@ def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[t
         ha, hb = meta.host_of(a), meta.host_of(b)
         devs.add(("host", (ha,)))
         devs.add(("host", (hb,)))
+        devs.add(("gpu", a))  # the GPU's own path: its PCIe and NVLink, its NIC port
+        devs.add(("gpu", b))
         if ha == hb:
             continue
-        devs.add(("gpu", a))  # the GPU's own path to the network (PCIe, its NIC port)
-        devs.add(("gpu", b))
         devs.add(("nic", (ha,)))
         devs.add(("nic", (hb,)))
         devs.add(("link", tuple(sorted((ha, hb)))))

@@ -47,5 +47,6 @@ def test_a_ring_is_network_evidence_by_the_hosts_it_crosses_not_its_kind() -> No
     units = dict(meta.groups)
     best = resolve_network(units, {"tp-x": 1.0}, meta, top=50)
     assert {c.kind for c in best} >= {"nic", "link"}
-    # a ring that never leaves node-0 crosses no NIC, link or switch: only that host's inside
-    assert [(c.kind, c.key) for c in resolve_network(units, {"tp-in": 1.0}, meta)] == [("host", ("node-0",))]
+    # a ring that never leaves node-0 crosses no NIC, link or switch: only that host's inside and its GPUs' own paths
+    inside = resolve_network(units, {"tp-in": 1.0}, meta, top=50)
+    assert {(c.kind, c.key) for c in inside} == {("host", ("node-0",))} | {("gpu", r) for r in range(4)}

@@ -21,6 +21,7 @@ from localize.candidates import imbalance_verdict, merge, net_candidate, rank_ca
 from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
 from localize.network.devices import (
+    SLOW_FRAC,
     NetCandidate,
     beyond_common_mode,
     resolve_network,
@@ -77,9 +78,10 @@ class Analysis:
     unit_names: list[str]
 
 
-def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, dict[str, list[int]], set[str]]:
+def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray,
+                                                      dict[str, list[int]], set[str], dict[str, str]]:
     """Per instance: expected copies, sum of expected member ranks, unit code; unit names,
-    members, and the units whose operator is all-to-all."""
+    members, the units whose operator is all-to-all, and each unit's group."""
     gnames = ops.groups
     sizes = np.array([len(meta.groups.get(str(g), [])) for g in gnames], dtype=np.int64)
     msum = np.array([float(sum(meta.groups.get(str(g), []))) for g in gnames])
@@ -93,6 +95,7 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
     ucode, _ = pd.factorize(ukey)
     names: list[str] = []
     members: dict[str, list[int]] = {}
+    group_of: dict[str, str] = {}
     seen = observed_members(ops) if any(not meta.groups.get(str(g)) for g in gnames) else {}
     first_inst = pd.Series(np.arange(ops.n_inst)).groupby(ucode).first().to_numpy()
     for i in first_inst:
@@ -104,9 +107,10 @@ def _instance_layout(ops: Ops, meta: JobMeta) -> tuple[np.ndarray, np.ndarray, l
             name = g
             members[name] = list(meta.groups.get(g, [])) or seen.get(int(ops.inst_group[i]), [])
         names.append(name)
+        group_of[name] = g
     a2a = ops.opcode[ops.late_row] == OPS.index("all_to_all")
     mesh = {names[u] for u in unique(ucode[a2a])}
-    return expected, members_sum, names, ucode.astype(np.int32 if ops.n_inst < 2**31 else np.int64), members, mesh
+    return expected, members_sum, names, ucode.astype(np.int32 if ops.n_inst < 2**31 else np.int64), members, mesh, group_of
 
 
 def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -254,7 +258,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     abnormal, method = detection.abnormal, detection.method
     del detection  # (its per-row scores are read by nothing past the threshold: 8 bytes a row off the peak)
     comm_excess, transfer_seen = _comm_excess(ops, meta, abnormal, view, ref)
-    expected, members_sum, unit_names, unit_of_inst, members, mesh = _instance_layout(ops, meta)
+    expected, members_sum, unit_names, unit_of_inst, members, mesh, group_of = _instance_layout(ops, meta)
+    kinds = group_kinds(ops, view.group_kind)
+    unit_kind = {u: kinds.get(g, "") for u, g in group_of.items()}
     if partial:
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
         expected = np.where(skip, np.iinfo(np.int64).max // 2, expected.astype(np.int64))
@@ -263,9 +269,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
     slow_transfer = judge & (comm_excess > 0)
     in_ref = np.isin(ops.inst_step, ref)
-    slow, partly = split_slow(beyond_common_mode(slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr,
-                                                            min_frac=0.0, normal=judge & in_ref), members, meta))
-    slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(slow), dtype=object))
+    excess = slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr, min_frac=0.0, normal=judge & in_ref)
+    slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(split_slow(excess)[0]), dtype=object))
+    slow, partly = split_slow(beyond_common_mode(excess, members, meta, unit_kind))
+    slowing = sum(excess.values())  # (what every host's inside shares is slowing too, explained by no device)
     short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
     world = max(meta.world_size, int(ops.rank.max()) + 1)
     # members that logged nothing on hosts where nothing was logged (no logger ran there): a
@@ -322,9 +329,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # (a p2p transfer's data is measured directly, `localize.network.transfers`: never inferred this way)
     late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
     if late_data[in_irr].any():
-        slow, partly = split_slow(beyond_common_mode(slow_units(unit_of_inst, unit_names, slow_transfer | late_data,
-                                                                judge & in_irr, min_frac=0.0, normal=judge & in_ref),
-                                                     members, meta))
+        excess = slow_units(unit_of_inst, unit_names, slow_transfer | late_data, judge & in_irr, min_frac=0.0,
+                            normal=judge & in_ref)
+        slow, partly = split_slow(beyond_common_mode(excess, members, meta, unit_kind))
+        slowing = sum(excess.values())
     comm_like = graph.comm | late_data
     comm_w = np.where(comm_like & in_irr, graph.delay, 0.0)
     comm_total = max(float(comm_w.sum()) - norm * float(graph.delay[comm_like & in_ref].sum()), 0.0)
@@ -336,8 +344,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     np.maximum.at(size, unit_of_inst, ops.nbytes[ops.late_row].astype(np.float64))
     judged = {n: members[n] for n, k, b in zip(unit_names, seen, size, strict=True)
               if k > 0 and (b >= CLEARING_BYTES or n in slow)}
-    net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh, partly=partly)  # all of them, to count ties
-    kinds = group_kinds(ops, view.group_kind)
+    net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh, partly=partly, total=slowing)  # all, to count ties
     tab = view.steps
     ran_normally = bool(((~tab["irregular"].astype(bool)) & (tab["pattern"] != "warm-up")
                          & (tab["step"].to_numpy() < irr.min())).any())
@@ -376,10 +383,11 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         alternates = [net_candidate(c, share * c.score * 0.5 / len(tie), meta, logged) for c in net[len(tie):len(tie) + top]]
         # a second network fault: slow units the best device does not carry, explained apart
         rest = {u: w for u, w in slow.items() if u not in set(tie[0].carried)}
-        if sum(rest.values()) >= 0.25 * sum(slow.values()):
+        found = max(sum(slow.values()), sum(w for w in excess.values() if w >= SLOW_FRAC))  # (before the common mode)
+        if sum(rest.values()) >= 0.25 * found:
             second = resolve_network(judged, rest, meta, top=1, mesh=mesh)
             if second:
-                frac = sum(rest.values()) / sum(slow.values())
+                frac = sum(rest.values()) / found
                 primaries.append(net_candidate(second[0], comm_total / total * frac * second[0].score, meta, logged))
     candidates = merge(primaries, alternates, top)
     analysis = Analysis(ops, abnormal, graph, rank_blame, units, net, comm_total, unit_names)

@@ -94,14 +94,17 @@ def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[t
 
 def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: JobMeta,
                     top: int = 5, mesh: set[str] | None = None,
-                    partly: dict[str, float] | None = None) -> list[NetCandidate]:
+                    partly: dict[str, float] | None = None, total: float | None = None) -> list[NetCandidate]:
     """Rank devices by how well they explain which units were slow (`slow`: unit -> weight).
 
     `units` maps every unit observed in the analysed window to its member ranks (ring order),
     including the units that were not slow: they are the evidence that clears a device.
     `mesh`: the units whose operator is all-to-all (every pair exchanges data).
     `partly`: units that slowed, but in too few of their copies to be called slow (unit -> how
-    far towards slow, 0..1): they clear a device that carries them only that much less.
+    far towards slow, 0..1): they clear a device that carries them only that much less, and
+    count towards its recall by the same fraction. `total`: the slowing to explain, when more
+    than `slow` and `partly` hold (what `beyond_common_mode` took away is slowing no device
+    explains).
     """
     if not slow:
         return []
@@ -118,7 +121,7 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
     for dev in [d for d in carried if d[0] == "host"]:
         if carried[dev] == carried.get(("nic", dev[1]), []):
             del carried[dev]
-    total_w = sum(slow.values()) + SLOW_FRAC * sum(partly.values())
+    total_w = max(sum(slow.values()) + SLOW_FRAC * sum(partly.values()), total or 0.0)
     # devices of each kind the job's transfers cross: with no prior on which kind fails, one
     # device of a scarce kind (a switch) is likelier than one of many (a link), when both
     # explain the slow transfers equally well
@@ -209,16 +212,21 @@ def slow_units(unit_of_inst: np.ndarray, unit_names: list[str], comm_inst: np.nd
     return {unit_names[i]: float(excess[i]) for i in np.flatnonzero(excess >= min_frac)}
 
 
-def beyond_common_mode(excess: dict[str, float], units: dict[str, list[int]], meta: JobMeta) -> dict[str, float]:
-    """`slow_units`' excess of each unit that never leaves its host, less the median of all such
-    units': what slows every host's inside at once (this machine's load, a job-wide pause) is no
-    evidence against one host; only one host's internal transfers slowing beyond the others' is."""
-    inside = {n for n, m in units.items() if m and all(r in meta.ranks for r in m) and len({meta.host_of(r) for r in m}) == 1}
-    if len(inside) < 2:
-        return excess
-    base = max(float(np.median([excess.get(n, 0.0) for n in inside])), 0.0)
-    moved = {n: x - base if n in inside else x for n, x in excess.items()}
-    return {n: x for n, x in moved.items() if x > 0 or n not in inside}
+def beyond_common_mode(excess: dict[str, float], units: dict[str, list[int]], meta: JobMeta,
+                       kind: dict[str, str]) -> dict[str, float]:
+    """`slow_units`' excess of each unit that never leaves its host, less the median of the
+    units of its kind (`kind`: unit -> tp, cp, pp...) that never leave theirs: what slows every
+    host's inside at once (this machine's load under a real job, every TP ring waiting on a
+    late peer's batched transfer) is no evidence against one host; one host's slowing beyond the
+    others' is."""
+    inside: dict[str, list[str]] = {}
+    for n, m in units.items():
+        if m and all(r in meta.ranks for r in m) and len({meta.host_of(r) for r in m}) == 1:
+            inside.setdefault(kind.get(n, ""), []).append(n)
+    base = {n: max(float(np.median([excess.get(x, 0.0) for x in names])), 0.0)
+            for names in inside.values() if len(names) > 1 for n in names}
+    moved = {n: x - base.get(n, 0.0) for n, x in excess.items()}
+    return {n: x for n, x in moved.items() if x > 0 or n not in base}
 
 
 def split_slow(excess: dict[str, float], min_frac: float = SLOW_FRAC) -> tuple[dict[str, float], dict[str, float]]:

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from collector.trace.meta import JobMeta, RankInfo
-from localize.network.devices import resolve_network, slow_units, split_slow, tie_note, tied_best
+from localize.network.devices import (
+    beyond_common_mode,
+    resolve_network,
+    slow_units,
+    split_slow,
+    tie_note,
+    tied_best,
+)
 from localize.waits.ranking import explain_rank_blame
 
 
@@ -59,6 +66,27 @@ def test_a_host_seen_only_through_its_nic_is_left_to_the_nic() -> None:
     meta = JobMeta("t", 4, ranks, units, {}, {})
     cands = resolve_network(units, {"dp-0": 1.0, "pp-1": 1.0}, meta, top=100)
     assert "host" not in {c.kind for c in cands} and ("nic", ("host-1",)) in {(c.kind, c.key) for c in tied_best(cands)}
+
+
+def test_every_hosts_inside_slowing_together_is_no_evidence_against_one() -> None:
+    """Every TP group (each inside its host) slowed alike -- the machine's load, or rings waiting
+    on late peers: that common part is taken off, so node-1's TP group is no reason to prefer its
+    inside to its NIC; one host's TP group slowing beyond the others' still is."""
+    meta = meta16()
+    units = units_of(meta)
+    kind = {n: n.split("-")[0].split(":")[0] for n in units}
+    nic1 = {n: 1.0 for n, m in units.items() if n.startswith("dp") and m[0] < 16}
+    nic1 |= {f"pp:{r}->{r + 16}": 1.0 for r in range(4, 8)}
+    together = beyond_common_mode(nic1 | {f"tp-{h}": 0.35 for h in range(8)}, units, meta, kind)
+    assert not any(n.startswith("tp") for n in together) and together.items() >= nic1.items()
+    slow, partly = split_slow(together)
+    best = resolve_network(units, slow, meta, partly=partly, total=sum(nic1.values()) + 8 * 0.35)[0]
+    assert (best.kind, best.key) == ("nic", ("node-1",))
+    alone = beyond_common_mode(nic1 | {"tp-1": 0.9} | {f"tp-{h}": 0.05 for h in range(8) if h != 1}, units, meta, kind)
+    assert alone["tp-1"] == pytest.approx(0.85)
+    slow, partly = split_slow(alone)
+    best = resolve_network(units, slow, meta, partly=partly)[0]
+    assert (best.kind, best.key) == ("host", ("node-1",))
 
 
 def test_a_single_gpu_path_beats_its_host() -> None:

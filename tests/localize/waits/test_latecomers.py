@@ -25,7 +25,7 @@ def _ops(tmp_path: Path) -> tuple[Ops, np.ndarray, np.ndarray]:
     import_kineto(PROFILE, tmp_path / "t")
     trace = Trace.open(tmp_path / "t")
     ops = prepare_ops(trace.commops(columns=COLUMNS))
-    expected, _, _, unit_of_inst, _, _ = _instance_layout(ops, trace.meta)
+    expected, _, _, unit_of_inst, _, _, _ = _instance_layout(ops, trace.meta)
     return ops, ops.inst_size >= expected, unit_of_inst
 
 

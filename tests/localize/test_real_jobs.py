@@ -99,7 +99,10 @@ def run_throttled(out: Path) -> Path:
     node = int(THROTTLED.host.rsplit("-", 1)[1])
     cpu = CpuLimit(f"laggard-test-{os.getpid()}")
     try:
-        cpu.up()
+        try:
+            cpu.up()
+        except OSError as e:  # (a container's read-only cgroup tree)
+            pytest.skip(f"cannot make a cgroup with a CPU quota here: {e}")
         return run(out, JOB, "real-host-throttled-from-20", THROTTLED,
                    wrap=lambda n, argv: cpu.argv(argv) if n == node else argv,
                    at_step=[(THROTTLED.start - 1, lambda: cpu.limit(QUOTA))], timeout=300)

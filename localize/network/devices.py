@@ -53,12 +53,15 @@ class NetCandidate:
 #: a switch's uplink to the rest of the fabric: only the traffic that leaves the switch crosses it
 #: (a congested or degraded uplink slows that and spares the hosts' traffic among themselves)
 UPLINK = "uplink"
+#: a GPU's own path with its transfers inside the host: where they go over PCIe (no NVLink) a
+#: downgraded link slows them too; over NVLink they are spared. Judged both ways, like a switch
+GPU_WITH_INSIDE = "gpu+inside"
 
 
 def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[tuple[str, object]]:
     """Devices one unit's transfers cross: for each edge, the inside of the hosts at its ends and
-    both GPUs' own paths; for an edge that leaves a host, also both NICs, the link between the
-    hosts and their switches.
+    both GPUs' own paths with the host's inside; for an edge that leaves a host, also both GPUs'
+    paths to the network, both NICs, the link between the hosts and their switches.
 
     A ring (all-reduce, all-gather, reduce-scatter, p2p) sends to its ring neighbour; an
     all-to-all (`mesh`) sends from every member to every other.
@@ -77,10 +80,12 @@ def unit_devices(members: list[int], meta: JobMeta, mesh: bool = False) -> set[t
         ha, hb = meta.host_of(a), meta.host_of(b)
         devs.add(("host", (ha,)))
         devs.add(("host", (hb,)))
-        devs.add(("gpu", a))  # the GPU's own path: its PCIe and NVLink, its NIC port
-        devs.add(("gpu", b))
+        devs.add((GPU_WITH_INSIDE, a))
+        devs.add((GPU_WITH_INSIDE, b))
         if ha == hb:
             continue
+        devs.add(("gpu", a))  # the GPU's own path to the network: its PCIe, its NIC port
+        devs.add(("gpu", b))
         devs.add(("nic", (ha,)))
         devs.add(("nic", (hb,)))
         devs.add(("link", tuple(sorted((ha, hb)))))
@@ -143,15 +148,18 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
         kind, key = dev
         nkey: tuple[str, ...] | int = int(key) if isinstance(key, (int, np.integer)) else tuple(key)  # type: ignore[arg-type]
         inside = [n for n in hit if kind == "host" and n not in carried.get(("nic", key), [])]
-        out.append(NetCandidate("switch" if kind == UPLINK else kind, nkey, score, len(hit), len(names),
+        named = {UPLINK: "switch", GPU_WITH_INSIDE: "gpu"}.get(kind, kind)
+        out.append(NetCandidate(named, nkey, score, len(hit), len(names),
                                 sorted(hit, key=lambda n: -slow[n])[:3], names, sorted(inside, key=lambda n: -slow[n])))
-    # a switch is named once, as whole or as its uplink, whichever explains the transfers better
+    # a switch is named once, as whole or as its uplink, a GPU's path with or without its transfers
+    # inside the host, whichever explains the transfers better
     best: dict[tuple[str, object], NetCandidate] = {}
     for c in out:
         if (c.kind, c.key) not in best or c.score > best[(c.kind, c.key)].score:
             best[(c.kind, c.key)] = c
     out = list(best.values())
     per_kind.pop(UPLINK, None)
+    per_kind.pop(GPU_WITH_INSIDE, None)
     out.sort(key=lambda c: (-round(c.score, 6), per_kind[c.kind], c.carried_units, KIND_ORDER[c.kind], _natural(c.key)))
     return out[:top]
 

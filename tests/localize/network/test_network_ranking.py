@@ -89,6 +89,18 @@ def test_every_hosts_inside_slowing_together_is_no_evidence_against_one() -> Non
     assert (best.kind, best.key) == ("host", ("node-1",))
 
 
+def test_a_gpu_path_is_judged_with_and_without_its_transfers_inside_the_host() -> None:
+    """A downgraded PCIe link slows a GPU's transfers to its NIC and, where there is no NVLink,
+    to its host's other GPUs too: its own path is named either way, its normal TP ring (NVLink)
+    no evidence against it, its slow one (PCIe) none for its host."""
+    meta = meta16()
+    units = units_of(meta)
+    out_only = resolve_network(units, {"dp-1": 1.0, "pp:5->21": 1.0}, meta)[0]
+    assert (out_only.kind, out_only.key) == ("gpu", 5) and out_only.carried_units == 2
+    both = resolve_network(units, {"dp-1": 1.0, "pp:5->21": 1.0, "tp-1": 1.0}, meta)
+    assert (both[0].kind, both[0].key) == ("gpu", 5) and both[0].score > both[1].score
+
+
 def test_a_single_gpu_path_beats_its_host() -> None:
     meta = meta16()
     units = units_of(meta)

@@ -21,7 +21,6 @@ from localize.candidates import imbalance_verdict, merge, net_candidate, rank_ca
 from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
 from localize.network.devices import (
-    SLOW_FRAC,
     NetCandidate,
     beyond_common_mode,
     resolve_network,
@@ -383,7 +382,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         alternates = [net_candidate(c, share * c.score * 0.5 / len(tie), meta, logged) for c in net[len(tie):len(tie) + top]]
         # a second network fault: slow units the best device does not carry, explained apart
         rest = {u: w for u, w in slow.items() if u not in set(tie[0].carried)}
-        found = max(sum(slow.values()), sum(w for w in excess.values() if w >= SLOW_FRAC))  # (before the common mode)
+        found = sum(split_slow(excess)[0].values())  # (before the common mode: never less than `slow`'s)
         if sum(rest.values()) >= 0.25 * found:
             second = resolve_network(judged, rest, meta, top=1, mesh=mesh)
             if second:

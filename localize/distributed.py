@@ -107,9 +107,7 @@ class Stats:
 def host_tasks(src: Source) -> list[tuple[str, str, list[int], list[Piece], dict[str, list[int]]]]:
     """(location, host, ranks, pieces, the groups within the host) per host, in the order the
     summary files sort."""
-    by_host: dict[str, list[int]] = {}
-    for r, info in src.meta.ranks.items():
-        by_host.setdefault(info.host, []).append(r)
+    by_host = src.meta.ranks_by_host()
     lo = np.array([p.rank_lo for p in src.pieces])
     hi = np.array([p.rank_hi for p in src.pieces])
     out = []

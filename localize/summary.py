@@ -187,10 +187,7 @@ def write_summaries(trace: Trace, out_name: str = "summary") -> Path:
     """Summarize a trace node by node (as the sidecars would) into `summary/<host>.parquet`."""
     d = trace.path / out_name
     d.mkdir(exist_ok=True)
-    by_host: dict[str, list[int]] = {}
-    for r, info in trace.meta.ranks.items():
-        by_host.setdefault(info.host, []).append(r)
-    for host, ranks in by_host.items():
+    for host, ranks in trace.meta.ranks_by_host().items():
         df = trace.commops(columns=COLUMNS, ranks=ranks)
         if len(df):
             write_table(summarize(df, trace.meta.host_of, groups_within(trace.meta.groups, ranks)),
@@ -469,16 +466,14 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     abnormal = [str(g) for g in per_group.index]
     # with no slow rank, whole hosts where the budget allows: their groups that never leave the
     # host are what tells a slow host from its NIC, and the ones that stayed normal clear devices
-    on_host: dict[str, set[int]] = {}
-    for r, info in meta.ranks.items():
-        on_host.setdefault(info.host, set()).add(r)
+    on_host = meta.ranks_by_host()
     for g in wanted or abnormal or sorted(meta.groups, key=lambda g: (len(meta.groups[g]), g)):
         members = set(meta.groups.get(g, []))
         if g in chosen or not members or len(ranks | members) > budget:
             continue
         chosen.append(g)
-        hosts: set[int] = set().union(*(on_host.get(meta.host_of(r), set()) for r in members if r in meta.ranks))
-        ranks.update(members if wanted or len(ranks | members | hosts) > budget else members | hosts)
+        hosts_ranks = {x for r in members if r in meta.ranks for x in on_host[meta.host_of(r)]}
+        ranks.update(members if wanted or len(ranks | members | hosts_ranks) > budget else members | hosts_ranks)
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, judged=judged, history=normal[-MAX_NORMAL:])
 
 
@@ -489,9 +484,7 @@ Fetch = Callable[[list[int], tuple[int, int]], pd.DataFrame]
 def localize_from_summary(trace: Trace, top: int = 5, forest: bool = False) -> tuple[Verdict, FetchPlan]:
     """Localize from the trace's summaries, fetching full records only for the planned ranks and
     steps (whole hosts' rows, numbered as their summaries were, where the logger wrote no step numbers)."""
-    hosts: dict[str, list[int]] = {}
-    for r, info in trace.meta.ranks.items():
-        hosts.setdefault(info.host, []).append(r)
+    hosts = trace.meta.ranks_by_host()
     probe = trace.commops(columns=["step"], ranks=[min(trace.meta.ranks, default=0)])["step"].to_numpy()
     numbered = not len(probe) or bool((probe >= 0).any())
 

@@ -40,6 +40,13 @@ class JobMeta:
     def hosts(self) -> list[str]:
         return sorted({r.host for r in self.ranks.values()}, key=_natural_key)
 
+    def ranks_by_host(self) -> dict[str, list[int]]:
+        """Each host's ranks, in the order meta.json lists them."""
+        out: dict[str, list[int]] = {}
+        for r, info in self.ranks.items():
+            out.setdefault(info.host, []).append(r)
+        return out
+
     def switch_of(self, host: str) -> str | None:
         sw = self.topology.get(host, {}).get("switch")
         return str(sw) if sw is not None else None

@@ -401,10 +401,11 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
 
     Every iteration synchronises about the same volume V, and the pause that ends it (the
     next forward and backward pass) comes when that volume has gone by. So among the long
-    pauses (at least half the longest) that fall between three quarters and one and a quarter
-    of V after the previous end, the iteration ends at the first one after nine tenths of V
-    (else the one closest to V): a stall just after the next iteration's first chunks (peers
-    waiting for a straggler) can be longer, but comes later.
+    pauses (at least half the longest, or half an iteration's pause) that fall between three
+    quarters and one and a quarter of V after the previous end, the iteration ends at the first
+    one after nine tenths of V (else the one closest to V): a stall just after the next
+    iteration's first chunks (peers waiting for a straggler) can be many times longer than the
+    pause between iterations, but comes later.
     """
     if flows.empty:
         return np.zeros(0, dtype=np.int64)
@@ -417,6 +418,10 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     cum = np.cumsum(b, dtype=np.float64)  # cum[i]: bytes up to the end of interval i (gap i follows it)
     after = np.append(gaps, gaps.max())  # the end of the capture counts as a long pause
+    # the capture holds about cum/V iterations, each ended by a pause: the shortest of them is
+    # about the cum/V-th longest pause (stalls for a straggler only add to the longer ones)
+    every = int(np.clip(round(cum[-1] / vol), 1, after.size))
+    iteration_pause = float(np.partition(after, after.size - every)[after.size - every])
     out = []
     base = 0.0
     while True:
@@ -425,7 +430,7 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
             break
         window = after[lo:max(hi, lo + 1)]
         at = cum[lo:lo + window.size] - base
-        long = window >= 0.5 * window.max()
+        long = window >= 0.5 * min(float(window.max()), iteration_pause)
         done = np.flatnonzero(long & (at >= 0.9 * vol))
         end = lo + (int(done[0]) if done.size else int(np.argmin(np.where(long, np.abs(at - vol), np.inf))))
         out.append(e[end])

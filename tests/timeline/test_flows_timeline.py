@@ -95,3 +95,24 @@ def test_a_sync_in_two_phases_is_one_iteration_whatever_the_pause_between_them()
     it = build_flow_timeline(f).jobs[0].iterations
     assert len(it) == 12
     assert np.allclose(it["end_ns"], ends)
+
+
+def test_a_straggler_stall_after_the_first_chunks_is_not_the_iteration_end() -> None:
+    """From step 6 a straggler holds its ring 400 ms after the peers' first chunks (a tenth of
+    the sync), over three times the 120 ms compute pause: the iteration still ends at that pause."""
+    ring = [("10.9.0.1", "10.9.0.2"), ("10.9.0.2", "10.9.0.3"), ("10.9.0.3", "10.9.0.1")]
+    rows, t, ends = [], 0, []
+    for step in range(16):
+        t += 120_000_000  # forward and backward: no traffic
+        for chunk in range(10):
+            if chunk == 1 and step >= 6:
+                t += 400_000_000  # the peers' first chunks went out; they wait for the straggler
+            for s, d in ring:
+                rows.append((t, t + 1_000_000, s, d, 1_000_000, 700))
+            t += 1_100_000
+        ends.append(t - 100_000)
+    f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])
+    f = f.assign(src_port=5000, dst_port=6000, proto="tcp", qp=-1)
+    it = build_flow_timeline(f).jobs[0].iterations
+    assert len(it) == 16
+    assert np.allclose(it["end_ns"], ends)

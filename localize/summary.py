@@ -461,13 +461,17 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     ranks: set[int] = set()
     # smallest groups first over all slow ranks: a slow host's ranks each get their nearest peers
     wanted = sorted({g for r in slow for g in rank_groups.get(int(r), [])}, key=lambda g: (len(meta.groups[g]), g))
-    # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones;
-    # without those (a log of a few steps gave the sidecars no history to judge by), every group
+    # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones
+    # first, then every other group while the budget lasts: the ranks that waited abnormally are
+    # a slow NIC's victims, and its own host's ranks, which sent late but never waited, may show
+    # no abnormal time at all (a real throttled NIC: its host was not fetched, and the summaries
+    # named a GPU of a host it fed at 0.01)
     abnormal = [str(g) for g in per_group.index]
+    every = sorted(meta.groups, key=lambda g: (len(meta.groups[g]), g))
     # with no slow rank, whole hosts where the budget allows: their groups that never leave the
     # host are what tells a slow host from its NIC, and the ones that stayed normal clear devices
     on_host = meta.ranks_by_host()
-    for g in wanted or abnormal or sorted(meta.groups, key=lambda g: (len(meta.groups[g]), g)):
+    for g in wanted or [*abnormal, *(g for g in every if g not in set(abnormal))]:
         members = set(meta.groups.get(g, []))
         if g in chosen or not members or len(ranks | members) > budget:
             continue

@@ -178,8 +178,25 @@ def test_a_rank_within_the_noise_of_normal_steps_does_not_narrow_the_fetch() -> 
     compute.loc[7, [6, 8, 10]] = 1.15
     ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
     plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
-    # (dp-1's members with the rest of their hosts: those hosts' own groups tell a host from its NIC)
-    assert plan.groups == ["dp-1"] and plan.ranks == [0, 1, 4, 5, 8, 9, 12, 13], plan
+    assert plan.groups[0] == "dp-1" and plan.ranks == list(range(16)), plan
+
+
+def test_a_network_fault_fetches_the_abnormal_groups_first_then_the_rest_within_the_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow NIC's own host sent late but never waited: only its victims' groups show abnormal
+    time. Fetching those alone left the NIC's host out (a real throttled NIC, named as a GPU it
+    fed at 0.01); every group is fetched while the budget lasts, the abnormal ones first, each
+    with the rest of its members' hosts (their own groups tell a host from its NIC)."""
+    import localize.summary as summary
+
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
+    plan = summary.plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert plan.groups[0] == "dp-1" and set(plan.groups) == set(_layout().groups) and plan.ranks == list(range(16))
+    monkeypatch.setattr(summary, "MAX_RANKS_NET", 8)
+    plan = summary.plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert plan.groups[0] == "dp-1" and plan.ranks == [0, 1, 4, 5, 8, 9, 12, 13], plan
 
 
 def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() -> None:
@@ -193,7 +210,7 @@ def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() ->
     compute.loc[3, 8] = 1.6
     ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
     plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
-    assert plan.groups == ["dp-1"], plan
+    assert plan.groups[0] == "dp-1" and plan.ranks == list(range(16)), plan
     compute.loc[3, [6, 10]] = 1.6  # slow in every slow step: a straggler, its groups fetched
     plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
     assert 3 in plan.ranks and "dp-1" not in plan.groups, plan

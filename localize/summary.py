@@ -431,7 +431,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     floor = CONTEXT_EXCESS * float(excess.reindex(worst).min())
     judged = sorted({*worst, *(int(b) for b in before if int(b) in excess.index and excess[int(b)] >= floor)})
     sub = summary[summary["step"].isin(worst)]
-    per_group = sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum().sort_values(ascending=False)
+    per_group = abnormal_beyond_peers(sub[sub["group"] != "*"].groupby("group")["abnormal_s"].sum(), meta)
     # ranks that computed longer explain the slowdown only when they did in most of the steps
     # (one rank's noise in one of them is no straggler: a link's slow steps then read as a GPU)
     known, cols, ratio, bar = _slow_ratios(matrix, worst, normal[-MAX_NORMAL:])
@@ -479,6 +479,22 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
         hosts_ranks = {x for r in members if r in meta.ranks for x in on_host[meta.host_of(r)]}
         ranks.update(members if wanted or len(ranks | members | hosts_ranks) > budget else members | hosts_ranks)
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, judged=judged, history=normal[-MAX_NORMAL:])
+
+
+def abnormal_beyond_peers(per_group: pd.Series, meta: JobMeta) -> pd.Series:
+    """Abnormal groups (group -> abnormal seconds), most abnormal beside their peers first: by the
+    ratio to the median of the abnormal groups of their size (a group's kind: rings with rings,
+    pipeline chains with chains), then by the seconds. A slow NIC makes every data-parallel ring
+    of the job wait, evenly, and its own pipeline groups several times more than the other
+    pipeline groups: ranked by seconds alone, the rings filled the budget of a 4,096-GPU job and
+    the NIC's pipeline transfers were never fetched (a tie of 512 switches, where the full
+    records name the NIC)."""
+    if per_group.empty:
+        return per_group
+    size = pd.Series([len(meta.groups.get(str(g), ())) for g in per_group.index], index=per_group.index)
+    ratio = per_group / per_group.groupby(size).transform("median").clip(lower=1e-12)
+    order = pd.DataFrame({"ratio": ratio, "s": per_group}).sort_values(["ratio", "s"], ascending=False).index
+    return per_group.reindex(order)
 
 
 #: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order

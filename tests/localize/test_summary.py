@@ -199,6 +199,25 @@ def test_a_network_fault_fetches_the_abnormal_groups_first_then_the_rest_within_
     assert plan.groups[0] == "dp-1" and plan.ranks == [0, 1, 4, 5, 8, 9, 12, 13], plan
 
 
+def test_a_group_abnormal_beyond_its_peers_is_fetched_before_rings_that_all_waited(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow NIC makes every data-parallel ring wait evenly, and its own pipeline pair four
+    times more than the other pairs: ranked by abnormal seconds, the rings took a budget too
+    small for the job and the pair was never fetched (a 4,096-GPU job: a tie of 512 switches
+    from the summaries, the NIC from the full records)."""
+    import localize.summary as summary
+
+    monkeypatch.setattr(summary, "MAX_RANKS_NET", 8)
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    ab = {(s, g): t for s in (6, 8, 10) for g, t in
+          [*((f"dp-{j}", 0.6) for j in range(4)), ("pp-1-0", 0.4), ("pp-0-0", 0.1), ("pp-2-0", 0.1), ("pp-3-0", 0.1)]}
+    plan = summary.plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert plan.groups[0] == "pp-1-0" and {4, 6} <= set(plan.ranks) and len(plan.ranks) <= 8, plan
+    order = summary.abnormal_beyond_peers(pd.Series({"dp-0": 0.6, "dp-1": 0.5, "pp-1-0": 0.4, "pp-0-0": 0.1}), _layout())
+    assert list(order.index) == ["pp-1-0", "dp-0", "dp-1", "pp-0-0"]
+
+
 def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() -> None:
     """A link fault slows steps 6, 8 and 10; rank 3 computes 1.6x in step 8 alone. Taken for a
     straggler, it cut the fetch to its own groups, and the summary path named a GPU where the

@@ -487,7 +487,7 @@ def abnormal_beyond_peers(per_group: pd.Series, meta: JobMeta) -> pd.Series:
     pipeline chains with chains), then by the seconds. A slow NIC makes every data-parallel ring
     of the job wait, evenly, and its own pipeline groups several times more than the other
     pipeline groups: ranked by seconds alone, the rings filled the budget of a 4,096-GPU job and
-    the NIC's pipeline transfers were never fetched (a tie of 512 switches, where the full
+    the NIC's pipeline transfers were never fetched (a tie of 288 devices, where the full
     records name the NIC)."""
     if per_group.empty:
         return per_group

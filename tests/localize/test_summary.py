@@ -203,7 +203,7 @@ def test_a_group_abnormal_beyond_its_peers_is_fetched_before_rings_that_all_wait
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A slow NIC makes every data-parallel ring wait evenly, and its own pipeline pair four
     times more than the other pairs: ranked by abnormal seconds, the rings took a budget too
-    small for the job and the pair was never fetched (a 4,096-GPU job: a tie of 512 switches
+    small for the job and the pair was never fetched (a 4,096-GPU job: a tie of 288 devices
     from the summaries, the NIC from the full records)."""
     import localize.summary as summary
 

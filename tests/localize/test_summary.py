@@ -235,6 +235,21 @@ def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() ->
     assert 3 in plan.ranks and "dp-1" not in plan.groups, plan
 
 
+def test_slow_ranks_on_several_hosts_in_a_step_do_not_narrow_the_fetch_to_their_groups() -> None:
+    """Two hosts' ranks computing longer in the same steps are no one device's: a NIC's one-step
+    spike on a 4,096-GPU job made 44 ranks on 44 hosts compute 3x, and fetched around them alone,
+    the NIC's host was not fetched (a GPU named, where the full records name the NIC). Their groups
+    come first, then the abnormal ones, then the rest, within the wide budget."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    compute.loc[[1, 6], [6, 8, 10]] = 1.6
+    ab = {(s, "pp-1-0"): 0.3 for s in (6, 8, 10)}
+    plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert "pp-1-0" in plan.groups and set(plan.groups) == set(_layout().groups), plan
+    assert plan.groups.index("pp-1-0") > plan.groups.index("tp-1"), plan
+
 def test_a_sampled_irregular_step_is_fetched_with_the_step_logged_before_it() -> None:
     """Every third step logged: the step before an irregular one is not in the trace, so the one
     logged before it stands in (the operators' streams across the boundary); before, none did."""

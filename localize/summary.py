@@ -459,15 +459,16 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
             rank_groups.setdefault(r, []).append(g)
     chosen: list[str] = []
     ranks: set[int] = set()
+    every = sorted(meta.groups, key=lambda g: (len(meta.groups[g]), g))
     # smallest groups first over all slow ranks: a slow host's ranks each get their nearest peers
-    wanted = sorted({g for r in slow for g in rank_groups.get(int(r), [])}, key=lambda g: (len(meta.groups[g]), g))
+    around = {g for r in slow for g in rank_groups.get(int(r), [])}
+    wanted = [g for g in every if g in around]
     # around slow ranks their own groups are the wait graph's evidence; without, the abnormal ones
     # first, then every other group while the budget lasts: the ranks that waited abnormally are
     # a slow NIC's victims, and its own host's ranks, which sent late but never waited, may show
     # no abnormal time at all (a real throttled NIC: its host was not fetched, and the summaries
     # named a GPU of a host it fed at 0.01)
     abnormal = [str(g) for g in per_group.index]
-    every = sorted(meta.groups, key=lambda g: (len(meta.groups[g]), g))
     # with no slow rank, whole hosts where the budget allows: their groups that never leave the
     # host are what tells a slow host from its NIC, and the ones that stayed normal clear devices
     on_host = meta.ranks_by_host()

@@ -59,6 +59,12 @@ def test_iterations_match_the_simulated_step_times(p2p: str) -> None:
         assert not it["complete"].iloc[0] and it["complete"].iloc[1:].all()
 
 
+def _tcp_flows(rows: list[tuple[int, int, str, str, int, int]]) -> pd.DataFrame:
+    """A flow table of hand-made (start_ns, end_ns, src_ip, dst_ip, bytes, packets) bursts over TCP."""
+    f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])
+    return f.assign(src_port=5000, dst_port=6000, proto="tcp", qp=-1)
+
+
 def test_acks_and_one_off_transfers_do_not_make_groups() -> None:
     ring = [("10.9.0.1", "10.9.0.2"), ("10.9.0.2", "10.9.0.3"), ("10.9.0.3", "10.9.0.1")]
     rows = []
@@ -68,8 +74,7 @@ def test_acks_and_one_off_transfers_do_not_make_groups() -> None:
             rows.append((t0, t0 + 5_000_000, s, d, 10_000_000, 2_000))
             rows.append((t0, t0 + 5_000_000, d, s, 60 * 300, 300))  # acknowledgements
     rows.append((1, 2, "10.9.0.1", "10.9.0.3", 50_000, 40))  # a one-off setup transfer
-    f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])
-    f = f.assign(src_port=5000, dst_port=6000, proto="tcp", qp=-1)
+    f = _tcp_flows(rows)
     job = build_flow_timeline(f).jobs[0]
     assert [(g.kind, g.hosts) for g in job.groups] == [("dp", ["10.9.0.1", "10.9.0.2", "10.9.0.3"])]
     assert np.allclose(job.iterations["duration_s"].iloc[1:], 0.1)
@@ -90,8 +95,7 @@ def test_a_sync_in_two_phases_is_one_iteration_whatever_the_pause_between_them()
                 t += 5_100_000
             t += between if phase == 0 else 0
         ends.append(t - 100_000)
-    f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])
-    f = f.assign(src_port=5000, dst_port=6000, proto="tcp", qp=-1)
+    f = _tcp_flows(rows)
     it = build_flow_timeline(f).jobs[0].iterations
     assert len(it) == 12
     assert np.allclose(it["end_ns"], ends)
@@ -111,8 +115,7 @@ def test_a_straggler_stall_after_the_first_chunks_is_not_the_iteration_end() -> 
                 rows.append((t, t + 1_000_000, s, d, 1_000_000, 700))
             t += 1_100_000
         ends.append(t - 100_000)
-    f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])
-    f = f.assign(src_port=5000, dst_port=6000, proto="tcp", qp=-1)
+    f = _tcp_flows(rows)
     it = build_flow_timeline(f).jobs[0].iterations
     assert len(it) == 16
     assert np.allclose(it["end_ns"], ends)

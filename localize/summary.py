@@ -443,7 +443,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
         typical = np.median(comp[np.ix_(known, np.flatnonzero(np.isin(all_steps, cols)))], axis=0)
         lost = (irr_tab["duration_s"] - irr_tab["baseline_s"]).set_axis(irr_tab["step"].astype(int)).reindex(cols)
         big = (ratio > bar) & ((ratio - 1) * typical >= EXPLAIN_SHARE * np.nan_to_num(lost.to_numpy(float)))
-        explained = float(big.any(axis=0).mean()) >= 0.5
+        explained = float(big.any(axis=0).mean()) >= 0.5 and not lone_flukes(known, ratio, big, bar, meta)
     slow = slow_ranks(known, ratio, bar, MAX_RANKS * len(worst)) if explained else []
     # no rank computed longer: slow transfers, which only many groups side by side can pin on
     # one NIC, link or switch -- the wide budget; so too ranks on several hosts slow in one step
@@ -488,6 +488,22 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
         hosts_ranks = {x for r in members if r in meta.ranks for x in on_host[meta.host_of(r)]}
         ranks.update(members if wanted or len(ranks | members | hosts_ranks) > budget else members | hosts_ranks)
     return FetchPlan(irregular, fetch_steps, sorted(ranks), chosen, judged=judged, history=normal[-MAX_NORMAL:])
+
+
+def lone_flukes(ranks: np.ndarray, ratio: np.ndarray, big: np.ndarray, bar: float, meta: JobMeta) -> bool:
+    """Whether the ranks that passed the bar (`big`: rank × step, True where it passed; `ratio`, its
+    compute over its level) are the ranks' noise: in two steps or more, each step's one lone host,
+    no host in two of them, none by more than twice the normal steps' largest stray. A straggler
+    holds its place from step to step, a replica's data spans hosts; and the largest of hundreds
+    of ranks in a slow step passes the largest of the normal steps' about one time in three (a
+    switch's two-step spike on 256 GPUs: two ranks on two hosts just over the bar narrowed the
+    fetch to their groups, the switch was not fetched, and the summaries said "data")."""
+    per_step = [{meta.host_of(int(r)) if int(r) in meta.ranks else f"rank-{int(r)}" for r in ranks[col]}
+                for col in big.T if col.any()]
+    if len(per_step) < 2 or any(len(h) > 1 for h in per_step) or (ratio[big] - 1 >= 2 * (bar - 1)).any():
+        return False
+    seen = [h for hosts in per_step for h in hosts]
+    return len(set(seen)) == len(seen)
 
 
 def abnormal_beyond_peers(per_group: pd.Series, meta: JobMeta) -> pd.Series:

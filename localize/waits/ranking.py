@@ -197,6 +197,8 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                                 for k in range(n_rep)])
             rep_sum = np.bincount(replica, weights=b, minlength=n_rep)
             good = (rep_cov >= COVERAGE) & (rep_sum >= 0.1 * rep_sum.max())
+            if by_step is not None and blamed_at_once(by_step, replica, np.flatnonzero(good)):
+                good[:] = False  # every step's blame on all of them at once: nobody's turn, no one replica's batch
             several: tuple[np.ndarray, float] | None = None
             if good.sum() >= 2 and replica[r] in np.flatnonzero(good):
                 several = np.flatnonzero(np.isin(replica, np.flatnonzero(good))), float(rep_cov[good].mean())
@@ -232,6 +234,26 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         if "quiet_host" in best.detail:
             b[[x for a in best.also for x in a.ranks]] = 0.0  # (hosts tied with it: one finding)
     return out
+
+
+def blamed_at_once(by_step: np.ndarray, replica: np.ndarray, chosen: np.ndarray) -> bool:
+    """Whether the `chosen` replicas (three or more) carried each slow step's blame side by side:
+    in the median step, more than half of them at once (the inverse Simpson count of their
+    shares). A replica's data slows it in its own steps, one or two replicas a step; blame spread
+    evenly over all of them in every step is the whole job waiting, not data (a link on a
+    1,024-GPU job, judged with the sidecars' rule over four steps, left a little blame on every
+    rank, and "64 model replicas" outscored the link)."""
+    if len(chosen) < 3 or by_step.shape[1] == 0:
+        return False
+    per = np.zeros((int(replica.max()) + 1, by_step.shape[1]))
+    np.add.at(per, replica[: by_step.shape[0]], by_step)
+    per = per[chosen]
+    total = per.sum(axis=0)
+    live = total > 0
+    if not live.any():
+        return False
+    at_once = total[live] ** 2 / np.maximum((per[:, live] ** 2).sum(axis=0), 1e-300)
+    return float(np.median(at_once)) > 0.5 * len(chosen)
 
 
 def replica_turns(by_step: np.ndarray, replica: np.ndarray) -> tuple[np.ndarray, float] | None:

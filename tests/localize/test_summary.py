@@ -235,6 +235,24 @@ def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() ->
     assert 3 in plan.ranks and "dp-1" not in plan.groups, plan
 
 
+def test_lone_ranks_over_the_bar_on_other_hosts_in_other_steps_are_noise_not_stragglers() -> None:
+    """A switch's spike slows steps 6, 8 and 10; host 3 computes 1.15x in step 6 and host 5 in
+    step 8, each just over the normal steps' noise (1.1x, the floor). Taken for stragglers they narrowed the fetch
+    to their groups, the switch's rings were not fetched, and the summaries said "data" where the
+    full records name the switch. The same host slow in two steps is a straggler."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    compute.loc[3, 6] = compute.loc[5, 8] = 1.15
+    ab = {(s, "dp-1"): 0.3 for s in (6, 8, 10)}
+    plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert plan.groups[0] == "dp-1" and plan.ranks == list(range(16)), plan
+    compute.loc[5, 8], compute.loc[3, 8] = 1.0, 1.15
+    plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert {6, 7} <= set(plan.ranks) and "dp-1" not in plan.groups, plan
+
+
 def test_slow_ranks_on_several_hosts_in_a_step_do_not_narrow_the_fetch_to_their_groups() -> None:
     """Two hosts' ranks computing longer in the same steps are no one device's: a NIC's one-step
     spike on a 4,096-GPU job made 44 ranks on 44 hosts compute 3x, and fetched around them alone,

@@ -204,6 +204,22 @@ def test_replicas_that_take_turns_unevenly_are_data() -> None:
     assert explain_rank_blame(b, meta, kinds, static=False)[0].kind == "host"
 
 
+def test_blame_on_every_replica_in_every_step_is_no_data() -> None:
+    """A link slowed a 1,024-GPU job: judged over four steps, a little blame fell on every rank in
+    every step, and "64 model replicas" outscored the link. Data slows replicas in turns, a few a
+    step; all of them at once, every step, is nobody's batch."""
+    meta, kinds = replicas_tp2_pp4()
+    rng = np.random.default_rng(3)
+    everyone = rng.uniform(0.8, 1.2, (32, 4))
+    units = explain_rank_blame(everyone.sum(axis=1), meta, kinds, static=False, by_step=everyone)
+    assert all(u.kind != "data" for u in units), [(u.kind, u.label) for u in units]
+    turns = np.zeros((32, 4))
+    for step, rep in enumerate([0, 2, 1, 3]):
+        turns[8 * rep:8 * rep + 8, step] = rng.uniform(0.8, 1.2, 8)
+    u = explain_rank_blame(turns.sum(axis=1), meta, kinds, static=False, by_step=turns)[0]
+    assert u.kind == "data" and u.detail["replicas"] == 4, (u.kind, u.label)
+
+
 def test_one_whole_replica_across_hosts_is_its_data_not_a_host() -> None:
     # tp2 x pp4 replicas over 4 hosts each: every GPU of replica 1 computed longer in the slow
     # steps (both of a spike's steps drew it); no one device slows four hosts it does not share

@@ -61,6 +61,7 @@ COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns",
 #: running normally: no loss of bandwidth shows on it. (A real job's 8 KiB activations through a NIC
 #: throttled to 1 Mbit/s did slow down, and their on-time peers cleared the other hosts.)
 CLEARING_BYTES = 1 << 10
+NEAR_BEST = 0.9  # a host's transfers explained this nearly as well as the best device's: one GPU's blame may tip it (`host_on_both`)
 
 
 @dataclass
@@ -366,9 +367,19 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                        {"source": "commops", "note": f"steps {[int(s) for s in irr]} ran {view.slowdown:.2f}x their "
                         f"normal time, but no logged operator's delay explains it: the time went {where}outside "
                         "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
-    primaries = [c for u in units for c in with_ties(rank_candidate(u, rank_total / total, graph, ops, meta, lone), u, meta)]
     alternates: list[Candidate] = []
-    if net and comm_total > 0:
+    both = host_on_both(units, net, meta, rank_total / total, comm_total / total) if net and comm_total > 0 else None
+    if both is not None:
+        # one host explains the two together: its ranks' compute and its transfers, one finding
+        unit, host_net, joint = both
+        units = [u for u in units if u is not unit]
+        host = net_candidate(host_net, joint, meta, logged)
+        host.evidence += rank_candidate(unit, rank_total / total, graph, ops, meta, lone).evidence
+        alternates = [net_candidate(c, comm_total / total * c.score * 0.5, meta, logged) for c in net[:top] if c is not host_net]
+    primaries = [c for u in units for c in with_ties(rank_candidate(u, rank_total / total, graph, ops, meta, lone), u, meta)]
+    if both is not None:
+        primaries.append(host)
+    elif net and comm_total > 0:
         # devices that explain the slow transfers equally well cannot be told apart: each is
         # listed with the finding's score and says so, and other evidence (flows) can decide
         tie = tied_best(net)
@@ -392,7 +403,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     analysis = Analysis(ops, abnormal, graph, rank_blame, units, net, comm_total, unit_names)
     extra: dict[str, object] = {"source": "commops", "detector": method, "abnormal_ops": int(abnormal.sum()),
                                 "operators": len(ops.rank)}
-    if net and comm_total > 0 and len(tied_best(net)) > 1:
+    if both is None and net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
     onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
@@ -405,6 +416,32 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
             onset = began  # (on and off: its first slow step)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis
+
+
+def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, rank_frac: float,
+                 comm_frac: float) -> tuple[RankUnit, NetCandidate, float] | None:
+    """A host named by both kinds of evidence, where together they explain more than the best
+    network device does alone: its ranks were late (a unit of the rank blame on it) and its
+    transfers were slow (a network candidate). A starved host slows its ranks and, where its
+    CPUs move the data (gloo), its transfers; a NIC only the transfers through it. Scored apart,
+    a real host at 12% of its CPU lost to its NIC (0.85 against 0.83 on the transfers alone).
+    One GPU's blame counts for its host only where the transfers hold most of the delay and
+    the host explains them nearly as well as the best device: a slow GPU is named for its own."""
+    best = net[0].score * comm_frac
+    for u in units:
+        if u.kind == "host":
+            on = u.label
+        elif (u.kind == "gpu" and u.via is None and len(u.ranks) == 1 and u.ranks[0] in meta.ranks
+              and comm_frac > rank_frac and net[0].kind != "gpu"):
+            on = meta.host_of(u.ranks[0])
+        else:
+            continue
+        for c in net:
+            if c.kind == "host" and c.key == (on,) and (u.kind == "host" or c.score >= NEAR_BEST * net[0].score):
+                joint = comm_frac * c.score + rank_frac * u.share
+                if joint > best:
+                    return u, c, joint
+    return None
 
 
 def _moved_rows(df: pd.DataFrame) -> pd.DataFrame:

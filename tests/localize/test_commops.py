@@ -76,3 +76,27 @@ def test_an_irregular_step_with_no_rows_in_the_window_is_left_out_not_a_crash() 
     df = sorted_rows(with_steps(read_commops(trace, COLUMNS, None)))
     verdict, _ = analyse_ops(df[df["step"] != view.irregular_steps[2]].reset_index(drop=True), trace.meta, view)
     assert [c.device() for c in verdict.candidates[:1]] == ["gpu rank 13 (node-1 gpu 5)"]
+
+
+def test_a_host_late_in_compute_and_slow_in_its_transfers_is_one_finding_over_its_nic() -> None:
+    """A real host at 12% of its CPU under gloo: its transfers alone named its NIC (0.85) a hair
+    over the host (0.83); its ranks' lateness, which no NIC causes, tips it to the host. A NIC
+    fault leaves its host's ranks on time, and one GPU's blame does not pull a slow GPU's
+    verdict to its host when the transfers hold little of the delay."""
+    from collector.trace.meta import JobMeta
+    from localize.commops import host_on_both
+    from localize.network.devices import NetCandidate
+    from localize.waits.ranking import RankUnit
+
+    meta = JobMeta.from_dict({"job": "j", "world_size": 4,
+                              "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(4)}})
+    net = [NetCandidate("nic", ("node-1",), 0.85, 2, 3), NetCandidate("host", ("node-1",), 0.83, 2, 4)]
+    host = RankUnit("host", [2, 3], 0.99, 1.0, "node-1")
+    found = host_on_both([host], net, meta, rank_frac=0.09, comm_frac=0.91)
+    assert found is not None and found[1] is net[1] and found[2] > 0.85 * 0.91
+    assert host_on_both([], net, meta, rank_frac=0.0, comm_frac=1.0) is None  # a NIC fault: no rank late
+    gpu = RankUnit("gpu", [2], 0.98, 1.0, "rank 2")
+    assert host_on_both([gpu], net, meta, rank_frac=0.11, comm_frac=0.89) is not None
+    assert host_on_both([gpu], net, meta, rank_frac=0.7, comm_frac=0.3) is None  # the GPU's own delay
+    other = RankUnit("host", [0, 1], 0.99, 1.0, "node-0")
+    assert host_on_both([other], net, meta, rank_frac=0.09, comm_frac=0.91) is None

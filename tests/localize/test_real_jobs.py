@@ -305,12 +305,12 @@ def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
 
 @pytest.mark.root
 @pytest.mark.skipif(bool(CpuLimit.why_not()), reason=CpuLimit.why_not() or "-")
-@pytest.mark.parametrize("path", ["localize"])
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path: str) -> None:
     """A host the kernel throttles slows the transfers through its NIC and, unlike a slow NIC,
-    the ones among its own GPUs too: the host is named (its NIC was, before hosts were devices).
-    The full records only: from five fetched steps `sidecar localize` named the NIC on one of two
-    clean-clone runs, twice in a row (docs/physics.md, Known limits)."""
+    the ones among its own GPUs too, and its ranks run late: the host is named (its NIC was,
+    before hosts were devices; from five fetched steps `sidecar localize` still named the NIC
+    on two clean-clone runs in a row until the ranks' lateness was weighed with the transfers)."""
     def judge(_: Path, answers: Answers, steps: list[float]) -> None:
         if why := disturbed(steps, THROTTLED, steady=False):
             pytest.skip(why)

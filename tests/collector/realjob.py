@@ -28,7 +28,7 @@ NICE = -10  # as root: the job's processes before the rest of this shared machin
 class Fault:
     """What a run injects: compute of `ranks` x `factor` in [start, end), or a NIC throttled from `start`."""
 
-    kind: str  # gpu | host | nic
+    kind: str  # gpu | host | nic | data
     start: int
     factor: float = 1.0
     ranks: list[int] = field(default_factory=list)
@@ -36,6 +36,7 @@ class Fault:
     rate: str = ""  # nic: tc tbf rate
     end: int | None = None  # exclusive; None: to the end of the run
     every: int = 1  # slow in every Nth step from `start` only (2: on and off)
+    batches: float = 1.0  # data: from `start`, one model replica a step (a seeded draw) computes this many times longer
 
 
 @dataclass
@@ -80,6 +81,8 @@ class RealJob:
                 out += ["--slow-to", str(fault.end)]
             if fault.every > 1:
                 out += ["--slow-every", str(fault.every)]
+        if fault is not None and fault.kind == "data":
+            out += ["--long-batches", str(fault.batches), "--slow-from", str(fault.start)]
         return out
 
     def truth(self, job: str, fault: Fault | None) -> dict[str, object]:
@@ -92,9 +95,11 @@ class RealJob:
             if fault.kind == "gpu":
                 r = fault.ranks[0]
                 root.update(rank=r, host=fault.host or self.host(r // self.nproc), gpu=r % self.nproc)
+            elif fault.kind == "data":
+                pass  # no device: the longest batches move between replicas
             else:
                 root["host"] = fault.host
-            faults.append({"kind": fault.kind, "factor": fault.factor,
+            faults.append({"kind": fault.kind, "factor": fault.batches if fault.kind == "data" else fault.factor,
                            "pattern": "persistent" if fault.every == 1 else "alternate",
                            **({"rate": fault.rate} if fault.rate else {}), **{k: v for k, v in root.items() if k != "kind"},
                            "start_step": fault.start, "end_step": end, "root": root})

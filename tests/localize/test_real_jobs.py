@@ -20,6 +20,9 @@ Each scenario runs the job once (40 steps) and asks both paths for the device an
                 its stage's only other worker shares its host
   stage-from-0  every worker of the last stage (ranks 4..7) computes 1.6x from the first step: the
                 split of layers (config, stage 1), not a device
+  data-from-20  from step 20 one model replica a step, drawn by a seeded draw (ten turns each),
+                computes 1.8x: the longest sequences moving between replicas, the data, no device
+  data-from-0   the same from the first step (20 turns to 19): no normal step to compare with
   small-act-gpu-from-20  64 KiB activations instead of 4 MiB (each transfer a fraction of a
                 millisecond; the time a send takes is then mostly its batched receive's wait):
                 rank 5 computes 2x from step 20
@@ -76,6 +79,8 @@ ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, 
 STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
 SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
 SMALL_ACT_FAULT = Fault("gpu", 20, 2.0, ranks=[5])
+DATA = {"data-from-20": Fault("data", 20, batches=1.8),  # replicas 0 and 1 draw the long batches 10 times each
+        "data-from-0": Fault("data", 0, batches=1.8)}  # ... 20 and 19 times in steps 1..39
 
 
 def run_nic(out: Path) -> Path:
@@ -215,6 +220,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 trace = run(out, JOB, f"real-{name}", ON_OFF)
             elif name == "stage-from-0":
                 trace = run(out, JOB, f"real-{name}", STAGE_FAULT)
+            elif name in DATA:
+                trace = run(out, JOB, f"real-{name}", DATA[name])
             elif name == "small-act-gpu-from-20":
                 trace = run(out, SMALL_ACT, f"real-{name}", SMALL_ACT_FAULT)
             else:
@@ -289,6 +296,30 @@ def test_real_job_whose_last_stage_computes_longer_is_the_split_of_layers(ran: A
         assert onset(v) == 0, said
 
     on_real_runs(ran, "stage-from-0", judge)
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+@pytest.mark.parametrize("name", list(DATA))
+def test_real_job_whose_long_batches_move_between_replicas_is_the_data(ran: Any, name: str, path: str) -> None:
+    """One replica a step computes 1.8x, whichever drew the longest sequences (a real Megatron job
+    with such an imbalance read "healthy", and so did this one from its first step, its replicas
+    drawing 20 turns to 19): no device slows both replicas by turns, so it is the data, above
+    every device; since the fault's first step."""
+    fault = DATA[name]
+
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, fault):
+            pytest.skip(why)
+        v = answers[path]
+        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
+        assert v["status"] == "irregular" and v["candidates"], said
+        top = v["candidates"][0]
+        assert top["kind"] == "data", said
+        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), said
+        got = onset(v)
+        assert got is not None and abs(got - fault.start) <= 1, said
+
+    on_real_runs(ran, name, judge)
 
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])

@@ -24,6 +24,8 @@ Per step, on every rank:
 Faults: --slow-ranks 2,3 --slow-factor 1.6 --slow-from 20 [--slow-to 30] multiplies those ranks'
 compute (one rank: a slow GPU; one node's ranks: a slow or contended host) in steps [from, to);
 --slow-every 2: in every other step of them (a fault on and off).
+--long-batches 1.8 --slow-from 20: from that step, each step one model replica (dp index), drawn by a
+seeded draw every rank makes alike, computes 1.8x: it got the longest sequences (the data, no device).
 --step-log FILE: rank 0 appends each finished step (tests act mid-run, e.g. throttle a NIC).
 --log-dir DIR: each rank writes rank-R.jsonl, one line per step with its own start/end (ns).
 --device cuda: NCCL on GPUs instead. Tensors live on the GPU and compute is a kernel that keeps the
@@ -44,6 +46,7 @@ import argparse
 import datetime
 import json
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -77,6 +80,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--slow-from", type=int, default=0)
     ap.add_argument("--slow-to", type=int, default=1 << 30)
     ap.add_argument("--slow-every", type=int, default=1, help="slow only every Nth step from --slow-from (on and off)")
+    ap.add_argument("--long-batches", type=float, default=1.0,
+                    help="from --slow-from, one replica a step (a seeded draw) computes this many times longer")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: NCCL on GPUs")
     ap.add_argument("--compute", choices=("device", "host"), default="device",
                     help="with --device cuda: compute as a GPU kernel (device) or a host sleep (host)")
@@ -149,6 +154,8 @@ class Job:
     def compute(self, ms: float, step: int) -> None:
         on = self.a.slow_from <= step < self.a.slow_to and (step - self.a.slow_from) % self.a.slow_every == 0
         f = self.a.slow_factor if self.slow and on else 1.0
+        if on and self.a.long_batches != 1.0 and random.Random(f"batch-{step}").randrange(self.a.dp) == self.dp_i:
+            f *= self.a.long_batches
         if self.cycles_per_ms:
             torch.cuda._sleep(int(ms * f * self.cycles_per_ms))  # type: ignore[attr-defined]
         else:

@@ -162,3 +162,27 @@ def test_data_taking_turns_from_a_later_step_is_timed_from_it() -> None:
     found = imbalance(comp, np.ones(16, bool), STEPS, META, KINDS)
     assert found.units[0].kind == "data"
     assert found.since == 17 and found.on_off == turns
+
+
+def test_two_replicas_taking_one_turn_a_step_from_the_first_step_are_the_data() -> None:
+    """dp 2 (replicas 0-3 and 4-7 here, laid out by their TP and PP groups): one replica a step draws
+    the long batches, 21 turns to 19, from the first step. Each replica slow in about half the steps,
+    one just over it, read "healthy" on a real gloo job; one replica alone slow in most steps, the
+    other never, stays no data."""
+    meta = JobMeta("t", 8, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(8)},
+                   {**{f"tp-{k}": [2 * k, 2 * k + 1] for k in range(4)},
+                    **{f"pp-{k}": [k, k + 4] for k in range(4)}})
+    kinds = {**{f"tp-{k}": "tp" for k in range(4)}, **{f"pp-{k}": "pp" for k in range(4)}}
+    rng = np.random.default_rng(5)
+    comp = 0.2 * (1 + 0.03 * rng.standard_normal((8, len(STEPS))))
+    draws = np.r_[np.zeros(21, int), np.ones(19, int)]
+    rng.shuffle(draws)
+    replicas = [[0, 1, 4, 5], [2, 3, 6, 7]]
+    for col, rep in enumerate(draws):
+        comp[replicas[rep], col] *= 1.8
+    found = imbalance(comp, np.ones(8, bool), STEPS, meta, kinds)
+    assert found.units and found.units[0].kind == "data" and found.since is None
+    comp = 0.2 * (1 + 0.03 * rng.standard_normal((8, len(STEPS))))
+    comp[replicas[0], :24] *= 1.8  # replica 0's every rank, in 24 of 40 steps: no turns
+    found = imbalance(comp, np.ones(8, bool), STEPS, meta, kinds)
+    assert not found.units or found.units[0].kind != "data"

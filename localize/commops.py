@@ -8,7 +8,7 @@ the evidence sentences that say why, are made by `localize.candidates` from what
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -426,8 +426,13 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
     CPUs move the data (gloo), its transfers; a NIC only the transfers through it. Scored apart,
     a real host at 12% of its CPU lost to its NIC (0.85 against 0.83 on the transfers alone).
     One GPU's blame counts for its host only where the transfers hold most of the delay and
-    the host explains them nearly as well as the best device: a slow GPU is named for its own."""
+    the host explains them nearly as well as the best device: a slow GPU is named for its own.
+    A host with no group inside it carries what its NIC carries (the resolver keeps the NIC for
+    both): its ranks' lateness is then all that tells it from the NIC (a real host at 10% of its
+    CPU in a tp1 job was its NIC 0.66, the host 0.22)."""
     best = net[0].score * comm_frac
+    listed = {(c.kind, c.key) for c in net}
+    as_host = [replace(c, kind="host") if c.kind == "nic" and ("host", c.key) not in listed else c for c in net]
     for u in units:
         if u.kind == "host":
             on = u.label
@@ -436,7 +441,7 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
             on = meta.host_of(u.ranks[0])
         else:
             continue
-        for c in net:
+        for c in as_host:
             if c.kind == "host" and c.key == (on,) and (u.kind == "host" or c.score >= NEAR_BEST * net[0].score):
                 joint = comm_frac * c.score + rank_frac * u.share
                 if joint > best:

@@ -100,3 +100,8 @@ def test_a_host_late_in_compute_and_slow_in_its_transfers_is_one_finding_over_it
     assert host_on_both([gpu], net, meta, rank_frac=0.7, comm_frac=0.3) is None  # the GPU's own delay
     other = RankUnit("host", [0, 1], 0.99, 1.0, "node-0")
     assert host_on_both([other], net, meta, rank_frac=0.09, comm_frac=0.91) is None
+    # no group inside node-1: the resolver lists its NIC for both, and the ranks decide
+    nic_only = [NetCandidate("nic", ("node-1",), 0.85, 2, 3), NetCandidate("link", ("node-0", "node-1"), 0.6, 1, 2)]
+    found = host_on_both([host], nic_only, meta, rank_frac=0.2, comm_frac=0.8)
+    assert found is not None and (found[1].kind, found[1].key) == ("host", ("node-1",)) and nic_only[0].kind == "nic"
+    assert host_on_both([], nic_only, meta, rank_frac=0.0, comm_frac=1.0) is None

@@ -34,6 +34,7 @@ skipped, with the step times that say so. A run answered wrong is judged again o
                 core from step 20 (a Kubernetes CPU limit's CFS throttling): the kernel stops both
                 ranks wherever they are, their transfers among themselves included, which no NIC
                 carries -- the host, not its NIC
+  host-throttled-tp1-from-20  (root) the same in a tp1 x pp2 x dp4 job: no group stays inside a node
   nic-from-20   (root) each node in its own network namespace with its own NIC, a veth on one
                 bridge (tests/collector/netns_job.py's lab); node-1's egress is rate-limited
                 with tc from step 20. TP stays inside a node (its loopback), PP and DP cross NICs.
@@ -78,6 +79,7 @@ NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each na
 ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
 STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
 SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
+TP1 = RealJob(tp=1, pp=2, dp=4, steps=40)  # a node's two ranks in different replicas: no group inside a node
 SMALL_ACT_FAULT = Fault("gpu", 20, 2.0, ranks=[5])
 DATA = {"data-from-20": Fault("data", 20, batches=1.8),  # replicas 0 and 1 draw the long batches 10 times each
         "data-from-0": Fault("data", 0, batches=1.8)}  # ... 20 and 19 times in steps 1..39
@@ -99,8 +101,9 @@ THROTTLED = Fault("host", 20, host=JOB.host(1))
 QUOTA = 0.05  # of one core, for node-1's agent and its two ranks together
 
 
-def run_throttled(out: Path) -> Path:
-    """The job with node-1's processes in a cgroup; its CPU quota set once step 19 is done."""
+def run_throttled(out: Path, job: RealJob | None = None) -> Path:
+    """The job (default `JOB`) with node-1's processes in a cgroup; its CPU quota set once step 19 is done."""
+    job = job or JOB
     node = int(THROTTLED.host.rsplit("-", 1)[1])
     cpu = CpuLimit(f"laggard-test-{os.getpid()}")
     try:
@@ -108,7 +111,7 @@ def run_throttled(out: Path) -> Path:
             cpu.up()
         except OSError as e:  # (a container's read-only cgroup tree)
             pytest.skip(f"cannot make a cgroup with a CPU quota here: {e}")
-        return run(out, JOB, "real-host-throttled-from-20", THROTTLED,
+        return run(out, job, "real-host-throttled-from-20", THROTTLED,
                    wrap=lambda n, argv: cpu.argv(argv) if n == node else argv,
                    at_step=[(THROTTLED.start - 1, lambda: cpu.limit(QUOTA))], timeout=300)
     finally:
@@ -212,6 +215,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 trace = run_nic(out)
             elif name == "host-throttled-from-20":
                 trace = run_throttled(out)
+            elif name == "host-throttled-tp1-from-20":
+                trace = run_throttled(out, TP1)
             elif name == "pp4-gpu-from-0":
                 trace = run(out, PP4, f"real-{name}", PP4_FAULT)
             elif name == "tp4-gpu-from-20":
@@ -348,6 +353,21 @@ def test_real_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path: str
         check(answers[path], THROTTLED, steps)
 
     on_real_runs(ran, "host-throttled-from-20", judge)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(bool(CpuLimit.why_not()), reason=CpuLimit.why_not() or "-")
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_tp1_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path: str) -> None:
+    """tp1 x pp2 x dp4: node-1's two ranks sit in other replicas' rings, so no group stays inside
+    it and its transfers are exactly its NIC's; only its ranks' lateness says the host (both paths
+    named its NIC, 0.59 and 0.82, until it counted)."""
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, THROTTLED, steady=False):
+            pytest.skip(why)
+        check(answers[path], THROTTLED, steps)
+
+    on_real_runs(ran, "host-throttled-tp1-from-20", judge)
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:

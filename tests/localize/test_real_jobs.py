@@ -169,6 +169,25 @@ def check(v: dict[str, Any], fault: Fault | None, steps: list[float]) -> None:
 Answers = dict[str, dict[str, Any]]
 
 
+def above_all(path: str, fault: Fault, is_it: Callable[[dict[str, Any]], bool],
+              within: int = 1) -> Callable[[Path, Answers, list[float]], None]:
+    """The judge of a run whose answer is no one device (the split of layers, the data): `path`'s
+    first candidate `is_it`, above every other, since the fault's first step (within `within`)."""
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, fault):
+            pytest.skip(why)
+        v = answers[path]
+        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
+        assert v["status"] == "irregular" and v["candidates"], said
+        top = v["candidates"][0]
+        assert is_it(top), said
+        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), said
+        got = onset(v)
+        assert got is not None and abs(got - fault.start) <= within, said
+
+    return judge
+
+
 def own_steps(out: Path) -> list[float]:
     """The slowest rank's duration of each step, from the ranks' own logs."""
     per_rank = step_times(out, JOB.world)
@@ -289,18 +308,8 @@ def test_real_job_whose_last_stage_computes_longer_is_the_split_of_layers(ran: A
     """Every worker of stage 1 computes 1.6x from the first step (a real Megatron job like it read
     "healthy"): no step is normal, the stage's workers are all slower than the other stage's, so
     it is the configuration, stage 1, not one of its devices; since the first step."""
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, STAGE_FAULT):
-            pytest.skip(why)
-        v = answers[path]
-        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
-        assert v["status"] == "irregular" and v["candidates"], said
-        top = v["candidates"][0]
-        assert top["kind"] == "config" and top.get("stage") == 1, said
-        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), said
-        assert onset(v) == 0, said
-
-    on_real_runs(ran, "stage-from-0", judge)
+    on_real_runs(ran, "stage-from-0",
+                 above_all(path, STAGE_FAULT, lambda c: c["kind"] == "config" and c.get("stage") == 1, within=0))
 
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
@@ -310,21 +319,7 @@ def test_real_job_whose_long_batches_move_between_replicas_is_the_data(ran: Any,
     with such an imbalance read "healthy", and so did this one from its first step, its replicas
     drawing 20 turns to 19): no device slows both replicas by turns, so it is the data, above
     every device; since the fault's first step."""
-    fault = DATA[name]
-
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, fault):
-            pytest.skip(why)
-        v = answers[path]
-        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
-        assert v["status"] == "irregular" and v["candidates"], said
-        top = v["candidates"][0]
-        assert top["kind"] == "data", said
-        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), said
-        got = onset(v)
-        assert got is not None and abs(got - fault.start) <= 1, said
-
-    on_real_runs(ran, name, judge)
+    on_real_runs(ran, name, above_all(path, DATA[name], lambda c: c["kind"] == "data"))
 
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])

@@ -236,6 +236,13 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     return out
 
 
+def replica_steps(by_step: np.ndarray, replica: np.ndarray) -> np.ndarray:
+    """Replica × step: the blame (rank × step `by_step`) each model replica held in each slow step."""
+    per = np.zeros((int(replica.max()) + 1, by_step.shape[1]))
+    np.add.at(per, replica[: by_step.shape[0]], by_step)
+    return per
+
+
 def blamed_at_once(by_step: np.ndarray, replica: np.ndarray, chosen: np.ndarray) -> bool:
     """Whether the `chosen` replicas (three or more) carried each slow step's blame side by side:
     in the median step, more than half of them at once (the inverse Simpson count of their
@@ -245,9 +252,7 @@ def blamed_at_once(by_step: np.ndarray, replica: np.ndarray, chosen: np.ndarray)
     rank, and "64 model replicas" outscored the link)."""
     if len(chosen) < 3 or by_step.shape[1] == 0:
         return False
-    per = np.zeros((int(replica.max()) + 1, by_step.shape[1]))
-    np.add.at(per, replica[: by_step.shape[0]], by_step)
-    per = per[chosen]
+    per = replica_steps(by_step, replica)[chosen]
     total = per.sum(axis=0)
     live = total > 0
     if not live.any():
@@ -266,8 +271,7 @@ def replica_turns(by_step: np.ndarray, replica: np.ndarray) -> tuple[np.ndarray,
     n_rep = int(replica.max()) + 1
     if n_rep < 2 or by_step.shape[1] < 2:
         return None
-    per = np.zeros((n_rep, by_step.shape[1]))
-    np.add.at(per, replica[: by_step.shape[0]], by_step)
+    per = replica_steps(by_step, replica)
     total = per.sum(axis=0)
     held = (total > 0) & (per.max(axis=0) >= 0.5 * total)
     if held.sum() < COVERAGE * max(int((total > 0).sum()), 1):

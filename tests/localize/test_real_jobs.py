@@ -167,10 +167,10 @@ def check(v: dict[str, Any], fault: Fault | None, steps: list[float]) -> None:
 
 
 Answers = dict[str, dict[str, Any]]
+Judge = Callable[[Path, Answers, list[float]], None]
 
 
-def above_all(path: str, fault: Fault, is_it: Callable[[dict[str, Any]], bool],
-              within: int = 1) -> Callable[[Path, Answers, list[float]], None]:
+def above_all(path: str, fault: Fault, is_it: Callable[[dict[str, Any]], bool], within: int = 1) -> Judge:
     """The judge of a run whose answer is no one device (the split of layers, the data): `path`'s
     first candidate `is_it`, above every other, since the fault's first step (within `within`)."""
     def judge(_: Path, answers: Answers, steps: list[float]) -> None:
@@ -256,9 +256,6 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get
 
 
-Judge = Callable[[Path, Answers, list[float]], None]
-
-
 def on_real_runs(ran: Any, name: str, judge: Judge) -> None:
     """`judge` a scenario's run; one it finds wrong, again on one fresh run of the scenario.
 
@@ -334,6 +331,18 @@ def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
     on_real_runs(ran, "nic-from-20", checked(path, NIC))
 
 
+def throttled(path: str) -> Judge:
+    """The judge of a throttled-host run: `check` of `path`'s answer, skipped when the steps before
+    the throttle were disturbed (the throttled steps vary by themselves: the quota stops the host
+    wherever it runs out)."""
+    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, THROTTLED, steady=False):
+            pytest.skip(why)
+        check(answers[path], THROTTLED, steps)
+
+    return judge
+
+
 @pytest.mark.root
 @pytest.mark.skipif(bool(CpuLimit.why_not()), reason=CpuLimit.why_not() or "-")
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
@@ -342,12 +351,7 @@ def test_real_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path: str
     the ones among its own GPUs too, and its ranks run late: the host is named (its NIC was,
     before hosts were devices; from five fetched steps `sidecar localize` still named the NIC
     on two clean-clone runs in a row until the ranks' lateness was weighed with the transfers)."""
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, THROTTLED, steady=False):
-            pytest.skip(why)
-        check(answers[path], THROTTLED, steps)
-
-    on_real_runs(ran, "host-throttled-from-20", judge)
+    on_real_runs(ran, "host-throttled-from-20", throttled(path))
 
 
 @pytest.mark.root
@@ -357,12 +361,7 @@ def test_real_tp1_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path:
     """tp1 x pp2 x dp4: node-1's two ranks sit in other replicas' rings, so no group stays inside
     it and its transfers are exactly its NIC's; only its ranks' lateness says the host (both paths
     named its NIC, 0.59 and 0.82, until it counted)."""
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, THROTTLED, steady=False):
-            pytest.skip(why)
-        check(answers[path], THROTTLED, steps)
-
-    on_real_runs(ran, "host-throttled-tp1-from-20", judge)
+    on_real_runs(ran, "host-throttled-tp1-from-20", throttled(path))
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:

@@ -237,9 +237,10 @@ def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() ->
 
 def test_lone_ranks_over_the_bar_on_other_hosts_in_other_steps_are_noise_not_stragglers() -> None:
     """A switch's spike slows steps 6, 8 and 10; host 3 computes 1.15x in step 6 and host 5 in
-    step 8, each just over the normal steps' noise (1.1x, the floor). Taken for stragglers they narrowed the fetch
-    to their groups, the switch's rings were not fetched, and the summaries said "data" where the
-    full records name the switch. The same host slow in two steps is a straggler."""
+    step 8, each just over the normal steps' noise (1.1x, the floor). Taken for stragglers they
+    narrowed the fetch to their groups, the switch's rings were not fetched, and the summaries
+    said "data" where the full records name the switch. The same host slow in two steps is a
+    straggler."""
     from localize.summary import plan_fetch
 
     steps = list(range(12))

@@ -229,7 +229,8 @@ def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame |
 
 def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                 partial: set[str] | None = None, forest: bool = True,
-                unlisted: bool | None = None, quiet: np.ndarray | None = None) -> tuple[Verdict, Analysis | None]:
+                unlisted: bool | None = None, quiet: np.ndarray | None = None,
+                some_unlogged: bool | None = None) -> tuple[Verdict, Analysis | None]:
     """Run detection, the wait graph and the ranking on CommOps rows of the window.
 
     Consumes `df`'s group, op, peer, seq and time columns (`localize.ops.table.CODED`, `TIMED`).
@@ -239,6 +240,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     meta.json does not list, logged by one rank only, had members that did not log (default:
     when every rank's records are here, no `partial`; the summary path knows it from one step
     of every rank). `quiet`: per rank, known to have logged nothing (default: the ranks absent here).
+    `some_unlogged`: some rank of the job logged nothing, on a host whose other ranks did (one rank
+    per TP group); default: a rank of the world absent here.
     """
     unlisted = not partial if unlisted is None else unlisted
     irr = np.sort(np.asarray(view.irregular_steps, dtype=np.int64))
@@ -265,8 +268,16 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         skip = np.isin(ops.groups.astype(str), sorted(partial))[ops.inst_group] & ~ops.inst_p2p
         expected = np.where(skip, np.iinfo(np.int64).max // 2, expected.astype(np.int64))
     in_irr = np.isin(ops.inst_step, irr)
+    world = max(meta.world_size, int(ops.rank.max()) + 1)
+    size = np.zeros(len(unit_names))
+    np.maximum.at(size, unit_of_inst, ops.nbytes[ops.late_row].astype(np.float64))
     # which units' own transfers were slow in the irregular steps (resolved to devices below)
     judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
+    if not present(ops.rank, world).all() if some_unlogged is None else some_unlogged:
+        # a collective of a few bytes (a grad-norm all-reduce, a barrier) moves no data: where some
+        # ranks logged nothing, its time past its logged members' later post is the wait on members
+        # that did not log (an unlogged TP peer whose own ring ran long), never a transfer
+        judge &= (size >= CLEARING_BYTES)[unit_of_inst]
     slow_transfer = judge & (comm_excess > 0)
     in_ref = np.isin(ops.inst_step, ref)
     excess = slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr, min_frac=0.0, normal=judge & in_ref)
@@ -274,7 +285,6 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     slow, partly = split_slow(beyond_common_mode(excess, members, meta, unit_kind))
     slowing = sum(excess.values())  # (what every host's inside shares is slowing too, explained by no device)
     short_comm = slow_transfer & (ops.inst_size < expected) & slow_unit[unit_of_inst]
-    world = max(meta.world_size, int(ops.rank.max()) + 1)
     # members that logged nothing on hosts where nothing was logged (no logger ran there): a
     # collective short of exactly those waited on them. (Where a host's other ranks logged, as
     # with one rank per TP group, the logged ones show their waits: `localize.ops.lone`.)
@@ -340,8 +350,6 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # does a unit of tiny messages that ran normally (a barrier, a scalar's all-reduce: a link that
     # lost bandwidth passes them on time, yet they would clear it of the slow rings it carries)
     seen = np.bincount(unit_of_inst[judge & in_irr], minlength=len(unit_names))
-    size = np.zeros(len(unit_names))
-    np.maximum.at(size, unit_of_inst, ops.nbytes[ops.late_row].astype(np.float64))
     judged = {n: members[n] for n, k, b in zip(unit_names, seen, size, strict=True)
               if k > 0 and (b >= CLEARING_BYTES or n in slow)}
     net = resolve_network(judged, slow, meta, top=1 << 30, mesh=mesh, partly=partly, total=slowing)  # all, to count ties

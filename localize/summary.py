@@ -571,7 +571,14 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
     view = StepView(meta.job, meta, sub_table, worst, slow, "irregular")
     recorded = set(summary["host"].astype(str))
     quiet = np.array([(info := meta.ranks.get(r)) is not None and info.host not in recorded for r in range(meta.world_size)])
-    verdict, analysis = analyse_ops(df, meta, view, top, partial, forest, unlisted=observed, quiet=quiet)
+    # ranks asked for that logged nothing: the plan's, and every rank where one step of each was read
+    asked, logged = set(fetched), set(pd.unique(df["rank"]).tolist())
+    if sample is not None:
+        asked |= set(meta.ranks)
+        logged |= set(pd.unique(sample["rank"]).tolist())
+    unlogged = bool(asked - logged)
+    verdict, analysis = analyse_ops(df, meta, view, top, partial, forest, unlisted=observed, quiet=quiet,
+                                    some_unlogged=unlogged)
     verdict.irregular_steps = list(plan.irregular)
     verdict.onset_step = onset if verdict.status == "irregular" else None
     top_c = verdict.candidates[0] if verdict.candidates else None

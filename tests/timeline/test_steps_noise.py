@@ -171,6 +171,25 @@ def test_two_steps_far_beyond_a_quiet_jobs_noise_are_irregular_one_is_a_blip() -
     assert not table["irregular"].any() and onset is None
 
 
+def test_one_step_far_beyond_a_tight_jobs_noise_is_a_spike_not_a_blip() -> None:
+    """A fault's spike seen in one sampled step (the independent generator's NIC at 1.25x, its
+    steps within 0.5%) is irregular; the same step where steps vary by 3% (9σ) stays noise, and so
+    does a real job's blip of 1.15x among steps within 0.5%."""
+    rng = np.random.default_rng(5)
+    tight, loose = (0.4 * np.exp(rng.normal(0, s, 20)) for s in (0.005, 0.03))
+    blip = tight.copy()
+    blip[6] *= 1.15
+    table, _, onset = settle(judge_steps(pd.Series(blip, index=3 * np.arange(20))))
+    assert not table["irregular"].any() and onset is None
+    tight[6] *= 1.25
+    loose[6] *= 1.25
+    table, _, onset = settle(judge_steps(pd.Series(tight, index=3 * np.arange(20))))
+    assert table["irregular"].to_numpy().nonzero()[0].tolist() == [6] and onset == 18
+    assert table.loc[6, "pattern"] == "spike"
+    table, _, onset = settle(judge_steps(pd.Series(loose, index=3 * np.arange(20))))
+    assert not table["irregular"].any() and onset is None
+
+
 def test_one_step_of_noise_after_the_warm_up_leaves_it_warm_up() -> None:
     """A real overlapped gloo job (a GPU 2x from step 20): step 0 ran 1.37 s, step 2 1.10x its
     baseline. The blip made the warm-up a slow episode of steps 0-2, and the onset read 2."""

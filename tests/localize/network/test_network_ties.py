@@ -18,7 +18,7 @@ from localize.combine import localize_trace
 from simulator.config import FaultSpec, SimConfig
 from simulator.flows import emit_flows
 from simulator.writer import simulate_trace
-from tests.localize.altgen_jobs import altgen_job, written
+from tests.localize.altgen_jobs import altgen_job, both_paths, written
 
 pytestmark = pytest.mark.slow
 
@@ -76,3 +76,20 @@ def test_a_barrier_on_time_clears_no_link_of_the_slow_ring_it_shares(tmp_path: P
                        ("commops",))
     top = [c.device() for c in v.candidates if c.score == v.candidates[0].score]
     assert "link node-1<->node-2" in top and len(top) > 1, [(c.device(), c.score) for c in v.candidates[:6]]
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_a_scalar_all_reduce_waiting_on_unlogged_peers_is_no_transfer(tmp_path: Path, path: str) -> None:
+    """One rank logged per TP group (a host); the stage-1 DP rings cross a slow link inside their
+    rack. The step-end grad-norm all-reduce (4 bytes, each stage-0 host with its stage-1 partner
+    across the racks) waits on the unlogged TP peers whose own rings ran long: read as slow
+    transfers, those pairs named the rack's switch alone (independent generator, seeds 10606 and
+    10808). The DP ring's links are the tie that holds the slow one."""
+    lay = Layout(tp=8, pp=2, dp=4, gpus_per_host=8, hosts_per_switch=4, order="tp-dp-pp")
+    fault = Fault("link", 2.5, "persistent", list(range(8, 16)), hosts=(4, 5))
+    trace = written(altgen_job("scalar-sync", lay, fault, steps=16, seed=7, logging="tp0", meta_groups=False), tmp_path)
+    full, summary = both_paths(trace, top=10)
+    v = full if path == "localize" else summary
+    top = [c.device() for c in v.candidates if c.score == v.candidates[0].score]
+    assert "link node-4<->node-5" in top and not any(d.startswith("switch") for d in top), \
+        [(c.device(), c.score) for c in v.candidates[:6]]

@@ -95,6 +95,8 @@ LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one
 #: stage's hosts then and on another's a step later: the median of the two missed it; a few
 #: odd hosts cannot move this one
 HOST_QUANTILE = 0.9
+#: hosts judged each on its own where no step of the job is (`first_slow_hosts`), spread over the job
+SPILL_HOSTS = 32
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; four where a fault took turns in two places)
 EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their excess is this share of its lost time
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess (a normal step that slow is no history)
@@ -273,7 +275,36 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
         warnings.simplefilter("ignore", RuntimeWarning)
         dur = pd.Series(np.nanquantile(per_host, HOST_QUANTILE, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
     table, _, onset = judge_window(dur.rename("duration_s"))
+    if not table["irregular"].any() and (first := first_slow_hosts(per_host, steps)) is not None:
+        return first
     return table, onset
+
+
+def first_slow_hosts(per_host: np.ndarray, steps: np.ndarray) -> tuple[pd.DataFrame, int | None] | None:
+    """The steps table of the hosts whose own slow steps begin first, where most hosts have some
+    and the job's steps have none (None otherwise).
+
+    With no sync at a step's end, the last stages' hosts see the first stage's slow step one step
+    later: a fault on and off in every other step is slow on some host in every step, so the
+    quantile over hosts has no normal step to measure against ("healthy" from the summaries, a NIC at
+    1.64x on the independent generator). A cause comes before its spill: the hosts slow first hold
+    the fault's steps. Up to SPILL_HOSTS hosts, spread over the job, are judged."""
+    pick = np.unique(np.linspace(0, len(per_host) - 1, min(len(per_host), SPILL_HOSTS)).round().astype(int))
+    onsets: dict[int, int | None] = {}
+    for h in pick:  # (a bounded number of hosts, one rolling judgement each)
+        row = pd.Series(per_host[h] * 1e-9, index=pd.Index(steps, name="step"), name="duration_s").dropna()
+        if len(row) >= 4:
+            onsets[int(h)] = judge_window(row)[2]
+    slow = {h: on for h, on in onsets.items() if on is not None}
+    if not slow or 2 * len(slow) <= len(onsets):
+        return None
+    first = min(slow.values())
+    hosts = [h for h, on in slow.items() if on == first]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        dur = pd.Series(np.nanquantile(per_host[hosts], HOST_QUANTILE, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
+    table, _, onset = judge_window(dur.rename("duration_s"))
+    return (table, onset) if table["irregular"].any() else None
 
 
 #: rank x step compute, which ranks are known, the steps (`compute_matrix`)

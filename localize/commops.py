@@ -240,8 +240,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     meta.json does not list, logged by one rank only, had members that did not log (default:
     when every rank's records are here, no `partial`; the summary path knows it from one step
     of every rank). `quiet`: per rank, known to have logged nothing (default: the ranks absent here).
-    `some_unlogged`: some rank of the job logged nothing, on a host whose other ranks did (one rank
-    per TP group); default: a rank of the world absent here.
+    `some_unlogged`: some rank of the job logged nothing (one rank logged per TP group, a host
+    without a logger); default: a rank of the world absent here.
     """
     unlisted = not partial if unlisted is None else unlisted
     irr = np.sort(np.asarray(view.irregular_steps, dtype=np.int64))
@@ -273,7 +273,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     np.maximum.at(size, unit_of_inst, ops.nbytes[ops.late_row].astype(np.float64))
     # which units' own transfers were slow in the irregular steps (resolved to devices below)
     judge = _judgeable(ops, expected, unit_of_inst) & transfer_seen
-    if not present(ops.rank, world).all() if some_unlogged is None else some_unlogged:
+    any_unlogged = not present(ops.rank, world).all() if some_unlogged is None else some_unlogged
+    if any_unlogged:
         # a collective of a few bytes (a grad-norm all-reduce, a barrier) moves no data: where some
         # ranks logged nothing, its time past its logged members' later post is the wait on members
         # that did not log (an unlogged TP peer whose own ring ran long), never a transfer

@@ -271,10 +271,7 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
         index="host", columns="step", values="step_start_ns", aggfunc="min", dropna=False).reindex_like(ends)
     steps = ends.columns.to_numpy(np.int64)
     per_host = durations_from_bounds(steps, starts.to_numpy(np.float64), ends.to_numpy(np.float64))
-    with warnings.catch_warnings():  # a step no host measured has no duration (NaN)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        dur = pd.Series(np.nanquantile(per_host, HOST_QUANTILE, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
-    table, _, onset = judge_window(dur.rename("duration_s"))
+    table, onset = judged_over_hosts(per_host, steps)
     if not table["irregular"].any() and (first := first_slow_hosts(per_host, steps)) is not None:
         return first
     return table, onset
@@ -299,12 +296,18 @@ def first_slow_hosts(per_host: np.ndarray, steps: np.ndarray) -> tuple[pd.DataFr
     if not slow or 2 * len(slow) <= len(onsets):
         return None
     first = min(slow.values())
-    hosts = [h for h, on in slow.items() if on == first]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        dur = pd.Series(np.nanquantile(per_host[hosts], HOST_QUANTILE, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
-    table, _, onset = judge_window(dur.rename("duration_s"))
+    table, onset = judged_over_hosts(per_host[[h for h, on in slow.items() if on == first]], steps)
     return (table, onset) if table["irregular"].any() else None
+
+
+def judged_over_hosts(per_host: np.ndarray, steps: np.ndarray) -> tuple[pd.DataFrame, int | None]:
+    """The steps table of hosts × steps durations (ns): HOST_QUANTILE over the hosts, judged as the
+    timeline judges steps; and the onset step."""
+    with warnings.catch_warnings():  # a step no host measured has no duration (NaN)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        dur = pd.Series(np.nanquantile(per_host, HOST_QUANTILE, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
+    table, _, onset = judge_window(dur.rename("duration_s"))
+    return table, onset
 
 
 #: rank x step compute, which ranks are known, the steps (`compute_matrix`)

@@ -77,8 +77,11 @@ def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops 
         if exc.size and lone is not None and (lone & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
             ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
                       "members were not logged (one rank per group logged), not in compute")
-        elif exc.size:
+        elif exc.size and np.median(exc) > 0:
             ev.append(f"its delay is its own: {np.median(exc) * 1e3:.2f} ms more compute than its peers before each of them")
+        elif exc.size:
+            ev.append(f"it computed no longer than its peers before them ({np.median(exc) * 1e3:+.2f} ms): it was already "
+                      "late from its own earlier operators")
         if g.orphan[hit].any():
             ev.append(f"rank {r} logged no record of {int(g.orphan[hit].sum())} operators its peers waited in")
         ev.append(f"{int((hit & ~direct).sum())} more delays elsewhere trace back to it through waiting; {waited:.3f} s of waiting caused")

@@ -72,7 +72,7 @@ from localize.waits.persistent import (
     worker_onset,
 )
 from localize.waits.ranking import RankUnit, pipeline_stages
-from timeline.steps import durations_from_bounds, judge_window
+from timeline.steps import durations_from_bounds, judge_window, predecessors
 
 SUMMARY_SCHEMA = pa.schema(
     [
@@ -97,6 +97,8 @@ LOW = 0.25  # a host's typical rank: the low quartile of its ranks' compute (one
 HOST_QUANTILE = 0.9
 #: hosts judged each on its own where no step of the job is (`first_slow_hosts`), spread over the job
 SPILL_HOSTS = 32
+#: passes that place each host's step ends against the others' (`aligned_cadence`)
+ALIGN_ROUNDS = 3
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; four where a fault took turns in two places)
 EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their excess is this share of its lost time
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess (a normal step that slow is no history)
@@ -262,8 +264,8 @@ class FetchPlan:
 
 
 def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
-    """Step durations from the summaries (each host's own-clock step ends, HOST_QUANTILE over hosts),
-    judged as the timeline judges them (δ against the job's own noise, change points, warm-up and
+    """Step durations from the summaries (each host's own-clock step ends, HOST_QUANTILE over hosts;
+    on a log of consecutive steps, the hosts' `aligned_cadence`), judged as the timeline judges them (δ against the job's own noise, change points, warm-up and
     noise left out); and the onset step."""
     star = summary[(summary["group"] == "*") & (summary["rank"] < 0)]
     ends = star.pivot_table(index="host", columns="step", values="step_end_ns", aggfunc="max").sort_index(axis=1)
@@ -271,10 +273,35 @@ def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
         index="host", columns="step", values="step_start_ns", aggfunc="min", dropna=False).reindex_like(ends)
     steps = ends.columns.to_numpy(np.int64)
     per_host = durations_from_bounds(steps, starts.to_numpy(np.float64), ends.to_numpy(np.float64))
-    table, onset = judged_over_hosts(per_host, steps)
+    consecutive = len(steps) > 1 and bool(predecessors(steps)[1][1:].all())
+    table, onset = judged_over_hosts(per_host, steps, aligned_cadence(steps, ends.to_numpy(np.float64))
+                                     if consecutive else None)
     if not table["irregular"].any() and (first := first_slow_hosts(per_host, steps)) is not None:
         return first
     return table, onset
+
+
+def aligned_cadence(steps: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per step (consecutive steps): how long after the previous step the job's hosts ended it, each
+    host's ends moved by its typical lead or lag (its clock's offset and its stage's place, alike in
+    every step), HOST_QUANTILE over the hosts that logged both; NaN for the first step.
+
+    A host's own step, end to end, holds the spill of the step before where no sync ends a step: the
+    last stage waits at the start of the step after a slow one. The ends of all hosts together do
+    not: once moved to their typical places they run late together from the slow step on, as the
+    aligned clocks of the full records show the job's steps."""
+    lag = np.zeros((ends.shape[0], 1))
+    with warnings.catch_warnings():  # a host or a step with no end logged
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(ALIGN_ROUNDS):  # (the reference moves with the hosts that logged each step)
+            reference = np.nanmedian(ends - lag, axis=0, keepdims=True)
+            lag = np.nan_to_num(np.nanmedian(ends - reference, axis=1, keepdims=True))
+        aligned = ends - lag
+        at, has_prev = predecessors(steps)
+        before = np.where(has_prev, aligned[:, at], np.nan)
+        both = np.isfinite(aligned) & np.isfinite(before)
+        return np.asarray(np.nanquantile(np.where(both, aligned, np.nan), HOST_QUANTILE, axis=0)
+                          - np.nanquantile(np.where(both, before, np.nan), HOST_QUANTILE, axis=0))
 
 
 def first_slow_hosts(per_host: np.ndarray, steps: np.ndarray) -> tuple[pd.DataFrame, int | None] | None:
@@ -300,12 +327,17 @@ def first_slow_hosts(per_host: np.ndarray, steps: np.ndarray) -> tuple[pd.DataFr
     return (table, onset) if table["irregular"].any() else None
 
 
-def judged_over_hosts(per_host: np.ndarray, steps: np.ndarray) -> tuple[pd.DataFrame, int | None]:
-    """The steps table of hosts × steps durations (ns): HOST_QUANTILE over the hosts, judged as the
-    timeline judges steps; and the onset step."""
+def judged_over_hosts(per_host: np.ndarray, steps: np.ndarray,
+                      cadence: np.ndarray | None = None) -> tuple[pd.DataFrame, int | None]:
+    """The steps table of hosts × steps durations (ns): HOST_QUANTILE over the hosts, or the
+    `aligned_cadence` where one is given and known, judged as the timeline judges steps; and the
+    onset step."""
     with warnings.catch_warnings():  # a step no host measured has no duration (NaN)
         warnings.simplefilter("ignore", RuntimeWarning)
-        dur = pd.Series(np.nanquantile(per_host, HOST_QUANTILE, axis=0) * 1e-9, index=pd.Index(steps, name="step"))
+        ns = np.nanquantile(per_host, HOST_QUANTILE, axis=0)
+    if cadence is not None:
+        ns = np.where(np.isfinite(cadence), cadence, ns)
+    dur = pd.Series(ns * 1e-9, index=pd.Index(steps, name="step"))
     table, _, onset = judge_window(dur.rename("duration_s"))
     return table, onset
 
@@ -526,16 +558,20 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
 
 def lone_flukes(ranks: np.ndarray, ratio: np.ndarray, big: np.ndarray, bar: float, meta: JobMeta) -> bool:
     """Whether the ranks that passed the bar (`big`: rank × step, True where it passed; `ratio`, its
-    compute over its level) are the ranks' noise: in two steps or more, each step's one lone host,
-    no host in two of them, none by more than twice the normal steps' largest stray. A straggler
+    compute over its level) are the ranks' noise: each step's one lone host, in two steps or more
+    with no host in two of them, or in one step of several, none by more than twice the normal
+    steps' largest stray (one lone host in one of two steps named a GPU for a switch's spike, from
+    one prolonged operator, on the independent generator). A straggler
     holds its place from step to step, a replica's data spans hosts; and the largest of hundreds
     of ranks in a slow step passes the largest of the normal steps' about one time in three (a
     switch's two-step spike on 256 GPUs: two ranks on two hosts just over the bar narrowed the
     fetch to their groups, the switch was not fetched, and the summaries said "data")."""
     per_step = [{meta.host_of(int(r)) if int(r) in meta.ranks else f"rank-{int(r)}" for r in ranks[col]}
                 for col in big.T if col.any()]
-    if len(per_step) < 2 or any(len(h) > 1 for h in per_step) or (ratio[big] - 1 >= 2 * (bar - 1)).any():
+    if not per_step or any(len(h) > 1 for h in per_step) or (ratio[big] - 1 >= 2 * (bar - 1)).any():
         return False
+    if len(per_step) == 1:  # one lone host in one of the steps: the others slowed without it
+        return big.shape[1] > 1
     seen = [h for hosts in per_step for h in hosts]
     return len(set(seen)) == len(seen)
 

@@ -254,6 +254,27 @@ def test_lone_ranks_over_the_bar_on_other_hosts_in_other_steps_are_noise_not_str
     assert {6, 7} <= set(plan.ranks) and "dp-1" not in plan.groups, plan
 
 
+def test_one_lone_rank_over_the_bar_in_one_of_two_slow_steps_is_noise_not_a_straggler() -> None:
+    """A switch's spike slows steps 6 and 8; host 3 computes 1.15x in step 6 alone, just over the
+    normal steps' noise, and nothing explains step 8. Taken for a straggler, it narrowed the fetch
+    to its groups and the summaries named one of its GPUs at 0.89 from one prolonged operator (the
+    independent generator's seed 10606, job 47, once its spill step was no longer irregular), where
+    the full records name the switch. Far over the bar, or in both steps, it is a straggler."""
+    from localize.summary import plan_fetch
+
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    compute.loc[3, 6] = 1.15
+    ab = {(s, "dp-1"): 0.3 for s in (6, 8)}
+    plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8]))
+    assert plan.groups[0] == "dp-1" and plan.ranks == list(range(16)), plan
+    for step, level in ((8, 1.15), (6, 3.0)):
+        compute.loc[3, step] = level
+        plan = plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8]))
+        assert {6, 7} <= set(plan.ranks) and "dp-1" not in plan.groups, (step, level, plan)
+        compute.loc[3, 8] = 1.0
+
+
 def test_slow_ranks_on_several_hosts_in_a_step_do_not_narrow_the_fetch_to_their_groups() -> None:
     """Two hosts' ranks computing longer in the same steps are no one device's: a NIC's one-step
     spike on a 4,096-GPU job made 44 ranks on 44 hosts compute 3x, and fetched around them alone,
@@ -355,6 +376,33 @@ def test_a_fault_on_and_off_whose_spill_makes_every_step_slow_somewhere_is_found
     table, onset = step_table(pd.DataFrame(rows))
     assert onset == 0
     assert set(table.loc[table["irregular"].astype(bool), "step"]) == set(range(0, n, 2))
+
+
+def test_a_slow_step_is_not_read_again_in_the_later_stages_step_after_it() -> None:
+    """No sync at a step's end: the first stage's hosts end steps 10-12 and 20 late (1.5x), the later
+    stage's hosts end each of them on time and wait at the start of the step after, so on their own
+    clocks the step after is the slow one. The 0.9 quantile of the hosts' own steps called steps 13
+    and 21 irregular too (the independent generator's twelve-step switch spike read healthy that way,
+    its spill swelling the noise). The hosts' ends, each moved to its typical place, run late together
+    from the slow step on: only the slow steps are irregular."""
+    from localize.summary import step_table
+
+    n, period = 30, 1_000_000_000
+    k = np.arange(n)
+    wobble = (0.004 * period * np.sin(3 * k)).astype(np.int64)
+    slow = np.isin(k, [10, 11, 12, 20])
+    delay = np.cumsum(np.where(slow, period // 2, 0))  # the job's lateness after each step
+    rows = []
+    for i, host in enumerate(["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]):
+        late = delay if host[0] == "a" else np.concatenate([[0], delay[:-1]])  # the later stage a step behind
+        ends = (k + 1) * period + late + wobble + 37_000_000 * (i - 4) + 250_000_000 * (host[0] == "b")
+        starts = np.concatenate([[ends[0] - period], ends[:-1]]) + 5_000_000
+        rows += [{"host": host, "rank": -1, "step": int(j), "group": "*", "abnormal": 0, "abnormal_s": 0.0,
+                  "compute_s": 0.1, "step_end_ns": int(e), "step_start_ns": int(b)}
+                 for j, (e, b) in enumerate(zip(ends, starts, strict=True))]
+    table, onset = step_table(pd.DataFrame(rows))
+    assert onset == 10
+    assert set(table.loc[table["irregular"].astype(bool), "step"]) == {10, 11, 12, 20}
 
 
 def test_the_fetched_steps_follow_a_fault_that_moves_between_hosts() -> None:

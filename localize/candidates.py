@@ -66,6 +66,7 @@ def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops 
         n_direct = int(direct.sum())
         ev.append(f"rank {r} was the normal copy while its peers waited in {n_direct} prolonged operators ({top_groups})")
         exc = g.excess_compute[direct]
+        more_ms = float(np.median(exc)) * 1e3 if exc.size else 0.0
         if u.also:
             ev.append(f"it is the only rank of {u.also[0].label} that logged: a slow GPU there and the whole host "
                       "slowed show the same records")
@@ -77,10 +78,10 @@ def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops 
         if exc.size and lone is not None and (lone & (ops.rank == r)).any() and np.median(exc) < 0.5 * np.median(g.delay[direct]):
             ev.append("its delay is its own or an unlogged peer's: it spent longer in operators of groups whose other "
                       "members were not logged (one rank per group logged), not in compute")
-        elif exc.size and np.median(exc) > 0:
-            ev.append(f"its delay is its own: {np.median(exc) * 1e3:.2f} ms more compute than its peers before each of them")
+        elif exc.size and more_ms > 0:
+            ev.append(f"its delay is its own: {more_ms:.2f} ms more compute than its peers before each of them")
         elif exc.size:
-            ev.append(f"it computed no longer than its peers before them ({np.median(exc) * 1e3:+.2f} ms): it was already "
+            ev.append(f"it computed no longer than its peers before them ({more_ms:+.2f} ms): it was already "
                       "late from its own earlier operators")
         if g.orphan[hit].any():
             ev.append(f"rank {r} logged no record of {int(g.orphan[hit].sum())} operators its peers waited in")

@@ -265,17 +265,17 @@ class FetchPlan:
 
 def step_table(summary: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
     """Step durations from the summaries (each host's own-clock step ends, HOST_QUANTILE over hosts;
-    on a log of consecutive steps, the hosts' `aligned_cadence`), judged as the timeline judges them (δ against the job's own noise, change points, warm-up and
-    noise left out); and the onset step."""
+    on a log of consecutive steps, the hosts' `aligned_cadence`), judged as the timeline judges them
+    (δ against the job's own noise, change points, warm-up and noise left out); and the onset step."""
     star = summary[(summary["group"] == "*") & (summary["rank"] < 0)]
     ends = star.pivot_table(index="host", columns="step", values="step_end_ns", aggfunc="max").sort_index(axis=1)
     starts = star.assign(step_start_ns=star["step_start_ns"].where(star["step_start_ns"] > 0)).pivot_table(
         index="host", columns="step", values="step_start_ns", aggfunc="min", dropna=False).reindex_like(ends)
     steps = ends.columns.to_numpy(np.int64)
-    per_host = durations_from_bounds(steps, starts.to_numpy(np.float64), ends.to_numpy(np.float64))
+    end_ns = ends.to_numpy(np.float64)
+    per_host = durations_from_bounds(steps, starts.to_numpy(np.float64), end_ns)
     consecutive = len(steps) > 1 and bool(predecessors(steps)[1][1:].all())
-    table, onset = judged_over_hosts(per_host, steps, aligned_cadence(steps, ends.to_numpy(np.float64))
-                                     if consecutive else None)
+    table, onset = judged_over_hosts(per_host, steps, aligned_cadence(steps, end_ns) if consecutive else None)
     if not table["irregular"].any() and (first := first_slow_hosts(per_host, steps)) is not None:
         return first
     return table, onset

@@ -82,10 +82,10 @@ class Trial:
 
 
 def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 40, steps: int = 160,
-          slow_ms: float = 150.0, deadline_s: float = 180.0, linger_s: float = 8.0, settle_s: float = 0.0) -> Trial:
-    """One job, one agent, one verdict timed (the service is already running at `base`). With
-    `settle_s` (the service's --settle), a job that ends before its rounds agree is watched that much
-    longer, for the device the service publishes once the agent has gone quiet."""
+          slow_ms: float = 150.0, deadline_s: float = 180.0, linger_s: float = 8.0, after_end_s: float = 0.0) -> Trial:
+    """One job, one agent, one verdict timed (the service is already running at `base`). A job that
+    ends before its rounds agree is watched `after_end_s` longer once it and its agent have exited,
+    for the device the service publishes when the agent said the job ended."""
     out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}-agent.log"
     with log.open("w") as agent_err:
@@ -120,7 +120,7 @@ def trial(base: str, out: Path, job: str, slow_rank: int = 1, slow_from: int = 4
                         found_at = time.time()
                         break
                 if quiet_until is None and job_p.poll() is not None and agent.poll() is not None:
-                    quiet_until = time.monotonic() + (settle_s + 5.0 if settle_s else 0.0)
+                    quiet_until = time.monotonic() + after_end_s
                 if quiet_until is not None and time.monotonic() >= quiet_until:
                     break
                 time.sleep(0.1)

@@ -300,9 +300,10 @@ class Agent:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def step(self, final: bool = False) -> None:
+    def step(self, final: bool = False, ended: bool = False) -> None:
         """Summarize what is new, spool it, send the spool, look for fetch requests. Stuck operators
-        ride on the newest post, or on a post of their own when no step finished (a hang)."""
+        ride on the newest post, or on a post of their own when no step finished (a hang); so does
+        `ended` (the ranks exited), which lets the service answer without waiting for quiet."""
         posts = self.summarize_new(final)
         stuck = self.stuck()
         if posts:
@@ -310,8 +311,11 @@ class Agent:
             body = json.loads(raw)
             body["pending"] = stuck
             posts[-1] = (window, json.dumps(body, separators=(",", ":")).encode())
-        elif stuck["rank"] or self.was_stuck:  # and once more when it clears, so the service sees it did
+        elif stuck["rank"] or self.was_stuck or ended:  # a cleared hang is said once more, so the service sees it
             posts = [self.pending_post(stuck)]
+        if ended:
+            window, raw = posts[-1]
+            posts[-1] = (window, json.dumps({**json.loads(raw), "ended": True}, separators=(",", ":")).encode())
         self.was_stuck = bool(stuck["rank"])
         for window, body in posts:
             self.spool.put(window, body)
@@ -354,7 +358,7 @@ class Agent:
             if alive is False or (alive is None and idle >= idle_exit_s):
                 break
             self.sleep(poll_s)
-        self.step(final=True)
+        self.step(final=True, ended=alive is False)
         end = time.monotonic() + linger_s  # answer the service's last fetch requests
         while time.monotonic() < end:
             self.sleep(poll_s)

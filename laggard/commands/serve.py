@@ -44,7 +44,8 @@ def register(sub: Any) -> None:
                         "it is published (default 2; until then the job shows as localizing; 1 = every round)")
     p.add_argument("--settle", type=float, default=30.0,
                    help="seconds the job's agents must be quiet before a still-unconfirmed device is published "
-                        "anyway (the job ended: no more evidence comes; default 30)")
+                        "anyway (no more evidence comes; default 30). Agents that saw their ranks exit say so, "
+                        "and their job's device is published without this wait")
     p.add_argument("--workers", type=int, default=2, metavar="N",
                    help="jobs localized at once, each in a worker process of its own (default 2); a job whose "
                         "round stalls holds up only the jobs that share its worker")

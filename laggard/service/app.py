@@ -94,6 +94,7 @@ class Service:
         self._dirty: set[str] = set(self.store.jobs_with_summaries())  # re-localize after a restart
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, str], str] = {}  # what each node last said about its ranks
+        self.ended: dict[str, set[str]] = {}  # per job: the nodes whose ranks have all exited
         self._groups: dict[str, dict[str, str]] = {}
         self.fetches: dict[str, tuple[int, dict[str, dict[str, list[int]]]]] = {}
         self.failed: dict[str, str] = self.store.failures()
@@ -152,6 +153,11 @@ class Service:
                 self.store.add_groups(s.job, fresh)
                 known.update(fresh)
         new = self.store.add_summary(s.job, s.node, s.window, body.decode())
+        ended = self.ended.setdefault(s.job, set())
+        if s.ended:
+            ended.add(s.node)
+        elif new:  # the node posts steps again (a restarted job under the same name)
+            ended.discard(s.node)
         if new:
             self.metrics.received(s.job)
             with self._lock:
@@ -231,11 +237,17 @@ class Service:
             asyncio.get_running_loop().run_in_executor(None, self._notify, shown, report, loc.onset_unix_s)
 
     async def settle(self) -> None:
-        """A withheld device is published once the job's agents have been quiet for `settle_s`: no
-        more evidence is coming (the job ended or stopped posting), so the last round is the best answer."""
+        """A withheld device is published once no more evidence is coming, so the last round is the
+        best answer: every node said its ranks exited and that round saw it, or the job's agents have
+        been quiet for `settle_s` (an agent that cannot see its ranks, or one that died)."""
         cut = time.time() - self.settle_s
         for job, loc in list(self.unconfirmed.items()):
-            if self.metrics.job(job).last_post < cut and job not in self.fetches and job not in self.running:
+            if job in self.fetches or job in self.running:
+                continue
+            ended = self.ended.get(job, set())
+            seen_end = (bool(ended) and set(self.store.nodes(job)) <= ended
+                        and loc.upto >= self.store.last_id(job))  # that round read the nodes' last posts
+            if seen_end or self.metrics.job(job).last_post < cut:
                 await self.publish(loc, needed=1)
 
     def prune(self) -> int:
@@ -246,6 +258,7 @@ class Service:
             for job in jobs:
                 self.agreement.pop(job, None)
                 self.unconfirmed.pop(job, None)
+                self.ended.pop(job, None)
                 self.failed.pop(job, None)
                 self._groups.pop(job, None)
                 self.fetches.pop(job, None)

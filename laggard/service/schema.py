@@ -99,6 +99,7 @@ class SummaryPost(BaseModel):
     dropped: int = Field(default=0, ge=0, le=I64, description="summaries the agent's spool had to drop")
     pending: PendingRows = Field(default_factory=PendingRows,
                                  description="the node's operators stuck now (none: nothing is stuck)")
+    ended: bool = Field(default=False, description="every rank of the node has exited: no more steps come from it")
 
     @model_validator(mode="after")
     def _consistent(self) -> SummaryPost:

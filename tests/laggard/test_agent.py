@@ -142,6 +142,18 @@ def test_stuck_operators_are_posted_bounded_and_once_more_when_they_clear(trace:
         assert a.posted == 5 and a.refused == 0
 
 
+def test_the_last_post_says_the_job_ended_only_when_its_ranks_exited(trace: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for alive, ended in ((False, True), (None, False)):  # processes gone; cannot tell (only idle)
+        with TestClient(create_app(tmp_path / f"s-{ended}.db", interval_s=0)) as c:
+            a = Agent(trace, "node-2", "", tmp_path / f"spool-{ended}", 1 << 26, 10, client=c, sleep=lambda _s: None)
+            monkeypatch.setattr(a, "job_alive", lambda alive=alive: alive)
+            a.run(poll_s=0.01, wait_s=1, idle_exit_s=0.01, linger_s=0)
+            bodies = [json.loads(b) for _, _, b in c.app.state.service.store.rows_since("svc-job", 0)]  # type: ignore[attr-defined]
+            assert [b["last_step"] for b in bodies][-1] == 29 and bodies[-1]["rows"]["rank"]
+            assert [bool(b.get("ended")) for b in bodies] == [False] * (len(bodies) - 1) + [ended]
+
+
 @pytest.mark.timeout(30)
 def test_a_state_file_that_is_a_fifo_is_refused_not_waited_on(trace: Path, tmp_path: Path) -> None:
     (tmp_path / "spool").mkdir()

@@ -109,3 +109,27 @@ def test_a_withheld_device_is_published_once_the_agents_go_quiet(tmp_path: Path,
         c.portal.call(svc.settle)
         settled = c.get("/v1/jobs/svc-job").json()
         assert settled["candidates"][0]["rank"] == ROOT and "localizing" not in settled, settled
+
+
+@pytest.mark.slow
+def test_a_withheld_device_is_published_once_every_node_said_its_ranks_exited(tmp_path: Path, trace: Path) -> None:
+    """No wait for quiet when the agents say the job ended: the round that read their last posts is
+    the answer (rounds could never agree here: ten are needed)."""
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0, settle_s=3600, confirm_rounds=10)) as c:
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        assert c.portal is not None
+        nodes, _, first = _first_round(c, trace, tmp_path / "spool")
+        assert first["candidates"] == []
+        *running, last = nodes
+        for a in running:
+            a.step(final=True, ended=True)
+        localize(c, "svc-job", nodes)
+        c.portal.call(svc.settle)  # one node's ranks still run
+        assert c.get("/v1/jobs/svc-job").json()["candidates"] == []
+        last.step(final=True, ended=True)
+        c.portal.call(svc.settle)  # every node ended, but no round has read the last one's post yet
+        assert c.get("/v1/jobs/svc-job").json()["candidates"] == []
+        localize(c, "svc-job", nodes)
+        c.portal.call(svc.settle)
+        settled = c.get("/v1/jobs/svc-job").json()
+        assert settled["candidates"][0]["rank"] == ROOT and "localizing" not in settled, settled

@@ -98,11 +98,12 @@ def run_nic(out: Path) -> Path:
 
 
 THROTTLED = Fault("host", 20, host=JOB.host(1))
-QUOTA = 0.05  # of one core, for node-1's agent and its two ranks together
+QUOTA = 0.05  # of one core, for node-1's agent and its two ranks together (at 0.15 the ranks' waits fit in it)
 
 
 def run_throttled(out: Path, job: RealJob | None = None) -> Path:
-    """The job (default `JOB`) with node-1's processes in a cgroup; its CPU quota set once step 19 is done."""
+    """The job (default `JOB`) with node-1's processes in a cgroup; its CPU quota set
+    once step 19 is done, and lifted once the last one is (the processes' exit at 5% took a minute)."""
     job = job or JOB
     node = int(THROTTLED.host.rsplit("-", 1)[1])
     cpu = CpuLimit(f"laggard-test-{os.getpid()}")
@@ -113,7 +114,8 @@ def run_throttled(out: Path, job: RealJob | None = None) -> Path:
             pytest.skip(f"cannot make a cgroup with a CPU quota here: {e}")
         return run(out, job, "real-host-throttled-from-20", THROTTLED,
                    wrap=lambda n, argv: cpu.argv(argv) if n == node else argv,
-                   at_step=[(THROTTLED.start - 1, lambda: cpu.limit(QUOTA))], timeout=300)
+                   at_step=[(THROTTLED.start - 1, lambda: cpu.limit(QUOTA)), (job.steps - 1, lambda: cpu.limit(None))],
+                   timeout=300)
     finally:
         cpu.down()
 

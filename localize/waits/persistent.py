@@ -350,9 +350,12 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen, unseen=unseen, peers=peers,
                                              peer_wait=beside) if u.kind in ("gpu", "host")]
     found = [(u, u.share * float(worker_blame.sum())) for u in workers]
+    layers = None if waited is None else _stage_units(stage_reference(comp - waited, seen, stage), stage, seen)
     for unit, blame in _stage_units(ref, stage, seen):
         if "since" not in unit.detail:
-            found.append((unit, blame))
+            # a stage whose excess is waiting on unlogged peers, not its own compute, has no more layers
+            if layers is None or any(u.detail["stage"] == unit.detail["stage"] for u, _ in layers):
+                found.append((unit, blame))
             continue
         for u in _stage_devices(unit, comp, seen, meta, kinds, waited, peers):
             found.append((u, u.share * blame))

@@ -109,3 +109,18 @@ def test_without_groups_in_meta_the_summary_path_still_sees_lone_copies(tmp_path
         assert v.status == "irregular" and v.candidates, v.status
         assert 22 in {c.rank for c in top_tie(v)}, [c.device() for c in v.candidates]
     assert [c.device() for c in top_tie(summary)] == [c.device() for c in top_tie(full)]
+
+
+@pytest.mark.parametrize("p2p", ["batched", "rendezvous", "eager"])
+def test_a_stage_waiting_on_an_unlogged_gpu_through_expert_all_to_alls_is_not_its_layers(tmp_path: Path, p2p: str) -> None:
+    """tp8 pp2 ep4, TP rank 0 logged: GPU 9, slow from the first step, holds up its expert group's
+    all-to-alls, so every replica's stage-0 TP groups wait on it and every logged stage-0 rank spends
+    longer in its lone TP operators than stage 1's. That is waiting, not the split of layers: the
+    full records said "config" over the tie of GPU 9's TP peers (0.78 to 0.22), the summaries the tie."""
+    cfg = SimConfig(gpus=64, tp=8, pp=2, ep=4, steps=28, seed=4244, p2p=p2p, logged_ranks="one-per-tp", sample_steps=0.4,
+                    gpus_per_host=8, hosts_per_switch=8, faults=[FaultSpec.parse("gpu:rank=9,factor=1.8")], job="j")
+    for v in both_paths(cfg, tmp_path):
+        assert v.status == "irregular" and v.candidates, v.status
+        tie = top_tie(v)
+        assert {c.rank for c in tie} == set(range(9, 16)), [c.device() for c in v.candidates]
+        assert all(c.score < tie[0].score for c in v.candidates if c.kind in ("config", "data"))

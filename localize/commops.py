@@ -49,6 +49,7 @@ from localize.verdict import Candidate, Verdict
 from localize.waits.persistent import (
     compute_table,
     first_slow_step,
+    later_onset,
     persistent_imbalance,
     worker_onset,
 )
@@ -414,14 +415,14 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                                 "operators": len(ops.rank)}
     if both is None and net and comm_total > 0 and len(tied_best(net)) > 1:
         extra["network_tie"] = len(tied_best(net))  # devices CommOps cannot tell apart
-    onset = view.onset_step if view.onset_step in set(irr.tolist()) else int(irr.min())
+    onset = view.onset_step if view.onset_step is not None and view.onset_step in set(irr.tolist()) else int(irr.min())
     if candidates and candidates[0].kind in ("gpu", "host"):
         comp, logged, steps_of = compute_table(ops, world, lone)
         ranks = _logged_stand_ins(candidate_ranks(candidates[0], meta), logged, meta)
-        own = worker_onset(comp, logged, steps_of, layout, kinds, ranks)
-        onset = own if own in set(irr.tolist()) else onset  # (a level its on-and-off steps merely average to is none)
+        # (a level its on-and-off steps merely average to is none)
+        onset = later_onset(worker_onset(comp, logged, steps_of, layout, kinds, ranks), onset, irr.tolist(), view.steps)
         began = first_slow_step(comp, logged, steps_of, layout, kinds, ranks, irr.tolist())
-        if began is not None and (onset is None or began < onset):
+        if began is not None and began < onset:
             onset = began  # (on and off: its first slow step)
     return Verdict(meta.job, "irregular", [int(s) for s in irr], float(view.slowdown), candidates, extra,
                    onset_step=onset), analysis

@@ -68,6 +68,7 @@ from localize.waits.persistent import (
     first_slow_step,
     grown_devices,
     imbalance,
+    later_onset,
     persistent_imbalance,
     worker_onset,
 )
@@ -656,8 +657,8 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
         comp, seen, steps = compute_matrix(summary, meta)
         kinds = group_kinds(analysis.ops) if analysis is not None else {}
         ranks, steps_of = candidate_ranks(top_c, meta), np.asarray(steps, dtype=np.int64)
-        own = worker_onset(comp, seen, steps_of, meta, kinds, ranks)
-        verdict.onset_step = own if own in set(plan.irregular) else verdict.onset_step
+        verdict.onset_step = later_onset(worker_onset(comp, seen, steps_of, meta, kinds, ranks), verdict.onset_step,
+                                         plan.irregular, table)
         first = first_slow_step(comp, seen, steps_of, meta, kinds, ranks, plan.irregular)
         if first is not None and first < verdict.onset_step:
             verdict.onset_step = first  # (on and off: its first slow step)

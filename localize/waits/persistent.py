@@ -36,6 +36,7 @@ OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it
 QUIET_BEFORE = 0.1  # an on-and-off device began where it was slow in at most this share of the steps before
 LEVEL_HELD = 0.8  # a level shift is "slow in every step since" when slow in this share of them (else: on and off)
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
+ONSET_HELD = 0.6  # slow steps before a device's own onset are the fault's when this near its typical excess
 WHOLE_FIRST = 0.9  # a first recorded step is whole when each rank logged this share of an average step's operators
 
 
@@ -276,6 +277,27 @@ def worker_onset(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: Jo
         return None
     k = level_shift(device_ratio(comp, seen, meta, kinds, mine), 1 + MIN_EXCESS)
     return int(steps[k]) if k is not None and k > 0 else None
+
+
+def later_onset(own: int | None, onset: int, irregular: Sequence[int], table: pd.DataFrame) -> int:
+    """The onset from a device's own level shift (`worker_onset`) where it is one of the slow steps,
+    unless the job ran slow in every logged step from its own onset to it, each nearly as much as
+    in the steps since (ONSET_HELD of their typical excess): that is the fault's start. A host the
+    kernel throttles is stopped in its transfers first, and its compute beside its peers' rose two
+    steps later (a real tp1 job throttled at step 20: 3.7x and 4.3x steps, then 4.5x, "since
+    step 22"); a busy machine before a fault slows every step by far less than the fault does.
+    `table`: the job's steps (step, ratio to baseline, irregular)."""
+    slow = set(irregular)
+    if own is None or own not in slow:
+        return onset
+    step = table["step"].to_numpy(np.int64)
+    excess = table["ratio"].to_numpy(np.float64) - 1.0
+    held = table["irregular"].to_numpy(bool)
+    between, since = (step >= onset) & (step < own), held & (step >= own)
+    if onset < own and between.any() and since.any() and held[between].all() and (
+            excess[between] >= ONSET_HELD * float(np.median(excess[since]))).all():
+        return onset
+    return own
 
 
 def device_ratio(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str], mine: list[int]) -> np.ndarray:

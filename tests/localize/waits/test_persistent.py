@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from collector.trace.meta import JobMeta, RankInfo
-from localize.waits.persistent import first_slow_step, imbalance, intermittent_start, worker_onset
+from localize.waits.persistent import first_slow_step, imbalance, intermittent_start, later_onset, worker_onset
 
 # 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4
 META = JobMeta("t", 16, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(16)},
@@ -186,3 +187,24 @@ def test_two_replicas_taking_one_turn_a_step_from_the_first_step_are_the_data() 
     comp[replicas[0], :24] *= 1.8  # replica 0's every rank, in 24 of 40 steps: no turns
     found = imbalance(comp, np.ones(8, bool), STEPS, meta, kinds)
     assert not found.units or found.units[0].kind != "data"
+
+
+def _steps(ratios: dict[int, float]) -> pd.DataFrame:
+    """Steps 1..40 at their baseline but `ratios`; irregular from 1.1x."""
+    ratio = np.array([ratios.get(int(s), 1.0) for s in STEPS])
+    return pd.DataFrame({"step": STEPS, "ratio": ratio, "irregular": ratio >= 1.1})
+
+
+def test_a_devices_later_onset_wins_over_a_busy_machines_milder_steps_before_it() -> None:
+    """Every step slow from the job's onset to the device's, nearly as slow as the fault's own: the
+    fault began at the job's onset (a throttled host, stopped in its transfers first). Slowed far
+    less (a busy machine), or with a normal step between (a blip), they are not the fault's."""
+    throttled = _steps({20: 3.7, 21: 4.3, **{s: 4.5 for s in range(22, 41)}})
+    irregular = list(range(20, 41))
+    assert later_onset(22, 20, irregular, throttled) == 20
+    busy = _steps({**{s: 1.25 for s in range(14, 20)}, **{s: 1.5 for s in range(20, 41)}})
+    assert later_onset(20, 14, list(range(14, 41)), busy) == 20
+    blip = _steps({21: 1.6, **{s: 1.6 for s in range(25, 41)}})
+    assert later_onset(25, 21, [21, *range(25, 41)], blip) == 25
+    assert later_onset(None, 20, irregular, throttled) == 20
+    assert later_onset(19, 20, irregular, throttled) == 20  # not a slow step: no onset of the fault's

@@ -7,7 +7,13 @@ import pandas as pd
 import pytest
 
 from collector.trace.meta import JobMeta, RankInfo
-from localize.waits.persistent import first_slow_step, imbalance, intermittent_start, later_onset, worker_onset
+from localize.waits.persistent import (
+    first_slow_step,
+    imbalance,
+    intermittent_start,
+    later_onset,
+    worker_onset,
+)
 
 # 16 ranks, 2 per host: tp 2 within a host, pp 2, dp 4
 META = JobMeta("t", 16, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(16)},

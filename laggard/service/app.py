@@ -219,7 +219,7 @@ class Service:
         """Store and export a round's verdict; its device only once consecutive rounds agree on it."""
         job = loc.job
         prev = self.agreement.get(job, Agreement())
-        self.agreement[job], shown = publish(prev, loc.verdict, loc.upto, needed or self.confirm_rounds)
+        self.agreement[job], shown = publish(prev, loc.verdict, loc.evidence, needed or self.confirm_rounds)
         if shown is loc.verdict:
             self.unconfirmed.pop(job, None)
         else:

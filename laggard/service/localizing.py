@@ -51,6 +51,7 @@ class Localized:
     lost_s: dict[int, float] = field(default_factory=dict)  # per irregular step: seconds lost (wall)
     world_size: int = 0
     upto: int = 0  # the newest summary (store id) this verdict was planned on
+    evidence: int = 0  # the newest of them that carried steps or stuck operators: rounds agree on new ones only
 
 
 @dataclass
@@ -74,6 +75,12 @@ class _Post:
     last_step: int
     cols: dict[str, np.ndarray]
     pending: pd.DataFrame | None = None  # the node's stuck operators when it posted (None: nothing stuck)
+
+    @property
+    def evidence(self) -> bool:
+        """Whether it says anything new of the job: steps, or operators stuck (a node's post that its
+        ranks exited, or that a hang cleared, carries neither)."""
+        return len(self.cols["rank"]) > 0 or self.pending is not None
 
 
 @dataclass
@@ -157,6 +164,11 @@ def _summary(cache: _JobCache, upto: int | None = None) -> pd.DataFrame:
     return summary_frame([p for p in cache.posts if upto is None or p.id <= upto])
 
 
+def _evidence(cache: _JobCache, upto: int) -> int:
+    """The newest post up to `upto` that carried evidence (`_Post.evidence`)."""
+    return max((p.id for p in cache.posts if p.id <= upto and p.evidence), default=0)
+
+
 def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Round:
     """Plan, ask for records, or localize: whichever this job's state calls for now."""
     cache = _CACHE.setdefault((db, job), _JobCache())
@@ -173,7 +185,8 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
                 records = store.records(job, pending.request)
                 store.clear_fetch(job)
                 cache.metas.clear()
-                return Round(job, _localize(job, meta, _summary(cache, pending.upto), records, top, pending.upto),
+                return Round(job, _localize(job, meta, _summary(cache, pending.upto), records, top, pending.upto,
+                                            _evidence(cache, pending.upto)),
                              done_request=pending.request, stale=cache.last_id > pending.upto)
             if meta is not None and time.time_ns() - pending.created_ns < FETCH_TIMEOUT_S * 1e9:
                 return Round(job)  # still waiting for some nodes
@@ -183,8 +196,8 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
         if stuck is not None and hang is not None:  # stuck, not slow: no steps finish, nothing to fetch
             if pending is not None:
                 store.clear_fetch(job)
-            return Round(job, _localized(job, meta, hang, _summary(cache), cache.last_id, time.perf_counter(),
-                                         float(stuck["start_ns"].min()) / 1e9))
+            return Round(job, _localized(job, meta, hang, _summary(cache), cache.last_id, _evidence(cache, cache.last_id),
+                                         time.perf_counter(), float(stuck["start_ns"].min()) / 1e9))
         summary = _summary(cache)
         if summary.empty:
             return Round(job)
@@ -196,7 +209,7 @@ def localize_round(db: str, job: str, keep_steps: int = 400, top: int = 5) -> Ro
         if not ask:
             if pending is not None:
                 store.clear_fetch(job)
-            return Round(job, _localize(job, meta, summary, {}, top, cache.last_id))
+            return Round(job, _localize(job, meta, summary, {}, top, cache.last_id, _evidence(cache, cache.last_id)))
         request = store.set_fetch(job, ask, cache.last_id)
         cache.metas = {request: meta}
         return Round(job, fetch=ask, request=request)
@@ -213,7 +226,7 @@ def _records(bodies: dict[str, str]) -> pa.Table:
 
 
 def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str, str], top: int,
-              upto: int) -> Localized:
+              upto: int, evidence: int) -> Localized:
     t0 = time.perf_counter()
     rows = _records(records).to_pandas()
 
@@ -223,11 +236,11 @@ def _localize(job: str, meta: JobMeta, summary: pd.DataFrame, records: dict[str,
         return rows.loc[keep, list(COLUMNS)].sort_values(["rank", "start_ns"]).reset_index(drop=True)
 
     verdict, _ = localize_summary(summary, meta, fetch, top)
-    return _localized(job, meta, verdict, summary, upto, t0)
+    return _localized(job, meta, verdict, summary, upto, evidence, t0)
 
 
-def _localized(job: str, meta: JobMeta, verdict: Verdict, summary: pd.DataFrame, upto: int, t0: float,
-               onset: float | None = None) -> Localized:
+def _localized(job: str, meta: JobMeta, verdict: Verdict, summary: pd.DataFrame, upto: int, evidence: int,
+               t0: float, onset: float | None = None) -> Localized:
     """A verdict with its report, onset and lost time, as the service stores and exports it."""
     steps = step_table(summary)[0] if not summary.empty else pd.DataFrame()
     v = verdict.to_dict()
@@ -238,7 +251,7 @@ def _localized(job: str, meta: JobMeta, verdict: Verdict, summary: pd.DataFrame,
     lost = {} if irr.empty else dict(zip(irr["step"].astype(int), (irr["duration_s"] - irr["baseline_s"]).clip(
         lower=0).astype(float), strict=True))
     return Localized(job, v, report.to_dict(), render_markdown(report), time.perf_counter() - t0,
-                     onset if onset is not None else onset_time(summary, v), lost, meta.world_size, upto)
+                     onset if onset is not None else onset_time(summary, v), lost, meta.world_size, upto, evidence)
 
 
 def onset_time(summary: pd.DataFrame, verdict: dict[str, Any]) -> float | None:

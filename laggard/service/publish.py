@@ -7,7 +7,8 @@ names should not change a second later, so a round's device is published only on
 device (a tie counts as its set of devices). Until then the job is shown as it is, irregular
 or hung, but "localizing": no candidates, and a `localizing` field saying how far along it is.
 A healthy round is shown at once (nothing to name). A round on the same summaries as the last
-one (a manual re-localize) is no new evidence and does not count.
+one (a manual re-localize), or on posts that add nothing (a node saying its ranks exited, or
+that a hang cleared), is no new evidence and does not count.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def device_key(verdict: dict[str, Any]) -> str | None:
 
 def publish(prev: Agreement, verdict: dict[str, Any], upto: int,
             needed: int = NEEDED) -> tuple[Agreement, dict[str, Any]]:
-    """The job's new agreement, and the verdict to show for a round planned on summaries up to `upto`."""
+    """The job's new agreement, and the verdict to show for a round whose newest evidence is the
+    summary `upto` (`Localized.evidence`)."""
     key = device_key(verdict)
     if verdict.get("status") == "healthy" or key is None:
         return Agreement(None, max(upto, prev.upto), 0), verdict

@@ -133,3 +133,21 @@ def test_a_withheld_device_is_published_once_every_node_said_its_ranks_exited(tm
         c.portal.call(svc.settle)
         settled = c.get("/v1/jobs/svc-job").json()
         assert settled["candidates"][0]["rank"] == ROOT and "localizing" not in settled, settled
+
+
+@pytest.mark.slow
+def test_posts_that_carry_no_steps_do_not_confirm_a_device(tmp_path: Path, trace: Path) -> None:
+    """A round after posts that only say the ranks exited read nothing new of the job: it does not
+    count as the second round that agrees (the device was confirmed on no new evidence)."""
+    with TestClient(create_app(tmp_path / "s.db", interval_s=0, settle_s=3600)) as c:
+        nodes, posts, first = _first_round(c, trace, tmp_path / "spool")
+        assert first["candidates"] == [] and first["localizing"]["rounds_agreeing"] == 1
+        for a in nodes:
+            a.step(final=True, ended=True)
+        again = localize(c, "svc-job", nodes)
+        assert again["candidates"] == [] and again["localizing"]["rounds_agreeing"] == 1, again
+        for batch in posts.values():  # steps 20..29: new evidence
+            for _, body in batch[2:]:
+                assert c.post("/v1/summaries", content=body).status_code == 202
+        third = localize(c, "svc-job", nodes)
+        assert third["candidates"][0]["rank"] == ROOT and "localizing" not in third, third

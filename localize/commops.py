@@ -53,7 +53,7 @@ from localize.waits.persistent import (
     persistent_imbalance,
     worker_onset,
 )
-from localize.waits.ranking import RankUnit, explain_rank_blame
+from localize.waits.ranking import MIN_SHARE, RankUnit, explain_rank_blame
 from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
 
@@ -439,11 +439,15 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
     the host explains them nearly as well as the best device: a slow GPU is named for its own.
     A host with no group inside it carries what its NIC carries (the resolver keeps the NIC for
     both): its ranks' lateness is then all that tells it from the NIC (a real host at 10% of its
-    CPU in a tp1 job was its NIC 0.66, the host 0.22)."""
+    CPU in a tp1 job was its NIC 0.66, the host 0.22). A unit holding under MIN_SHARE of the rank
+    blame is one of many ranks late alike (every member of a slow DP ring, its forward waiting on
+    the ring's all-gather): it tips nothing (a 256-GPU link fault read as one of the ring's hosts)."""
     best = net[0].score * comm_frac
     listed = {(c.kind, c.key) for c in net}
     as_host = [replace(c, kind="host") if c.kind == "nic" and ("host", c.key) not in listed else c for c in net]
     for u in units:
+        if u.share < MIN_SHARE:
+            continue
         if u.kind == "host":
             on = u.label
         elif (u.kind == "gpu" and u.via is None and len(u.ranks) == 1 and u.ranks[0] in meta.ranks

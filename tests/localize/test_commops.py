@@ -105,3 +105,21 @@ def test_a_host_late_in_compute_and_slow_in_its_transfers_is_one_finding_over_it
     found = host_on_both([host], nic_only, meta, rank_frac=0.2, comm_frac=0.8)
     assert found is not None and (found[1].kind, found[1].key) == ("host", ("node-1",)) and nic_only[0].kind == "nic"
     assert host_on_both([], nic_only, meta, rank_frac=0.0, comm_frac=1.0) is None
+
+
+def test_a_host_holding_a_sliver_of_the_rank_blame_does_not_tip_a_network_tie() -> None:
+    """Every member of a slow DP ring late alike (its forward waiting on the ring's all-gather): the
+    blame's first unit, one host of sixteen at 6%, named the host over the ring's tied links (a
+    256-GPU link fault). A host that stands out in the blame still does."""
+    from collector.trace.meta import JobMeta
+    from localize.commops import host_on_both
+    from localize.network.devices import NetCandidate
+    from localize.waits.ranking import MIN_SHARE, RankUnit
+
+    meta = JobMeta.from_dict({"job": "j", "world_size": 4,
+                              "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(4)}})
+    ring = [NetCandidate("link", ("node-0", "node-1"), 0.52, 1, 1), NetCandidate("host", ("node-1",), 0.52, 1, 6)]
+    sliver = RankUnit("host", [2, 3], MIN_SHARE * 0.8, 1.0, "node-1")
+    assert host_on_both([sliver], ring, meta, rank_frac=0.8, comm_frac=0.2) is None
+    whole = RankUnit("host", [2, 3], 0.9, 1.0, "node-1")
+    assert host_on_both([whole], ring, meta, rank_frac=0.8, comm_frac=0.2) is not None

@@ -49,6 +49,9 @@ WARMUP_TAIL = 0.5
 #: (it fades), up to this many steps
 WARMUP_FADE_SLACK = 0.1
 WARMUP_FADE_STEPS = 8
+#: ... and a leading block followed by a normal step is warm-up when each of its steps lost at least
+#: this many times the excess of the irregular steps after it: no one fault ran at both levels
+WARMUP_ABOVE = 1.8
 #: Irregular steps that together lost less than this share of the window's time, none of them
 #: SPIKE_RATIO times its baseline, are noise (a busy host now and then), not an irregularity ...
 MIN_LOST_SHARE = 0.02
@@ -537,8 +540,13 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         # before it -- with every third step logged, a warm-up's tail, a normal step, a link from step 9)
         later = irr.copy()
         later[:lead] = False
+        fault_excess = float(np.nanmedian(ratios[later] - 1.0)) if later.any() else float("nan")
         calm = calm or (len(after) > 0 and not after[0] and bool(later.any())
-                        and bool(excess[-1] <= WARMUP_TAIL * float(np.nanmedian(ratios[later] - 1.0))))
+                        and bool(excess[-1] <= WARMUP_TAIL * fault_excess))
+        # (or one normal step, then a fault at a far lower level: every second step logged at random,
+        # a 1.9x warm-up, one normal step, a link at 1.4x from step 22 -- one episode "since step 0")
+        calm = calm or (len(after) > 0 and not after[0] and bool(later.any())
+                        and bool(np.nanmin(excess) >= WARMUP_ABOVE * fault_excess))
         tail = lead == limit + 1 and bool(excess[-1] <= WARMUP_TAIL * np.nanmin(excess[:-1]))
         # (or a longer block that decays step by step to half its start: a loaded machine's warm-up
         # ran 2.0x, 1.31x, 1.26x, 1.15x, 1.15x; a fault from the start holds its level)

@@ -229,6 +229,22 @@ def test_a_warm_up_decayed_then_one_normal_step_then_a_fault_is_warm_up() -> Non
     assert warm == [] and onset == 0
 
 
+def test_a_warm_up_far_above_a_fault_one_normal_step_later_is_warm_up() -> None:
+    """A sampling logger (40% of steps, independent generator seed 13232 job 42): the first two
+    logged steps ran 1.92x and 1.84x, step 7 normal, then a link at 1.4x from step 22. Neither the
+    warm-up nor its tail had decayed, so it read as the fault's first episode, "since step 0", and
+    the warm-up's operators were judged as the link's: a tie of two switches. A block twice as far
+    above normal as every later slow step is no step of that fault; one at the fault's level is."""
+    steps = np.array([0, 1, 7, 22, 25, 31, 32, 35, 38, 39, 42, 43, 45, 47, 48])
+    d = np.array([368.8, 354.7, 192.3, 264.5, 271.4, 198.0, 268.9, 192.0, 267.9, 272.3, 278.5, 271.0,
+                  271.3, 266.6, 193.8]) * 1e-3
+    table, warm, onset = settle(judge_steps(pd.Series(d, index=steps)))
+    assert warm == [0, 1] and onset == 22 and not table["irregular"].to_numpy()[:3].any()
+    d[:2] = 270e-3  # the block at the fault's level
+    _, warm, onset = settle(judge_steps(pd.Series(d, index=steps)))
+    assert warm == [] and onset == 0
+
+
 def test_a_warm_up_fading_over_five_steps_is_warm_up_a_block_holding_its_level_is_not() -> None:
     """A real gloo run on a loaded machine (CI): its first steps ran 2.0x, 1.31x, 1.26x, 1.15x, 1.15x
     of the rest, five slow steps where the rule allows four, and the summary path read them as a

@@ -812,14 +812,25 @@ def _seed(d: np.ndarray, delta: float, window: int) -> np.ndarray:
     """Normal-looking steps of the first window: within δ of its fastest plausible step.
 
     Steps faster than half the window's median are ignored (a partial or mis-cut step), so one
-    bogus short step cannot make every later step look slow.
+    bogus short step cannot make every later step look slow. Nor is the step right after one δ
+    over the median (past the leading warm-up) the fastest: it is short by what its start lent the
+    slow one (a late end measured into it). A NIC's 1.45x step followed by a 0.84x one set the
+    summaries' baseline at that one step, and every normal step after it read 1.2x ("since step
+    1", a host named).
     """
     first = d[:window]
     first = first[np.isfinite(first)]
     if first.size == 0:
         return first
-    first = first[first >= 0.5 * np.median(first)]
-    return first[first < delta * first.min()]
+    median = np.median(first)
+    plausible = first >= 0.5 * median
+    slow = first >= delta * median
+    slow &= ~np.logical_and.accumulate(slow)  # (the warm-up's block leads: what follows it is normal)
+    after_slow = np.r_[False, slow[:-1]]
+    anchors = first[plausible & ~after_slow]
+    fastest = float(anchors.min()) if anchors.size else float(first[plausible].min())
+    first = first[plausible]
+    return first[first < delta * fastest]
 
 
 def _anchor_groups(rank: np.ndarray, gcode: np.ndarray) -> np.ndarray:

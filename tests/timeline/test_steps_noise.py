@@ -229,6 +229,22 @@ def test_a_warm_up_decayed_then_one_normal_step_then_a_fault_is_warm_up() -> Non
     assert warm == [] and onset == 0
 
 
+def test_a_short_step_right_after_a_slow_one_does_not_set_the_baseline() -> None:
+    """The summaries of a NIC on at random (independent generator seed 13131, job 45): its 1.45x
+    step 6 was followed by a 0.84x one, the rest of the first steps at 1.0x. Seeded from that one
+    short step, the baseline never learned the normal level: every normal step read 1.2x, "since
+    step 1", a host named. A fault from the first step after the warm-up is still caught."""
+    d = np.array([0.386994, 0.414656, 0.192016, 0.186413, 0.183294, 0.184738, 0.226623, 0.155936, 0.187785,
+                  0.184251, 0.187338, 0.180935, 0.229893, 0.193856, 0.154000, 0.188266, 0.186207, 0.188143,
+                  0.228620, 0.153080, 0.227508, 0.152343, 0.190850, 0.187038, 0.183542])
+    table = judge_steps(pd.Series(d, index=np.arange(25)))
+    irregular = set(table.loc[table["irregular"], "step"].astype(int))
+    assert irregular <= {0, 1, 6, 12, 18, 20} and {6, 12, 18, 20} <= irregular, sorted(irregular)
+    d[2:] = np.where(np.arange(2, 25) >= 3, 1.5 * 0.186, 0.186)  # one normal step, then a fault
+    table = judge_steps(pd.Series(d, index=np.arange(25)))
+    assert table["irregular"].to_numpy()[3:].all()
+
+
 def test_a_warm_up_far_above_a_fault_one_normal_step_later_is_warm_up() -> None:
     """A sampling logger (40% of steps, independent generator seed 13232 job 42): the first two
     logged steps ran 1.92x and 1.84x, step 7 normal, then a link at 1.4x from step 22. Neither the

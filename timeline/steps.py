@@ -536,17 +536,16 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         calm = calm or (len(after) == WARMUP_NORMAL_AFTER and not after[:-1].any())
         limit = max(WARMUP_MAX_STEPS, int(WARMUP_MAX_SHARE * n))
         excess = ratios[:lead] - 1.0
-        # (or one normal step, then a fault: the block decayed to a fraction of the fault's level
-        # before it -- with every third step logged, a warm-up's tail, a normal step, a link from step 9)
+        # (or one normal step, then a fault, the block at another level than the fault's: decayed to
+        # a fraction of it -- every third step logged, a warm-up's tail, a normal step, a link from
+        # step 9 -- or far above it -- every second step logged at random, a 1.9x warm-up, one
+        # normal step, a link at 1.4x from step 22: one episode "since step 0")
         later = irr.copy()
         later[:lead] = False
-        fault_excess = float(np.nanmedian(ratios[later] - 1.0)) if later.any() else float("nan")
-        calm = calm or (len(after) > 0 and not after[0] and bool(later.any())
-                        and bool(excess[-1] <= WARMUP_TAIL * fault_excess))
-        # (or one normal step, then a fault at a far lower level: every second step logged at random,
-        # a 1.9x warm-up, one normal step, a link at 1.4x from step 22 -- one episode "since step 0")
-        calm = calm or (len(after) > 0 and not after[0] and bool(later.any())
-                        and bool(np.nanmin(excess) >= WARMUP_ABOVE * fault_excess))
+        if len(after) > 0 and not after[0] and later.any():
+            fault_excess = float(np.nanmedian(ratios[later] - 1.0))
+            calm = calm or bool(excess[-1] <= WARMUP_TAIL * fault_excess) or bool(
+                np.nanmin(excess) >= WARMUP_ABOVE * fault_excess)
         tail = lead == limit + 1 and bool(excess[-1] <= WARMUP_TAIL * np.nanmin(excess[:-1]))
         # (or a longer block that decays step by step to half its start: a loaded machine's warm-up
         # ran 2.0x, 1.31x, 1.26x, 1.15x, 1.15x; a fault from the start holds its level)

@@ -59,9 +59,10 @@ SPIKE_RATIO = 1.5
 #: ... nor, in a job whose steps repeat closely, two steps in a row this many σ of its step noise
 #: beyond their baseline (one such step is a real healthy job's blip now and then).
 SPIKE_SIGMAS = 6.0
-#: ... unless it stands LONE_SIGMAS σ and LONE_RATIO beyond its baseline: the largest stray of ~35
-#: real gloo runs on a loaded machine was 9σ, real blips among steps within 0.5% reach 1.15x (13σ and
-#: more), while a fault's slow step seen once in sampled steps stood at 1.25-1.49x, 16-80σ.
+#: ... unless it stands LONE_SIGMAS σ of the other steps' spread (`spread_of_normal_steps`) and
+#: LONE_RATIO beyond its baseline: the largest stray of 18 real gloo runs on a loaded machine was
+#: 4.7σ (9σ of successive differences in ~35 earlier runs), real blips among steps within 0.5% reach
+#: 1.15x (13σ and more), while a fault's slow step seen once in sampled steps stood at 1.23-1.49x, 14-80σ.
 LONE_SIGMAS = 12.0
 LONE_RATIO = 1.2
 #: The onset is the first step of the first episode that lost at least this share of the time lost.
@@ -564,7 +565,7 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * noise)
     if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO
             and not (far[1:] & far[:-1]).any()):
-        stands_out = irr & (ratio >= max(LONE_RATIO, 1.0 + LONE_SIGMAS * noise))
+        stands_out = irr & (ratio >= max(LONE_RATIO, 1.0 + LONE_SIGMAS * spread_of_normal_steps(ratio[counted & ~irr], noise)))
         pattern[irr & ~stands_out] = "noise"
         irr &= stands_out
     steps = t["step"].to_numpy(np.int64)
@@ -774,6 +775,18 @@ def step_noise(d: np.ndarray) -> float:
     q1, q2 = (float(np.quantile(np.abs(x[lag:] - x[:-lag]), 0.25)) for lag in (1, 2))
     q = q2 if q1 > ALTERNATION * q2 else q1  # (noise moves both alike)
     return q / HALF_NORMAL_Q25 / float(np.median(x))
+
+
+def spread_of_normal_steps(ratios: np.ndarray, fallback: float) -> float:
+    """Robust σ of the normal steps' ratios to their baseline (MAD), what a lone slow step is held
+    against: successive differences count each step boundary twice (a step's end measured late is
+    the next step's start), and read a sampled job's noise 1.5-3x wider than the steps spread (a
+    link's 1.23x step, 14σ of the other steps, passed for noise at 9σ). `fallback` when fewer than
+    four normal steps."""
+    r = ratios[np.isfinite(ratios)]
+    if len(r) < 4:
+        return fallback
+    return 1.4826 * float(np.median(np.abs(r - np.median(r))))
 
 
 def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray) -> np.ndarray:

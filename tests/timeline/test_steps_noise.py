@@ -190,6 +190,24 @@ def test_one_step_far_beyond_a_tight_jobs_noise_is_a_spike_not_a_blip() -> None:
     assert not table["irregular"].any() and onset is None
 
 
+def test_a_lone_step_is_held_against_the_other_steps_spread_not_their_differences() -> None:
+    """Each step's end measured with 1% noise is the next step's start: successive differences
+    then swing √3 times wider than the steps themselves spread, and a link's lone 1.23x step
+    (14σ of the other steps, as on the independent generator with a sampling logger) read as
+    noise at 9σ of those differences. A step at 1.15x stays a blip."""
+    rng = np.random.default_rng(6)
+    ends = np.cumsum(np.full(22, 0.29)) + rng.normal(0, 0.0029, 22)
+    d = np.diff(ends)
+    assert step_noise(d) > 1.5 * 1.4826 * np.median(np.abs(d / np.median(d) - 1))
+    spike, blip = d.copy(), d.copy()
+    spike[9] *= 1.23
+    blip[9] *= 1.15
+    table, _, onset = settle(judge_steps(pd.Series(spike, index=np.arange(21))))
+    assert table["irregular"].to_numpy().nonzero()[0].tolist() == [9] and onset == 9
+    table, _, onset = settle(judge_steps(pd.Series(blip, index=np.arange(21))))
+    assert not table["irregular"].any() and onset is None
+
+
 def test_one_step_of_noise_after_the_warm_up_leaves_it_warm_up() -> None:
     """A real overlapped gloo job (a GPU 2x from step 20): step 0 ran 1.37 s, step 2 1.10x its
     baseline. The blip made the warm-up a slow episode of steps 0-2, and the onset read 2."""

@@ -584,13 +584,17 @@ def abnormal_beyond_peers(per_group: pd.Series, meta: JobMeta) -> pd.Series:
     of the job wait, evenly, and its own pipeline groups several times more than the other
     pipeline groups: ranked by seconds alone, the rings filled the budget of a 4,096-GPU job and
     the NIC's pipeline transfers were never fetched (a tie of 288 devices, where the full
-    records name the NIC)."""
+    records name the NIC). The most abnormal group of each size leads, though: on an 8,192-GPU job
+    a slow link crossed only by rings of 512 ranks left small groups that waited on the ring far
+    above their peers, which filled the budget; no ring was fetched, no transfer judged, and a
+    host was named at 0.009."""
     if per_group.empty:
         return per_group
     size = pd.Series([len(meta.groups.get(str(g), ())) for g in per_group.index], index=per_group.index)
     ratio = per_group / per_group.groupby(size).transform("median").clip(lower=1e-12)
-    order = pd.DataFrame({"ratio": ratio, "s": per_group}).sort_values(["ratio", "s"], ascending=False).index
-    return per_group.reindex(order)
+    ranked = pd.DataFrame({"ratio": ratio, "s": per_group, "size": size}).sort_values(["ratio", "s"], ascending=False)
+    head = ~ranked["size"].duplicated()
+    return per_group.reindex([*ranked.index[head], *ranked.index[~head]])
 
 
 #: fetches the full CommOps rows (COLUMNS) of some ranks over an inclusive step range, in trace order

@@ -218,6 +218,25 @@ def test_a_group_abnormal_beyond_its_peers_is_fetched_before_rings_that_all_wait
     assert list(order.index) == ["pp-1-0", "dp-0", "dp-1", "pp-0-0"]
 
 
+def test_the_most_abnormal_ring_is_fetched_though_small_groups_stand_further_above_their_peers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow link crossed only by data-parallel rings: every ring waited alike, and the pipeline
+    pairs that waited on the slow ring stood far above the other pairs. Ranked by that alone the
+    pairs filled the budget, no ring was fetched, no transfer judged, and an 8,192-GPU job's
+    summaries named a host at 0.009; the most abnormal group of each size is fetched first."""
+    import localize.summary as summary
+
+    monkeypatch.setattr(summary, "MAX_RANKS_NET", 8)
+    steps = list(range(12))
+    compute = pd.DataFrame(1.0, index=range(8), columns=steps)
+    ab = {(s, g): t for s in (6, 8, 10) for g, t in
+          [("dp-0", 0.6), ("dp-1", 0.5), ("dp-2", 0.5), ("dp-3", 0.5),
+           ("pp-0-0", 0.4), ("pp-1-0", 0.4), ("pp-2-0", 0.4),
+           *((f"pp-{k}-1", 0.02) for k in range(4)), ("pp-3-0", 0.02)]}
+    plan = summary.plan_fetch(_host_rows(compute, ab), _layout(), _steps(steps, [6, 8, 10]))
+    assert "dp-0" in plan.groups and {0, 4, 8, 12} <= set(plan.ranks) and len(plan.ranks) <= 8, plan
+
+
 def test_one_ranks_noise_in_one_of_the_slow_steps_does_not_narrow_the_fetch() -> None:
     """A link fault slows steps 6, 8 and 10; rank 3 computes 1.6x in step 8 alone. Taken for a
     straggler, it cut the fetch to its own groups, and the summary path named a GPU where the

@@ -565,7 +565,8 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * noise)
     if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO
             and not (far[1:] & far[:-1]).any()):
-        stands_out = irr & (ratio >= max(LONE_RATIO, 1.0 + LONE_SIGMAS * spread_of_normal_steps(ratio[counted & ~irr], noise)))
+        lone_sigma = spread_of_normal_steps(ratio[counted & ~irr], noise)
+        stands_out = irr & (ratio >= max(LONE_RATIO, 1.0 + LONE_SIGMAS * lone_sigma))
         pattern[irr & ~stands_out] = "noise"
         irr &= stands_out
     steps = t["step"].to_numpy(np.int64)
@@ -713,7 +714,7 @@ def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
     split = int(k[np.argmin(sse)])
     lo, hi = x[:split], x[split:]
     gap = float(np.median(hi) - np.median(lo))
-    spread = max(1.4826 * float(np.median(np.abs(part - np.median(part)))) for part in (lo, hi))
+    spread = max(robust_sigma(part) for part in (lo, hi))
     upper = y >= x[split]
     runs = int(upper[0]) + int((upper[1:] & ~upper[:-1]).sum())  # on and off, not one block (a warm-up's tail)
     return gap >= np.log(delta) and gap >= TWO_LEVEL_SIGMAS * max(spread, 1e-6) and runs >= TWO_LEVEL_RUNS
@@ -784,9 +785,12 @@ def spread_of_normal_steps(ratios: np.ndarray, fallback: float) -> float:
     link's 1.23x step, 14σ of the other steps, passed for noise at 9σ). `fallback` when fewer than
     four normal steps."""
     r = ratios[np.isfinite(ratios)]
-    if len(r) < 4:
-        return fallback
-    return 1.4826 * float(np.median(np.abs(r - np.median(r))))
+    return robust_sigma(r) if len(r) >= 4 else fallback
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """σ from the median absolute deviation: a few outliers (a fault's steps) do not widen it."""
+    return 1.4826 * float(np.median(np.abs(x - np.median(x))))
 
 
 def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray) -> np.ndarray:
@@ -840,9 +844,9 @@ def _seed(d: np.ndarray, delta: float, window: int) -> np.ndarray:
     slow &= ~np.logical_and.accumulate(slow)  # (the warm-up's block leads: what follows it is normal)
     after_slow = np.r_[False, slow[:-1]]
     anchors = first[plausible & ~after_slow]
-    fastest = float(anchors.min()) if anchors.size else float(first[plausible].min())
-    first = first[plausible]
-    return first[first < delta * fastest]
+    kept = first[plausible]
+    fastest = float(anchors.min()) if anchors.size else float(kept.min())
+    return kept[kept < delta * fastest]
 
 
 def _anchor_groups(rank: np.ndarray, gcode: np.ndarray) -> np.ndarray:

@@ -103,6 +103,7 @@ ALIGN_ROUNDS = 3
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; four where a fault took turns in two places)
 EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their excess is this share of its lost time
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess (a normal step that slow is no history)
+ALIKE_LOSS = 3.0  # an irregular step is another place of the fault when it lost within this factor of the typical step's time
 MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
@@ -419,10 +420,20 @@ def slow_leaders(ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: flo
     return {int(cols[j]): frozenset(int(r) for r in ranks[over[:, j]]) for j in np.flatnonzero(over.any(axis=0))}
 
 
+def time_weighted_median(log_ratio: np.ndarray) -> float:
+    """The median slowdown of the time the irregular steps lost (each step weighs its ratio - 1):
+    a straggler's 15x steps among a busy machine's more numerous 1.8x hiccups are the typical
+    ones, which a plain median of the steps put among the hiccups (fetched, they read "host")."""
+    order = np.argsort(log_ratio)
+    weight = np.clip(np.expm1(log_ratio[order]), 1e-9, None)
+    half = np.searchsorted(np.cumsum(weight), 0.5 * weight.sum())
+    return float(log_ratio[order][min(int(half), order.size - 1)])
+
+
 def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[Hashable]]) -> list[int]:
-    """MAX_STEPS irregular steps to fetch: the most typical ones (nearest the median slowdown; the
-    slowest hold the fault plus whatever else disturbed the job then, a busy host, which makes
-    every transfer look slow), those whose slow ranks (`leaders`) share none with the steps taken
+    """MAX_STEPS irregular steps to fetch: the most typical ones (nearest the median slowdown of the
+    time lost, `time_weighted_median`; the slowest hold the fault plus whatever else disturbed the
+    job then, a busy host, which makes every transfer look slow), those whose slow ranks (`leaders`) share none with the steps taken
     first: a fault that moves from replica to replica is seen moving, not twice in one place by
     chance (a data fault whose three fetched steps fell to one replica twice read as a device).
     Where most irregular steps had slow ranks, the fault is theirs and those steps come first: a
@@ -430,8 +441,14 @@ def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[Hashabl
     left no rank slow in most fetched steps: nothing was fetched and the job read healthy).
     Where the fault showed in just two places, a second step of each: two replicas taking turns
     show it only as two turns each (one of three steps is no turn; a device holds every one)."""
-    off = np.abs(np.log(irr_tab["ratio"].astype(float)) - np.log(float(irr_tab["ratio"].median())))
-    ranked = irr_tab.assign(off=off.to_numpy()).sort_values(["off", "step"])["step"].astype(int).tolist()
+    log_ratio = np.log(irr_tab["ratio"].astype(float).to_numpy())
+    typical = time_weighted_median(log_ratio)
+    off = np.abs(log_ratio - typical)
+    ranked = irr_tab.assign(off=off).sort_values(["off", "step"])["step"].astype(int).tolist()
+    # a place the fault moved to loses about as much time as the typical step; a busy machine's
+    # 1.8x hiccup led by another rank is no turn of a straggler's 15x
+    lost = np.log(np.clip(np.expm1(log_ratio), 1e-9, None) / max(np.expm1(typical), 1e-9))
+    alike = set(irr_tab["step"].astype(int).to_numpy()[np.abs(lost) <= np.log(ALIKE_LOSS)].tolist())
     shown = [s for s in ranked if leaders.get(s)]
     theirs = 2 * len(shown) >= len(ranked)  # the fault shows as ranks that computed longer
     if theirs:
@@ -440,12 +457,12 @@ def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[Hashabl
     taken: set[Hashable] = set()
     for s in shown if theirs else ranked:
         own = leaders.get(s, frozenset())
-        if len(picked) < MAX_STEPS and not (own & taken):
+        if len(picked) < MAX_STEPS and s in alike and not (own & taken):
             picked.append(s)
             taken.update(own)
     if theirs and len(picked) == 2:
         for first in list(picked):
-            again = [s for s in shown if s not in picked and leaders[s] & leaders[first]]
+            again = [s for s in shown if s not in picked and s in alike and leaders[s] & leaders[first]]
             picked += again[:1]
     picked += [s for s in ranked if s not in picked][:max(MAX_STEPS - len(picked), 0)]
     return sorted(picked)

@@ -46,12 +46,19 @@ def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 class NetnsLab:
-    """n rank namespaces plus a bridge namespace; `down()` removes everything it made."""
+    """n rank namespaces plus a bridge namespace; `down()` removes everything it made.
 
-    def __init__(self, n: int = 4, tag: str = "lgf") -> None:
+    `racks` (lists of hosts): one bridge per rack, a top-of-rack switch, each joined to a spine
+    bridge by its own uplink (a veth pair), instead of one bridge for all."""
+
+    def __init__(self, n: int = 4, tag: str = "lgf", racks: list[list[int]] | None = None) -> None:
         self.n, self.tag = n, tag
         self.br_ns = f"{tag}-br"
         self.rank_ns = [f"{tag}-r{i}" for i in range(n)]
+        self.racks = racks or [list(range(n))]
+
+    def switch(self, rank: int) -> str:
+        return next(f"tor-{k}" for k, hosts in enumerate(self.racks) if rank in hosts)
 
     def ip(self, rank: int) -> str:
         return f"{SUBNET}.{10 + rank}"
@@ -62,8 +69,16 @@ class NetnsLab:
     def up(self) -> None:
         self.down()
         _sh("ip", "netns", "add", self.br_ns)
-        _sh("ip", "-n", self.br_ns, "link", "add", "br0", "type", "bridge")
-        _sh("ip", "-n", self.br_ns, "link", "set", "br0", "up")
+        for bridge in ["br0", *(f"tor{k}" for k in range(len(self.racks)) if len(self.racks) > 1)]:
+            _sh("ip", "-n", self.br_ns, "link", "add", bridge, "type", "bridge")
+            _sh("ip", "-n", self.br_ns, "link", "set", bridge, "up")
+        if len(self.racks) > 1:  # br0 is the spine; each rack's uplink a veth pair tor side -> spine side
+            for k in range(len(self.racks)):
+                _sh("ip", "-n", self.br_ns, "link", "add", f"up{k}", "type", "veth", "peer", "name", f"dn{k}")
+                _sh("ip", "-n", self.br_ns, "link", "set", f"up{k}", "master", f"tor{k}")
+                _sh("ip", "-n", self.br_ns, "link", "set", f"dn{k}", "master", "br0")
+                for end in (f"up{k}", f"dn{k}"):
+                    _sh("ip", "-n", self.br_ns, "link", "set", end, "up")
         for i, ns in enumerate(self.rank_ns):
             _sh("ip", "netns", "add", ns)
             _sh("ip", "link", "add", f"{self.tag}v{i}", "netns", ns, "type", "veth", "peer", "name", f"{self.tag}p{i}", "netns", self.br_ns)
@@ -71,7 +86,8 @@ class NetnsLab:
             _sh("ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            _sh("ip", "-n", self.br_ns, "link", "set", f"{self.tag}p{i}", "master", "br0")
+            rack = "br0" if len(self.racks) == 1 else self.switch(i).replace("tor-", "tor")
+            _sh("ip", "-n", self.br_ns, "link", "set", f"{self.tag}p{i}", "master", rack)
             _sh("ip", "-n", self.br_ns, "link", "set", f"{self.tag}p{i}", "up")
 
     def down(self) -> None:
@@ -82,7 +98,11 @@ class NetnsLab:
         """meta.json of the job: each namespace is a host with one NIC, one switch for all."""
         return {"job": job, "world_size": self.n,
                 "ranks": {str(i): {"host": self.host(i), "gpu": 0, "ip": self.ip(i)} for i in range(self.n)},
-                "topology": {self.host(i): {"switch": "bridge-0"} for i in range(self.n)}}
+                "topology": self.topology()}
+
+    def topology(self) -> dict[str, dict[str, str]]:
+        """meta.json's topology: each host's switch (its rack's bridge, or the one bridge)."""
+        return {self.host(i): {"switch": "bridge-0" if len(self.racks) == 1 else self.switch(i)} for i in range(self.n)}
 
     def argv(self, rank: int, cmd: list[str]) -> list[str]:
         """`cmd` run inside rank's namespace with its own hostname (a UTS namespace), as in a pod."""
@@ -96,6 +116,12 @@ class NetnsLab:
 
     def unthrottle(self, rank: int) -> None:
         _sh("ip", "netns", "exec", self.rank_ns[rank], "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
+
+    def throttle_uplink(self, rack: int, rate: str = "80mbit") -> None:
+        """Token-bucket rate limit on a rack's uplink, both ways: a degraded top-of-rack switch port."""
+        for end in (f"up{rack}", f"dn{rack}"):
+            _sh("ip", "netns", "exec", self.br_ns, "tc", "qdisc", "add", "dev", end, "root",
+                "tbf", "rate", rate, "burst", "64kb", "latency", "500ms")
 
     def run(self, out: Path, steps: int = 30, slow_rank: int = -1, slow_from: int = 10**9, slow_s: float = 0.0,
             at_step: list[tuple[int, Callable[[], None]]] | None = None, timeout: float = 150.0) -> list[list[dict]]:

@@ -26,14 +26,16 @@ NICE = -10  # as root: the job's processes before the rest of this shared machin
 
 @dataclass
 class Fault:
-    """What a run injects: compute of `ranks` x `factor` in [start, end), or a NIC throttled from `start`."""
+    """What a run injects: compute of `ranks` x `factor` in [start, end), or a NIC or a switch's uplink
+    throttled from `start`."""
 
-    kind: str  # gpu | host | nic | data
+    kind: str  # gpu | host | nic | switch | data
     start: int
     factor: float = 1.0
     ranks: list[int] = field(default_factory=list)
     host: str = ""
-    rate: str = ""  # nic: tc tbf rate
+    rate: str = ""  # nic, switch: tc tbf rate
+    switch: str = ""  # switch: the top-of-rack switch whose uplink is throttled
     end: int | None = None  # exclusive; None: to the end of the run
     every: int = 1  # slow in every Nth step from `start` only (2: on and off)
     batches: float = 1.0  # data: from `start`, one model replica a step (a seeded draw) computes this many times longer
@@ -97,6 +99,8 @@ class RealJob:
                 root.update(rank=r, host=fault.host or self.host(r // self.nproc), gpu=r % self.nproc)
             elif fault.kind == "data":
                 pass  # no device: the longest batches move between replicas
+            elif fault.kind == "switch":
+                root["switch"] = fault.switch
             else:
                 root["host"] = fault.host
             faults.append({"kind": fault.kind, "factor": fault.batches if fault.kind == "data" else fault.factor,

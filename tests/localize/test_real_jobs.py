@@ -38,6 +38,11 @@ skipped, with the step times that say so. A run answered wrong is judged again o
   nic-from-20   (root) each node in its own network namespace with its own NIC, a veth on one
                 bridge (tests/collector/netns_job.py's lab); node-1's egress is rate-limited
                 with tc from step 20. TP stays inside a node (its loopback), PP and DP cross NICs.
+  switch-from-20  (root) the same namespaces in three racks, a bridge each (node-0 and node-1 under
+                tor-0, node-2 under tor-1, node-3 under tor-2) joined by a spine bridge, meta.json's
+                topology saying so; tor-0's uplink is rate-limited both ways from step 20: both
+                pipelines' transfers leave the rack, stage 0's DP ring stays in it, and node-2 and
+                node-3 meet through the spine -- the switch, not a host's NIC
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ TP4_FAULT = Fault("gpu", 20, 2.0, ranks=[2])
 WARMUP = 3  # steps 0..2: connection set-up and first allocations (0.4-0.8 s against 0.35 here)
 LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
 NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each namespace's hostname
+RACKS = NetnsLab(n=JOB.nodes, tag="lgsw", racks=[[0, 1], [2], [3]])
+SWITCH = Fault("switch", 20, rate="1gbit", switch=RACKS.switch(0))
 ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
 STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
 SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
@@ -95,6 +102,22 @@ def run_nic(out: Path) -> Path:
                    env={"GLOO_SOCKET_IFNAME": "eth0"}, at_step=[(NIC.start - 1, lambda: LAB.throttle(node, NIC.rate))])
     finally:
         LAB.down()
+
+
+def run_switch(out: Path) -> Path:
+    """The job with one node per network namespace in three racks; tor-0's uplink throttled once
+    step 19 is done. The topology goes into meta.json, as the cluster's inventory gives it."""
+    ensure_tools()
+    try:
+        RACKS.up()
+        trace = run(out, JOB, "real-switch-from-20", SWITCH, wrap=RACKS.argv, master=RACKS.ip(0), name_hosts=False,
+                    env={"GLOO_SOCKET_IFNAME": "eth0"},
+                    at_step=[(SWITCH.start - 1, lambda: RACKS.throttle_uplink(0, SWITCH.rate))])
+    finally:
+        RACKS.down()
+    meta = json.loads((trace / "meta.json").read_text())
+    (trace / "meta.json").write_text(json.dumps({**meta, "topology": RACKS.topology()}, indent=1))
+    return trace
 
 
 THROTTLED = Fault("host", 20, host=JOB.host(1))
@@ -150,6 +173,8 @@ def onset(v: dict[str, Any]) -> int | None:
 def is_device(c: dict[str, Any], fault: Fault) -> bool:
     if fault.kind == "gpu":
         return c["kind"] == "gpu" and c.get("rank") == fault.ranks[0]
+    if fault.kind == "switch":
+        return c["kind"] == "switch" and c.get("switch") == fault.switch
     return c["kind"] == fault.kind and c.get("host") == fault.host
 
 
@@ -234,6 +259,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
             out = tmp_path_factory.mktemp(name)
             if name == "nic-from-20":
                 trace = run_nic(out)
+            elif name == "switch-from-20":
+                trace = run_switch(out)
             elif name == "host-throttled-from-20":
                 trace = run_throttled(out)
             elif name == "host-throttled-tp1-from-20":
@@ -331,6 +358,13 @@ def test_real_job_with_small_activations_names_the_slow_gpu(ran: Any, path: str)
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
     on_real_runs(ran, "nic-from-20", checked(path, NIC))
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_job_behind_a_throttled_switch_uplink_is_the_switch(ran: Any, path: str) -> None:
+    on_real_runs(ran, "switch-from-20", checked(path, SWITCH))
 
 
 def throttled(path: str) -> Judge:

@@ -104,7 +104,9 @@ MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; 
 EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their excess is this share of its lost time
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess (a normal step that slow is no history)
 ALIKE_LOSS = 3.0  # an irregular step is another place of the fault when it lost within this factor of the typical step's time
-MAX_NORMAL = 6  # normal steps fetched in full as the operators' history (a busy host's noise included)
+#: normal steps fetched in full as the operators' history (a busy host's noise included); six left
+#: a real job's DP ring, which a throttled link did not cross, reading slow in the judged steps
+MAX_NORMAL = 12
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
 UNSEEN_STEPS = 3  # steps of every rank's records read for waits on ranks that logged nothing, slow from the start

@@ -117,6 +117,17 @@ class NetnsLab:
     def unthrottle(self, rank: int) -> None:
         _sh("ip", "netns", "exec", self.rank_ns[rank], "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
 
+    def throttle_path(self, a: int, b: int, rate: str = "80mbit") -> None:
+        """Rate limit on the traffic between two hosts only, both ways (an htb class for the peer's
+        address, chosen by a u32 filter; the rest unlimited): one degraded link."""
+        for src, dst in ((a, b), (b, a)):
+            tc = ["ip", "netns", "exec", self.rank_ns[src], "tc"]
+            _sh(*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "2")
+            _sh(*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate", rate)
+            _sh(*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:2", "htb", "rate", "100gbit")
+            _sh(*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                "match", "ip", "dst", f"{self.ip(dst)}/32", "flowid", "1:1")
+
     def throttle_uplink(self, rack: int, rate: str = "80mbit") -> None:
         """Token-bucket rate limit on a rack's uplink, both ways: a degraded top-of-rack switch port."""
         for end in (f"up{rack}", f"dn{rack}"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,16 +27,17 @@ NICE = -10  # as root: the job's processes before the rest of this shared machin
 
 @dataclass
 class Fault:
-    """What a run injects: compute of `ranks` x `factor` in [start, end), or a NIC or a switch's uplink
-    throttled from `start`."""
+    """What a run injects: compute of `ranks` x `factor` in [start, end), or a NIC, the path between
+    two hosts or a switch's uplink throttled from `start`."""
 
-    kind: str  # gpu | host | nic | switch | data
+    kind: str  # gpu | host | nic | link | switch | data
     start: int
     factor: float = 1.0
     ranks: list[int] = field(default_factory=list)
     host: str = ""
-    rate: str = ""  # nic, switch: tc tbf rate
+    rate: str = ""  # nic, link, switch: tc rate
     switch: str = ""  # switch: the top-of-rack switch whose uplink is throttled
+    hosts: list[str] = field(default_factory=list)  # link: the two hosts whose traffic between them is throttled
     end: int | None = None  # exclusive; None: to the end of the run
     every: int = 1  # slow in every Nth step from `start` only (2: on and off)
     batches: float = 1.0  # data: from `start`, one model replica a step (a seeded draw) computes this many times longer
@@ -101,6 +103,8 @@ class RealJob:
                 pass  # no device: the longest batches move between replicas
             elif fault.kind == "switch":
                 root["switch"] = fault.switch
+            elif fault.kind == "link":
+                root["hosts"] = fault.hosts
             else:
                 root["host"] = fault.host
             faults.append({"kind": fault.kind, "factor": fault.batches if fault.kind == "data" else fault.factor,
@@ -155,14 +159,35 @@ def run(out: Path, job: RealJob, name: str, fault: Fault | None = None,
                 pending.pop(0)[1]()
             time.sleep(0.02)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        stop(procs, str(log))
     bad = [(n, p.returncode, (p.stderr.read() if p.stderr else "")[-1500:]) for n, p in enumerate(procs) if p.returncode]
     if bad:
         raise RuntimeError(f"nodes failed: {bad}")
     (trace / "truth.json").write_text(json.dumps(job.truth(name, fault), indent=1))
     return trace
+
+
+def stop(agents: list[subprocess.Popen[str]], marker: str) -> None:
+    """End a run's agents, and with them its workers: torchrun stops its workers on SIGTERM; a
+    worker in its own session outlives an agent killed outright and would load the machine (and
+    write into a later run's trace) for the rest of the tests, so any process whose command line
+    holds `marker` (the run's own --step-log) is killed too."""
+    for p in agents:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.time() + 10
+    while any(p.poll() is None for p in agents) and time.time() < deadline:
+        time.sleep(0.05)
+    for p in agents:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
 
 
 def step_times(out: Path, world: int) -> list[list[float]]:

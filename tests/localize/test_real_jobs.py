@@ -38,6 +38,9 @@ skipped, with the step times that say so. A run answered wrong is judged again o
   nic-from-20   (root) each node in its own network namespace with its own NIC, a veth on one
                 bridge (tests/collector/netns_job.py's lab); node-1's egress is rate-limited
                 with tc from step 20. TP stays inside a node (its loopback), PP and DP cross NICs.
+  link-from-20  (root) the same namespaces; from step 20 only the traffic between node-0 and node-2
+                (stage 0 and stage 1 of replica 0: its pipeline's transfers) is rate-limited, both
+                ways (an htb class chosen by the peer's address): one link, not either NIC
   switch-from-20  (root) the same namespaces in three racks, a bridge each (node-0 and node-1 under
                 tor-0, node-2 under tor-1, node-3 under tor-2) joined by a spine bridge, meta.json's
                 topology saying so; tor-0's uplink is rate-limited both ways from step 20: both
@@ -81,6 +84,7 @@ TP4_FAULT = Fault("gpu", 20, 2.0, ranks=[2])
 WARMUP = 3  # steps 0..2: connection set-up and first allocations (0.4-0.8 s against 0.35 here)
 LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
 NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each namespace's hostname
+LINK = Fault("link", 20, rate="1gbit", hosts=[LAB.host(0), LAB.host(2)])
 RACKS = NetnsLab(n=JOB.nodes, tag="lgsw", racks=[[0, 1], [2], [3]])
 SWITCH = Fault("switch", 20, rate="1gbit", switch=RACKS.switch(0))
 ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
@@ -100,6 +104,20 @@ def run_nic(out: Path) -> Path:
         LAB.up()
         return run(out, JOB, "real-nic-from-20", NIC, wrap=LAB.argv, master=LAB.ip(0), name_hosts=False,
                    env={"GLOO_SOCKET_IFNAME": "eth0"}, at_step=[(NIC.start - 1, lambda: LAB.throttle(node, NIC.rate))])
+    finally:
+        LAB.down()
+
+
+def run_link(out: Path) -> Path:
+    """The job with one node per network namespace; the path between node-0 and node-2 throttled
+    once step 19 is done."""
+    ensure_tools()
+    ends = [[LAB.host(n) for n in range(LAB.n)].index(h) for h in LINK.hosts]
+    try:
+        LAB.up()
+        return run(out, JOB, "real-link-from-20", LINK, wrap=LAB.argv, master=LAB.ip(0), name_hosts=False,
+                   env={"GLOO_SOCKET_IFNAME": "eth0"},
+                   at_step=[(LINK.start - 1, lambda: LAB.throttle_path(ends[0], ends[1], LINK.rate))])
     finally:
         LAB.down()
 
@@ -175,6 +193,8 @@ def is_device(c: dict[str, Any], fault: Fault) -> bool:
         return c["kind"] == "gpu" and c.get("rank") == fault.ranks[0]
     if fault.kind == "switch":
         return c["kind"] == "switch" and c.get("switch") == fault.switch
+    if fault.kind == "link":
+        return c["kind"] == "link" and sorted(c.get("hosts") or []) == sorted(fault.hosts)
     return c["kind"] == fault.kind and c.get("host") == fault.host
 
 
@@ -261,6 +281,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 trace = run_nic(out)
             elif name == "switch-from-20":
                 trace = run_switch(out)
+            elif name == "link-from-20":
+                trace = run_link(out)
             elif name == "host-throttled-from-20":
                 trace = run_throttled(out)
             elif name == "host-throttled-tp1-from-20":
@@ -358,6 +380,13 @@ def test_real_job_with_small_activations_names_the_slow_gpu(ran: Any, path: str)
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
     on_real_runs(ran, "nic-from-20", checked(path, NIC))
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_job_whose_path_between_two_hosts_is_throttled_is_that_link(ran: Any, path: str) -> None:
+    on_real_runs(ran, "link-from-20", checked(path, LINK))
 
 
 @pytest.mark.root

@@ -103,6 +103,7 @@ ALIGN_ROUNDS = 3
 MAX_STEPS = 3  # irregular steps fetched in full (each with the step before it; four where a fault took turns in two places)
 EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their excess is this share of its lost time
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess (a normal step that slow is no history)
+LOSS_CAP = 3.0  # a step weighs at most this many times the median irregular step's lost time (`time_weighted_median`)
 ALIKE_LOSS = 3.0  # an irregular step is another place of the fault when it lost within this factor of the typical step's time
 #: normal steps fetched in full as the operators' history (a busy host's noise included); six left
 #: a real job's DP ring, which a throttled link did not cross, reading slow in the judged steps
@@ -423,11 +424,14 @@ def slow_leaders(ranks: np.ndarray, cols: np.ndarray, slow: np.ndarray, bar: flo
 
 
 def time_weighted_median(log_ratio: np.ndarray) -> float:
-    """The median slowdown of the time the irregular steps lost (each step weighs its ratio - 1):
-    a straggler's 15x steps among a busy machine's more numerous 1.8x hiccups are the typical
-    ones, which a plain median of the steps put among the hiccups (fetched, they read "host")."""
+    """The median slowdown of the time the irregular steps lost (each step weighs its ratio - 1,
+    at most LOSS_CAP times the plain median step's): a straggler's 15x steps among a busy
+    machine's more numerous 1.8x hiccups are the typical ones, which a plain median of the steps
+    put among the hiccups (fetched, they read "host"); a few 10x checkpoint stalls among a mild
+    fault's many 1.2x steps are not."""
     order = np.argsort(log_ratio)
-    weight = np.clip(np.expm1(log_ratio[order]), 1e-9, None)
+    excess = np.clip(np.expm1(log_ratio[order]), 1e-9, None)
+    weight = np.minimum(excess, LOSS_CAP * float(np.median(excess)))
     half = np.searchsorted(np.cumsum(weight), 0.5 * weight.sum())
     return float(log_ratio[order][min(int(half), order.size - 1)])
 

@@ -87,6 +87,7 @@ NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each na
 LINK = Fault("link", 20, rate="1gbit", hosts=[LAB.host(0), LAB.host(2)])
 RACKS = NetnsLab(n=JOB.nodes, tag="lgsw", racks=[[0, 1], [2], [3]])
 SWITCH = Fault("switch", 20, rate="1gbit", switch=RACKS.switch(0))
+NETWORK = {"nic-from-20": NIC, "link-from-20": LINK, "switch-from-20": SWITCH}
 ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
 STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
 SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
@@ -378,22 +379,11 @@ def test_real_job_with_small_activations_names_the_slow_gpu(ran: Any, path: str)
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_job_throttled_nic_is_localized(ran: Any, path: str) -> None:
-    on_real_runs(ran, "nic-from-20", checked(path, NIC))
-
-
-@pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
-@pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_job_whose_path_between_two_hosts_is_throttled_is_that_link(ran: Any, path: str) -> None:
-    on_real_runs(ran, "link-from-20", checked(path, LINK))
-
-
-@pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
-@pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_job_behind_a_throttled_switch_uplink_is_the_switch(ran: Any, path: str) -> None:
-    on_real_runs(ran, "switch-from-20", checked(path, SWITCH))
+@pytest.mark.parametrize("name", list(NETWORK))
+def test_real_job_with_a_throttled_network_device_names_that_device(ran: Any, name: str, path: str) -> None:
+    """A NIC, the path between two hosts, a switch's uplink: each throttled from step 20 is named
+    alone, not a device beside it (the NIC of either end of the link, a host under the switch)."""
+    on_real_runs(ran, name, checked(path, NETWORK[name]))
 
 
 def throttled(path: str) -> Judge:

@@ -48,8 +48,9 @@ def test_straggler_is_named_first(tmp_path: Path) -> None:
     for host in JobMeta.load(out / "meta.json").hosts():  # the sidecar path: summaries, then fetch
         assert summarize_node(out, host, window=10)
     verdict, mv = central_localize(out)
-    # localize/summary plans its fetch around the 3 worst steps; on this shared machine a noise
-    # spike can outrank the straggler's steps, so only require that whatever it names is rank 1
+    # localize/summary fetches three of the irregular steps, the most typical of the time they lost;
+    # whatever this shared machine did to the rest, what it names must be rank 1 (a busy CI run
+    # that named the host is replayed in tests/localize/test_real_gloo_recorded.py)
     assert [c.rank for c in verdict.candidates[:1]] in ([], [1]), verdict.to_dict()
     assert 0 < mv.moved < mv.full_bytes and mv.summary_bytes > 0
 

@@ -9,27 +9,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from bench.stalls import stall_machine
 from tests.localize.test_real_jobs import brief, verdicts
 
 DATA = Path(__file__).parent / "data" / "real-gloo"
-
-
-def stall_machine(trace: Path, steps: list[int], stall_s: float) -> None:
-    """Every rank stops for `stall_s` as each of `steps` begins: its records from that step on
-    start and end that much later, as when the machine is busy with another job."""
-    for shard in sorted((trace / "commops").glob("*.parquet")):
-        table = pq.read_table(shard)
-        step = table.column("step").to_numpy()
-        shift = np.int64(stall_s * 1e9) * (step[:, None] >= np.asarray(steps)[None, :]).sum(axis=1)
-        for name in ("start_ns", "end_ns"):
-            moved = pa.array(table.column(name).to_numpy() + shift, type=table.schema.field(name).type)
-            table = table.set_column(table.schema.get_field_index(name), name, moved)
-        pq.write_table(table, shard)
 
 
 def answers(name: str, tmp_path: Path) -> dict[str, dict[str, Any]]:

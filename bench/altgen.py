@@ -128,10 +128,12 @@ class JobSpec:
     seed: int = 0
     logged: list[int] = field(default_factory=list)
     step_ids: bool = True  # False: every row's step is -1 (the contract's "not known"), the reader finds iterations
+    schedule: str = "1f1b"  # or "gpipe" (every forward, then every backward: torch.distributed.pipelining's ScheduleGPipe)
 
 
-def stage_program(s: int, pp: int, m: int) -> list[Item]:
-    """Megatron's non-interleaved 1F1B for stage s, with its combined p2p calls (send_forward_recv_backward etc.)."""
+def stage_program(s: int, pp: int, m: int, schedule: str = "1f1b") -> list[Item]:
+    """Megatron's non-interleaved 1F1B for stage s, with its combined p2p calls (send_forward_recv_backward etc.);
+    or GPipe: every microbatch's forward, then every backward, each p2p call on its own."""
     w = min(pp - s - 1, m)
     rem = m - w
     prog: list[Item] = []
@@ -141,6 +143,13 @@ def stage_program(s: int, pp: int, m: int) -> list[Item]:
         if kept:
             prog.append(("P", kept))
 
+    if schedule == "gpipe":
+        for phase, flow in (("F", "fwd"), ("B", "bwd")):
+            for j in range(m):
+                p2p(("recv", flow, j))
+                prog.append(("C", phase, j))
+                p2p(("send", flow, j))
+        return prog
     for j in range(w):
         p2p(("recv", "fwd", j))
         prog.append(("C", "F", j))
@@ -298,7 +307,7 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     epg = n_tp + n_pp + n_dp + lay.dp + np.repeat(np.arange(lay.pp * n_blocks * lay.tp).reshape(lay.pp, n_blocks, lay.tp),
                                                    lay.ep, axis=1)  # of the EP group of (s, d // ep, t)
     world_group = np.array(n_tp + n_pp + n_dp + lay.dp + (lay.pp * n_blocks * lay.tp if lay.ep > 1 else 0))
-    progs = [stage_program(s, lay.pp, m) for s in range(lay.pp)]
+    progs = [stage_program(s, lay.pp, m, spec.schedule) for s in range(lay.pp)]
     order = schedule_order(progs)
     mirror_at = {(s, op): k for s, prog in enumerate(progs) for k, it in enumerate(prog) if it[0] == "P" for op in it[1]}
     n_dp_ops = 1 if spec.dp_mode == "all_reduce" else 2
@@ -516,7 +525,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
         faults.append(entry)
     return {"job": spec.name, "generator": "bench.altgen", "kind": spec.kind,
             "parallelism": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "cp": 1},
-            "layout": asdict(lay), "microbatches": spec.microbatches, "p2p": spec.p2p, "dp_mode": spec.dp_mode,
+            "layout": asdict(lay), "microbatches": spec.microbatches, "schedule": spec.schedule, "p2p": spec.p2p, "dp_mode": spec.dp_mode,
             "step_sync": spec.step_sync, "logging": spec.logging, "naming": spec.naming,
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
             "warmup_steps": spec.warmup_steps, "faults": faults, "world": lay.world,
@@ -621,6 +630,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
                    warmup_steps=warmup, warmup_factor=float(rng.uniform(1.3, 2.5)), costs=costs, fault=fault,
                    kind=kind, seed=int(rng.integers(2**31)), logged=logged)
     spec.step_ids = pick("step_ids", bool(rng.random() >= 0.12)) or logging in ("every3", "random40", "tp0-random40")
+    spec.schedule = pick("schedule", "1f1b")  # (never drawn: a pinned variant leaves every seed's jobs as they were)
     if not spec.step_ids:
         spec.step0 = 0  # unnumbered rows: the reader counts iterations from 0
     ep = pick("ep", int(rng.choice([1, 2, 4], p=[0.7, 0.15, 0.15])))
@@ -851,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)} (with --rescore: of the kept jobs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0 (or tp0-random40), step_sync=mp, gph=4, order=tp-pp-dp, "
-                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false")
+                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false, schedule=gpipe")
     ap.add_argument("--summary-first", action="store_true",
                     help="localize as the sidecars do (`laggard localize --summary-first`): the other path's figures")
     args = ap.parse_args(argv)

@@ -62,6 +62,7 @@ COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns",
 #: running normally: no loss of bandwidth shows on it. (A real job's 8 KiB activations through a NIC
 #: throttled to 1 Mbit/s did slow down, and their on-time peers cleared the other hosts.)
 CLEARING_BYTES = 1 << 10
+SHADOW_SHARE = 0.9  # a data unit's blame this much on the ranks whose transfers the best device slowed is its shadow (`network_shadow`)
 NEAR_BEST = 0.9  # a host's transfers explained this nearly as well as the best device's: one GPU's blame may tip it (`host_on_both`)
 
 
@@ -365,6 +366,9 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                                peer_wait=wait_change(waited, own_slow_steps(by_step, in_slow), np.isin(all_steps, ref)),
                                quiet=silent, grew=np.median(grown[:, in_slow], axis=1))
     rank_total = float(rank_blame.sum())
+    if net and comm_total > 0:
+        units, shadow = network_shadow(units, net[0], slow, members, rank_blame, meta)
+        rank_total, comm_total = rank_total - shadow, comm_total + shadow
     total = rank_total + comm_total
     lost = _lost_seconds(view.steps, irr)
     if total <= 0 or (lost > 0 and total < 0.05 * lost):
@@ -461,6 +465,32 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
                 if joint > best:
                     return u, c, joint
     return None
+
+
+def network_shadow(units: list[RankUnit], best: NetCandidate, slow: dict[str, float], members: dict[str, list[int]],
+                   rank_blame: np.ndarray, meta: JobMeta) -> tuple[list[RankUnit], float]:
+    """Rank units of "data" that are the best network device's shadow, removed, and the blame they
+    held (which is the device's). A transfer's data that arrives late makes its receiver late to
+    everything after (an eager send hands it to the network and is done): where the ranks blamed
+    are those on the device's hosts whose own transfers crossed it and were slow, in turn as its groups' traffic
+    varies step to step, the device explains them; no batch of data slows just the two ends of one
+    link. (A 3.8x link on the pipeline edges of four replicas, with eager sends and spikes, read
+    "data" 0.48 against the link's 0.47.)"""
+    key = best.key if isinstance(best.key, tuple) else (meta.host_of(best.key),)
+    on_device = set(key) if best.kind in ("link", "nic", "gpu") else {
+        h for h in meta.hosts() if meta.switch_of(h) == key[0]}
+    crossed = {r for u in best.carried if u in slow for r in members.get(u, ()) if meta.host_of(r) in on_device}
+    if not crossed:
+        return units, 0.0
+    kept, moved = [], 0.0
+    for u in units:
+        blame = float(rank_blame[[r for r in u.ranks if r < rank_blame.size]].sum())
+        on = float(rank_blame[[r for r in u.ranks if r < rank_blame.size and r in crossed]].sum())
+        if u.kind == "data" and blame > 0 and on >= SHADOW_SHARE * blame:
+            moved += blame
+        else:
+            kept.append(u)
+    return kept, moved
 
 
 def _moved_rows(df: pd.DataFrame) -> pd.DataFrame:

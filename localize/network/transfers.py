@@ -96,10 +96,11 @@ def time_line(start: np.ndarray, end: np.ndarray) -> tuple[float, float]:
 
 
 def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray, rows: np.ndarray | None = None,
-                  line: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  line: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row: when its rank last started anything before the row ended (its own start at the
-    earliest), and whether the row was blocking (nothing else of its rank started while it ran,
-    nor with it: its end is what it waited for, not a batch's or a later wait's). `rows`
+    earliest), whether the row was blocking (nothing else of its rank started while it ran,
+    nor with it: its end is what it waited for, not a batch's or a later wait's), and that last
+    started row (the row itself when blocking). `rows`
     (indices): only those rows', `end` then given for them alone and `line` (`time_line` of
     every row's start and end) with it; `start` is every row's.
 
@@ -108,7 +109,7 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray, rows: np.ndarray
     n = len(ops.rank)
     at: np.ndarray = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64) if rows is None else rows
     if n < 2:
-        return start[at], np.ones(len(at), dtype=bool)
+        return start[at], np.ones(len(at), dtype=bool), at.copy()
     first = np.r_[True, ops.rank[1:] != ops.rank[:-1]]
     t0, span = time_line(start, end) if line is None else line
     # each rank lifted to its own segment of one line, a chunk of whole ranks at a time (a search
@@ -140,7 +141,7 @@ def last_activity(ops: Ops, start: np.ndarray, end: np.ndarray, rows: np.ndarray
     same_start = (at < n - 1) & ~first[after] & (start[after] == start[at])
     same_start |= ~first[at] & (start[before] == start[at])
     blocking = (j == at) & ~same_start
-    return ready, blocking
+    return ready, blocking, j
 
 
 def flights(ops: Ops, meta: JobMeta, ref: np.ndarray | None, send_row: np.ndarray,
@@ -154,8 +155,9 @@ def flights(ops: Ops, meta: JobMeta, ref: np.ndarray | None, send_row: np.ndarra
     A blocking recv ends when its data arrived. Otherwise (a batch, an irecv waited on later)
     the recv ends when the rank's wait returned, which may have waited on something else: the
     data was there by the earlier of the two ends, if the send waited for its receiver. An eager
-    send ends once its data is handed over, before it lands: then only the receive's end bounds it
-    (`slow_transfer_excess` chooses, by whether the stream's sends wait)."""
+    send ends once its data is handed over, before it lands: then only the receive's own end
+    bounds it (`slow_transfer_excess` chooses, by whether the stream's sends wait); a receive whose
+    rank's wait also returned another operator ended for either (NaN: not measured)."""
     both = ops.inst_p2p & (send_row >= 0) & (recv_row >= 0)
     flight = np.full(ops.n_inst, np.nan)
     by_recv = np.full(ops.n_inst, np.nan)
@@ -165,18 +167,35 @@ def flights(ops: Ops, meta: JobMeta, ref: np.ndarray | None, send_row: np.ndarra
     ends = np.concatenate([send_row[both], recv_row[both]])
     k = int(both.sum())
     start, end, line = aligned_times(ops, meta, ref, ends)
-    ready, blocking = last_activity(ops, start, end, ends, line)
+    ready, blocking, last = last_activity(ops, start, end, ends, line)
     del start
     (end_s, end_r), (ready_s, ready_r), blocking_r = (end[:k], end[k:]), (ready[:k], ready[k:]), blocking[k:]
+    # a receive that is not blocking ended when its rank's wait returned: its own data's arrival
+    # where no later-started operator of the rank ended with it (a batch whose send went long
+    # before), else whichever of them the wait was for (an irecv waited on with a later batch)
+    recvs, last_r = ends[k:], last[k:]
+    alone = _ends_alone(ops, recvs, last_r)
     both_in = np.maximum(ready_s, ready_r)
     arrived = np.where(blocking_r, end_r, np.minimum(end_s, end_r))
     took = np.maximum(arrived - both_in, 0.0)
     tol = np.maximum(TOLERANCE * took, TOLERANCE_S)
     flight[both] = took
-    by_recv[both] = np.maximum(end_r - both_in, 0.0)
+    by_recv[both] = np.where(blocking_r | alone, np.maximum(end_r - both_in, 0.0), np.nan)
     waited[both] = ready_r <= ready_s + tol
     together[both] = np.abs(end_s - end_r) <= tol
     return flight, waited, together, by_recv
+
+
+def _ends_alone(ops: Ops, rows: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Per row: whether no other operator of the batch its rank last started before the row ended
+    (`last`, and the operator posted with it) ended with it, on the rank's own clock."""
+    end = ops.times.end(rows)
+    alone = np.ones(len(rows), dtype=bool)
+    before = np.maximum(last - 1, 0)
+    batch = (ops.rank[before] == ops.rank[last]) & (ops.times.start(before) == ops.times.start(last))
+    for other, mine in ((last, np.ones(len(rows), dtype=bool)), (before, batch)):
+        alone &= ~(mine & (other != rows) & (np.abs(ops.times.end(other) - end) <= TOLERANCE_S * 1e9))
+    return alone
 
 
 def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, together: np.ndarray,
@@ -232,13 +251,14 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
     stream = np.where(ops.inst_p2p & (send_row >= 0), ops.inst_pair[ops.inst[np.maximum(send_row, 0)]], -1)
     in_ref = np.isin(ops.inst_step, ref)
     held = held_sends(ops, send_row, waited, together, stream, in_ref)
-    # an eager stream's send ended before its data landed: the receive's end bounds the transfer
+    # an eager stream's send ended before its data landed: a blocking receive's end bounds the
+    # transfer; its receive in a batch measured nothing (the batch may have waited on another peer)
     flight = np.where(held, flight, by_recv)
     needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, stream, in_ref)
     ex = flight - needs
     slow = np.isfinite(ex) & (ex > np.maximum(SLOW_EXCESS * needs, MIN_EXCESS_S)) & ~(flight <= usual)
     out[slow] = ex[slow]
-    return out, seen | waited | (together & held) | slow
+    return out, seen | (np.isfinite(flight) & (waited | (together & held))) | slow
 
 
 def held_sends(ops: Ops, send_row: np.ndarray, waited: np.ndarray, together: np.ndarray,

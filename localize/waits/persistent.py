@@ -372,12 +372,13 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     workers = [u for u in explain_rank_blame(worker_blame, meta, kinds, top=top, logged=seen, unseen=unseen, peers=peers,
                                              peer_wait=beside) if u.kind in ("gpu", "host")]
     found = [(u, u.share * float(worker_blame.sum())) for u in workers]
-    layers = None if waited is None else _stage_units(stage_reference(comp - waited, seen, stage), stage, seen)
+    # more layers is more of the stage's own compute: where its logged ranks also wait on unlogged
+    # TP peers (lone copies, as long in every stage), that wait only dilutes the stage's excess, and a
+    # stage whose excess is that wait has no more layers (a slow unlogged peer: found as it grew)
+    layers = _stage_units(ref if waited is None else stage_reference(comp - waited, seen, stage), stage, seen)
+    found += [(unit, blame) for unit, blame in layers if "since" not in unit.detail]
     for unit, blame in _stage_units(ref, stage, seen):
         if "since" not in unit.detail:
-            # a stage whose excess is waiting on unlogged peers, not its own compute, has no more layers
-            if layers is None or any(u.detail["stage"] == unit.detail["stage"] for u, _ in layers):
-                found.append((unit, blame))
             continue
         for u in _stage_devices(unit, comp, seen, meta, kinds, waited, peers):
             found.append((u, u.share * blame))

@@ -87,3 +87,37 @@ def test_straggler_is_localized(capture: tuple[Path, list]) -> None:
     top = v.candidates[0]
     assert (top.kind, top.host) == ("host", "host-2")
     assert len(set(range(30, 40)) & set(v.irregular_steps)) >= 8
+
+
+RING_LAB = NetnsLab(tag="lgrl")
+
+
+@pytest.fixture(scope="module")
+def ring_link(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same job, 25 steps, with only the path between host-1 and host-2 (two neighbours of
+    the ring) rate-limited both ways from step 10: one slow link, the others unlimited."""
+    ensure_tools()
+    out = tmp_path_factory.mktemp("ring-link")
+    try:
+        RING_LAB.up()
+        RING_LAB.run(out, steps=25, at_step=[(10, lambda: RING_LAB.throttle_path(1, 2, "400mbit"))])
+    finally:
+        RING_LAB.down()
+    (out / "meta.json").write_text(json.dumps(RING_LAB.meta("ddp-gloo")))
+    proc = run_cli("capture", "--read", out / "capture.pcap", "--meta", out / "meta.json", "--out", out / "trace")
+    assert proc.returncode == 0, proc.stderr
+    return out / "trace"
+
+
+def test_one_slow_link_of_a_ring_is_named_alone(ring_link: Path) -> None:
+    """Every edge of a ring waits for its slowest, yet on the wire only the slow one is busy the
+    whole time: the others move each chunk at full rate and pause. So the link, not the ring's
+    other links nor either end's NIC (whose other edge ran at full rate), is named."""
+    proc = run_cli("localize", ring_link, "--flows", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    v = json.loads(proc.stdout)
+    assert v["status"] == "irregular" and v["candidates"]
+    top = v["candidates"][0]
+    assert top["kind"] == "link" and sorted(top["hosts"]) == ["host-1", "host-2"], top
+    assert all(c["score"] < top["score"] for c in v["candidates"][1:])
+    assert len(set(range(12, 25)) & set(v["irregular_steps"])) >= 10

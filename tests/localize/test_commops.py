@@ -78,6 +78,34 @@ def test_an_irregular_step_with_no_rows_in_the_window_is_left_out_not_a_crash() 
     assert [c.device() for c in verdict.candidates[:1]] == ["gpu rank 13 (node-1 gpu 5)"]
 
 
+def test_replicas_late_only_where_a_slow_link_delivered_their_data_are_the_link() -> None:
+    """With eager sends a slow pipeline link makes its receivers late, and which replicas that shows
+    in moves step to step with its traffic: a "data" unit. Its blame is the link's where it sits
+    on the ranks of the link's two hosts whose own transfers through it were slow; elsewhere, or
+    a device, it stays."""
+    from collector.trace.meta import JobMeta
+    from localize.commops import network_shadow
+    from localize.network.devices import NetCandidate
+    from localize.waits.ranking import RankUnit
+
+    meta = JobMeta.from_dict({"job": "j", "world_size": 8,
+                              "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(8)}})
+    link = NetCandidate("link", ("node-1", "node-2"), 0.9, 2, 2, carried=["pp-a", "pp-b"])
+    slow = {"pp-a": 0.1, "pp-b": 0.1}
+    members = {"pp-a": [2, 4], "pp-b": [3, 5], "dp": [0, 2, 4, 6]}
+    blame = np.array([0.0, 0.0, 0.3, 0.2, 0.3, 0.2, 0.0, 0.01])
+    ends = RankUnit("data", [2, 3, 4, 5], 0.98, 1.0, "2 model replicas")
+    kept, moved = network_shadow([ends], link, slow, members, blame, meta)
+    assert kept == [] and moved == pytest.approx(1.0)
+    elsewhere = RankUnit("data", [2, 6, 7], 0.9, 1.0, "2 model replicas")
+    blame_elsewhere = np.array([0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.3, 0.2])
+    assert network_shadow([elsewhere], link, slow, members, blame_elsewhere, meta) == ([elsewhere], 0.0)
+    gpu = RankUnit("gpu", [2], 0.9, 1.0, "rank 2")
+    assert network_shadow([gpu], link, slow, members, blame, meta) == ([gpu], 0.0)
+    # the link's groups ran normally: nothing crossed it slow, nothing is its shadow
+    assert network_shadow([ends], link, {}, members, blame, meta) == ([ends], 0.0)
+
+
 def test_a_host_late_in_compute_and_slow_in_its_transfers_is_one_finding_over_its_nic() -> None:
     """A real host at 12% of its CPU under gloo: its transfers alone named its NIC (0.85) a hair
     over the host (0.83); its ranks' lateness, which no NIC causes, tips it to the host. A NIC

@@ -93,6 +93,37 @@ def test_eager_data_late_into_a_batched_receive_is_slow() -> None:
     assert ex[late].item() == pytest.approx(0.008, abs=5e-4) and seen[late].item()
 
 
+def test_an_irecv_waited_on_with_a_later_batch_measures_nothing_when_that_batch_waited() -> None:
+    """Interleaved 1F1B overlaps p2p with compute: rank 1 posts its receive from rank 0 early and
+    waits on it together with a later batch, whose send waits for rank 2. The receive's recorded
+    end is that wait's, not its data's: when rank 2 came late it ended 9 ms after an eager send
+    that had landed long before, which read as a slow path between ranks 0 and 1 (a batched
+    256-GPU matrix job named the path of the slow GPU's pipeline peer, 0.47, and the GPU 0.03)."""
+    spec: list[tuple[int, str, str, int, int, float, float]] = []
+    steps: list[int] = []
+    # 4 steps the receive waited on with the batch (rank 2 on time), 2 with the receiver waiting
+    # alone (the data takes 1 ms), 2 with it late (the stream's sends do not wait: eager), then
+    # rank 2 late by 6 ms
+    patterns = ["overlapped"] * 4 + ["early receiver"] * 2 + ["late receiver"] * 2 + ["rank 2 late"]
+    for s, pattern in enumerate(patterns):
+        t, held = 100.0 * s, 9.0 if pattern == "rank 2 late" else 3.0
+        spec.append((0, "pp-0", "send", s, 1, t, t + 0.01))
+        if pattern.endswith("receiver"):
+            spec.append((1, "pp-0", "recv", s, 0, t + (0.5 if pattern == "late receiver" else -0.5), t + 1.0))
+            held = 1.5
+        else:
+            spec.append((1, "pp-0", "recv", s, 0, t - 5.0, t + held))
+        spec += [(1, "pp-1", "send", s, 2, t + 1.2, t + held), (2, "pp-1", "recv", s, 1, t + held - 1.0, t + held)]
+        steps += [s] * 4
+    df = rows(spec)
+    df["step"] = steps
+    ops = prepare_ops(df)
+    meta = JobMeta("t", 3, {r: RankInfo("node-0", r) for r in range(3)}, {"pp-0": [0, 1], "pp-1": [1, 2]}, {}, {})
+    ex, _ = slow_transfer_excess(ops, meta, np.arange(8))
+    on_the_path = (ops.inst_step == 8) & (ops.groups[ops.inst_group] == "pp-0")
+    assert ex[on_the_path].item() == 0.0
+
+
 def test_clock_offsets_between_hosts_are_removed() -> None:
     # rank 1's host clock runs 50 ms ahead; a receiver-late rendezvous transfer of 1 ms
     shifted = [(a, b, c + 50, d + 50) for a, b, c, d in RENDEZVOUS_NORMAL]

@@ -107,6 +107,26 @@ def test_a_stage_that_slows_mid_run_is_a_device_there_not_the_split_of_layers() 
     assert imbalance(comp, seen, STEPS, META, KINDS).units[0].kind == "config"
 
 
+def test_a_stage_with_more_layers_is_read_on_its_own_compute_not_its_waits_on_unlogged_peers() -> None:
+    """One rank logged per TP group: each logged rank also waits in its TP collectives on peers that
+    logged nothing, about as long in every stage. Stage 0's 1.45x own compute then reads 1.15x with
+    that wait counted, under the bar (a 128-GPU matrix job, "healthy"): its own compute is the layers'.
+    The same wait grown on one stage's logged ranks alone is no split of layers."""
+    seen = np.zeros(16, bool)
+    seen[[0, 2, 4, 6, 8, 10, 12, 14]] = True
+    comp = table(0, 1.0, 0)
+    comp[:8] *= 1.45
+    waited = np.full_like(comp, 0.45)
+    found = imbalance(comp + waited, seen, STEPS, META, KINDS, waited=waited, peers={r: [r + 1] for r in range(0, 16, 2)})
+    assert found.units and found.units[0].kind == "config" and found.units[0].detail["stage"] == 0
+    grown = table(0, 1.0, 0)
+    waited_grown = np.full_like(grown, 0.05)
+    waited_grown[:8] += 0.1  # stage 0's unlogged peers slower, its logged ranks' own compute as the others'
+    found = imbalance(grown + waited_grown, seen, STEPS, META, KINDS, waited=waited_grown,
+                      peers={r: [r + 1] for r in range(0, 16, 2)})
+    assert not any(u.kind == "config" for u in found.units), [(u.kind, u.label) for u in found.units]
+
+
 def test_a_devices_first_slow_step_is_one_it_stayed_slow_after_not_a_noisy_warm_up_step() -> None:
     """The warm-up's steps 1-4 were irregular too, and the device was slow in step 1 alone: its
     first slow step is 20. Slow on and off (steps 8, 14, 20-22, 28), its first is still 8."""

@@ -69,6 +69,19 @@ def test_a_stream_noisy_in_normal_steps_is_slow_only_beyond_its_usual_range() ->
     assert beyond[-1] > 0.02
 
 
+def chain_excess(spec: list[tuple[int, str, str, int, int, float, float]], steps: list[int],
+                 normal: int) -> tuple[float, bool]:
+    """Ranks 0 -> 1 -> 2 on one host (pp-0, pp-1), steps 0..normal-1 normal: the slow-transfer
+    excess of pp-0's transfer in step `normal`, and whether it was seen."""
+    df = rows(spec)
+    df["step"] = steps
+    ops = prepare_ops(df)
+    meta = JobMeta("t", 3, {r: RankInfo("node-0", r) for r in range(3)}, {"pp-0": [0, 1], "pp-1": [1, 2]}, {}, {})
+    ex, seen = slow_transfer_excess(ops, meta, np.arange(normal))
+    at = (ops.inst_step == normal) & (ops.groups[ops.inst_group] == "pp-0")
+    return float(ex[at].item()), bool(seen[at].item())
+
+
 def test_eager_data_late_into_a_batched_receive_is_slow() -> None:
     """An eager send ends once its data is handed over; a receive posted in a batch (with the
     rank's own send onwards) ends when the data lands. The send's end bounds nothing: the
@@ -84,13 +97,8 @@ def test_eager_data_late_into_a_batched_receive_is_slow() -> None:
                  (1, "pp-0", "recv", s, 0, t + post, t + end), (1, "pp-1", "send", s, 2, t + post, t + post + 0.01),
                  (2, "pp-1", "recv", s, 1, t + post, t + post + 1.0)]
         steps += [s] * 4
-    df = rows(spec)
-    df["step"] = steps
-    ops = prepare_ops(df)
-    meta = JobMeta("t", 3, {r: RankInfo("node-0", r) for r in range(3)}, {"pp-0": [0, 1], "pp-1": [1, 2]}, {}, {})
-    ex, seen = slow_transfer_excess(ops, meta, np.arange(6))
-    late = (ops.inst_step == 6) & (ops.groups[ops.inst_group] == "pp-0")
-    assert ex[late].item() == pytest.approx(0.008, abs=5e-4) and seen[late].item()
+    ex, seen = chain_excess(spec, steps, normal=6)
+    assert ex == pytest.approx(0.008, abs=5e-4) and seen
 
 
 def test_an_irecv_waited_on_with_a_later_batch_measures_nothing_when_that_batch_waited() -> None:
@@ -115,13 +123,7 @@ def test_an_irecv_waited_on_with_a_later_batch_measures_nothing_when_that_batch_
             spec.append((1, "pp-0", "recv", s, 0, t - 5.0, t + held))
         spec += [(1, "pp-1", "send", s, 2, t + 1.2, t + held), (2, "pp-1", "recv", s, 1, t + held - 1.0, t + held)]
         steps += [s] * 4
-    df = rows(spec)
-    df["step"] = steps
-    ops = prepare_ops(df)
-    meta = JobMeta("t", 3, {r: RankInfo("node-0", r) for r in range(3)}, {"pp-0": [0, 1], "pp-1": [1, 2]}, {}, {})
-    ex, _ = slow_transfer_excess(ops, meta, np.arange(8))
-    on_the_path = (ops.inst_step == 8) & (ops.groups[ops.inst_group] == "pp-0")
-    assert ex[on_the_path].item() == 0.0
+    assert chain_excess(spec, steps, normal=8)[0] == 0.0
 
 
 def test_clock_offsets_between_hosts_are_removed() -> None:

@@ -177,10 +177,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
         if len(hr) > 1 and not alone:
-            # a slow host slows its logged GPUs' own compute too: blame that is only their waits on
-            # unlogged peers (`unseen`) says one of those was slow, not that all of the host was
-            own = b if unseen is None else np.maximum(b - unseen, 0.0)
-            blamed, grown = _coverage(own, hr, top_b), _grown(hr, r)
+            blamed, grown = _coverage(b, hr, top_b), _grown(hr, r)
             whole = RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, max(blamed, grown), hosts[h])
             if grown > blamed:  # (its evidence then says what its GPUs did, not whom each delayed)
                 logged_here = int(seen[hr].sum())

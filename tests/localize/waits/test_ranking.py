@@ -122,25 +122,3 @@ def test_a_host_whose_gpus_all_computed_longer_is_the_host_however_the_blame_fel
     units = explain_rank_blame(blame, meta, kinds, static=False, grew=growth)
     assert units[0].kind == kind, units[:2]
     assert explain_rank_blame(blame, meta, kinds, static=False)[0].kind == "gpu"  # (blame alone)
-
-
-@pytest.mark.parametrize(("waits", "first"), [
-    (0.9, ("gpu", [1], 0)),  # their blame is their waits on unlogged TP peers: rank 0's peer first
-    (0.0, ("host", [0, 1, 2, 3], None)),  # their own compute: the host
-])
-def test_a_hosts_logged_ranks_late_only_from_waits_on_unlogged_peers_are_not_the_host(
-        waits: float, first: tuple[str, list[int], int | None]) -> None:
-    """One rank logged per TP group; h0 holds stage 0 of both replicas. Both its logged ranks were
-    blamed, for time spent waiting on their unlogged TP peers: a slow host would have slowed their
-    own compute too, so one of the unlogged GPUs is slow (a matrix job of seed 3434, rank 39 slow
-    from the start, was named host node-4 over a tie of its three unlogged TP peers)."""
-    groups = {"tp-0": [0, 1], "tp-2": [2, 3], "tp-4": [4, 5], "tp-6": [6, 7], "pp-0": [0, 4], "pp-1": [1, 5],
-              "pp-2": [2, 6], "pp-3": [3, 7], "dp-0": [0, 2], "dp-1": [1, 3], "dp-4": [4, 6], "dp-5": [5, 7]}
-    meta = JobMeta(job="j", world_size=8, ranks={r: RankInfo(f"h{r // 4}", r % 4) for r in range(8)}, groups=groups)
-    kinds = {g: g.split("-")[0] for g in groups}
-    logged = np.arange(8) % 2 == 0
-    blame = np.where(logged, 0.001, 0.0)
-    blame[[0, 2]] = [1.0, 0.8]
-    unseen = np.where(np.isin(np.arange(8), [0, 2]), waits * blame, 0.0)
-    units = explain_rank_blame(blame, meta, kinds, static=False, logged=logged, unseen=unseen, peers={0: [1], 2: [3]})
-    assert (units[0].kind, units[0].ranks, units[0].via) == first, units[:2]

@@ -472,9 +472,9 @@ def network_shadow(units: list[RankUnit], best: NetCandidate, slow: dict[str, fl
     """Rank units of "data" that are the best network device's shadow, removed, and the blame they
     held (which is the device's). A transfer's data that arrives late makes its receiver late to
     everything after (an eager send hands it to the network and is done): where the ranks blamed
-    are those on the device's hosts whose own transfers crossed it and were slow, in turn as its groups' traffic
-    varies step to step, the device explains them; no batch of data slows just the two ends of one
-    link. (A 3.8x link on the pipeline edges of four replicas, with eager sends and spikes, read
+    are those on the device's hosts whose own transfers crossed it and were slow, in turn as its
+    groups' traffic varies step to step, the device explains them; no batch of data slows just the
+    two ends of one link. (A 3.8x link on the pipeline edges of four replicas, with eager sends and spikes, read
     "data" 0.48 against the link's 0.47.)"""
     key = best.key if isinstance(best.key, tuple) else (meta.host_of(best.key),)
     on_device = set(key) if best.kind in ("link", "nic", "gpu") else {
@@ -484,8 +484,9 @@ def network_shadow(units: list[RankUnit], best: NetCandidate, slow: dict[str, fl
         return units, 0.0
     kept, moved = [], 0.0
     for u in units:
-        blame = float(rank_blame[[r for r in u.ranks if r < rank_blame.size]].sum())
-        on = float(rank_blame[[r for r in u.ranks if r < rank_blame.size and r in crossed]].sum())
+        ranks = [r for r in u.ranks if r < rank_blame.size]
+        blame = float(rank_blame[ranks].sum())
+        on = float(rank_blame[[r for r in ranks if r in crossed]].sum())
         if u.kind == "data" and blame > 0 and on >= SHADOW_SHARE * blame:
             moved += blame
         else:

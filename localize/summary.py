@@ -440,8 +440,9 @@ def typical_steps(irr_tab: pd.DataFrame, leaders: Mapping[int, frozenset[Hashabl
     """MAX_STEPS irregular steps to fetch: the most typical ones (nearest the median slowdown of the
     time lost, `time_weighted_median`; the slowest hold the fault plus whatever else disturbed the
     job then, a busy host, which makes every transfer look slow), those whose slow ranks
-    (`leaders`) share none with the steps taken first: a fault that moves from replica to replica is seen moving, not twice in one place by
-    chance (a data fault whose three fetched steps fell to one replica twice read as a device).
+    (`leaders`) share none with the steps taken first: a fault that moves from replica to replica
+    is seen moving, not twice in one place by chance (a data fault whose three fetched steps fell
+    to one replica twice read as a device).
     Where most irregular steps had slow ranks, the fault is theirs and those steps come first: a
     step with none is one the fault did not show in (a busy machine's step before it, which, taken,
     left no rank slow in most fetched steps: nothing was fetched and the job read healthy).

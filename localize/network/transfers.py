@@ -190,12 +190,13 @@ def _ends_alone(ops: Ops, rows: np.ndarray, last: np.ndarray) -> np.ndarray:
     """Per row: whether no other operator of the batch its rank last started before the row ended
     (`last`, and the operator posted with it) ended with it, on the rank's own clock."""
     end = ops.times.end(rows)
-    alone = np.ones(len(rows), dtype=bool)
+
+    def ended_with(other: np.ndarray) -> np.ndarray:
+        return (other != rows) & (np.abs(ops.times.end(other) - end) <= TOLERANCE_S * 1e9)
+
     before = np.maximum(last - 1, 0)
     batch = (ops.rank[before] == ops.rank[last]) & (ops.times.start(before) == ops.times.start(last))
-    for other, mine in ((last, np.ones(len(rows), dtype=bool)), (before, batch)):
-        alone &= ~(mine & (other != rows) & (np.abs(ops.times.end(other) - end) <= TOLERANCE_S * 1e9))
-    return alone
+    return ~(ended_with(last) | (batch & ended_with(before)))
 
 
 def path_needs(ops: Ops, meta: JobMeta, flight: np.ndarray, waited: np.ndarray, together: np.ndarray,
@@ -251,8 +252,8 @@ def slow_transfer_excess(ops: Ops, meta: JobMeta, ref: np.ndarray,
     stream = np.where(ops.inst_p2p & (send_row >= 0), ops.inst_pair[ops.inst[np.maximum(send_row, 0)]], -1)
     in_ref = np.isin(ops.inst_step, ref)
     held = held_sends(ops, send_row, waited, together, stream, in_ref)
-    # an eager stream's send ended before its data landed: a blocking receive's end bounds the
-    # transfer; its receive in a batch measured nothing (the batch may have waited on another peer)
+    # an eager stream's send ended before its data landed: the receive's own end bounds the transfer
+    # (`flights`: NaN where the rank's wait that ended it also returned another operator)
     flight = np.where(held, flight, by_recv)
     needs, usual = path_needs(ops, meta, flight, waited, together, send_row, recv_row, stream, in_ref)
     ex = flight - needs

@@ -375,9 +375,10 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     # more layers is more of the stage's own compute: where its logged ranks also wait on unlogged
     # TP peers (lone copies, as long in every stage), that wait only dilutes the stage's excess, and a
     # stage whose excess is that wait has no more layers (a slow unlogged peer: found as it grew)
-    layers = _stage_units(ref if waited is None else stage_reference(comp - waited, seen, stage), stage, seen)
+    stages = _stage_units(ref, stage, seen)
+    layers = stages if waited is None else _stage_units(stage_reference(comp - waited, seen, stage), stage, seen)
     found += [(unit, blame) for unit, blame in layers if "since" not in unit.detail]
-    for unit, blame in _stage_units(ref, stage, seen):
+    for unit, blame in stages:
         if "since" not in unit.detail:
             continue
         for u in _stage_devices(unit, comp, seen, meta, kinds, waited, peers):

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,20 +31,25 @@ pytestmark = [pytest.mark.slow, pytest.mark.root,
 LAB = NetnsLab(tag="lgft")
 
 
-@pytest.fixture(scope="module")
-def capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[dict]]]:
+def captured(lab: NetnsLab, out: Path, **run: Any) -> tuple[Path, list[list[dict]]]:
+    """`lab.run(out, **run)` between the lab's set-up and tear-down, its capture ingested into a
+    trace by `laggard capture`: the trace's path and the ranks' step logs."""
     ensure_tools()
-    out = tmp_path_factory.mktemp("real")
     try:
-        LAB.up()
-        logs = LAB.run(out, steps=40, slow_rank=2, slow_from=30, slow_s=0.4,
-                       at_step=[(10, lambda: LAB.throttle(1)), (20, lambda: LAB.unthrottle(1))])
+        lab.up()
+        logs = lab.run(out, **run)
     finally:
-        LAB.down()
-    (out / "meta.json").write_text(json.dumps(LAB.meta("ddp-gloo")))
+        lab.down()
+    (out / "meta.json").write_text(json.dumps(lab.meta("ddp-gloo")))
     proc = run_cli("capture", "--read", out / "capture.pcap", "--meta", out / "meta.json", "--out", out / "trace")
     assert proc.returncode == 0, proc.stderr
     return out / "trace", logs
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[dict]]]:
+    return captured(LAB, tmp_path_factory.mktemp("real"), steps=40, slow_rank=2, slow_from=30, slow_s=0.4,
+                    at_step=[(10, lambda: LAB.throttle(1)), (20, lambda: LAB.unthrottle(1))])
 
 
 def test_namespaces_are_gone(capture: tuple[Path, list]) -> None:
@@ -96,17 +102,8 @@ RING_LAB = NetnsLab(tag="lgrl")
 def ring_link(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same job, 25 steps, with only the path between host-1 and host-2 (two neighbours of
     the ring) rate-limited both ways from step 10: one slow link, the others unlimited."""
-    ensure_tools()
-    out = tmp_path_factory.mktemp("ring-link")
-    try:
-        RING_LAB.up()
-        RING_LAB.run(out, steps=25, at_step=[(10, lambda: RING_LAB.throttle_path(1, 2, "400mbit"))])
-    finally:
-        RING_LAB.down()
-    (out / "meta.json").write_text(json.dumps(RING_LAB.meta("ddp-gloo")))
-    proc = run_cli("capture", "--read", out / "capture.pcap", "--meta", out / "meta.json", "--out", out / "trace")
-    assert proc.returncode == 0, proc.stderr
-    return out / "trace"
+    return captured(RING_LAB, tmp_path_factory.mktemp("ring-link"), steps=25,
+                    at_step=[(10, lambda: RING_LAB.throttle_path(1, 2, "400mbit"))])[0]
 
 
 def test_one_slow_link_of_a_ring_is_named_alone(ring_link: Path) -> None:

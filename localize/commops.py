@@ -56,6 +56,7 @@ from localize.waits.persistent import (
 from localize.waits.ranking import MIN_SHARE, RankUnit, explain_rank_blame
 from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
+from timeline.instances import host_codes
 
 COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step"]
 #: a unit whose messages are all smaller than this (a barrier, a scalar) clears no network device by
@@ -132,8 +133,8 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
     return med * s, (q3 - q1) * s
 
 
-def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per instance: the median and interquartile range, over the normal steps `ref`, of the time
+def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance: the median, interquartile range and lower quartile, over the normal steps `ref`, of the time
     the last arriver's copy took (`inst_min`: the transfer alone, no wait in it) in the same
     operator stream at the same place in its step; drift-scaled (`scale`: per instance). NaN
     where never seen in a normal step.
@@ -149,7 +150,39 @@ def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.
     took = ops.inst_min / scale
     normal = np.isin(ops.inst_step, ref) & np.isfinite(took)
     q1, med, q3 = group_quantiles(place[normal], k, took[normal], (0.25, 0.5, 0.75))
-    return med[place] * scale, (q3 - q1)[place] * scale
+    return med[place] * scale, (q3 - q1)[place] * scale, q1[place] * scale
+
+
+#: a path class's normal time is learned from at least this many of its groups
+CLASS_MIN_GROUPS = 3
+
+
+def _class_history(ops: Ops, meta: JobMeta, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per collective instance: the median and interquartile range, over the normal steps `ref`,
+    of the transfer time (`inst_min`) of its path class -- the same operator on the same payload
+    among as many members on as many hosts -- NaN where fewer than `CLASS_MIN_GROUPS` groups of
+    the class were seen. A fault on in many steps it did not make irregular (a link under an
+    overlapped DP ring, on in half the steps) is half of its own stream's history; the other
+    groups of its class ran normally."""
+    late = ops.late_row
+    host_of = host_codes(meta, np.arange(max(meta.world_size, int(ops.rank.max(initial=0)) + 1)))[0]
+    hosts = np.full(len(ops.groups), -1, dtype=np.int64)
+    for g, name in enumerate(ops.groups):  # (one entry per group, not per row)
+        members = meta.groups.get(str(name))
+        if members:
+            hosts[g] = len(np.unique(host_of[np.asarray(members, dtype=np.int64)]))
+    key = np.stack([ops.opcode[late].astype(np.int64), ops.nbytes[late].astype(np.int64),
+                    ops.inst_size.astype(np.int64), hosts[ops.inst_group]], axis=1)
+    _, cls = np.unique(key, axis=0, return_inverse=True)
+    cls = cls.ravel()
+    k = int(cls.max(initial=-1)) + 1
+    took = ops.inst_min / scale
+    normal = ~ops.inst_p2p & (ops.inst_size >= 2) & np.isin(ops.inst_step, ref) & np.isfinite(took)
+    q1, med, q3 = group_quantiles(cls[normal], k, took[normal], (0.25, 0.5, 0.75))
+    pairs = np.unique(cls[normal].astype(np.int64) * (1 << 32) + ops.inst_group[normal].astype(np.int64))
+    groups = np.bincount((pairs >> 32).astype(np.int64), minlength=k)
+    known = groups >= CLASS_MIN_GROUPS
+    return np.where(known, med, np.nan)[cls] * scale, np.where(known, q3 - q1, np.nan)[cls] * scale
 
 
 def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, view: StepView,
@@ -174,13 +207,22 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, view: StepView,
     beyond = (ex > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (ex > 5 * np.nan_to_num(spread))
     del b, spread, n_abn
     # the same test against the last arrivers' own history: the transfer's time, waits left out
-    b, spread = _transfer_history(ops, step_scale(ops, view.steps, late), ref)
+    scale = step_scale(ops, view.steps, late)
+    b, spread, fast = _transfer_history(ops, scale, ref)
     own = ops.inst_min - b
     alone = (own > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (own > 5 * spread) & ~(flagged | beyond)
     del b, spread
-    ex = np.where(alone, own, ex)
-    collective = np.where(~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond | alone), ex, 0.0)
-    del ex, own, flagged, beyond, alone
+    # and, in the steps judged, against its path class, where its own history holds the fault
+    # too: slower than the class needs and than its own stream's fast steps
+    b, spread = _class_history(ops, meta, scale, ref)
+    vs_class = ops.inst_min - b
+    by_class = ((vs_class > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (vs_class > 5 * spread)
+                & (ops.inst_min > (1 + SLOW_EXCESS) * fast) & ~(flagged | beyond | alone)
+                & ~np.isin(ops.inst_step, ref))
+    del b, spread, fast, scale
+    ex = np.where(alone, own, np.where(by_class, vs_class, ex))
+    collective = np.where(~ops.inst_p2p & (ops.inst_size >= 2) & (flagged | beyond | alone | by_class), ex, 0.0)
+    del ex, own, vs_class, flagged, beyond, alone, by_class
     p2p_excess, seen = slow_transfer_excess(ops, meta, ref)
     return np.maximum(collective, p2p_excess), seen
 
@@ -477,7 +519,7 @@ def network_shadow(units: list[RankUnit], best: NetCandidate, slow: dict[str, fl
     two ends of one link. (A 3.8x link on the pipeline edges of four replicas, with eager sends and spikes, read
     "data" 0.48 against the link's 0.47.)"""
     key = best.key if isinstance(best.key, tuple) else (meta.host_of(best.key),)
-    on_device = set(key) if best.kind in ("link", "nic", "gpu") else {
+    on_device = set(key) if best.kind != "switch" else {
         h for h in meta.hosts() if meta.switch_of(h) == key[0]}
     crossed = {r for u in best.carried if u in slow for r in members.get(u, ()) if meta.host_of(r) in on_device}
     if not crossed:

@@ -104,6 +104,10 @@ def test_replicas_late_only_where_a_slow_link_delivered_their_data_are_the_link(
     assert network_shadow([gpu], link, slow, members, blame, meta) == ([gpu], 0.0)
     # the link's groups ran normally: nothing crossed it slow, nothing is its shadow
     assert network_shadow([ends], link, {}, members, blame, meta) == ([ends], 0.0)
+    # a host stands for itself, not for a switch of its name
+    host = NetCandidate("host", ("node-1",), 0.9, 2, 2, carried=["pp-a", "pp-b"])
+    on_host = RankUnit("data", [2, 3], 0.9, 1.0, "2 model replicas")
+    assert network_shadow([on_host], host, slow, members, blame, meta) == ([], pytest.approx(0.5))
 
 
 def test_a_host_late_in_compute_and_slow_in_its_transfers_is_one_finding_over_its_nic() -> None:
@@ -151,3 +155,41 @@ def test_a_host_holding_a_sliver_of_the_rank_blame_does_not_tip_a_network_tie() 
     assert host_on_both([sliver], ring, meta, rank_frac=0.8, comm_frac=0.2) is None
     whole = RankUnit("host", [2, 3], 0.9, 1.0, "node-1")
     assert host_on_both([whole], ring, meta, rank_frac=0.8, comm_frac=0.2) is not None
+
+
+def _rings(slow_steps: set[int], steps: int = 10) -> tuple[Ops, object]:
+    """Four 4-rank DP rings on four hosts each, one all-gather a step; ring dp-3's takes 3x in
+    `slow_steps`."""
+    from collector.trace.meta import JobMeta
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for s in range(steps):
+        for g in range(4):
+            took = 10e6 * (3.0 if g == 3 and s in slow_steps else 1.0) * (1 + 0.02 * rng.standard_normal())
+            for m in range(4):
+                start = s * 10**9 + int(rng.integers(0, 1000))
+                rows.append({"rank": 4 * m + g, "group": f"dp-{g}", "op": "all_gather", "seq": s, "peer": -1,
+                             "nbytes": 1 << 26, "start_ns": start, "end_ns": s * 10**9 + 1000 + int(took), "step": s})
+    meta = JobMeta.from_dict({"job": "j", "world_size": 16,
+                              "ranks": {str(r): {"host": f"node-{r // 4}", "gpu": r % 4} for r in range(16)},
+                              "groups": {f"dp-{g}": [4 * m + g for m in range(4)] for g in range(4)}})
+    return prepare_ops(sorted_rows(pd.DataFrame(rows))), meta
+
+
+def test_a_ring_slow_in_half_its_normal_steps_is_slow_against_its_path_class() -> None:
+    """A link under an overlapped DP ring, on in steps the step times left normal, is half of the
+    ring's own history, so its own median and spread clear it; the other rings of its class (same
+    operator, payload, members and hosts) ran normally and show it slow. A ring that was never
+    fast (its path is longer) is not."""
+    from localize.commops import _comm_excess
+
+    ops, meta = _rings({2, 4, 6, 8, 9})
+    view = SimpleNamespace(steps=pd.DataFrame({"step": np.arange(10), "baseline_s": np.ones(10)}))
+    ref = np.arange(1, 9)
+    excess, _ = _comm_excess(ops, meta, np.zeros(len(ops.rank), bool), view, ref)  # type: ignore[arg-type]
+    slow = {(str(ops.groups[ops.inst_group[i]]), int(ops.inst_step[i])) for i in np.flatnonzero(excess > 0)}
+    assert slow == {("dp-3", 9)}
+    ops, meta = _rings(set(range(10)))
+    excess, _ = _comm_excess(ops, meta, np.zeros(len(ops.rank), bool), view, ref)  # type: ignore[arg-type]
+    assert not (excess > 0).any()

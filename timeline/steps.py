@@ -65,6 +65,9 @@ SPIKE_SIGMAS = 6.0
 #: 1.15x (13σ and more), while a fault's slow step seen once in sampled steps stood at 1.23-1.49x, 14-80σ.
 LONE_SIGMAS = 12.0
 LONE_RATIO = 1.2
+#: ... nor a run of this many consecutive steps, each beyond the noise (NOISE_SIGMAS σ, as δ is
+#: widened), that holds a δ-irregular step: one slowdown, its steps under δ in it too
+SUSTAINED_STEPS = 3
 #: The onset is the first step of the first episode that lost at least this share of the time lost.
 ONSET_SHARE = 0.2
 #: ... and it starts at the episode's first step that lost this share of its median step's loss.
@@ -558,10 +561,11 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
             warm = [int(x) for x in t["step"].to_numpy()[:lead]]
     d = t["duration_s"].to_numpy(np.float64)
     base = t["baseline_s"].to_numpy(np.float64)
-    lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
     counted = np.isfinite(d) & (pattern != "warm-up")
     ratio = t["ratio"].to_numpy(np.float64)
     noise = step_noise(d[counted])
+    irr |= sustained(irr, ratio >= 1.0 + NOISE_SIGMAS * noise, counted) if noise > 0 else False
+    lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
     far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * noise)
     if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO
             and not (far[1:] & far[:-1]).any()):
@@ -575,6 +579,21 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     t["irregular"] = irr
     t["pattern"] = pattern
     return t, warm, _onset(steps, irr, lost)
+
+
+def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """Steps of the runs of SUSTAINED_STEPS or more consecutive counted steps `above` their
+    baseline that hold an irregular step. A link on for six steps at 1.05-1.14x over steps within
+    0.5% put two of them over δ: alone, too little time lost to be more than noise; with the four
+    between them, which noise does not hold up that long, it is one slowdown (a real blip is one
+    step, and the next one runs short)."""
+    run = np.concatenate([[False], above & counted, [False]])
+    edges = np.flatnonzero(np.diff(run.astype(np.int8)))
+    out = np.zeros(len(irr), dtype=bool)
+    for start, end in zip(edges[::2], edges[1::2], strict=True):  # (one iteration per run)
+        if end - start >= SUSTAINED_STEPS and irr[start:end].any():
+            out[start:end] = True
+    return out
 
 
 def _onset(steps: np.ndarray, irr: np.ndarray, lost: np.ndarray) -> int | None:

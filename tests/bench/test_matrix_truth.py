@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.matrix import _true_start
 
 
@@ -16,3 +18,14 @@ def test_true_start_of_a_lasting_fault_on_every_step() -> None:
     truth = {"step_time_s": [0.4] * 10, "faults": [{"active_steps": list(range(4, 10))}]}
     assert _true_start(truth) == 4
     assert _true_start({"step_time_s": [0.4] * 10, "faults": [{"active_steps": []}]}) is None
+
+
+def test_a_run_of_healthy_jobs_alone_reports_its_false_alarms(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--kinds healthy` has no fault to score: the report gives the false alarms, not a KeyError."""
+    import pandas as pd
+
+    from bench.matrix import report
+
+    report(pd.DataFrame({"kind": ["healthy"] * 3, "p2p": ["rendezvous", "eager", "batched"],
+                         "alarm": [False, True, False], "dp_sync": ["end"] * 3}))
+    assert "false alarms on healthy jobs: rendezvous 0/1, eager 1/1, batched 0/1" in capsys.readouterr().out

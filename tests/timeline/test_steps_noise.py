@@ -329,3 +329,20 @@ def test_steps_just_before_the_onset_over_delta_are_the_faults_first() -> None:
     table, warm, onset = judge_window(pd.Series(d, index=np.arange(len(d))))
     assert warm == [0, 1] and onset == 8
     assert table.loc[table["step"].isin([8, 9]), "irregular"].all()
+
+
+def test_a_slowdown_mostly_under_delta_is_one_episode_with_its_steps_over_delta() -> None:
+    """A link on for six steps at 1.05-1.14x over steps within 0.5% (the matrix's batched link,
+    seed 3737): two steps over δ lost too little to be more than noise alone; with the four between
+    them, each far beyond the noise, it is one slowdown from its first step. A blip over δ and one
+    step after it over the noise is not."""
+    rng = np.random.default_rng(8)
+    d = 0.27 * np.exp(rng.normal(0, 0.005, 16))
+    run = d.copy()
+    run[6:12] *= np.array([1.12, 1.05, 1.06, 1.05, 1.08, 1.14])
+    table, _, onset = settle(judge_steps(pd.Series(run, index=np.arange(16))))
+    assert table["irregular"].to_numpy().nonzero()[0].tolist() == list(range(6, 12)) and onset == 6
+    blip = d.copy()
+    blip[6:8] *= np.array([1.14, 1.05])
+    table, _, onset = settle(judge_steps(pd.Series(blip, index=np.arange(16))))
+    assert not table["irregular"].any() and onset is None

@@ -564,7 +564,8 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     counted = np.isfinite(d) & (pattern != "warm-up")
     ratio = t["ratio"].to_numpy(np.float64)
     noise = step_noise(d[counted])
-    irr |= sustained(irr, ratio >= 1.0 + NOISE_SIGMAS * noise, counted) if noise > 0 else False
+    if noise > 0:
+        irr |= sustained(irr, ratio >= 1.0 + NOISE_SIGMAS * noise, counted)
     lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
     far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * noise)
     if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO

@@ -346,3 +346,16 @@ def test_a_slowdown_mostly_under_delta_is_one_episode_with_its_steps_over_delta(
     blip[6:8] *= np.array([1.14, 1.05])
     table, _, onset = settle(judge_steps(pd.Series(blip, index=np.arange(16))))
     assert not table["irregular"].any() and onset is None
+
+
+def test_steps_before_a_shift_that_fills_the_first_window_keep_their_own_baseline() -> None:
+    """A 2.15x NIC from the fifth of 14 logged steps: the seed window holds three normal steps
+    and seven slow ones, and takes the normal ones for bogus short steps. The shift is found; the
+    steps before it are measured against their own level (their baseline had read 235 ms for 110 ms
+    steps, and the localizer scaled every operator's normal time by it)."""
+    rng = np.random.default_rng(4)
+    d = 0.11 * np.exp(rng.normal(0, 0.01, 14))
+    d[4:] *= 2.15
+    table = judge_steps(pd.Series(d, index=2 * np.arange(14)))
+    assert table["irregular"].to_numpy().nonzero()[0].tolist() == list(range(4, 14))
+    np.testing.assert_allclose(table["ratio"].to_numpy()[:4], 1.0, atol=0.05)

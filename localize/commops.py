@@ -134,10 +134,10 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
 
 
 def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per instance: the median, interquartile range and lower quartile, over the normal steps `ref`, of the time
-    the last arriver's copy took (`inst_min`: the transfer alone, no wait in it) in the same
-    operator stream at the same place in its step; drift-scaled (`scale`: per instance). NaN
-    where never seen in a normal step.
+    """Per instance: the median, interquartile range and lower quartile, over the normal steps
+    `ref`, of the time the last arriver's copy took (`inst_min`: the transfer alone, no wait in
+    it) in the same operator stream at the same place in its step; drift-scaled (`scale`: per
+    instance). NaN where never seen in a normal step.
 
     A slot's history mixes copies that waited with ones that did not: on a wide all-to-all its
     spread hid a NIC at 2.8x (seed 8686 job 37). Last arrivers' copies alone are the path's time."""

@@ -448,12 +448,11 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
         # as normal operation)
         within = np.arange(len(d)) <= (np.flatnonzero(above)[-1] if above.any() else -1)
         moved = above | (later & within & (d >= np.sqrt(delta_base) * before))
-        base = np.where(moved & ~irregular, before, base)
-        # and the steps before it are measured against their own level, not a baseline seeded
-        # from the shifted steps (a 2.15x NIC in 7 of the first 10 logged steps made the 3 normal
-        # ones "bogus short" to the seed: their baseline 235 ms for 110 ms steps, and every
-        # operator's normal time, scaled by it, read at half)
-        base = np.where((np.arange(len(d)) < at) & ~irregular, before, base)
+        # the new level's steps, and the normal ones before it, are measured against the old level,
+        # not a baseline seeded from the shifted steps (a 2.15x NIC in 7 of the first 10 logged
+        # steps made the 3 normal ones "bogus short" to the seed: their baseline 235 ms for 110 ms
+        # steps, and every operator's normal time, scaled by it, read at half)
+        base = np.where((moved | (np.arange(len(d)) < at)) & ~irregular, before, base)
         irregular |= moved
     ratio = d / base
     return pd.DataFrame(

@@ -64,7 +64,8 @@ COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns",
 #: throttled to 1 Mbit/s did slow down, and their on-time peers cleared the other hosts.)
 CLEARING_BYTES = 1 << 10
 SHADOW_SHARE = 0.9  # a data unit's blame this much on the ranks whose transfers the best device slowed is its shadow (`network_shadow`)
-NEAR_BEST = 0.9  # a host's transfers explained this nearly as well as the best device's: one GPU's blame may tip it (`host_on_both`)
+NEAR_BEST = 0.9  # a host's transfers explained this nearly as well as the best device's: its ranks' blame may tip it (`host_on_both`)
+GROWTH_SIGMAS = 3.0  # a host's ranks computed longer: beyond this many robust σ of the other ranks' growth (`computed_longer`)
 
 
 @dataclass
@@ -403,10 +404,11 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                          & (tab["step"].to_numpy() < irr.min())).any())
     layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
     logged = present(ops.rank, world)
+    grew = np.median(grown[:, in_slow], axis=1)
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
                                peer_wait=wait_change(waited, own_slow_steps(by_step, in_slow), np.isin(all_steps, ref)),
-                               quiet=silent, grew=np.median(grown[:, in_slow], axis=1))
+                               quiet=silent, grew=grew)
     rank_total = float(rank_blame.sum())
     if net and comm_total > 0:
         units, shadow = network_shadow(units, net[0], slow, members, rank_blame, meta)
@@ -424,7 +426,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                         f"normal time, but no logged operator's delay explains it: the time went {where}outside "
                         "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
     alternates: list[Candidate] = []
-    both = host_on_both(units, net, meta, rank_total / total, comm_total / total) if net and comm_total > 0 else None
+    both = (host_on_both(units, net, meta, rank_total / total, comm_total / total, computed_longer(grew, logged))
+            if net and comm_total > 0 else None)
     if both is not None:
         # one host explains the two together: its ranks' compute and its transfers, one finding
         unit, host_net, joint = both
@@ -474,15 +477,36 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                    onset_step=onset), analysis
 
 
+def computed_longer(grew: np.ndarray, logged: np.ndarray) -> np.ndarray:
+    """Per rank: 1 where its own compute grew in the slow steps (`grew`, s) beyond the logged ranks'
+    common growth by more than GROWTH_SIGMAS robust σ of it, else 0; NaN where it logged nothing.
+    A starved host computes longer; ranks late only because their data arrived late (an eager
+    send through a slow NIC) do not, however the waits on them fell."""
+    seen = np.flatnonzero(np.asarray(logged[:len(grew)], dtype=bool))
+    out = np.full(len(grew), np.nan)
+    if len(seen) < 3:
+        out[seen] = 1.0  # (too few ranks to know what is common: nothing is ruled out)
+        return out
+    common = float(np.median(grew[seen]))
+    spread = 1.4826 * float(np.median(np.abs(grew[seen] - common)))
+    out[seen] = grew[seen] - common > GROWTH_SIGMAS * spread
+    return out
+
+
 def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, rank_frac: float,
-                 comm_frac: float) -> tuple[RankUnit, NetCandidate, float] | None:
+                 comm_frac: float, computed: np.ndarray) -> tuple[RankUnit, NetCandidate, float] | None:
     """A host named by both kinds of evidence, where together they explain more than the best
-    network device does alone: its ranks were late (a unit of the rank blame on it) and its
-    transfers were slow (a network candidate). A starved host slows its ranks and, where its
-    CPUs move the data (gloo), its transfers; a NIC only the transfers through it. Scored apart,
-    a real host at 12% of its CPU lost to its NIC (0.85 against 0.83 on the transfers alone).
-    One GPU's blame counts for its host only where the transfers hold most of the delay and
-    the host explains them nearly as well as the best device: a slow GPU is named for its own.
+    network device does alone: its ranks were late by their own compute (a unit of the rank blame
+    on it, at least half of whose logged ranks `computed` longer) and its transfers were slow (a network
+    candidate that explains them nearly as well as the best device). A starved host slows its
+    ranks and, where its CPUs move the data (gloo), all its transfers; a NIC only the transfers
+    through it, and its ranks late only as their data arrives late (a real host at 12% of its CPU
+    lost to its NIC on the transfers alone, 0.85 against 0.83; a 4x NIC under eager sends, its
+    ranks waiting on their unlogged TP peers' late data, read as its host). A host that explains
+    the slow transfers only as the one end of a slow link does is that link's end, its ranks'
+    lateness the link's (a 4.6x link under batched p2p read as its host, 0.64 against the link's 1.0).
+    One GPU's blame counts for its host only where the transfers hold most of the delay: a slow
+    GPU is named for its own.
     A host with no group inside it carries what its NIC carries (the resolver keeps the NIC for
     both): its ranks' lateness is then all that tells it from the NIC (a real host at 10% of its
     CPU in a tp1 job was its NIC 0.66, the host 0.22). A unit holding under MIN_SHARE of the rank
@@ -492,7 +516,9 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
     listed = {(c.kind, c.key) for c in net}
     as_host = [replace(c, kind="host") if c.kind == "nic" and ("host", c.key) not in listed else c for c in net]
     for u in units:
-        if u.share < MIN_SHARE:
+        grown = computed[[r for r in u.ranks if r < len(computed)]]
+        grown = grown[~np.isnan(grown)]
+        if u.share < MIN_SHARE or not grown.size or grown.mean() < 0.5:
             continue
         if u.kind == "host":
             on = u.label
@@ -502,7 +528,7 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
         else:
             continue
         for c in as_host:
-            if c.kind == "host" and c.key == (on,) and (u.kind == "host" or c.score >= NEAR_BEST * net[0].score):
+            if c.kind == "host" and c.key == (on,) and c.score >= NEAR_BEST * net[0].score:
                 joint = comm_frac * c.score + rank_frac * u.share
                 if joint > best:
                     return u, c, joint

@@ -16,6 +16,7 @@ from localize.ops import history, table
 from localize.ops.history import slot_history, step_scale
 from localize.ops.table import Ops, prepare_ops, sorted_rows
 
+GREW = np.ones(4)  # every rank of a 4-rank job computed longer in the slow steps (`computed_longer`)
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "gpu-straggler"
 
 
@@ -124,19 +125,46 @@ def test_a_host_late_in_compute_and_slow_in_its_transfers_is_one_finding_over_it
                               "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(4)}})
     net = [NetCandidate("nic", ("node-1",), 0.85, 2, 3), NetCandidate("host", ("node-1",), 0.83, 2, 4)]
     host = RankUnit("host", [2, 3], 0.99, 1.0, "node-1")
-    found = host_on_both([host], net, meta, rank_frac=0.09, comm_frac=0.91)
+    found = host_on_both([host], net, meta, rank_frac=0.09, comm_frac=0.91, computed=GREW)
     assert found is not None and found[1] is net[1] and found[2] > 0.85 * 0.91
-    assert host_on_both([], net, meta, rank_frac=0.0, comm_frac=1.0) is None  # a NIC fault: no rank late
+    assert host_on_both([], net, meta, rank_frac=0.0, comm_frac=1.0, computed=GREW) is None  # a NIC fault: no rank late
     gpu = RankUnit("gpu", [2], 0.98, 1.0, "rank 2")
-    assert host_on_both([gpu], net, meta, rank_frac=0.11, comm_frac=0.89) is not None
-    assert host_on_both([gpu], net, meta, rank_frac=0.7, comm_frac=0.3) is None  # the GPU's own delay
+    assert host_on_both([gpu], net, meta, rank_frac=0.11, comm_frac=0.89, computed=GREW) is not None
+    assert host_on_both([gpu], net, meta, rank_frac=0.7, comm_frac=0.3, computed=GREW) is None  # the GPU's own delay
     other = RankUnit("host", [0, 1], 0.99, 1.0, "node-0")
-    assert host_on_both([other], net, meta, rank_frac=0.09, comm_frac=0.91) is None
+    assert host_on_both([other], net, meta, rank_frac=0.09, comm_frac=0.91, computed=GREW) is None
     # no group inside node-1: the resolver lists its NIC for both, and the ranks decide
     nic_only = [NetCandidate("nic", ("node-1",), 0.85, 2, 3), NetCandidate("link", ("node-0", "node-1"), 0.6, 1, 2)]
-    found = host_on_both([host], nic_only, meta, rank_frac=0.2, comm_frac=0.8)
+    found = host_on_both([host], nic_only, meta, rank_frac=0.2, comm_frac=0.8, computed=GREW)
     assert found is not None and (found[1].kind, found[1].key) == ("host", ("node-1",)) and nic_only[0].kind == "nic"
-    assert host_on_both([], nic_only, meta, rank_frac=0.0, comm_frac=1.0) is None
+    assert host_on_both([], nic_only, meta, rank_frac=0.0, comm_frac=1.0, computed=GREW) is None
+
+
+def test_a_host_whose_ranks_did_not_compute_longer_or_that_ends_a_slow_link_is_not_one_finding() -> None:
+    """A 4x NIC under eager sends: its host's ranks waited on their unlogged TP peers, whose data
+    came late through it, and read as the host (0.94). Its ranks computed no longer than anyone's:
+    the NIC. A 4.6x link under batched p2p: the host at its one end explained the slow transfers
+    at 0.64 against the link's 1.0, its ranks' lateness the link's."""
+    from collector.trace.meta import JobMeta
+    from localize.commops import computed_longer, host_on_both
+    from localize.network.devices import NetCandidate
+    from localize.waits.ranking import RankUnit
+
+    meta = JobMeta.from_dict({"job": "j", "world_size": 8,
+                              "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(8)}})
+    host = RankUnit("host", [2, 3], 0.6, 1.0, "node-1")
+    nic = [NetCandidate("nic", ("node-1",), 0.98, 5, 5)]
+    logged = np.array([True, False] * 4)  # one rank per TP group
+    common = np.array([2.1e-3, 0.0, 2.0e-3, 0.0, 2.3e-3, 0.0, 1.9e-3, 0.0])
+    assert np.isnan(computed_longer(common, logged)[1::2]).all() and computed_longer(common, logged)[2] == 0
+    assert host_on_both([host], nic, meta, rank_frac=0.09, comm_frac=0.91, computed=computed_longer(common, logged)) is None
+    starved = common.copy()
+    starved[2] = 30e-3
+    assert computed_longer(starved, logged)[2] == 1
+    assert host_on_both([host], nic, meta, rank_frac=0.09, comm_frac=0.91, computed=computed_longer(starved, logged)) is not None
+    link = [NetCandidate("link", ("node-1", "node-3"), 1.0, 8, 8), NetCandidate("host", ("node-1",), 0.64, 8, 17)]
+    every = np.ones(8)
+    assert host_on_both([host], link, meta, rank_frac=0.35, comm_frac=0.65, computed=every) is None
 
 
 def test_a_host_holding_a_sliver_of_the_rank_blame_does_not_tip_a_network_tie() -> None:
@@ -152,9 +180,9 @@ def test_a_host_holding_a_sliver_of_the_rank_blame_does_not_tip_a_network_tie() 
                               "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(4)}})
     ring = [NetCandidate("link", ("node-0", "node-1"), 0.52, 1, 1), NetCandidate("host", ("node-1",), 0.52, 1, 6)]
     sliver = RankUnit("host", [2, 3], MIN_SHARE * 0.8, 1.0, "node-1")
-    assert host_on_both([sliver], ring, meta, rank_frac=0.8, comm_frac=0.2) is None
+    assert host_on_both([sliver], ring, meta, rank_frac=0.8, comm_frac=0.2, computed=GREW) is None
     whole = RankUnit("host", [2, 3], 0.9, 1.0, "node-1")
-    assert host_on_both([whole], ring, meta, rank_frac=0.8, comm_frac=0.2) is not None
+    assert host_on_both([whole], ring, meta, rank_frac=0.8, comm_frac=0.2, computed=GREW) is not None
 
 
 def _rings(slow_steps: set[int], steps: int = 10) -> tuple[Ops, object]:

@@ -17,6 +17,7 @@ from timeline.model import Timeline, empty_steps
 from timeline.steps import (
     clock_offsets_by_step,
     extent_step_durations,
+    first_step_whole,
     infer_steps,
     judge_window,
     slowdown,
@@ -68,6 +69,11 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
     step_col = df["step"].to_numpy()
     known = step_col >= 0
     all_steps = np.unique(step_col[known])
+    rank_col = df["rank"].to_numpy()
+    whole = len(all_steps) > 0 and first_step_whole(step_col if known.all() else step_col[known],
+                                                    rank_col if known.all() else rank_col[known],
+                                                    int(all_steps[0]), len(all_steps))
+    del rank_col
     # what the step times need of every row, taken before the sample is read: the rows' times
     # and ranks are not held beside it
     extent = step_rank_extent(df if known.all() else df[known])
@@ -84,7 +90,7 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
     if len(durations) and len(durations) < 3:
         notes.append(f"only {len(durations)} step(s): too few for a rolling baseline")
     from_start = steps is None or (len(all_steps) > 0 and steps[0] <= int(all_steps[0]))
-    table, warmup, onset = judge_window(durations, delta, warmup=from_start) if len(durations) else (empty_steps(), [], None)
+    table, warmup, onset = judge_window(durations, delta, warmup=from_start, first_whole=whole) if len(durations) else (empty_steps(), [], None)
     if warmup:
         notes.append(f"steps {warmup[0]}..{warmup[-1]} ran slow as the job warmed up (allocator, communicators, "
                      "compilation): not counted as irregular")

@@ -22,6 +22,8 @@ from timeline.instances import estimate_clock_offsets, host_codes, instance_ids
 
 #: Normal steps the rolling baseline looks back over (Holmes' sliding window).
 WINDOW = 10
+#: a first recorded step is whole when each rank logged this share of an average step's operators
+WHOLE_FIRST = 0.9
 #: ... and when judged against the faster half of all steps (`judge_from_fast_half`)
 FAST_HALF_WINDOW = 8
 #: steps beyond this many σ of the job's own step noise are irregular, if that exceeds δ
@@ -253,18 +255,17 @@ def durations_from_bounds(steps: np.ndarray, begin: np.ndarray, end: np.ndarray)
     predecessor was not logged (sampled steps) lasts from its own begin, plus the pause that clock
     typically shows between a step's end and the next one's begin -- negative where stages overlap
     steps (no sync at a step's end: the last stage posts the next step's recv while the first
-    stage still finishes this one), which a span alone overstates; a clock's first step gets no pause.
-    `steps` sorted. One rule for the job's clock (`job_step_durations`) and each host's (the summaries)."""
+    stage still finishes this one), which a span alone overstates. The first step gets it too: a
+    whole one, the first of the sampled steps, read 10% short without the pause an overlapped
+    parameter all-gather fills. `steps` sorted. One rule for the job's clock (`job_step_durations`)
+    and each host's (the summaries)."""
     at, has_prev = predecessors(steps)
     prev_end = np.where(has_prev, end[:, at], np.nan)
     pause = begin - prev_end
     with warnings.catch_warnings():  # a clock with no consecutive steps has no typical pause
         warnings.simplefilter("ignore", RuntimeWarning)
         typical = np.nan_to_num(np.nanmedian(pause, axis=1, keepdims=True))
-    seen = np.isfinite(end)
-    first = seen & (np.cumsum(seen, axis=1) == 1)
-    own = end - begin + np.where(first, 0.0, typical)
-    return np.where(np.isfinite(prev_end), end - prev_end, own)
+    return np.where(np.isfinite(prev_end), end - prev_end, end - begin + typical)
 
 
 def clock_offsets_by_step(df: pd.DataFrame, meta: JobMeta, steps: np.ndarray | None = None,
@@ -419,12 +420,27 @@ def infer_steps(df: pd.DataFrame) -> np.ndarray:
     return out.astype(np.int32)
 
 
-def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) -> pd.DataFrame:
+def first_step_whole(step: np.ndarray, rank: np.ndarray, first: int, n_steps: int) -> bool:
+    """Whether every rank logged the first recorded step (`first`, of `n_steps`; `step` and `rank`
+    per row) whole: at least WHOLE_FIRST of the operators of its average later step. A logger that
+    started mid-step recorded only the step's tail, too short for a baseline and its compute
+    meaningless; a whole one (the first of sampled steps) is a step like the others."""
+    if n_steps < 2 or len(rank) == 0:
+        return False
+    size = int(rank.max()) + 1
+    at_first = np.bincount(rank[step == first], minlength=size)
+    later = (np.bincount(rank, minlength=size) - at_first) / (n_steps - 1)
+    logged = later > 0
+    return bool(logged.any() and (at_first[logged] >= WHOLE_FIRST * later[logged]).all())
+
+
+def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW, first_whole: bool = False) -> pd.DataFrame:
     """δ-irregularity (Holmes): flag steps at least δ × the rolling median of recent normal steps.
 
     The baseline only learns from normal steps, so persistent degradation stays flagged for as
     long as it lasts, while slow drift (each step close to the last normal ones) is absorbed.
-    It is seeded from the first window's fast steps so a fault that starts early is caught.
+    It is seeded from the first window's fast steps so a fault that starts early is caught; the
+    window's first step among them only when it is whole (`first_step_whole`).
     δ is widened to NOISE_SIGMAS × the job's own step-to-step noise when that is larger: Holmes'
     δ suits steps that repeat within a few percent, and noise is not an irregularity.
     Returns the steps table (step, duration_s, baseline_s, ratio, irregular, pattern).
@@ -433,7 +449,7 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
     d = durations.to_numpy(np.float64)
     delta_base = delta
     delta = calm_delta(d, delta)
-    base, irregular = _rolling_judge(d, delta, window)
+    base, irregular = _rolling_judge(d, delta, window, first_whole)
     # the first step holds the warm-up, and so may a block of slow steps after it: the level
     # before a shift is learned without them
     lead = 1 + leading_slow(d[1:], delta_base) if len(d) > 1 else 0
@@ -467,14 +483,15 @@ def judge_steps(durations: pd.Series, delta: float = 1.1, window: int = WINDOW) 
     )
 
 
-def _rolling_judge(d: np.ndarray, delta: float, window: int) -> tuple[np.ndarray, np.ndarray]:
+def _rolling_judge(d: np.ndarray, delta: float, window: int, first_whole: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Each step's baseline (the median of the last `window` normal steps) and whether it ran δ
     or more above it."""
     base = np.full(d.shape, np.nan)
     irregular = np.zeros(d.shape, dtype=bool)
-    # the first step is measured from its own first operator (no step ended before it) and holds
-    # the warm-up: too short or too long, it is no baseline for the rest
-    history = list(_seed(d[1:] if len(d) >= 4 else d, delta, window))
+    # the first step may be a logger's partial one, too short for a baseline, unless it is whole
+    # (its warm-up, too long, `_seed` leaves out like any slow step). A 2.15x switch from the second
+    # of the sampled steps left the first the only normal one: without it every step read normal.
+    history = list(_seed(d[1:] if len(d) >= 4 and not first_whole else d, delta, window))
     for k, x in enumerate(d):  # one iteration per step, not per operator
         if not history:
             if np.isfinite(x):
@@ -569,7 +586,10 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     ratio = t["ratio"].to_numpy(np.float64)
     noise = step_noise(d[counted])
     if noise > 0:
-        irr |= sustained(irr, ratio >= 1.0 + NOISE_SIGMAS * noise, counted)
+        above = ratio >= 1.0 + NOISE_SIGMAS * noise
+        # (over a drift's level, not the baseline that trails it)
+        above &= d >= drift_level(t["step"].to_numpy(np.float64), d, counted & ~irr & ~above) * (1.0 + NOISE_SIGMAS * noise)
+        irr |= sustained(irr, above, counted)
     lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
     far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * noise)
     if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO
@@ -584,6 +604,20 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     t["irregular"] = irr
     t["pattern"] = pattern
     return t, warm, _onset(steps, irr, lost)
+
+
+def drift_level(x: np.ndarray, d: np.ndarray, normal: np.ndarray, points: int = 64) -> np.ndarray:
+    """Per step (`x`, its number): the level of a steady drift through the `normal` steps' times
+    `d`, a Theil-Sen line (over up to `points` of them, evenly spread); 0 where fewer than four.
+    A job that slows 0.3% a step sits 1-2% over a rolling median of its last steps: beyond a tight
+    noise, yet no slowdown (every step after a link's one slow step read as one)."""
+    at = np.flatnonzero(normal & np.isfinite(d) & (d > 0))
+    if len(at) < 4:
+        return np.zeros(len(d))
+    at = at[np.unique(np.linspace(0, len(at) - 1, min(points, len(at))).round().astype(int))]
+    i, j = np.triu_indices(len(at), 1)
+    slope = float(np.median((d[at][j] - d[at][i]) / (x[at][j] - x[at][i])))
+    return float(np.median(d[at] - slope * x[at])) + slope * x
 
 
 def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray) -> np.ndarray:
@@ -653,13 +687,15 @@ def judge_from_fast_half(durations: pd.Series, delta: float = 1.1, window: int =
                          "ratio": vals / base, "irregular": irregular, "pattern": ""})
 
 
-def judge_window(durations: pd.Series, delta: float = 1.1, warmup: bool = True) -> tuple[pd.DataFrame, list[int], int | None]:
+def judge_window(durations: pd.Series, delta: float = 1.1, warmup: bool = True,
+                 first_whole: bool = False) -> tuple[pd.DataFrame, list[int], int | None]:
     """The steps table of a window, as every path judges it: δ against recent normal steps
     (`judge_steps`), warm-up and noise left out (`settle`), then a fault over most steps judged
     against the steps it left alone (`widespread_fault`), and the onset taken back over the steps
-    right before it that ran δ over their baseline (`_with_onset_from_delta`). Returns the table,
-    the warm-up steps and the onset step."""
-    table = judge_steps(durations, delta)
+    right before it that ran δ over their baseline (`_with_onset_from_delta`). `first_whole`: the
+    first step holds all its operators (`first_step_whole`). Returns the table, the warm-up steps
+    and the onset step."""
+    table = judge_steps(durations, delta, first_whole=first_whole)
     table, warm, onset = settle(table, warmup=warmup)
     if (again := widespread_fault(table, warmup=bool(warm) or warmup, delta=delta)) is not None:
         table, onset = again

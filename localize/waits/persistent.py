@@ -24,7 +24,7 @@ from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers
 from localize.ops.table import Ops, prepare_ops, rank_step_compute
 from localize.waits.ranking import COVERAGE, TURNS_MOST, RankUnit, explain_rank_blame, layout_units
-from timeline.steps import EPISODE_GAP, ONSET_LEVEL, SHIFT_MIN_STEPS, level_shift
+from timeline.steps import EPISODE_GAP, ONSET_LEVEL, SHIFT_MIN_STEPS, first_step_whole, level_shift
 
 StepsT = TypeVar("StepsT", np.ndarray, list[int])  # a table's steps, as an array or a list
 
@@ -37,7 +37,6 @@ QUIET_BEFORE = 0.1  # an on-and-off device began where it was slow in at most th
 LEVEL_HELD = 0.8  # a level shift is "slow in every step since" when slow in this share of them (else: on and off)
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
 ONSET_HELD = 0.6  # slow steps before a device's own onset are the fault's when this near its typical excess
-WHOLE_FIRST = 0.9  # a first recorded step is whole when each rank logged this share of an average step's operators
 
 
 def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,15 +64,6 @@ def all_steps_compute(ops: Ops, world: int, lone: np.ndarray | None = None) -> t
     if lone is not None and lone.any():
         comp += lone_time(ops, lone, world, steps)
     return comp, present(ops.rank, world), steps
-
-
-def whole_first_step(ops: Ops, world: int, steps: np.ndarray) -> bool:
-    """Whether every rank logged its first recorded step whole: as many operators as in an average
-    later step (a logger that started mid-step leaves it short, and its compute then means nothing)."""
-    first = np.bincount(ops.rank[ops.step == steps[0]], minlength=world)[:world]
-    later = (np.bincount(ops.rank, minlength=world)[:world] - first) / max(len(steps) - 1, 1)
-    logged = later > 0
-    return bool(logged.any() and (first[logged] >= WHOLE_FIRST * later[logged]).all())
 
 
 def normal_first_step(before: np.ndarray, comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str],
@@ -240,7 +230,7 @@ def persistent_imbalance(df: pd.DataFrame, meta: JobMeta, top: int = 5,
     lone = lone_copies(ops, meta.groups, unlisted=True)
     comp, seen, all_steps = all_steps_compute(ops, world, lone)
     first, comp, steps = first_apart(comp, all_steps)
-    before = first if first is not None and whole_first_step(ops, world, all_steps) else None
+    before = first if first is not None and first_step_whole(ops.step, ops.rank, int(all_steps[0]), len(all_steps)) else None
     waited = lone_time(ops, lone, world, unique(ops.step))[:, -comp.shape[1]:] if lone.any() else None
     return imbalance(comp, seen, steps, with_observed_groups(meta, ops), group_kinds(ops, hint), top,
                      waited, unlogged_peers(ops, meta.groups, lone, world), before)

@@ -8,6 +8,8 @@ import pandas as pd
 from timeline.steps import (
     calm_delta,
     consistent_samples,
+    durations_from_bounds,
+    first_step_whole,
     judge_steps,
     judge_window,
     level_shift,
@@ -51,6 +53,33 @@ def test_a_short_first_step_is_no_baseline() -> None:
     d = np.r_[0.0818, np.full(10, 0.0910) + np.random.default_rng(5).normal(0, 0.0008, 10)]
     table = judge_steps(pd.Series(d, index=pd.RangeIndex(len(d), name="step")))
     assert not table["irregular"].any()
+
+
+def test_a_whole_first_step_is_a_baseline_where_it_is_the_only_normal_one() -> None:
+    """Every second or third step logged, a 2.15x switch from the second of them: the first held
+    all its operators, 30% faster than every later step. Left out as a logger's partial step, it
+    left every step normal; a first step short of operators still is no baseline."""
+    d = np.r_[0.0825, np.full(10, 0.1155) + np.random.default_rng(7).normal(0, 0.0008, 10)]
+    durations = pd.Series(d, index=pd.Index([3, 5, 8, 10, 12, 15, 17, 19, 21, 24, 26], name="step"))
+    assert not judge_steps(durations)["irregular"].any()
+    table = judge_steps(durations, first_whole=True)
+    assert table.loc[table["irregular"], "step"].tolist() == durations.index[1:].tolist()
+    # 4 ranks x 3 steps of 5 operators; a logger that started mid-step saw 2 of the first's
+    rank = np.repeat(np.arange(4), 15)
+    step = np.tile(np.repeat([3, 5, 8], 5), 4)
+    assert first_step_whole(step, rank, 3, 3)
+    cut = ~((step == 3) & (np.tile(np.arange(15), 4) < 3))
+    assert not first_step_whole(step[cut], rank[cut], 3, 3)
+
+
+def test_the_first_sampled_step_gets_the_pause_before_it_like_the_others() -> None:
+    """Steps 3, 5, 8 logged, each 100 ms from its first operator to its last, with a 10 ms pause
+    (an overlapped all-gather) before each step of a run of consecutive steps: every sampled one,
+    the first too, lasts 110 ms."""
+    steps = np.array([3, 5, 8, 9, 10])
+    begin = np.array([[0.0, 300.0, 600.0, 710.0, 820.0]])
+    end = begin + 100.0
+    assert durations_from_bounds(steps, begin, end)[0].tolist() == [110.0] * 5
 
 
 def test_step_noise_ignores_a_level_shift() -> None:
@@ -346,6 +375,21 @@ def test_a_slowdown_mostly_under_delta_is_one_episode_with_its_steps_over_delta(
     blip[6:8] *= np.array([1.14, 1.05])
     table, _, onset = settle(judge_steps(pd.Series(blip, index=np.arange(16))))
     assert not table["irregular"].any() and onset is None
+
+
+def test_a_steady_drift_after_one_slow_step_is_not_a_sustained_slowdown() -> None:
+    """Every second step logged, the job 0.2% slower each logged step, a link slow in one of them
+    (1.21x): the steps after it sat 1-1.6% over the rolling median that trails the drift, beyond
+    the steps' noise, and the whole drift read as one slowdown with the spike. Over the drift's own
+    level they are normal; a real run of mild slow steps on top of it still is one."""
+    steps = np.arange(1, 29, 2)
+    d = np.array([0.187361, 0.187781, 0.188641, 0.189086, 0.189253, 0.191231, 0.230887, 0.192110, 0.191719,
+                  0.192569, 0.192622, 0.193380, 0.193450, 0.193465])  # (the matrix's eager link, seed 3838)
+    table, _, onset = settle(judge_steps(pd.Series(d, index=pd.Index(steps, name="step"))))
+    assert table.loc[table["irregular"], "step"].tolist() == [13] and onset == 13
+    d[7:10] *= np.array([1.06, 1.05, 1.07])
+    table, _, onset = settle(judge_steps(pd.Series(d, index=pd.Index(steps, name="step"))))
+    assert table.loc[table["irregular"], "step"].tolist() == [13, 15, 17, 19] and onset == 13
 
 
 def test_steps_before_a_shift_that_fills_the_first_window_keep_their_own_baseline() -> None:

@@ -587,9 +587,10 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     noise = step_noise(d[counted])
     if noise > 0:
         above = ratio >= 1.0 + NOISE_SIGMAS * noise
-        # (over a drift's level, not the baseline that trails it)
-        above &= d >= drift_level(t["step"].to_numpy(np.float64), d, counted & ~irr & ~above) * (1.0 + NOISE_SIGMAS * noise)
-        irr |= sustained(irr, above, counted)
+        x, calm = t["step"].to_numpy(np.float64), counted & ~irr & ~above
+        before = np.arange(n)
+        irr |= sustained(irr, above, counted, lambda start: d >= drift_level(x, d, calm & (before < start))
+                         * (1.0 + NOISE_SIGMAS * noise))
     lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
     far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * noise)
     if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO
@@ -608,9 +609,7 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
 
 def drift_level(x: np.ndarray, d: np.ndarray, normal: np.ndarray, points: int = 64) -> np.ndarray:
     """Per step (`x`, its number): the level of a steady drift through the `normal` steps' times
-    `d`, a Theil-Sen line (over up to `points` of them, evenly spread); 0 where fewer than four.
-    A job that slows 0.3% a step sits 1-2% over a rolling median of its last steps: beyond a tight
-    noise, yet no slowdown (every step after a link's one slow step read as one)."""
+    `d`, a Theil-Sen line (over up to `points` of them, evenly spread); 0 where fewer than four."""
     at = np.flatnonzero(normal & np.isfinite(d) & (d > 0))
     if len(at) < 4:
         return np.zeros(len(d))
@@ -620,18 +619,28 @@ def drift_level(x: np.ndarray, d: np.ndarray, normal: np.ndarray, points: int = 
     return float(np.median(d[at] - slope * x[at])) + slope * x
 
 
-def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray) -> np.ndarray:
+def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray,
+              over_drift: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
     """Steps of the runs of SUSTAINED_STEPS or more consecutive counted steps `above` their
     baseline that hold an irregular step. A link on for six steps at 1.05-1.14x over steps within
     0.5% put two of them over δ: alone, too little time lost to be more than noise; with the four
     between them, which noise does not hold up that long, it is one slowdown (a real blip is one
-    step, and the next one runs short)."""
+    step, and the next one runs short). `over_drift(start)`: per step, whether it stands over the
+    drift of the normal steps before a run from `start` (`drift_level`); a run's steps must. A job
+    that slows 0.2% a logged step sits 1-2% over the rolling median that trails it, beyond a tight
+    noise, yet no slowdown: every step after a link's one slow step read as one with it. (A line
+    through the normal steps on both sides of a run would take a lasting shift for a drift.)"""
     run = np.concatenate([[False], above & counted, [False]])
     edges = np.flatnonzero(np.diff(run.astype(np.int8)))
     out = np.zeros(len(irr), dtype=bool)
     for start, end in zip(edges[::2], edges[1::2], strict=True):  # (one iteration per run)
-        if end - start >= SUSTAINED_STEPS and irr[start:end].any():
-            out[start:end] = True
+        if end - start < SUSTAINED_STEPS or not irr[start:end].any():
+            continue
+        kept = np.ones(end - start, dtype=bool) if over_drift is None else over_drift(int(start))[start:end]
+        inner = np.flatnonzero(np.diff(np.concatenate([[0], kept.astype(np.int8), [0]])))
+        for a, b in zip(inner[::2] + start, inner[1::2] + start, strict=True):  # (its parts over the drift)
+            if b - a >= SUSTAINED_STEPS and irr[a:b].any():
+                out[a:b] = True
     return out
 
 

@@ -626,7 +626,9 @@ def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray,
     0.5% put two of them over δ: alone, too little time lost to be more than noise; with the four
     between them, which noise does not hold up that long, it is one slowdown (a real blip is one
     step, and the next one runs short). `over_drift(start)`: per step, whether it stands over the
-    drift of the normal steps before a run from `start` (`drift_level`); a run's steps must. A job
+    drift of the normal steps before a run from `start` (`drift_level`); a run's steps must, and
+    the run lasts while the steps after it stay there: a baseline that learned the new level (a
+    2.5x NIC's lasting 1.08x) takes them for normal, and the fault's later steps for history. A job
     that slows 0.2% a logged step sits 1-2% over the rolling median that trails it, beyond a tight
     noise, yet no slowdown: every step after a link's one slow step read as one with it. (A line
     through the normal steps on both sides of a run would take a lasting shift for a drift.)"""
@@ -636,10 +638,12 @@ def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray,
     for start, end in zip(edges[::2], edges[1::2], strict=True):  # (one iteration per run)
         if end - start < SUSTAINED_STEPS or not irr[start:end].any():
             continue
-        kept = np.ones(end - start, dtype=bool) if over_drift is None else over_drift(int(start))[start:end]
-        inner = np.flatnonzero(np.diff(np.concatenate([[0], kept.astype(np.int8), [0]])))
+        over = np.ones(len(irr), dtype=bool) if over_drift is None else over_drift(int(start)) & counted
+        inner = np.flatnonzero(np.diff(np.concatenate([[0], over[start:end].astype(np.int8), [0]])))
         for a, b in zip(inner[::2] + start, inner[1::2] + start, strict=True):  # (its parts over the drift)
             if b - a >= SUSTAINED_STEPS and irr[a:b].any():
+                if over_drift is not None:
+                    b += int(np.argmin(over[b:])) if not over[b:].all() else len(irr) - b
                 out[a:b] = True
     return out
 

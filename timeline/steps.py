@@ -588,9 +588,13 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     if noise > 0:
         above = ratio >= 1.0 + NOISE_SIGMAS * noise
         x, calm = t["step"].to_numpy(np.float64), counted & ~irr & ~above
-        before = np.arange(n)
-        irr |= sustained(irr, above, counted, lambda start: d >= drift_level(x, d, calm & (before < start))
-                         * (1.0 + NOISE_SIGMAS * noise))
+
+        def over_drift(start: int) -> np.ndarray | None:
+            # (over the job's noise, and over how far the steps before strayed from the line: steps
+            # at two levels before a run, a busy machine's stalls among normal steps, follow none)
+            drift = drift_level(x, d, calm & (np.arange(n) < start))
+            return None if drift is None else d >= drift[0] + NOISE_SIGMAS * np.maximum(noise * drift[0], drift[1])
+        irr |= sustained(irr, above, counted, over_drift)
     lost = np.where(irr, np.nan_to_num(np.maximum(d - base, 0.0)), 0.0)
     far = irr & (ratio >= 1.0 + SPIKE_SIGMAS * noise)
     if (irr.any() and lost.sum() < MIN_LOST_SHARE * np.nansum(d[counted]) and np.nanmax(ratio[irr]) < SPIKE_RATIO
@@ -607,27 +611,31 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     return t, warm, _onset(steps, irr, lost)
 
 
-def drift_level(x: np.ndarray, d: np.ndarray, normal: np.ndarray, points: int = 64) -> np.ndarray:
+def drift_level(x: np.ndarray, d: np.ndarray, normal: np.ndarray, points: int = 64) -> tuple[np.ndarray, float] | None:
     """Per step (`x`, its number): the level of a steady drift through the `normal` steps' times
-    `d`, a Theil-Sen line (over up to `points` of them, evenly spread); 0 where fewer than four."""
+    `d`, a Theil-Sen line (over up to `points` of them, evenly spread), and the robust σ of those
+    steps around it (s); None with fewer than four."""
     at = np.flatnonzero(normal & np.isfinite(d) & (d > 0))
     if len(at) < 4:
-        return np.zeros(len(d))
+        return None
     at = at[np.unique(np.linspace(0, len(at) - 1, min(points, len(at))).round().astype(int))]
     i, j = np.triu_indices(len(at), 1)
-    slope = float(np.median((d[at][j] - d[at][i]) / (x[at][j] - x[at][i])))
-    return float(np.median(d[at] - slope * x[at])) + slope * x
+    # (a job does not steadily speed up: steps falling before a run are levels, never a drift to follow)
+    slope = max(float(np.median((d[at][j] - d[at][i]) / (x[at][j] - x[at][i]))), 0.0)
+    level = float(np.median(d[at] - slope * x[at])) + slope * x
+    return level, robust_sigma(d[at] - level[at])
 
 
 def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray,
-              over_drift: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
+              over_drift: Callable[[int], np.ndarray | None] | None = None) -> np.ndarray:
     """Steps of the runs of SUSTAINED_STEPS or more consecutive counted steps `above` their
     baseline that hold an irregular step. A link on for six steps at 1.05-1.14x over steps within
     0.5% put two of them over δ: alone, too little time lost to be more than noise; with the four
     between them, which noise does not hold up that long, it is one slowdown (a real blip is one
     step, and the next one runs short). `over_drift(start)`: per step, whether it stands over the
-    drift of the normal steps before a run from `start` (`drift_level`); a run's steps must, and
-    the run lasts while the steps after it stay there: a baseline that learned the new level (a
+    drift of the normal steps before a run from `start` (`drift_level`; None where too few steps
+    came before it to tell one); a run's steps must, and the run lasts while the steps after it
+    stay there: a baseline that learned the new level (a
     2.5x NIC's lasting 1.08x) takes them for normal, and the fault's later steps for history. A job
     that slows 0.2% a logged step sits 1-2% over the rolling median that trails it, beyond a tight
     noise, yet no slowdown: every step after a link's one slow step read as one with it. (A line
@@ -638,11 +646,12 @@ def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray,
     for start, end in zip(edges[::2], edges[1::2], strict=True):  # (one iteration per run)
         if end - start < SUSTAINED_STEPS or not irr[start:end].any():
             continue
-        over = np.ones(len(irr), dtype=bool) if over_drift is None else over_drift(int(start)) & counted
+        level = over_drift(int(start)) if over_drift is not None else None
+        over = np.ones(len(irr), dtype=bool) if level is None else level & counted
         inner = np.flatnonzero(np.diff(np.concatenate([[0], over[start:end].astype(np.int8), [0]])))
         for a, b in zip(inner[::2] + start, inner[1::2] + start, strict=True):  # (its parts over the drift)
             if b - a >= SUSTAINED_STEPS and irr[a:b].any():
-                if over_drift is not None:
+                if level is not None:
                     b += int(np.argmin(over[b:])) if not over[b:].all() else len(irr) - b
                 out[a:b] = True
     return out

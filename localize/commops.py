@@ -57,6 +57,7 @@ from localize.waits.ranking import MIN_SHARE, RankUnit, explain_rank_blame
 from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
 from timeline.instances import host_codes
+from timeline.steps import robust_sigma
 
 COLUMNS = ["rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step"]
 #: a unit whose messages are all smaller than this (a barrier, a scalar) clears no network device by
@@ -487,9 +488,7 @@ def computed_longer(grew: np.ndarray, logged: np.ndarray) -> np.ndarray:
     if len(seen) < 3:
         out[seen] = 1.0  # (too few ranks to know what is common: nothing is ruled out)
         return out
-    common = float(np.median(grew[seen]))
-    spread = 1.4826 * float(np.median(np.abs(grew[seen] - common)))
-    out[seen] = grew[seen] - common > GROWTH_SIGMAS * spread
+    out[seen] = grew[seen] - float(np.median(grew[seen])) > GROWTH_SIGMAS * robust_sigma(grew[seen])
     return out
 
 

@@ -68,15 +68,16 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
             df = df[(df["step"] >= steps[0]) & (df["step"] <= steps[1] + 1)]
     step_col = df["step"].to_numpy()
     known = step_col >= 0
-    all_steps = np.unique(step_col[known])
+    every = bool(known.all())  # (then no row-sized copy is taken below)
+    all_steps = np.unique(step_col if every else step_col[known])
     rank_col = df["rank"].to_numpy()
-    whole = len(all_steps) > 0 and first_step_whole(step_col if known.all() else step_col[known],
-                                                    rank_col if known.all() else rank_col[known],
+    whole = len(all_steps) > 0 and first_step_whole(step_col if every else step_col[known],
+                                                    rank_col if every else rank_col[known],
                                                     int(all_steps[0]), len(all_steps))
     del rank_col
     # what the step times need of every row, taken before the sample is read: the rows' times
     # and ranks are not held beside it
-    extent = step_rank_extent(df if known.all() else df[known])
+    extent = step_rank_extent(df if every else df[known])
     del step_col, known
     if not set(COLUMNS) <= set(df.columns):
         df = df[["step", "group"]]

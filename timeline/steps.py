@@ -635,26 +635,30 @@ def sustained(irr: np.ndarray, above: np.ndarray, counted: np.ndarray,
     step, and the next one runs short). `over_drift(start)`: per step, whether it stands over the
     drift of the normal steps before a run from `start` (`drift_level`; None where too few steps
     came before it to tell one); a run's steps must, and the run lasts while the steps after it
-    stay there: a baseline that learned the new level (a
-    2.5x NIC's lasting 1.08x) takes them for normal, and the fault's later steps for history. A job
-    that slows 0.2% a logged step sits 1-2% over the rolling median that trails it, beyond a tight
-    noise, yet no slowdown: every step after a link's one slow step read as one with it. (A line
-    through the normal steps on both sides of a run would take a lasting shift for a drift.)"""
-    run = np.concatenate([[False], above & counted, [False]])
-    edges = np.flatnonzero(np.diff(run.astype(np.int8)))
+    stay there: a baseline that learned the new level (a 2.5x NIC's lasting 1.08x) takes them for
+    normal, and the fault's later steps for history. A job that slows 0.2% a logged step sits 1-2%
+    over the rolling median that trails it, beyond a tight noise, yet no slowdown: every step after
+    a link's one slow step read as one with it. (A line through the normal steps on both sides of a
+    run would take a lasting shift for a drift.)"""
     out = np.zeros(len(irr), dtype=bool)
-    for start, end in zip(edges[::2], edges[1::2], strict=True):  # (one iteration per run)
+    for start, end in _runs(above & counted):  # (one iteration per run)
         if end - start < SUSTAINED_STEPS or not irr[start:end].any():
             continue
-        level = over_drift(int(start)) if over_drift is not None else None
+        level = over_drift(start) if over_drift is not None else None
         over = np.ones(len(irr), dtype=bool) if level is None else level & counted
-        inner = np.flatnonzero(np.diff(np.concatenate([[0], over[start:end].astype(np.int8), [0]])))
-        for a, b in zip(inner[::2] + start, inner[1::2] + start, strict=True):  # (its parts over the drift)
+        for a, b in _runs(over[start:end]):  # (its parts over the drift)
+            a, b = a + start, b + start
             if b - a >= SUSTAINED_STEPS and irr[a:b].any():
                 if level is not None:
                     b += int(np.argmin(over[b:])) if not over[b:].all() else len(irr) - b
                 out[a:b] = True
     return out
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of True in `mask`, each as (first index, one past the last)."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
 def _onset(steps: np.ndarray, irr: np.ndarray, lost: np.ndarray) -> int | None:

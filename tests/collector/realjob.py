@@ -1,4 +1,5 @@
-"""Run the Megatron-shaped gloo job (jobs/pipeline_train.py) as a real multi-node torchrun job.
+"""Run the gloo test jobs as real multi-node torchrun jobs: jobs/pipeline_train.py (Megatron-shaped)
+and jobs/sharded_train.py (FSDP2).
 
 One torchrun agent per "node", each started with its own LAGGARD_HOST (node-0, node-1, ...) and
 --node-rank, static rendezvous on the first node, the CommOps logger attached by
@@ -22,6 +23,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 JOB = REPO / "tests" / "collector" / "jobs" / "pipeline_train.py"
+SHARDED = REPO / "tests" / "collector" / "jobs" / "sharded_train.py"
 NICE = -10  # as root: the job's processes before the rest of this shared machine's work
 
 
@@ -72,19 +74,17 @@ class RealJob:
     def ranks_of(self, node: int) -> list[int]:
         return list(range(node * self.nproc, (node + 1) * self.nproc))
 
+    @property
+    def script(self) -> Path:
+        return JOB
+
     def args(self, fault: Fault | None) -> list[str]:
         out = ["--tp", str(self.tp), "--pp", str(self.pp), "--dp", str(self.dp), "--steps", str(self.steps),
                "--microbatches", str(self.microbatches), "--layer-ms", str(self.layer_ms),
                "--act-mib", str(self.act_mib), *self.extra]
         if self.overlap_grad:
             out += ["--overlap-grad", "--overlap-op", self.overlap_grad]
-        if fault is not None and fault.ranks:
-            out += ["--slow-ranks", ",".join(map(str, fault.ranks)), "--slow-factor", str(fault.factor),
-                    "--slow-from", str(fault.start)]
-            if fault.end is not None:
-                out += ["--slow-to", str(fault.end)]
-            if fault.every > 1:
-                out += ["--slow-every", str(fault.every)]
+        out += slow_args(fault)
         if fault is not None and fault.kind == "data":
             out += ["--long-batches", str(fault.batches), "--slow-from", str(fault.start)]
         return out
@@ -111,10 +111,43 @@ class RealJob:
                            "pattern": "persistent" if fault.every == 1 else "alternate",
                            **({"rate": fault.rate} if fault.rate else {}), **{k: v for k, v in root.items() if k != "kind"},
                            "start_step": fault.start, "end_step": end, "root": root})
-        return {"job": job, "source": "real gloo job (tests/collector/jobs/pipeline_train.py)",
+        return {"job": job, "source": f"real gloo job (tests/collector/jobs/{self.script.name})",
                 "parallelism": par, "steps": self.steps, "microbatches": self.microbatches,
                 "layer_ms": self.layer_ms, "act_mib": self.act_mib, "faults": faults,
                 **({"overlap_grad": self.overlap_grad} if self.overlap_grad else {})}
+
+
+@dataclass
+class ShardedJob(RealJob):
+    """The FSDP2 job (jobs/sharded_train.py): `dp` ranks in `replicate` replica groups (HSDP when
+    above 1), each sharding the model over its `dp // replicate` ranks; no tp or pp."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 4
+    replicate: int = 1
+    layers: int = 6
+
+    @property
+    def script(self) -> Path:
+        return SHARDED
+
+    def args(self, fault: Fault | None) -> list[str]:
+        return ["--steps", str(self.steps), "--layers", str(self.layers), "--layer-ms", str(self.layer_ms),
+                "--replicate", str(self.replicate), *self.extra, *slow_args(fault)]
+
+
+def slow_args(fault: Fault | None) -> list[str]:
+    """A job script's flags for a fault that slows some ranks' compute."""
+    if fault is None or not fault.ranks:
+        return []
+    out = ["--slow-ranks", ",".join(map(str, fault.ranks)), "--slow-factor", str(fault.factor),
+           "--slow-from", str(fault.start)]
+    if fault.end is not None:
+        out += ["--slow-to", str(fault.end)]
+    if fault.every > 1:
+        out += ["--slow-every", str(fault.every)]
+    return out
 
 
 def last_step(log: Path) -> int:
@@ -143,7 +176,7 @@ def run(out: Path, job: RealJob, name: str, fault: Fault | None = None,
             e["LAGGARD_HOST"] = job.host(node)
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(job.nodes),
                 "--nproc-per-node", str(job.nproc), "--node-rank", str(node), "--master-addr", master,
-                "--master-port", str(port), "--max-restarts", "0", "-m", "collector.commops.run", str(JOB),
+                "--master-port", str(port), "--max-restarts", "0", "-m", "collector.commops.run", str(job.script),
                 *job.args(fault), "--step-log", str(log), "--log-dir", str(out / "steps")]
         argv = wrap(node, argv) if wrap else argv
         if os.geteuid() == 0:  # the job's timing, not the other work on this machine, is under test

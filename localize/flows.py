@@ -148,10 +148,28 @@ def network_candidates(edges: pd.DataFrame, switch_of: dict[str, str | None], so
             links.setdefault(tuple(sorted((a, b), key=_natural_key)), []).append(float(r))
     for pair, rs in links.items():
         ratio = float(np.median(rs))
-        out.append(Candidate("link", 1 - 1 / ratio, [
+        link = Candidate("link", 1 - 1 / ratio, [
             f"flows between {pair[0]} and {pair[1]} start on time but run {ratio:.1f}x slower "
-            "than in normal iterations / than their peers"], hosts=list(pair), source=source))
+            "than in normal iterations / than their peers"], hosts=list(pair), source=source)
+        alike = [Candidate("nic", link.score, [
+            f"every flow of {h} goes to {peer} and runs {ratio:.1f}x slower: with one peer, {h}'s NIC and the "
+            "link between them carry the same flows, and a probe of the NIC tells them apart"], host=h, source=source)
+            for h, peer in (pair, pair[::-1]) if _only_peer(edges, h) == peer]
+        if alike:
+            link.tie = 1 + len(alike)
+            for c in alike:
+                c.tie = link.tie
+        out += [link, *alike]
     return out
+
+
+def _only_peer(edges: pd.DataFrame, host: str) -> str | None:
+    """The one host `host` exchanges flows with, when it has one and most of those flows are slow."""
+    touch = edges[(edges["sh"] == host) | (edges["dh"] == host)]
+    peers = (set(touch["sh"]) | set(touch["dh"])) - {host}
+    if len(peers) != 1 or touch["slow"].mean() < NIC_SHARE:
+        return None
+    return str(peers.pop())
 
 
 def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps: set[int]) -> pd.Series:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from collector.trace.meta import JobMeta, _natural_key
-from timeline.graph import components
+from timeline.graph import components, on_cycle
 
 #: average packet size below which a directed edge carries only acknowledgements
 MIN_DATA_PACKET = 200
@@ -53,7 +53,7 @@ MIN_ITERATIONS = 6
 class FlowGroup:
     """A communication group seen on the network, at host level (ring/chain order)."""
 
-    kind: str  # dp (ring), pp (chain), ep (mesh)
+    kind: str  # dp (ring), pp (chain), ep (mesh), tp (a ring's hops between the hosts it spans)
     hosts: list[str]
     edges: list[tuple[str, str]]  # directed endpoint (ip) edges that carry its data
 
@@ -211,7 +211,8 @@ def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFra
     e = e[(e["sh"] != e["dh"]) & (e["bytes"] >= ONE_WAY * e["rev_bytes"])]  # drop the minor side of one-way pairs
     e = e[e["bytes"] >= MINOR_SHARE * e["bytes"].max()] if len(e) else e  # one-off transfers (setup broadcasts)
     one_way = e["rev_bytes"] < ONE_WAY * e["bytes"]
-    rings = _rings(e[one_way])
+    ring_hops, split_hops = _split_ring_hops(e[one_way])
+    rings = _rings(ring_hops) + _rings(split_hops, kind="tp")
     two = e[~one_way]
     pair_groups: list[FlowGroup] = []
     if flows is not None and len(two):
@@ -231,7 +232,7 @@ def infer_groups(edges: pd.DataFrame, host_of: dict[str, str], flows: pd.DataFra
         taken = {tuple(g.hosts) for g in pair_groups}
         two = two[[pair not in taken for pair in pair_of]]
     groups = rings + pair_groups + _pairs(two)
-    return sorted(groups, key=lambda g: (["dp", "pp", "ep"].index(g.kind), _natural_key(g.hosts[0])))
+    return sorted(groups, key=lambda g: (["dp", "pp", "ep", "tp"].index(g.kind), _natural_key(g.hosts[0])))
 
 
 def _iteration_count(flows: pd.DataFrame, on_edge: dict[tuple[str, str], np.ndarray], rings: list[FlowGroup],
@@ -296,7 +297,27 @@ def _components(pairs: pd.DataFrame) -> list[pd.DataFrame]:
     return [pairs[lab == k] for k in sorted(set(label[a].tolist()))]
 
 
-def _rings(e: pd.DataFrame) -> list[FlowGroup]:
+def _split_ring_hops(e: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One-way edges of rings that close over the network, and the hops of rings that close inside
+    hosts (a tensor-parallel group split across hosts: its other hops are NVLink).
+
+    A data-parallel ring whose every hop crosses hosts is a cycle of endpoints; a TP ring of two
+    hosts reaches the network in two hops, from one GPU to another and back from a third to a
+    fourth, which close no cycle of endpoints. At host level the two are joined (both pass through
+    the same hosts), and the TP hops, busy in every layer, would cut the DP ring's syncs into
+    layers. Split only when some rings close over the network: with none (every ring also passes
+    inside hosts, or enters and leaves a host by different NICs), endpoints tell nothing."""
+    if e.empty:
+        return e, e
+    ips = pd.unique(pd.concat([e["src_ip"], e["dst_ip"]]))
+    index = {ip: i for i, ip in enumerate(ips)}
+    cyc = on_cycle(len(ips), e["src_ip"].map(index).to_numpy(), e["dst_ip"].map(index).to_numpy())
+    if not cyc.any() or cyc.all():
+        return e, e.iloc[:0]
+    return e[cyc], e[~cyc]
+
+
+def _rings(e: pd.DataFrame, kind: str = "dp") -> list[FlowGroup]:
     out = []
     for comp in _components(e):
         succ = comp.groupby("sh")["dh"].agg(lambda s: sorted(set(s)))
@@ -310,7 +331,7 @@ def _rings(e: pd.DataFrame) -> list[FlowGroup]:
             order.append(step)
         if len(order) < len(hosts):
             order = hosts
-        out.append(FlowGroup("dp", order, list(zip(comp["src_ip"], comp["dst_ip"], strict=True))))
+        out.append(FlowGroup(kind, order, list(zip(comp["src_ip"], comp["dst_ip"], strict=True))))
     return out
 
 

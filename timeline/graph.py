@@ -1,6 +1,7 @@
-"""Two graph computations on host and endpoint graphs, in NumPy alone.
+"""Graph computations on host and endpoint graphs, in NumPy and plain Python alone.
 
-Connected components (which endpoints form one job) and the minimum-norm least-squares solution
+Connected components (which endpoints form one job), the edges that lie on a directed cycle
+(which one-way edges close a ring), and the minimum-norm least-squares solution
 of pairwise differences (clock offsets) were scipy's; scipy was the only reason to load it, and its
 ~18 MB of libraries counted against every verb's memory budget (issue #14)."""
 
@@ -28,6 +29,54 @@ def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         label = new
     _, dense = np.unique(label, return_inverse=True)
     return dense.astype(np.int64)
+
+
+def on_cycle(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per directed edge a[k]->b[k] of a graph on nodes 0..n-1: whether it lies on a directed cycle,
+    i.e. both ends are in one strongly connected component (Tarjan's algorithm, iteratively: linear
+    in nodes and edges, without recursion's depth limit on rings of thousands of nodes)."""
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    order = np.argsort(a, kind="stable")
+    succ, first = b[order], np.searchsorted(a[order], np.arange(n + 1))
+    index = np.full(n, -1, dtype=np.int64)
+    low = np.zeros(n, dtype=np.int64)
+    comp = np.full(n, -1, dtype=np.int64)
+    on_stack = np.zeros(n, dtype=bool)
+    stack: list[int] = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, int(first[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            v, i = work[-1]
+            if i < first[v + 1]:
+                work[-1] = (v, i + 1)
+                w = int(succ[i])
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, int(first[w])))
+                elif on_stack[w]:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    comp[w] = v
+                    if w == v:
+                        break
+    return np.asarray(comp[a] == comp[b], dtype=bool)
 
 
 def pairwise_least_squares(n: int, a: np.ndarray, b: np.ndarray, d: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -124,3 +124,20 @@ def test_a_capture_too_short_gives_no_verdict(tmp_path: Path) -> None:
     shutil.copy(tmp_path / "t" / "flows.parquet", both / "flows.parquet")
     v = json.loads(run_cli("localize", both, "--format", "json", check=True).stdout)
     assert v["status"] == "irregular" and any("capture too short" in u for u in v["unjudged"])
+
+
+def test_a_slow_link_to_a_host_with_no_other_peer_ties_with_that_hosts_nic() -> None:
+    """The last stage of a pipeline whose stages fill hosts talks to one host only: its NIC and
+    the link to that host carry the same flows, so flows list both at one score, a declared tie,
+    and not the NIC of the other end, whose flows to its other neighbour ran normally."""
+    import pandas as pd
+
+    from localize.flows import network_candidates
+
+    chain = [("node-0", "node-1"), ("node-1", "node-2"), ("node-2", "node-3")]
+    rows = [(a, b, 3.0 if b == "node-3" or a == "node-3" else 1.0) for x, y in chain for a, b in ((x, y), (y, x))]
+    edges = pd.DataFrame(rows, columns=["sh", "dh", "ratio"]).assign(slow=lambda d: d["ratio"] > 1.5)
+    cands = network_candidates(edges, {}, "flows")
+    assert sorted((c.kind, c.host or "+".join(c.hosts or [])) for c in cands) == [
+        ("link", "node-2+node-3"), ("nic", "node-3")]
+    assert {c.tie for c in cands} == {2} and len({c.score for c in cands}) == 1

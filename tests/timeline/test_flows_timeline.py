@@ -59,6 +59,21 @@ def test_iterations_match_the_simulated_step_times(p2p: str) -> None:
         assert not it["complete"].iloc[0] and it["complete"].iloc[1:].all()
 
 
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_a_tp_ring_across_two_hosts_is_not_part_of_the_dp_rings(p2p: str) -> None:
+    """tp 8 on 4-GPU hosts: each TP ring crosses the network twice (GPU 3 -> GPU 4, GPU 7 -> GPU 0)
+    in every layer, and joins at host level the DP rings through the same hosts; its hops close no
+    cycle of endpoints, so they are a TP group of their own and the DP rings' syncs cut the steps."""
+    t = Trace.open(sim_flows("tp-across-hosts", p2p=p2p))  # 64 GPUs, dp 8, TP ring i over node-2i and node-2i+1
+    job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
+    assert {tuple(g.hosts) for g in job.groups if g.kind == "tp"} == {(f"node-{2 * i}", f"node-{2 * i + 1}") for i in range(8)}
+    rings = sorted(g.hosts for g in job.groups if g.kind == "dp")
+    assert rings == [[f"node-{h}" for h in range(0, 16, 2)], [f"node-{h}" for h in range(1, 16, 2)]]
+    truth = np.asarray(t.truth()["step_time_s"])
+    got = job.iterations["duration_s"].to_numpy()
+    assert len(got) == len(truth) and np.max(np.abs(got[1:] - truth[1:]) / truth[1:]) < 1e-3
+
+
 def _tcp_flows(rows: list[tuple[int, int, str, str, int, int]]) -> pd.DataFrame:
     """A flow table of hand-made (start_ns, end_ns, src_ip, dst_ip, bytes, packets) bursts over TCP."""
     f = pd.DataFrame(rows, columns=["start_ns", "end_ns", "src_ip", "dst_ip", "bytes", "packets"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from timeline.graph import components, pairwise_least_squares
+from timeline.graph import components, on_cycle, pairwise_least_squares
 
 
 def test_components_are_numbered_by_their_smallest_node() -> None:
@@ -48,3 +48,18 @@ def test_consistent_differences_are_recovered_and_each_component_centred() -> No
     a, b = np.array([0, 1, 3]), np.array([1, 2, 4])
     got = pairwise_least_squares(6, a, b, x[a] - x[b], np.ones(3))
     assert got == pytest.approx([-10.0, 10.0, 0.0, 5.0, -5.0, 0.0])
+
+
+def test_on_cycle_marks_ring_edges_and_not_the_edges_between_rings() -> None:
+    # two rings 0->1->2->0 and 3->4->3, joined one way by 2->3; a self-contained path 5->6
+    a = np.array([0, 1, 2, 3, 4, 2, 5])
+    b = np.array([1, 2, 0, 4, 3, 3, 6])
+    assert on_cycle(7, a, b).tolist() == [True, True, True, True, True, False, False]
+
+
+def test_on_cycle_follows_a_ring_of_thousands_of_nodes() -> None:
+    n = 5000
+    a = np.arange(n)
+    b = (a + 1) % n
+    assert on_cycle(n, a, b).all()
+    assert not on_cycle(n, a[:-1], b[:-1]).any()  # the ring cut open is a path

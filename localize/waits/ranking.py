@@ -176,6 +176,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 options.append(gpu)
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
+        host_grew = False
         if len(hr) > 1 and not alone:
             blamed, grown = _coverage(b, hr, top_b), _grown(hr, r)
             whole = RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, max(blamed, grown), hosts[h])
@@ -183,6 +184,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 logged_here = int(seen[hr].sum())
                 whole.detail.update({"logged": logged_here, "grew": round(grown * logged_here),
                                      "delayed": round(blamed * logged_here)})
+                host_grew = grown >= COVERAGE
             options.append(whole)
         if static and stage.max() > 0:
             sr = np.flatnonzero(stage == stage[r])
@@ -224,6 +226,11 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[replica[r]]),
                                         "1 model replica", {"replicas": 1}))
         qualified = [o for o in options if o is options[0] or o.coverage >= COVERAGE]
+        if host_grew and options[0].kind == "gpu" and options[0].ranks == [r]:
+            # its host's logged GPUs all computed longer: the host, though every wait fell to this
+            # one (the last to arrive collects it; a real DDP job's slow host, read from six fetched
+            # steps, had one GPU of two blamed for all of them)
+            qualified = qualified[1:]
         # Occam: the smallest unit that explains nearly as much as the largest
         top_share = max(o.share for o in qualified)
         best = min((o for o in qualified if o.share >= 0.85 * top_share), key=lambda o: len(o.ranks))

@@ -1,5 +1,5 @@
 """Run the gloo test jobs as real multi-node torchrun jobs: jobs/pipeline_train.py (Megatron-shaped)
-and jobs/sharded_train.py (FSDP2).
+and jobs/data_parallel_train.py (FSDP2, HSDP, DDP).
 
 One torchrun agent per "node", each started with its own LAGGARD_HOST (node-0, node-1, ...) and
 --node-rank, static rendezvous on the first node, the CommOps logger attached by
@@ -23,7 +23,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 JOB = REPO / "tests" / "collector" / "jobs" / "pipeline_train.py"
-SHARDED = REPO / "tests" / "collector" / "jobs" / "sharded_train.py"
+DATA_PARALLEL = REPO / "tests" / "collector" / "jobs" / "data_parallel_train.py"
 NICE = -10  # as root: the job's processes before the rest of this shared machine's work
 
 
@@ -118,23 +118,24 @@ class RealJob:
 
 
 @dataclass
-class ShardedJob(RealJob):
-    """The FSDP2 job (jobs/sharded_train.py): `dp` ranks in `replicate` replica groups (HSDP when
-    above 1), each sharding the model over its `dp // replicate` ranks; no tp or pp."""
+class DataParallelJob(RealJob):
+    """The data-parallel job (jobs/data_parallel_train.py): `dp` ranks, FSDP2 in `replicate` replica
+    groups (HSDP when above 1), or DDP with `ddp`; no tp or pp."""
 
     tp: int = 1
     pp: int = 1
     dp: int = 4
     replicate: int = 1
+    ddp: bool = False
     layers: int = 6
 
     @property
     def script(self) -> Path:
-        return SHARDED
+        return DATA_PARALLEL
 
     def args(self, fault: Fault | None) -> list[str]:
         return ["--steps", str(self.steps), "--layers", str(self.layers), "--layer-ms", str(self.layer_ms),
-                "--replicate", str(self.replicate), *self.extra, *slow_args(fault)]
+                "--replicate", str(self.replicate), *(["--ddp"] if self.ddp else []), *self.extra, *slow_args(fault)]
 
 
 def slow_args(fault: Fault | None) -> list[str]:

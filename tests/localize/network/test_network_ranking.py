@@ -435,3 +435,19 @@ def test_an_eager_nic_spike_is_the_nic_on_both_paths(tmp_path: Path) -> None:
     spec = random_spec(17, "nic", 9797, force={"p2p": "eager"})
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert v.candidates[0].device() == "nic node-6", [c.device() for c in v.candidates[:3]]
+
+
+def test_a_host_whose_gpus_all_computed_longer_is_the_host_though_one_gpu_collected_every_wait() -> None:
+    """node-1's four GPUs all computed longer; in each collective the last of them to arrive
+    collects the wait, and over a few steps that may be rank 5 every time. Rank 5 alone explains
+    all the blame, yet it is the host; a GPU whose host-mates did not compute longer is the GPU."""
+    meta = meta16()
+    b = np.zeros(32)
+    b[5] = 3.0
+    grew = np.zeros(32)
+    grew[4:8] = [0.09, 0.10, 0.08, 0.09]
+    u = explain_rank_blame(b, meta, KINDS, grew=grew)[0]
+    assert (u.kind, u.label) == ("host", "node-1")
+    grew[[4, 6, 7]] = 0.0
+    u = explain_rank_blame(b, meta, KINDS, grew=grew)[0]
+    assert (u.kind, u.ranks) == ("gpu", [5])

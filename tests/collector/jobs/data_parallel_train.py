@@ -1,12 +1,13 @@
-"""A sharded-data-parallel job (FSDP2's fully_shard) on gloo/CPU: physics the localizer was not
-written for. Every layer's parameters are all-gathered before its forward (FSDP2 prefetches the
-next layer's gather) and again before its backward, and its gradients are reduce-scattered as
-the backward leaves it; there is no pipeline, no tensor parallelism, no sync at the step's end.
---replicate 2 makes it HSDP: a 2-D mesh, shards within a replica group and an all-reduce across
-replicas.
+"""A data-parallel job on gloo/CPU, sharded (FSDP2's fully_shard) or replicated (DDP): physics the
+localizer was not written for. There is no pipeline, no tensor parallelism, no sync at a step's end.
+FSDP2 all-gathers every layer's parameters before its forward (prefetching the next layer's) and
+again before its backward, and reduce-scatters its gradients as the backward leaves it; --replicate 2
+makes it HSDP, a 2-D mesh: shards within a replica group, an all-reduce across replicas. --ddp wraps
+the model in DistributedDataParallel instead, whose reducer all-reduces 1 MiB gradient buckets as
+the backward fills them.
 
 Compute is sleep inside each layer's forward (--layer-ms) and backward (twice that), through an
-autograd function, so that a slow rank's backward delays the reduce-scatters as a slow GPU does.
+autograd function, so that a slow rank's backward delays the collectives as a slow GPU does.
 
 Faults: --slow-ranks 2,3 --slow-factor 1.6 --slow-from 20 [--slow-to 30] [--slow-every 2] multiplies
 those ranks' compute in those steps (one rank: a slow GPU; one node's ranks: a slow host).
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
 
 class Compute(torch.autograd.Function):
@@ -64,6 +66,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--dim", type=int, default=512, help="layer width: each layer's parameters are dim^2 floats")
     ap.add_argument("--layer-ms", type=float, default=8.0, help="forward compute per layer")
     ap.add_argument("--replicate", type=int, default=1, help="replica groups (HSDP) when above 1")
+    ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel instead of FSDP2")
     ap.add_argument("--slow-ranks", default="")
     ap.add_argument("--slow-factor", type=float, default=1.0)
     ap.add_argument("--slow-from", type=int, default=0)
@@ -79,10 +82,6 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if a.replicate > 1:
-        mesh = init_device_mesh("cpu", (a.replicate, world // a.replicate), mesh_dim_names=("replicate", "shard"))
-    else:
-        mesh = init_device_mesh("cpu", (world,))
     slow = rank in {int(r) for r in a.slow_ranks.split(",") if r.strip()}
     now = {"step": 0}
 
@@ -92,9 +91,16 @@ def main() -> None:
         return a.slow_factor if slow and on else 1.0
 
     model = torch.nn.Sequential(*[Layer(a.dim, a.layer_ms, factor) for _ in range(a.layers)])
-    for layer in model:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    if a.ddp:
+        model = DistributedDataParallel(model, bucket_cap_mb=1)
+    else:
+        if a.replicate > 1:
+            mesh = init_device_mesh("cpu", (a.replicate, world // a.replicate), mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh("cpu", (world,))
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank)
     log = None

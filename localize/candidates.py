@@ -281,3 +281,23 @@ def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, o
                 since]
     return [f"{u.label} take turns computing longer than their stage peers: the delay moves with the data each replica gets "
             "(sequence-length imbalance), not with a device"]
+
+
+#: a lasting worker excess outweighs a window's one irregular step when named this surely
+LASTING_SCORE = 0.9
+
+
+def lasting_over_lone_step(irregular: Verdict, lasting: Verdict) -> Verdict:
+    """The verdict of a window with one irregular step: that step's own (`irregular`), unless a GPU
+    or host computed longer than its stage peers in every step (`lasting`, the slow-from-the-start
+    analysis) and is named more surely than anything the step's waits named. A host at 1.9x from
+    the first step slowed a sampled job's steps only 1.05x; one step measured 1.34x, and its waits
+    alone named one of the host's GPUs at 0.54, since step 14."""
+    top = lasting.candidates[0] if lasting.candidates else None
+    best = irregular.candidates[0].score if irregular.candidates else 0.0
+    if (len(irregular.irregular_steps) != 1 or top is None or top.kind not in ("gpu", "host")
+            or top.score < LASTING_SCORE or best >= top.score):
+        return irregular
+    lasting.extra["also"] = (f"step {irregular.irregular_steps[0]} ran irregular too; its waits alone named "
+                             + (f"{irregular.candidates[0].device()} at {best:.2f}" if irregular.candidates else "nobody"))
+    return lasting

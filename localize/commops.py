@@ -17,7 +17,14 @@ import pyarrow.dataset as ds
 from collector.trace.meta import JobMeta
 from collector.trace.schema import OPS
 from collector.trace.traceio import Trace
-from localize.candidates import imbalance_verdict, merge, net_candidate, rank_candidate, with_ties
+from localize.candidates import (
+    imbalance_verdict,
+    lasting_over_lone_step,
+    merge,
+    net_candidate,
+    rank_candidate,
+    with_ties,
+)
 from localize.detect.detector import rule_detect
 from localize.detect.model_store import load_detector
 from localize.network.devices import (
@@ -588,8 +595,11 @@ def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | 
     df = sorted_rows(with_steps(read_commops(trace, COLUMNS, expr)))
     if timeline.status != "irregular" or not timeline.irregular_steps:
         return persistent_verdict(df, trace.meta, top, timeline.group_kind, _durations(timeline))
+    # (before the analysis, which hands the rows' columns over to its own tables)
+    lasting = persistent_verdict(df, trace.meta, top, timeline.group_kind, _durations(timeline)) \
+        if len(timeline.irregular_steps) == 1 else None
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)
-    return verdict
+    return verdict if lasting is None else lasting_over_lone_step(verdict, lasting)
 
 
 def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict[str, str] | None = None,

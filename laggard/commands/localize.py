@@ -57,6 +57,8 @@ def render_text(v: Verdict) -> str:
     note = [f"note: {cov['note']}"] if isinstance(cov, dict) and cov.get("note") else []
     if isinstance(how := v.extra.get("summary_first"), str):
         note.append(f"note: {how}")
+    if isinstance(also := v.extra.get("also"), str):
+        note.append(f"note: {also}")
     if v.status == "healthy":
         return "\n".join([story.status_line(), *note])
     lines = [story.status_line()]

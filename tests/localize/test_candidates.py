@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from collector.trace.meta import JobMeta, RankInfo
-from localize.candidates import rank_candidate
+from localize.candidates import lasting_over_lone_step, rank_candidate
 from localize.ops.table import Ops
+from localize.verdict import Candidate, Verdict
 from localize.waits.ranking import RankUnit
 from localize.waits.waitgraph import WaitGraph
 
@@ -34,3 +35,20 @@ def test_a_named_gpu_states_its_compute_excess_with_its_sign(excess_s: float, sa
     cand = rank_candidate(RankUnit("gpu", [1], 1.0, 1.0, "rank 1"), 1.0, _graph(excess_s), ops, meta)
     text = " ".join(cand.evidence)
     assert cand.rank == 1 and says in text and never not in text, text
+
+
+def _verdict(steps: list[int], *cands: tuple[str, float]) -> Verdict:
+    return Verdict("j", "irregular", steps, 1.1, [
+        Candidate(kind, score, [], rank=1 if kind == "gpu" else None, host="node-0") for kind, score in cands])
+
+
+def test_a_worker_slow_in_every_step_outweighs_one_irregular_steps_weak_answer() -> None:
+    """One irregular step whose waits named a GPU at 0.54, beside a host that computed 2x its stage
+    peers' in every step: the host, slow from the start; the step is said in the verdict."""
+    one, lasting = _verdict([14], ("gpu", 0.54)), _verdict([], ("host", 1.0))
+    got = lasting_over_lone_step(one, lasting)
+    assert got is lasting and "step 14 ran irregular too" in got.extra["also"]
+    assert lasting_over_lone_step(_verdict([14], ("gpu", 0.97)), _verdict([], ("host", 0.95))).candidates[0].kind == "gpu"
+    assert lasting_over_lone_step(_verdict([14, 15], ("gpu", 0.54)), lasting).candidates[0].kind == "gpu"  # two steps
+    assert lasting_over_lone_step(one, _verdict([], ("config", 1.0))) is one  # a split of layers is no worker
+    assert lasting_over_lone_step(one, _verdict([])) is one  # nobody slow throughout

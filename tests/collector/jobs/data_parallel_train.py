@@ -18,11 +18,9 @@ rank-R.jsonl, one line per step with its own start/end (ns). Run it under collec
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,6 +28,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
+
+from tests.collector.jobs.steplog import StepLog
 
 
 class Compute(torch.autograd.Function):
@@ -103,10 +103,7 @@ def main() -> None:
         fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank)
-    log = None
-    if a.log_dir:
-        Path(a.log_dir).mkdir(parents=True, exist_ok=True)
-        log = open(Path(a.log_dir) / f"rank-{rank}.jsonl", "w")  # noqa: SIM115 (held for the run)
+    log = StepLog(a.log_dir, a.step_log, rank)
     dist.barrier()
     for step in range(a.steps):
         now["step"] = step
@@ -114,14 +111,8 @@ def main() -> None:
         model(torch.randn(16, a.dim, generator=gen)).sum().backward()
         opt.step()
         opt.zero_grad()
-        if log is not None:
-            log.write(json.dumps({"step": step, "start_ns": t0, "end_ns": time.time_ns()}) + "\n")
-            log.flush()
-        if a.step_log and rank == 0:
-            with open(a.step_log, "a") as f:
-                f.write(f"{step}\n")
-    if log is not None:
-        log.close()
+        log.done(step, t0)
+    log.close()
     dist.destroy_process_group()
 
 

@@ -44,17 +44,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from tests.collector.jobs.nccl_events import calibrate
+from tests.collector.jobs.steplog import StepLog
 
 
 def parse() -> argparse.Namespace:
@@ -252,22 +251,13 @@ def main() -> None:
     a = parse()
     torch.set_num_threads(1)
     job = Job(a)
-    log = None
-    if a.log_dir:
-        Path(a.log_dir).mkdir(parents=True, exist_ok=True)
-        log = open(Path(a.log_dir) / f"rank-{job.rank}.jsonl", "w")  # noqa: SIM115 (held for the run)
+    log = StepLog(a.log_dir, a.step_log, job.rank)
     dist.barrier()
     for step in range(a.steps):
         t0 = time.time_ns()
         job.step(step)
-        if log is not None:
-            log.write(json.dumps({"step": step, "start_ns": t0, "end_ns": time.time_ns()}) + "\n")
-            log.flush()
-        if a.step_log and job.rank == 0:
-            with open(a.step_log, "a") as f:
-                f.write(f"{step}\n")
-    if log is not None:
-        log.close()
+        log.done(step, t0)
+    log.close()
     dist.destroy_process_group()
 
 

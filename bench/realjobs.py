@@ -15,7 +15,8 @@ DDP). Compute faults: a GPU or a host at 1.5-2.5x from step 12-24, or a GPU on a
 faults (--network, one node per namespace): a node's NIC, the path between two nodes, or a rack's
 uplink rate-limited from step 18.
 
-A run is right when the fault's device is alone in first place and the onset is within one step.
+A run is right when the fault's device is alone in first place and the onset is within one step; a
+declared tie that holds it counts 1/k, as bench.matrix counts it.
 Prints each run's answer beside the truth and the job's own step times, then how many each path got
 right; a run this machine's other load disturbed is counted apart (a step 1.25x its neighbours).
 """
@@ -31,6 +32,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.collector.netns_job import NetnsLab, ensure_tools
 from tests.collector.realjob import DataParallelJob, Fault, RealJob, run, step_times
@@ -92,6 +94,13 @@ def draw_network(rng: random.Random, tag: str) -> tuple[RealJob, Fault, str, Net
     return job, fault, shape, lab, act
 
 
+def device_credit(cands: list[dict[str, Any]], fault: Fault) -> float:
+    """1 when the fault's device is alone in first place; 1/k when it is one of k devices sharing the
+    top score (a tie the verdict declares: CommOps cannot tell them apart), as bench.matrix counts."""
+    top = [c for c in cands if c["score"] >= cands[0]["score"] * (1 - 1e-6)] if cands else []
+    return 1.0 / len(top) if any(is_device(c, fault) for c in top) else 0.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=6)
@@ -107,7 +116,7 @@ def main() -> None:
     rng = random.Random(a.seed)
     runs = 2 if a.quick else a.runs
     work = Path(tempfile.mkdtemp(prefix="laggard-realjobs-"))
-    right = {"localize": 0, "sidecar": 0}
+    right = {"localize": 0.0, "sidecar": 0.0}
     judged = skipped = 0
     try:
         for k in range(runs):
@@ -134,12 +143,12 @@ def main() -> None:
             why = disturbed(steps, fault, 1.1, steady=fault.every == 1)  # (on and off: only the steps before must be even)
             print(f"{name}: {shape}")
             for path, v in answers.items():
-                c = v.get("candidates") or []
-                device = bool(c) and is_device(c[0], fault) and (len(c) < 2 or c[1]["score"] < c[0]["score"])
+                credit = device_credit(v.get("candidates") or [], fault)
                 got = onset(v)
                 when = got is not None and abs(got - fault.start) <= 1
-                right[path] += int(device and when and not why)
-                print(f"  {path:<8} {'right' if device and when else 'WRONG'}: {brief(v)}")
+                right[path] += credit * (when and not why)
+                said = "right" if credit == 1 and when else f"tie ({credit:.2f})" if credit and when else "WRONG"
+                print(f"  {path:<8} {said}: {brief(v)}")
             print(f"  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}")
             if why:
                 skipped += 1
@@ -151,7 +160,7 @@ def main() -> None:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"\nright on {judged} runs this machine's load left alone ({skipped} disturbed, not counted): "
-          + ", ".join(f"{p} {n}/{judged}" for p, n in right.items()))
+          + ", ".join(f"{p} {n:g}/{judged}" for p, n in right.items()))
 
 
 if __name__ == "__main__":

@@ -225,6 +225,15 @@ def _dedupe(cands: list[Candidate]) -> list[Candidate]:
     return out
 
 
+def step_times_past_warmup(table: pd.DataFrame | None) -> pd.Series | None:
+    """A step table's step times (s) by step, less the warm-up's: no baseline for a slowdown."""
+    if table is None or table.empty or "duration_s" not in table:
+        return None
+    if "pattern" in table:
+        table = table[table["pattern"] != "warm-up"]
+    return table.set_index("step")["duration_s"].astype(float)
+
+
 def imbalance_verdict(meta: JobMeta, found: Imbalance, first_step: int | None, extra: dict[str, object] | None = None,
                       steps: np.ndarray | None = None, durations: pd.Series | None = None) -> Verdict:
     """The verdict of a job slow from `first_step`, or from `found.since`, by `found.units` (none:

@@ -23,6 +23,7 @@ from localize.candidates import (
     merge,
     net_candidate,
     rank_candidate,
+    step_times_past_warmup,
     with_ties,
 )
 from localize.detect.detector import rule_detect
@@ -30,8 +31,10 @@ from localize.detect.model_store import load_detector
 from localize.network.devices import (
     NetCandidate,
     beyond_common_mode,
+    discount_collateral,
     resolve_network,
     slow_units,
+    slowing_per_byte,
     split_slow,
     tie_note,
     tied_best,
@@ -305,7 +308,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         if (first := partial_first(logged)) is not None:
             irr = irr[irr != first]
     if len(df) == 0 or len(irr) == 0:
-        return persistent_verdict(df, meta, top, view.group_kind, _durations(view)), None
+        return persistent_verdict(df, meta, top, view.group_kind, step_times_past_warmup(view.steps)), None
     ops = prepare_ops(_moved_rows(df))
     all_steps = unique(ops.step)
     ref = normal_steps(all_steps, irr, view.steps)
@@ -334,7 +337,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         judge &= (size >= CLEARING_BYTES)[unit_of_inst]
     slow_transfer = judge & (comm_excess > 0)
     in_ref = np.isin(ops.inst_step, ref)
-    excess = slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr, min_frac=0.0, normal=judge & in_ref)
+    per_byte = slowing_per_byte(unit_of_inst, len(unit_names), comm_excess, slow_transfer & in_irr, size)
+    p2p_per_byte = {unit_names[u]: float(per_byte[u]) for u in unique(unit_of_inst[ops.inst_p2p])}
+    excess = discount_collateral(slow_units(unit_of_inst, unit_names, slow_transfer, judge & in_irr, min_frac=0.0,
+                                            normal=judge & in_ref), p2p_per_byte)
     slow_unit = np.isin(np.asarray(unit_names, dtype=object), np.asarray(list(split_slow(excess)[0]), dtype=object))
     slow, partly = split_slow(beyond_common_mode(excess, members, meta, unit_kind))
     slowing = sum(excess.values())  # (what every host's inside shares is slowing too, explained by no device)
@@ -393,8 +399,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     # (a p2p transfer's data is measured directly, `localize.network.transfers`: never inferred this way)
     late_data = graph.suspect & origin & ~explained & on_time & (graph.root_rank >= 0) & judge & ~graph.comm & ~ops.inst_p2p
     if late_data[in_irr].any():
-        excess = slow_units(unit_of_inst, unit_names, slow_transfer | late_data, judge & in_irr, min_frac=0.0,
-                            normal=judge & in_ref)
+        excess = discount_collateral(slow_units(unit_of_inst, unit_names, slow_transfer | late_data, judge & in_irr,
+                                                min_frac=0.0, normal=judge & in_ref), p2p_per_byte)
         slow, partly = split_slow(beyond_common_mode(excess, members, meta, unit_kind))
         slowing = sum(excess.values())
     comm_like = graph.comm | late_data
@@ -594,9 +600,9 @@ def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | 
     expr = None if steps is None else (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
     df = sorted_rows(with_steps(read_commops(trace, COLUMNS, expr)))
     if timeline.status != "irregular" or not timeline.irregular_steps:
-        return persistent_verdict(df, trace.meta, top, timeline.group_kind, _durations(timeline))
+        return persistent_verdict(df, trace.meta, top, timeline.group_kind, step_times_past_warmup(timeline.steps))
     # (before the analysis, which hands the rows' columns over to its own tables)
-    lasting = persistent_verdict(df, trace.meta, top, timeline.group_kind, _durations(timeline)) \
+    lasting = persistent_verdict(df, trace.meta, top, timeline.group_kind, step_times_past_warmup(timeline.steps)) \
         if len(timeline.irregular_steps) == 1 else None
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)
     return verdict if lasting is None else lasting_over_lone_step(verdict, lasting)
@@ -661,10 +667,3 @@ def _logged_stand_ins(ranks: list[int], logged: np.ndarray, meta: JobMeta) -> li
         return ranks
     hosts = {meta.host_of(r) for r in ranks if r in meta.ranks}
     return [r for r in sorted(meta.ranks) if r < len(logged) and logged[r] and meta.host_of(r) in hosts]
-
-
-def _durations(view: StepView) -> pd.Series | None:
-    t = view.steps
-    if t is None or t.empty or "duration_s" not in t:
-        return None
-    return t.set_index("step")["duration_s"].astype(float)

@@ -154,18 +154,22 @@ def summarize_hosts(location: str, pieces: list[Piece], hosts: list[HostPart]) -
     df = frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(ranks)))
     if not len(df):
         return []
-    code = np.full(ranks[-1] + 1, -1, dtype=np.int64)
-    for i, (_, rs, _) in enumerate(hosts):
+    return [summarize(rows, dict.fromkeys(rs, host).__getitem__, groups)
+            for rows, (host, rs, groups) in zip(rows_by_host(df, [rs for _, rs, _ in hosts]), hosts, strict=True)
+            if len(rows)]
+
+
+def rows_by_host(df: pd.DataFrame, ranks: list[list[int]]) -> list[pd.DataFrame]:
+    """`df`'s rows split by host (`ranks`: each host's ranks), each host's in their order: one
+    stable sort and one take, not a filter of the whole frame per host."""
+    code = np.full(max(r for rs in ranks for r in rs) + 1, -1, dtype=np.int64)
+    for i, rs in enumerate(ranks):
         code[rs] = i
     of_row = code[df["rank"].to_numpy(np.int64)]
     order = np.argsort(of_row, kind="stable")
-    bounds = np.searchsorted(of_row[order], np.arange(len(hosts) + 1))
-    out = []
-    for i, (host, rs, groups) in enumerate(hosts):
-        if bounds[i + 1] > bounds[i]:
-            rows = df.iloc[order[bounds[i]:bounds[i + 1]]].reset_index(drop=True)
-            out.append(summarize(rows, dict.fromkeys(rs, host).__getitem__, groups))
-    return out
+    df = df.iloc[order].reset_index(drop=True)
+    bounds = np.searchsorted(of_row[order], np.arange(len(ranks) + 1))
+    return [df.iloc[bounds[i]:bounds[i + 1]].reset_index(drop=True) for i in range(len(ranks))]
 
 
 def combine_summaries(parts: Sequence[pd.DataFrame | None]) -> pd.DataFrame:
@@ -217,15 +221,8 @@ def fetch_host_rows(location: str, pieces: list[Piece], hosts: list[FetchHost],
     fs, _ = open_filesystem(location)
     every = sorted(r for _, rs, _ in hosts for r in rs)
     df = frame(read_pieces(fs, pieces, COMMOPS_SCHEMA, COLUMNS, ds.field("rank").isin(every)))
-    code = np.full(every[-1] + 1, -1, dtype=np.int64)
-    for i, (_, rs, _) in enumerate(hosts):
-        code[rs] = i
-    of_row = code[df["rank"].to_numpy(np.int64)]
-    order = np.argsort(of_row, kind="stable")  # each host's rows together, in their order (one take)
-    df = df.iloc[order].reset_index(drop=True)
-    bounds = np.searchsorted(of_row[order], np.arange(len(hosts) + 1))
-    return [(place, host_rows(df.iloc[bounds[i]:bounds[i + 1]].reset_index(drop=True), want, steps))
-            for i, (place, _, want) in enumerate(hosts)]
+    return [(place, host_rows(rows, want, steps))
+            for rows, (place, _, want) in zip(rows_by_host(df, [rs for _, rs, _ in hosts]), hosts, strict=True)]
 
 
 def localize_distributed(src: Source, run: Executor, top: int = 5, stats: Stats | None = None,
@@ -258,7 +255,7 @@ def fetcher(src: Source, run: Executor, stats: Stats | None = None) -> Fetch:
     no step numbers, one task per host reads its rows and numbers them as its summary did."""
 
     numbered = any(p.step_hi >= 0 for p in src.pieces)
-    place = {host: i for i, (_, host, _, _, _) in enumerate(host_tasks(src))}
+    place = {} if numbered else {host: i for i, (_, host, _, _, _) in enumerate(host_tasks(src))}
     shared = summary_tasks(src) if not numbered else []  # hosts that read the same pieces, read together
 
     def fetch(ranks: list[int], steps: tuple[int, int]) -> pd.DataFrame:

@@ -54,7 +54,7 @@ from collector.inputs.errors import TraceError
 from collector.trace.groupnames import kind_in_name
 from collector.trace.meta import JobMeta
 from collector.trace.traceio import FORMATS, Trace, read_table, write_table
-from localize.candidates import imbalance_verdict, lasting_over_lone_step
+from localize.candidates import imbalance_verdict, lasting_over_lone_step, step_times_past_warmup
 from localize.commops import COLUMNS, analyse_ops, candidate_ranks, partial_first
 from localize.detect.detector import rule_detect
 from localize.ops.groupkinds import group_kinds, with_observed_groups
@@ -749,7 +749,7 @@ def _persistent_from_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch,
             sample = fetch(sorted(meta.ranks), (steps[-1], steps[-1]))
         kinds = {**kinds, **group_kinds(prepare_ops(sample))} if len(sample) else kinds  # (names: groups none logged)
     table, _ = step_table(summary)
-    durations = table.set_index("step")["duration_s"].astype(float) if len(table) else None
+    durations = step_times_past_warmup(table)
     # a rank without a summary row of its own reads its host's: where no group tells its stage,
     # that copy would join stage 0's peers (a slow stage's unlogged ranks, slow workers there)
     stage, staged = pipeline_stages(meta, len(seen), kinds)

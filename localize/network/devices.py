@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collector.trace.meta import JobMeta
+from localize.ops.grouping import group_quantile
 
 KIND_ORDER = {"gpu": 0, "link": 1, "nic": 2, "host": 3, "switch": 4}
 
@@ -235,6 +236,35 @@ def beyond_common_mode(excess: dict[str, float], units: dict[str, list[int]], me
             for names in inside.values() if len(names) > 1 for n in names}
     moved = {n: x - base.get(n, 0.0) for n, x in excess.items()}
     return {n: x for n, x in moved.items() if x > 0 or n not in base}
+
+
+#: a point-to-point unit slowed by less than this share of the most slowed one's time per byte is
+#: collateral, not on the fault's path (a real link throttled to 1 Gbit/s: its transfers 16 ms/MiB
+#: longer; those of one of its ends with a third host, in the same backlog, 0.6 ms/MiB)
+COLLATERAL_SHARE = 0.1
+
+
+def slowing_per_byte(unit_of_inst: np.ndarray, n_units: int, excess_s: np.ndarray, slow: np.ndarray,
+                     nbytes: np.ndarray) -> np.ndarray:
+    """Per unit: the median, over its `slow` instances, of how much longer each took than its path
+    needs (`excess_s`) per byte it moved (`nbytes`, per unit); 0 where none was slow."""
+    per = group_quantile(unit_of_inst[slow], n_units, excess_s[slow], 0.5)
+    return np.nan_to_num(per) / np.maximum(nbytes, 1.0)
+
+
+def discount_collateral(excess: dict[str, float], per_byte: dict[str, float]) -> dict[str, float]:
+    """`excess` (unit -> how consistently slow) with each unit of `per_byte` (point-to-point units:
+    its `slowing_per_byte`) scaled by how near it came to COLLATERAL_SHARE of the most slowed one's.
+
+    A device short of bandwidth adds the same time per byte to every transfer it carries; a
+    transfer it slowed by a twentieth of that is not its: what its slowing backs up (a host's other
+    transfers, queued behind a throttled link's) is no evidence for the host's NIC. How consistently
+    a unit was slow cannot tell these apart; how much it was slowed can. Collectives are left as
+    they are: the bytes their algorithm puts on each path vary."""
+    top = max((x for n, x in per_byte.items() if excess.get(n, 0.0) >= SLOW_FRAC), default=0.0)
+    if top <= 0:
+        return excess
+    return {n: x * min(1.0, per_byte[n] / (COLLATERAL_SHARE * top)) if n in per_byte else x for n, x in excess.items()}
 
 
 def split_slow(excess: dict[str, float], min_frac: float = SLOW_FRAC) -> tuple[dict[str, float], dict[str, float]]:

@@ -37,6 +37,7 @@ QUIET_BEFORE = 0.1  # an on-and-off device began where it was slow in at most th
 LEVEL_HELD = 0.8  # a level shift is "slow in every step since" when slow in this share of them (else: on and off)
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
 ONSET_HELD = 0.6  # slow steps before a device's own onset are the fault's when this near its typical excess
+LEAD_NORMAL_SHARE = 0.25  # a first step or two in which a device's excess (s) stayed under this share of it since were normal
 
 
 def compute_table(ops: Ops, world: int, lone: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -394,10 +395,30 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
             if start > 0:
                 began = start
                 on_off = [int(steps[c]) for c in slow_cols] if len(slow_cols) < len(steps) - began else None
+        if began == 0 and first.kind != "data":
+            began = normal_lead(own, np.median(comp[mine], axis=0))
     if (began == 0 and before is not None and first.kind in ("gpu", "host") and mine
             and normal_first_step(before, comp, seen, meta, kinds, mine)):
         return Imbalance(units, x, typical, int(steps[0]), on_off)
     return Imbalance(units, x, typical, int(steps[began]) if began > 0 else None, on_off)
+
+
+def normal_lead(own: np.ndarray, comp: np.ndarray) -> int:
+    """The first column of a device's lasting excess when only a step or two before it were
+    normal (too few for `level_shift`), else 0. `own`: per column its compute over its peers'
+    (`device_ratio`); `comp`: its compute (s).
+
+    A sampled log may hold the warm-up and then the fault's first step (steps 0 and 1 logged, a
+    host slow from step 6, the next logged). A warm-up lengthens every worker's compute, so the
+    device's ratio to its peers shrinks there, but its lead over them in seconds does not: a
+    device at no lead at all in those steps was normal in them."""
+    over = own > 1 + MIN_EXCESS
+    k = int(np.argmax(over))
+    if not over.any() or k == 0 or k >= SHIFT_MIN_STEPS or over[k:].mean() < LEVEL_HELD:
+        return 0
+    lead = comp * (1 - 1 / np.maximum(own, 1e-9))  # (its compute beyond its peers', s)
+    since = float(np.median(lead[k:][over[k:]]))
+    return k if bool((lead[:k] <= LEAD_NORMAL_SHARE * since).all()) else 0
 
 
 def slowest_replica(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ import pytest
 from collector.trace.meta import JobMeta, RankInfo
 from localize.network.devices import (
     beyond_common_mode,
+    discount_collateral,
     resolve_network,
     slow_units,
     split_slow,
@@ -44,6 +45,33 @@ def test_nic_beats_the_links_it_shares() -> None:
     slow |= {f"pp:{r}->{r + 16}": 1.0 for r in range(4, 8)}
     best = resolve_network(units, slow, meta)[0]
     assert (best.kind, best.key) == ("nic", ("node-1",))
+
+
+def test_transfers_slowed_a_twentieth_as_much_per_byte_are_collateral_not_the_nics() -> None:
+    """A real link throttled to 1 Gbit/s between two pipeline stages' hosts (bench.realjobs
+    --network, seed 1): its transfers ran 16 ms/MiB longer, both ways, and one of its ends' transfers
+    from the next stage 0.6 ms/MiB longer, in the same backlog, in most steps. As consistently
+    slow, they made that end's NIC explain more than the link; a slow NIC would have slowed them
+    by as much per byte as the link's."""
+    meta = JobMeta("t", 8, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(8)}, {}, {},
+                   {f"node-{h}": {"switch": "tor-0"} for h in range(4)})
+    # two pipelines over hosts 0..3 (tp1 pp4 dp2, the DP rings inside the hosts); node-0 <-> node-1 throttled
+    pairs = [(0, 2), (2, 4), (4, 6), (1, 3), (3, 5), (5, 7)]
+    units = {f"pp:{a}->{b}": [a, b] for x, y in pairs for a, b in ((x, y), (y, x))}
+    excess = {"pp:0->2": 0.71, "pp:2->0": 0.79, "pp:1->3": 0.72, "pp:3->1": 0.81, "pp:4->2": 0.57, "pp:5->3": 0.42,
+              "pp:7->5": 0.12, "pp:6->4": 0.07}
+    mib = 1 << 20
+    per_byte = {n: 0.0 for n in units} | {n: 16e-3 / mib for n in ("pp:0->2", "pp:2->0", "pp:1->3", "pp:3->1")}
+    per_byte |= {"pp:4->2": 0.6e-3 / mib, "pp:5->3": 0.7e-3 / mib, "pp:7->5": 0.9e-3 / mib, "pp:6->4": 0.75e-3 / mib}
+    slow, partly = split_slow(excess)
+    as_often = resolve_network(units, slow, meta, partly=partly, total=sum(excess.values()))
+    assert (as_often[0].kind, as_often[0].key) == ("nic", ("node-1",)) and as_often[0].score > as_often[1].score
+    weighed = discount_collateral(excess, per_byte)
+    assert weighed["pp:0->2"] == excess["pp:0->2"] and weighed["pp:4->2"] < 0.3
+    slow, partly = split_slow(weighed)
+    best = tied_best(resolve_network(units, slow, meta, partly=partly, total=sum(weighed.values())))
+    # (node-0's NIC carries nothing but that link here: a declared tie, which flows or a probe decide)
+    assert sorted((c.kind, c.key) for c in best) == [("link", ("node-0", "node-1")), ("nic", ("node-0",))]
 
 
 def test_a_host_whose_own_groups_slowed_with_its_nic_traffic_is_the_host() -> None:

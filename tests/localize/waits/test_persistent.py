@@ -60,6 +60,19 @@ def test_a_first_recorded_step_that_was_normal_dates_the_excess_from_the_next() 
     assert imbalance(comp, np.ones(16, bool), STEPS, META, KINDS, before=slow_there).since is None
 
 
+def test_a_warm_up_logged_before_the_faults_first_step_leaves_it_the_onset() -> None:
+    """A sampled log of the warm-up's steps and then the fault's (the independent generator's
+    seed 14646 job 66: steps 0 and 1 logged, both warm-up, a host 1.7x from step 6, the next
+    logged) read "from the first step": two normal columns are too few for a level shift. The
+    warm-up lengthened every worker's compute; the host's ranks led their peers by nothing there."""
+    comp = table(5, 1.5, int(STEPS[2]))
+    comp[:, :2] *= 2.0
+    assert imbalance(comp, np.ones(16, bool), STEPS, META, KINDS).since == STEPS[2]
+    always = table(5, 1.5, 0)
+    always[:, :2] *= 2.0  # slow in the warm-up too: from the start
+    assert imbalance(always, np.ones(16, bool), STEPS, META, KINDS).since is None
+
+
 def test_a_balanced_job_has_nothing() -> None:
     found = imbalance(table(5, 1.0, 0), np.ones(16, bool), STEPS, META, KINDS)
     assert not found.units and found.since is None

@@ -4,6 +4,7 @@
     python -m bench.realjobs --quick            # 2 runs
     python -m bench.realjobs --runs 10 --seed 7
     python -m bench.realjobs --network          # (root) NIC, link and switch faults in network namespaces
+    python -m bench.realjobs --cpu              # (root) a host under a kernel CPU quota (a cgroup)
 
 Each run draws a job and a fault nobody tuned on, runs it for real under torchrun (gloo, one agent
 per node, the CommOps logger attached: tests/collector/realjob.py) and asks `laggard localize` and
@@ -12,8 +13,9 @@ per node, the CommOps logger attached: tests/collector/realjob.py) and asks `lag
 0.25-4 MiB, the DP sync at the step's end or overlapped as reduce-scatters or DDP's all-reduces, the
 model-parallel sync on or off) and the data-parallel one (jobs/data_parallel_train.py: FSDP2, HSDP,
 DDP). Compute faults: a GPU or a host at 1.5-2.5x from step 12-24, or a GPU on and off. Network
-faults (--network, one node per namespace): a node's NIC, the path between two nodes, or a rack's
-uplink rate-limited from step 18.
+faults (--network, one node per namespace, on the pipeline job or HSDP with a rank per node): a
+node's NIC, the path between two nodes, or a rack's uplink rate-limited from step 18. CPU faults
+(--cpu): one node's processes in a cgroup whose CPU quota drops mid-run (`tests/collector/cpulimit.py`).
 
 A run is right when the fault's device is alone in first place and the onset is within one step; a
 declared tie that holds it counts 1/k, as bench.matrix counts it.
@@ -34,12 +36,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.collector.cpulimit import CpuLimit
 from tests.collector.netns_job import NetnsLab, ensure_tools
 from tests.collector.realjob import DataParallelJob, Fault, RealJob, run, step_times
 from tests.localize.test_real_jobs import brief, disturbed, is_device, onset, verdicts
 
 PIPELINE_LAYOUTS = [(2, 2, 2, 2), (1, 4, 2, 2), (2, 4, 1, 2), (1, 2, 4, 2), (4, 2, 1, 4)]  # tp, pp, dp, ranks per node
 STEPS = 36
+HSDP_SHARE = 0.35  # of the network runs: HSDP, a rank per node, instead of the pipeline job
 
 
 def draw_compute(rng: random.Random) -> tuple[RealJob, Fault, str]:
@@ -66,12 +70,44 @@ def draw_compute(rng: random.Random) -> tuple[RealJob, Fault, str]:
     return job, fault, f"{shape} | {kind} {fault.ranks} x{factor} from {start}"
 
 
-def draw_network(rng: random.Random, tag: str) -> tuple[RealJob, Fault, str, NetnsLab, Callable[[], None]]:
-    """A pipeline job, one node per namespace, and a NIC, link or uplink rate-limited from step 18."""
+def draw_cpu(rng: random.Random) -> tuple[RealJob, Fault, str, float]:
+    """A job as `draw_compute` draws them and one node's processes under a CPU quota (a share of one
+    core, 5-12%) from step 12-24: the kernel stops every thread of the node once the quota is used,
+    computing or moving data, as a Kubernetes CPU limit does."""
+    job, _, shape = draw_compute(rng)
+    node = rng.randrange(job.nodes)
+    start, quota = rng.randint(12, 24), round(rng.uniform(0.05, 0.12), 3)
+    fault = Fault("host", start, ranks=job.ranks_of(node), host=job.host(node))
+    return job, fault, f"{shape.split(' | ')[0]} | host {job.host(node)} under a CPU quota of {quota:.1%} of a core from {start}", quota
+
+
+def run_cpu_limited(out: Path, job: RealJob, name: str, fault: Fault, quota: float) -> Path:
+    """`job` with the processes of `fault`'s node in a cgroup, its quota set once step `fault.start`
+    - 1 is done and lifted at the last (the job itself is not slowed: `fault` only says where)."""
+    node = fault.ranks[0] // job.nproc
+    cpu = CpuLimit(f"laggard-realjobs-{os.getpid()}")
+    try:
+        cpu.up()
+        return run(out, job, name, Fault("host", fault.start, host=fault.host),
+                   wrap=lambda n, argv: cpu.argv(argv) if n == node else argv, timeout=300,
+                   at_step=[(fault.start - 1, lambda: cpu.limit(quota)), (job.steps - 1, lambda: cpu.limit(None))])
+    finally:
+        cpu.down()
+
+
+def draw_network(rng: random.Random, tag: str, hsdp: bool) -> tuple[RealJob, Fault, str, NetnsLab, Callable[[], None]]:
+    """A pipeline job, or with `hsdp` an HSDP one (FSDP2 on a 2 x 2 mesh, a rank per node: its shard
+    and replica groups cross different nodes), one node per namespace, and a NIC, link or uplink
+    rate-limited from step 18. (The pipeline variant is drawn either way: a seed's pipeline runs stay
+    what they were before HSDP runs were drawn.)"""
     tp, pp, dp, nproc = rng.choice(PIPELINE_LAYOUTS[:4])
     extra = ["--no-mp-sync"] if rng.random() < 0.4 else []
-    job = RealJob(tp=tp, pp=pp, dp=dp, nproc=nproc, steps=STEPS, extra=extra,
-                  overlap_grad=rng.choice(["", "reduce_scatter", "all_reduce"]))
+    job: RealJob = RealJob(tp=tp, pp=pp, dp=dp, nproc=nproc, steps=STEPS, extra=extra,
+                           overlap_grad=rng.choice(["", "reduce_scatter", "all_reduce"]))
+    shape = f"pipeline tp{tp} pp{pp} dp{dp} dp-sync {job.overlap_grad or 'at the end'}{' no-mp-sync' if extra else ''}"
+    if hsdp:
+        job = DataParallelJob(steps=STEPS, replicate=2, nproc=1)
+        shape = "data parallel hsdp, 4 ranks, one per node"
     kind = rng.choice(["nic", "link", "switch"])
     racks = [[0, 1], [2], [3]] if kind == "switch" else None
     lab = NetnsLab(n=job.nodes, tag=tag, racks=racks)
@@ -89,8 +125,7 @@ def draw_network(rng: random.Random, tag: str) -> tuple[RealJob, Fault, str, Net
     else:
         fault = Fault("switch", start, switch=lab.switch(0), rate=rate)
         act = lambda: lab.throttle_uplink(0, rate)  # noqa: E731
-    shape = (f"pipeline tp{tp} pp{pp} dp{dp} dp-sync {job.overlap_grad or 'at the end'}{' no-mp-sync' if extra else ''}"
-             f" | {kind} {fault.host or fault.hosts or fault.switch} at {rate} from {start}")
+    shape += f" | {kind} {fault.host or fault.hosts or fault.switch} at {rate} from {start}"
     return job, fault, shape, lab, act
 
 
@@ -107,10 +142,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 runs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--network", action="store_true", help="network faults in network namespaces (root)")
+    ap.add_argument("--cpu", action="store_true", help="a host under a kernel CPU quota, a cgroup (root)")
     ap.add_argument("--keep", type=Path, help="keep each run's trace under this directory")
     a = ap.parse_args()
     if a.network and os.geteuid() != 0:
         sys.exit("--network needs root (network namespaces and tc)")
+    if a.cpu and (why := CpuLimit.why_not()):
+        sys.exit(f"--cpu: {why}")
     if a.network:
         ensure_tools()
     rng = random.Random(a.seed)
@@ -124,7 +162,9 @@ def main() -> None:
             out = (a.keep or work) / name
             shutil.rmtree(out, ignore_errors=True)
             if a.network:
-                job, fault, shape, lab, act = draw_network(rng, f"lgb{k % 10}")
+                # (a side stream: the pipeline runs of seeds 1 and 2, measured before HSDP runs were drawn, stay theirs)
+                hsdp = random.Random(a.seed * 1009 + k + 71271).random() < HSDP_SHARE
+                job, fault, shape, lab, act = draw_network(rng, f"lgb{k % 10}", hsdp)
                 try:
                     lab.up()
                     trace = run(out, job, name, fault, wrap=lab.argv, master=lab.ip(0), name_hosts=False,
@@ -134,6 +174,9 @@ def main() -> None:
                 if fault.kind == "switch":
                     meta = json.loads((trace / "meta.json").read_text())
                     (trace / "meta.json").write_text(json.dumps({**meta, "topology": lab.topology()}, indent=1))
+            elif a.cpu:
+                job, fault, shape, quota = draw_cpu(rng)
+                trace = run_cpu_limited(out, job, name, fault, quota)
             else:
                 job, fault, shape = draw_compute(rng)
                 trace = run(out, job, name, fault)

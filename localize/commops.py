@@ -145,8 +145,8 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
     return med * s, (q3 - q1) * s
 
 
-def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per instance: the median, interquartile range and lower quartile, over the normal steps
+def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance: the median, interquartile range, lower quartile and 90th percentile, over the normal steps
     `ref`, of the time the last arriver's copy took (`inst_min`: the transfer alone, no wait in
     it) in the same operator stream at the same place in its step; drift-scaled (`scale`: per
     instance). NaN where never seen in a normal step.
@@ -161,8 +161,8 @@ def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.
     del seq, stream_step, first
     took = ops.inst_min / scale
     normal = np.isin(ops.inst_step, ref) & np.isfinite(took)
-    q1, med, q3 = group_quantiles(place[normal], k, took[normal], (0.25, 0.5, 0.75))
-    return med[place] * scale, (q3 - q1)[place] * scale, q1[place] * scale
+    q1, med, q3, q9 = group_quantiles(place[normal], k, took[normal], (0.25, 0.5, 0.75, 0.9))
+    return med[place] * scale, (q3 - q1)[place] * scale, q1[place] * scale, q9[place] * scale
 
 
 #: a path class's normal time is learned from at least this many of its groups
@@ -220,10 +220,10 @@ def _comm_excess(ops: Ops, meta: JobMeta, abnormal: np.ndarray, view: StepView,
     del b, spread, n_abn
     # the same test against the last arrivers' own history: the transfer's time, waits left out
     scale = step_scale(ops, view.steps, late)
-    b, spread, fast = _transfer_history(ops, scale, ref)
+    b, spread, fast, usual = _transfer_history(ops, scale, ref)
     own = ops.inst_min - b
-    alone = (own > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & (own > 5 * spread) & ~(flagged | beyond)
-    del b, spread
+    alone = (own > np.maximum(SLOW_EXCESS * b, MIN_EXCESS_S)) & ((own > 5 * spread) | (ops.inst_min > usual)) & ~(flagged | beyond)
+    del b, spread, usual
     # and, in the steps judged, against its path class, where its own history holds the fault
     # too: slower than the class needs and than its own stream's fast steps
     b, spread = _class_history(ops, meta, scale, ref)

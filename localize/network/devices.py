@@ -21,7 +21,7 @@ transfers were slow with the ones through its NIC.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,6 +126,13 @@ def resolve_network(units: dict[str, list[int]], slow: dict[str, float], meta: J
     # from its NIC then, and the NIC, which a slow transfer is known to cross, stands for both
     for dev in [d for d in carried if d[0] == "host"]:
         if carried[dev] == carried.get(("nic", dev[1]), []):
+            del carried[dev]
+    # so does a host's only GPU: its own path to the network carries every transfer of the NIC,
+    # which stands for both (another GPU of the host that logged nothing keeps them apart)
+    alone = Counter(info.host for info in meta.ranks.values())
+    for dev in [d for d in carried if d[0] in ("gpu", GPU_WITH_INSIDE)]:
+        host = meta.host_of(int(dev[1]))  # type: ignore[call-overload]
+        if alone[host] == 1 and carried[dev] == carried.get(("nic", (host,)), []):
             del carried[dev]
     total_w = max(sum(slow.values()) + SLOW_FRAC * sum(partly.values()), total or 0.0)
     # devices of each kind the job's transfers cross: with no prior on which kind fails, one

@@ -46,6 +46,10 @@ skipped, with the step times that say so. A run answered wrong is judged again o
                 topology saying so; tor-0's uplink is rate-limited both ways from step 20: both
                 pipelines' transfers leave the rack, stage 0's DP ring stays in it, and node-2 and
                 node-3 meet through the spine -- the switch, not a host's NIC
+  hsdp-nic-from-20  (root) FSDP2 on a 2 x 2 mesh (HSDP), a rank per namespace; node-0's egress
+                rate-limited from step 20: its shard group's and its replica group's collectives
+                both cross that NIC, the replica group's 0.5 MiB all-reduces 2-3x their normal time
+                among normal ones that vary 10x on this machine
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ import pytest
 
 from tests.collector.cpulimit import CpuLimit
 from tests.collector.netns_job import NetnsLab, ensure_tools
-from tests.collector.realjob import Fault, RealJob, run, step_times
+from tests.collector.realjob import DataParallelJob, Fault, RealJob, run, step_times
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -87,7 +91,9 @@ NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each na
 LINK = Fault("link", 20, rate="1gbit", hosts=[LAB.host(0), LAB.host(2)])
 RACKS = NetnsLab(n=JOB.nodes, tag="lgsw", racks=[[0, 1], [2], [3]])
 SWITCH = Fault("switch", 20, rate="1gbit", switch=RACKS.switch(0))
-NETWORK = {"nic-from-20": NIC, "link-from-20": LINK, "switch-from-20": SWITCH}
+HSDP = DataParallelJob(steps=40, replicate=2, nproc=1)  # a rank per node: shard and replica groups cross NICs
+HSDP_NIC = Fault("nic", 20, host=LAB.host(0), rate="1gbit")
+NETWORK = {"nic-from-20": NIC, "link-from-20": LINK, "switch-from-20": SWITCH, "hsdp-nic-from-20": HSDP_NIC}
 ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
 STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
 SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
@@ -97,14 +103,15 @@ DATA = {"data-from-20": Fault("data", 20, batches=1.8),  # replicas 0 and 1 draw
         "data-from-0": Fault("data", 0, batches=1.8)}  # ... 20 and 19 times in steps 1..39
 
 
-def run_nic(out: Path) -> Path:
-    """The job with one node per network namespace; node-1's NIC throttled once step 19 is done."""
+def run_nic(out: Path, job: RealJob = JOB, fault: Fault = NIC) -> Path:
+    """The job with one node per network namespace; `fault`'s NIC throttled once its step before is done."""
     ensure_tools()
-    node = [LAB.host(n) for n in range(LAB.n)].index(NIC.host)
+    node = [LAB.host(n) for n in range(LAB.n)].index(fault.host)
     try:
         LAB.up()
-        return run(out, JOB, "real-nic-from-20", NIC, wrap=LAB.argv, master=LAB.ip(0), name_hosts=False,
-                   env={"GLOO_SOCKET_IFNAME": "eth0"}, at_step=[(NIC.start - 1, lambda: LAB.throttle(node, NIC.rate))])
+        return run(out, job, f"real-{fault.kind}-from-{fault.start}", fault, wrap=LAB.argv, master=LAB.ip(0),
+                   name_hosts=False, env={"GLOO_SOCKET_IFNAME": "eth0"},
+                   at_step=[(fault.start - 1, lambda: LAB.throttle(node, fault.rate))])
     finally:
         LAB.down()
 
@@ -238,7 +245,7 @@ def above_all(path: str, fault: Fault, is_it: Callable[[dict[str, Any]], bool], 
 
 def own_steps(out: Path) -> list[float]:
     """The slowest rank's duration of each step, from the ranks' own logs."""
-    per_rank = step_times(out, JOB.world)
+    per_rank = step_times(out, len(list((out / "steps").glob("rank-*.jsonl"))))
     return [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
 
 
@@ -280,6 +287,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
             out = tmp_path_factory.mktemp(name)
             if name == "nic-from-20":
                 trace = run_nic(out)
+            elif name == "hsdp-nic-from-20":
+                trace = run_nic(out, HSDP, HSDP_NIC)
             elif name == "switch-from-20":
                 trace = run_switch(out)
             elif name == "link-from-20":

@@ -74,6 +74,24 @@ def test_transfers_slowed_a_twentieth_as_much_per_byte_are_collateral_not_the_ni
     assert sorted((c.kind, c.key) for c in best) == [("link", ("node-0", "node-1")), ("nic", ("node-0",))]
 
 
+def test_a_hosts_only_gpu_is_no_device_apart_from_its_nic() -> None:
+    """HSDP on a 2 x 2 mesh, a rank per host (a real run, host-0's NIC throttled): its shard and
+    replica groups both slowed, and rank 0's own path to the network carried exactly what host-0's
+    NIC did: a tie of the two, though no evidence could ever part them. The NIC stands for both;
+    a host whose other GPUs logged nothing keeps the tie (their transfers were not seen)."""
+    units = {"shard-0": [0, 1], "shard-1": [2, 3], "replica-0": [0, 2], "replica-1": [1, 3]}
+    slow = {"shard-0": 0.68, "replica-0": 0.5}
+    one_each = JobMeta("t", 4, {r: RankInfo(f"node-{r}", 0) for r in range(4)}, {}, {},
+                       {f"node-{h}": {"switch": "tor-0"} for h in range(4)})
+    best = tied_best(resolve_network(units, slow, one_each))
+    assert [(c.kind, c.key) for c in best] == [("nic", ("node-0",))]
+    # the same four ranks, each on a host with a second GPU that logged nothing
+    two_each = JobMeta("t", 8, {r: RankInfo(f"node-{r % 4}", r // 4) for r in range(8)}, {}, {},
+                       {f"node-{h}": {"switch": "tor-0"} for h in range(4)})
+    best = tied_best(resolve_network(units, slow, two_each))
+    assert sorted((c.kind, c.key) for c in best) == [("gpu", 0), ("nic", ("node-0",))]
+
+
 def test_a_host_whose_own_groups_slowed_with_its_nic_traffic_is_the_host() -> None:
     """A starved host (its CPUs throttled) slows every transfer it takes part in, the TP ring
     among its own GPUs too, which its NIC does not carry: the host's inside, not its NIC."""

@@ -44,6 +44,7 @@ from tests.localize.test_real_jobs import brief, disturbed, is_device, onset, ve
 PIPELINE_LAYOUTS = [(2, 2, 2, 2), (1, 4, 2, 2), (2, 4, 1, 2), (1, 2, 4, 2), (4, 2, 1, 4)]  # tp, pp, dp, ranks per node
 STEPS = 36
 HSDP_SHARE = 0.35  # of the network runs: HSDP, a rank per node, instead of the pipeline job
+HSDP_PAIRS = [(0, 1), (2, 3), (0, 2), (1, 3)]  # the nodes HSDP's 2 x 2 mesh has exchange data
 
 
 def draw_compute(rng: random.Random) -> tuple[RealJob, Fault, str]:
@@ -120,6 +121,8 @@ def draw_network(rng: random.Random, tag: str, hsdp: bool) -> tuple[RealJob, Fau
         act = lambda: lab.throttle(node, rate)  # noqa: E731
     elif kind == "link":
         a, b = rng.sample(range(job.nodes), 2)
+        if hsdp:  # (a path the mesh's groups cross: shard pairs 0-1, 2-3, replica pairs 0-2, 1-3)
+            a, b = HSDP_PAIRS[(a * job.nodes + b) % len(HSDP_PAIRS)]
         fault = Fault("link", start, hosts=[hosts[a], hosts[b]], rate=rate)
         act = lambda: lab.throttle_path(a, b, rate)  # noqa: E731
     else:

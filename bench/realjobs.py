@@ -38,7 +38,14 @@ from typing import Any
 
 from tests.collector.cpulimit import CpuLimit
 from tests.collector.netns_job import NetnsLab, ensure_tools
-from tests.collector.realjob import DataParallelJob, Fault, RealJob, run, step_times
+from tests.collector.realjob import (
+    DataParallelJob,
+    Fault,
+    RealJob,
+    run,
+    run_cpu_limited,
+    step_times,
+)
 from tests.localize.test_real_jobs import brief, disturbed, is_device, onset, verdicts
 
 PIPELINE_LAYOUTS = [(2, 2, 2, 2), (1, 4, 2, 2), (2, 4, 1, 2), (1, 2, 4, 2), (4, 2, 1, 4)]  # tp, pp, dp, ranks per node
@@ -80,20 +87,6 @@ def draw_cpu(rng: random.Random) -> tuple[RealJob, Fault, str, float]:
     start, quota = rng.randint(12, 24), round(rng.uniform(0.05, 0.12), 3)
     fault = Fault("host", start, ranks=job.ranks_of(node), host=job.host(node))
     return job, fault, f"{shape.split(' | ')[0]} | host {job.host(node)} under a CPU quota of {quota:.1%} of a core from {start}", quota
-
-
-def run_cpu_limited(out: Path, job: RealJob, name: str, fault: Fault, quota: float) -> Path:
-    """`job` with the processes of `fault`'s node in a cgroup, its quota set once step `fault.start`
-    - 1 is done and lifted at the last (the job itself is not slowed: `fault` only says where)."""
-    node = fault.ranks[0] // job.nproc
-    cpu = CpuLimit(f"laggard-realjobs-{os.getpid()}")
-    try:
-        cpu.up()
-        return run(out, job, name, Fault("host", fault.start, host=fault.host),
-                   wrap=lambda n, argv: cpu.argv(argv) if n == node else argv, timeout=300,
-                   at_step=[(fault.start - 1, lambda: cpu.limit(quota)), (job.steps - 1, lambda: cpu.limit(None))])
-    finally:
-        cpu.down()
 
 
 def draw_network(rng: random.Random, tag: str, hsdp: bool) -> tuple[RealJob, Fault, str, NetnsLab, Callable[[], None]]:
@@ -179,7 +172,10 @@ def main() -> None:
                     (trace / "meta.json").write_text(json.dumps({**meta, "topology": lab.topology()}, indent=1))
             elif a.cpu:
                 job, fault, shape, quota = draw_cpu(rng)
-                trace = run_cpu_limited(out, job, name, fault, quota)
+                cpu = CpuLimit(f"laggard-realjobs-{os.getpid()}")
+                cpu.up()
+                trace = run_cpu_limited(out, job, name, Fault("host", fault.start, host=fault.host),
+                                        fault.ranks[0] // job.nproc, quota, cpu)
             else:
                 job, fault, shape = draw_compute(rng)
                 trace = run(out, job, name, fault)

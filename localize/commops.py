@@ -148,6 +148,7 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
 #: a slot's 90th percentile bounds its normal copies where this many normal steps measured it
 USUAL_MIN_NORMAL = 15
 
+
 def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per instance: the median, interquartile range, lower quartile and 90th percentile, over the normal steps
     `ref`, of the time the last arriver's copy took (`inst_min`: the transfer alone, no wait in

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.collector.cpulimit import CpuLimit
 from tests.conftest import REPO
 
 JOB = REPO / "tests" / "collector" / "jobs" / "pipeline_train.py"
@@ -222,6 +223,18 @@ def stop(agents: list[subprocess.Popen[str]], marker: str) -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
         except (OSError, ValueError):  # gone meanwhile, or not ours to read
             continue
+
+
+def run_cpu_limited(out: Path, job: RealJob, name: str, fault: Fault, node: int, quota: float, cpu: CpuLimit) -> Path:
+    """`job` with `node`'s processes in the cgroup `cpu` (made: `CpuLimit.up`), its quota set to
+    `quota` of a core once step `fault.start` - 1 is done and lifted at the last (the processes' exit
+    at 5% took a minute); the cgroup removed after. `fault` says where, for truth.json: it slows
+    nothing itself."""
+    try:
+        return run(out, job, name, fault, wrap=lambda n, argv: cpu.argv(argv) if n == node else argv, timeout=300,
+                   at_step=[(fault.start - 1, lambda: cpu.limit(quota)), (job.steps - 1, lambda: cpu.limit(None))])
+    finally:
+        cpu.down()
 
 
 def step_times(out: Path, world: int) -> list[list[float]]:

@@ -67,7 +67,14 @@ import pytest
 
 from tests.collector.cpulimit import CpuLimit
 from tests.collector.netns_job import NetnsLab, ensure_tools
-from tests.collector.realjob import DataParallelJob, Fault, RealJob, run, step_times
+from tests.collector.realjob import (
+    DataParallelJob,
+    Fault,
+    RealJob,
+    run,
+    run_cpu_limited,
+    step_times,
+)
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -152,21 +159,15 @@ QUOTA = 0.05  # of one core, for node-1's agent and its two ranks together (at 0
 
 def run_throttled(out: Path, job: RealJob | None = None) -> Path:
     """The job (default `JOB`) with node-1's processes in a cgroup; its CPU quota set
-    once step 19 is done, and lifted once the last one is (the processes' exit at 5% took a minute)."""
-    job = job or JOB
-    node = int(THROTTLED.host.rsplit("-", 1)[1])
+    once step 19 is done, and lifted once the last one is (`realjob.run_cpu_limited`)."""
     cpu = CpuLimit(f"laggard-test-{os.getpid()}")
     try:
-        try:
-            cpu.up()
-        except OSError as e:  # (a container's read-only cgroup tree)
-            pytest.skip(f"cannot make a cgroup with a CPU quota here: {e}")
-        return run(out, job, "real-host-throttled-from-20", THROTTLED,
-                   wrap=lambda n, argv: cpu.argv(argv) if n == node else argv,
-                   at_step=[(THROTTLED.start - 1, lambda: cpu.limit(QUOTA)), (job.steps - 1, lambda: cpu.limit(None))],
-                   timeout=300)
-    finally:
+        cpu.up()
+    except OSError as e:  # (a container's read-only cgroup tree)
         cpu.down()
+        pytest.skip(f"cannot make a cgroup with a CPU quota here: {e}")
+    return run_cpu_limited(out, job or JOB, "real-host-throttled-from-20", THROTTLED,
+                           int(THROTTLED.host.rsplit("-", 1)[1]), QUOTA, cpu)
 
 
 def verdicts(trace: Path) -> dict[str, dict[str, Any]]:

@@ -63,7 +63,7 @@ from localize.waits.persistent import (
     persistent_imbalance,
     worker_onset,
 )
-from localize.waits.ranking import MIN_SHARE, RankUnit, explain_rank_blame
+from localize.waits.ranking import MIN_SHARE, RankUnit, explain_rank_blame, host_index
 from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
 from timeline.instances import host_codes
@@ -77,6 +77,7 @@ CLEARING_BYTES = 1 << 10
 SHADOW_SHARE = 0.9  # a data unit's blame this much on the ranks whose transfers the best device slowed is its shadow (`network_shadow`)
 NEAR_BEST = 0.9  # a host's transfers explained this nearly as well as the best device's: its ranks' blame may tip it (`host_on_both`)
 GROWTH_SIGMAS = 3.0  # a host's ranks computed longer: beyond this many robust σ of the other ranks' growth (`computed_longer`)
+BIG_HOST_SHARE = 8  # ... measured against the others' growth where the host holds 1/8 of the logged ranks or more
 
 
 @dataclass
@@ -447,8 +448,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                         f"normal time, but no logged operator's delay explains it: the time went {where}outside "
                         "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
     alternates: list[Candidate] = []
-    both = (host_on_both(units, net, meta, rank_total / total, comm_total / total, computed_longer(grew, logged))
-            if net and comm_total > 0 else None)
+    longer = computed_longer(grew, logged, host_index(layout, world))
+    both = host_on_both(units, net, meta, rank_total / total, comm_total / total, longer) if net and comm_total > 0 else None
     if both is not None:
         # one host explains the two together: its ranks' compute and its transfers, one finding
         unit, host_net, joint = both
@@ -498,17 +499,27 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                    onset_step=onset), analysis
 
 
-def computed_longer(grew: np.ndarray, logged: np.ndarray) -> np.ndarray:
+def computed_longer(grew: np.ndarray, logged: np.ndarray, host: np.ndarray) -> np.ndarray:
     """Per rank: 1 where its own compute grew in the slow steps (`grew`, s) beyond the logged ranks'
     common growth by more than GROWTH_SIGMAS robust σ of it, else 0; NaN where it logged nothing.
     A starved host computes longer; ranks late only because their data arrived late (an eager
-    send through a slow NIC) do not, however the waits on them fell."""
+    send through a slow NIC) do not, however the waits on them fell. A host holding a large share
+    of the logged ranks (`host`: host index per rank) is measured against the ranks elsewhere: its
+    own would set the common growth (a real DDP job on two hosts, one under a CPU quota, had the
+    median between the hosts and neither computing longer)."""
     seen = np.flatnonzero(np.asarray(logged[:len(grew)], dtype=bool))
     out = np.full(len(grew), np.nan)
     if len(seen) < 3:
         out[seen] = 1.0  # (too few ranks to know what is common: nothing is ruled out)
         return out
-    out[seen] = grew[seen] - float(np.median(grew[seen])) > GROWTH_SIGMAS * robust_sigma(grew[seen])
+    base = np.full(len(grew), float(np.median(grew[seen])))
+    spread = np.full(len(grew), robust_sigma(grew[seen]))
+    where, count = np.unique(host[seen], return_counts=True)
+    for h in where[count * BIG_HOST_SHARE >= len(seen)]:
+        mine, others = seen[host[seen] == h], seen[host[seen] != h]
+        if h >= 0 and len(others) >= 2:
+            base[mine], spread[mine] = float(np.median(grew[others])), robust_sigma(grew[others])
+    out[seen] = grew[seen] - base[seen] > GROWTH_SIGMAS * spread[seen]
     return out
 
 

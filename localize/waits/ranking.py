@@ -57,8 +57,7 @@ class RankUnit:
 def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Per rank: host index, pipeline stage, model replica (connected over tp/cp/pp/ep groups)."""
     hosts = meta.hosts()
-    hidx = {h: i for i, h in enumerate(hosts)}
-    host = np.array([hidx[meta.ranks[r].host] if r in meta.ranks else -1 for r in range(world)])
+    host = host_index(meta, world)
     stage, _ = pipeline_stages(meta, world, kinds)
     parent = np.arange(world)
 
@@ -77,6 +76,12 @@ def layout_units(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.n
                 parent[find(m)] = root
     replica = np.array([find(r) for r in range(world)])
     return host, stage, np.unique(replica, return_inverse=True)[1], hosts
+
+
+def host_index(meta: JobMeta, world: int) -> np.ndarray:
+    """Per rank: its host's index in `meta.hosts()`; -1 where meta.json does not place it."""
+    hidx = {h: i for i, h in enumerate(meta.hosts())}
+    return np.array([hidx[meta.ranks[r].host] if r in meta.ranks else -1 for r in range(world)])
 
 
 def pipeline_stages(meta: JobMeta, world: int, kinds: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:

@@ -25,6 +25,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,21 +274,27 @@ def net_scenario(i: int, rng: np.random.Generator, steps: int, max_gpus: int) ->
     return cfg, dims
 
 
+def n_tied(scores: Sequence[float]) -> int:
+    """How many of the leading `scores` (a verdict's, best first) share the best one."""
+    return sum(1 for x in scores if x >= scores[0] * (1 - 1e-6)) if len(scores) else 0
+
+
 def tied_top(cands: list[Candidate]) -> list[Candidate]:
     """The candidates that share the best score (a verdict that could not tell them apart)."""
-    if not cands:
-        return []
-    best = cands[0].score
-    return [c for c in cands if c.score >= best * (1 - 1e-6)]
+    return cands[:n_tied([c.score for c in cands])]
+
+
+def top_credit(scores: Sequence[float], right: Sequence[bool]) -> float:
+    """Top-1 credit of a verdict's candidates (`scores`, best first; `right`: each names the truth):
+    1 when the truth is first alone, 1/k when it is among k devices the verdict declared tied for
+    first (it said it could not tell them apart), else 0."""
+    k = n_tied(scores)
+    return 1.0 / k if k and any(right[:k]) else 0.0
 
 
 def tie_credit(cands: list[Candidate], roots: list[dict[str, Any]]) -> float:
-    """Top-1 credit of a verdict: 1 when the truth is first alone, 1/k when it is among k devices
-    the verdict declared tied for first (it said it could not tell them apart), else 0."""
-    tied = tied_top(cands)
-    if not any(correct(c, r) for c in tied for r in roots):
-        return 0.0
-    return 1.0 / len(tied)
+    """`top_credit` of a verdict's candidates against the fault's root devices."""
+    return top_credit([c.score for c in cands], [any(correct(c, r) for r in roots) for c in cands])
 
 
 def network_sweep(n: int, steps: int, workdir: Path, max_gpus: int, flows: bool = True, seed: int = 5000) -> pd.DataFrame:

@@ -34,8 +34,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from bench.localize import top_credit
 from tests.collector.cpulimit import CpuLimit
 from tests.collector.netns_job import NetnsLab, ensure_tools
 from tests.collector.realjob import (
@@ -125,13 +125,6 @@ def draw_network(rng: random.Random, tag: str, hsdp: bool) -> tuple[RealJob, Fau
     return job, fault, shape, lab, act
 
 
-def device_credit(cands: list[dict[str, Any]], fault: Fault) -> float:
-    """1 when the fault's device is alone in first place; 1/k when it is one of k devices sharing the
-    top score (a tie the verdict declares: CommOps cannot tell them apart), as bench.matrix counts."""
-    top = [c for c in cands if c["score"] >= cands[0]["score"] * (1 - 1e-6)] if cands else []
-    return 1.0 / len(top) if any(is_device(c, fault) for c in top) else 0.0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=6)
@@ -185,7 +178,8 @@ def main() -> None:
             why = disturbed(steps, fault, 1.1, steady=fault.every == 1)  # (on and off: only the steps before must be even)
             print(f"{name}: {shape}")
             for path, v in answers.items():
-                credit = device_credit(v.get("candidates") or [], fault)
+                cands = v.get("candidates") or []
+                credit = top_credit([c["score"] for c in cands], [is_device(c, fault) for c in cands])
                 got = onset(v)
                 when = got is not None and abs(got - fault.start) <= 1
                 right[path] += credit * (when and not why)

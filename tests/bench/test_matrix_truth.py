@@ -29,3 +29,14 @@ def test_a_run_of_healthy_jobs_alone_reports_its_false_alarms(capsys: pytest.Cap
     report(pd.DataFrame({"kind": ["healthy"] * 3, "p2p": ["rendezvous", "eager", "batched"],
                          "alarm": [False, True, False], "dp_sync": ["end"] * 3}))
     assert "false alarms on healthy jobs: rendezvous 0/1, eager 1/1, batched 0/1" in capsys.readouterr().out
+
+
+def test_a_declared_tie_holding_the_truth_earns_one_over_its_size() -> None:
+    """Every benchmark (matrix, real jobs) scores top-1 this way: first alone 1, one of k tied for
+    first 1/k, named only below the tie 0."""
+    from bench.localize import top_credit
+
+    assert top_credit([0.9, 0.5], [True, False]) == 1.0
+    assert top_credit([0.9, 0.9, 0.9, 0.5], [False, False, True, False]) == pytest.approx(1 / 3)
+    assert top_credit([0.9, 0.8], [False, True]) == 0.0
+    assert top_credit([], []) == 0.0

@@ -450,6 +450,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     alternates: list[Candidate] = []
     longer = computed_longer(grew, logged, host_index(layout, world))
     both = host_on_both(units, net, meta, rank_total / total, comm_total / total, longer) if net and comm_total > 0 else None
+    tipped = host_breaks_tie(net, meta, longer) if both is None and net and comm_total > 0 else None
     if both is not None:
         # one host explains the two together: its ranks' compute and its transfers, one finding
         unit, host_net, joint = both
@@ -457,8 +458,17 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         host = net_candidate(host_net, joint, meta, logged)
         host.evidence += rank_candidate(unit, rank_total / total, graph, ops, meta, lone).evidence
         alternates = [net_candidate(c, comm_total / total * c.score * 0.5, meta, logged) for c in net[:top] if c is not host_net]
+    elif tipped is not None:
+        host = net_candidate(tipped, comm_total / total * tipped.score, meta, logged)
+        mine = np.array([r in meta.ranks and meta.host_of(r) == host.host for r in range(len(grew))]) & logged[:len(grew)]
+        more = float(np.median(grew[mine]) - np.median(grew[logged[:len(grew)] & ~mine])) * 1e3
+        host.evidence.append(f"its {int(mine.sum())} logged GPUs, and no other host's, computed longer in the slow steps "
+                             f"({more:.0f} ms a step more than the GPUs elsewhere): a NIC slows the transfers, not its "
+                             "host's compute; a starved host slows both (its CPUs move the data: gloo, NCCL's proxy threads)")
+        alternates = [net_candidate(c, comm_total / total * c.score * 0.5, meta, logged) for c in net[:top]
+                      if c.key != tipped.key]
     primaries = [c for u in units for c in with_ties(rank_candidate(u, rank_total / total, graph, ops, meta, lone), u, meta)]
-    if both is not None:
+    if both is not None or tipped is not None:
         primaries.append(host)
     elif net and comm_total > 0:
         # devices that explain the slow transfers equally well cannot be told apart: each is
@@ -562,6 +572,27 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
                 joint = comm_frac * c.score + rank_frac * u.share
                 if joint > best:
                     return u, c, joint
+    return None
+
+
+def host_breaks_tie(net: list[NetCandidate], meta: JobMeta, computed: np.ndarray) -> NetCandidate | None:
+    """The host whose NIC is in the network tie where that host's logged GPUs (two or more) all
+    `computed` longer and no other logged GPU did: one finding, as in `host_on_both`, where no rank
+    took the blame (a real DDP job, node-1 under a CPU quota: the one ring's all-reduces ran on
+    its CPUs and every copy ended together, 9x slow; its ranks' compute grew 100-150 ms a step, the
+    other node's shrank 50 ms, and nobody was waited on). A NIC slows transfers, not its host's
+    compute."""
+    longer = np.flatnonzero(computed == 1)
+    hosts = {meta.host_of(int(r)) for r in longer if int(r) in meta.ranks}
+    if len(hosts) != 1 or len(longer) < 2:
+        return None
+    (on,) = hosts
+    if any(meta.host_of(int(r)) == on for r in np.flatnonzero(computed == 0) if int(r) in meta.ranks):
+        return None
+    listed = {(c.kind, c.key) for c in net}
+    for c in tied_best(net):
+        if c.key == (on,) and (c.kind == "host" or (c.kind == "nic" and ("host", c.key) not in listed)):
+            return replace(c, kind="host")
     return None
 
 

@@ -235,3 +235,24 @@ def test_a_ring_slow_in_half_its_normal_steps_is_slow_against_its_path_class() -
     ops, meta = _rings(set(range(10)))
     excess, _ = _comm_excess(ops, meta, np.zeros(len(ops.rank), bool), view, ref)  # type: ignore[arg-type]
     assert not (excess > 0).any()
+
+
+def test_a_network_tie_holding_the_nic_of_the_one_host_that_computed_longer_is_that_host() -> None:
+    """A real DDP job, node-1 under a CPU quota: the ring's all-reduces ran on its CPUs and every
+    copy ended together, so nobody was waited on and the tie of the ring's devices stood. Its two
+    ranks alone computed longer: the host. Not where another host's rank did too, where its one
+    logged rank alone did, or where its NIC is not in the tie."""
+    from collector.trace.meta import JobMeta
+    from localize.commops import host_breaks_tie
+    from localize.network.devices import NetCandidate
+
+    meta = JobMeta.from_dict({"job": "j", "world_size": 4,
+                              "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(4)}})
+    tie = [NetCandidate("link", ("node-0", "node-1"), 1.0, 1, 1), NetCandidate("nic", ("node-0",), 1.0, 1, 1),
+           NetCandidate("nic", ("node-1",), 1.0, 1, 1)]
+    got = host_breaks_tie(tie, meta, np.array([0.0, 0.0, 1.0, 1.0]))
+    assert got is not None and (got.kind, got.key) == ("host", ("node-1",))
+    assert host_breaks_tie(tie, meta, np.array([1.0, 0.0, 1.0, 1.0])) is None
+    assert host_breaks_tie(tie, meta, np.array([0.0, 0.0, 1.0, np.nan])) is None
+    below = [tie[0], tie[1], NetCandidate("nic", ("node-1",), 0.8, 1, 1)]
+    assert host_breaks_tie(below, meta, np.array([0.0, 0.0, 1.0, 1.0])) is None

@@ -105,6 +105,7 @@ ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, 
 STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
 SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
 TP1 = RealJob(tp=1, pp=2, dp=4, steps=40)  # a node's two ranks in different replicas: no group inside a node
+DDP = DataParallelJob(steps=40, ddp=True)  # two nodes, one all-reduce ring over the four ranks
 SMALL_ACT_FAULT = Fault("gpu", 20, 2.0, ranks=[5])
 DATA = {"data-from-20": Fault("data", 20, batches=1.8),  # replicas 0 and 1 draw the long batches 10 times each
         "data-from-0": Fault("data", 0, batches=1.8)}  # ... 20 and 19 times in steps 1..39
@@ -298,6 +299,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 trace = run_throttled(out)
             elif name == "host-throttled-tp1-from-20":
                 trace = run_throttled(out, TP1)
+            elif name == "host-throttled-ddp-from-20":
+                trace = run_throttled(out, DDP)
             elif name == "pp4-gpu-from-0":
                 trace = run(out, PP4, f"real-{name}", PP4_FAULT)
             elif name == "tp4-gpu-from-20":
@@ -438,6 +441,19 @@ def test_real_tp1_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path:
     it and its transfers are exactly its NIC's; only its ranks' lateness says the host (both paths
     named its NIC, 0.59 and 0.82, until it counted)."""
     on_real_runs(ran, "host-throttled-tp1-from-20", throttled(path))
+
+
+@pytest.mark.root
+@pytest.mark.skipif(bool(CpuLimit.why_not()), reason=CpuLimit.why_not() or "-")
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_ddp_job_cpu_throttled_host_is_the_host(ran: Any, path: str) -> None:
+    """DDP on two nodes: node-1 holds half the ranks, so the median of all ranks' compute growth
+    sits between the nodes and neither "computed longer"; the full records named a tie of the one
+    ring's seven devices (`bench.realjobs --cpu --seed 0`, run 2) until node-1's ranks were
+    measured against node-0's. At 5% of a core the ring's all-reduces, on node-1's CPUs, ran 9x
+    and every copy ended together: nobody was waited on, and the tie stood on both paths until the
+    one host whose ranks computed longer broke it (`commops.host_breaks_tie`)."""
+    on_real_runs(ran, "host-throttled-ddp-from-20", throttled(path))
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:

@@ -448,9 +448,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                         f"normal time, but no logged operator's delay explains it: the time went {where}outside "
                         "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
     alternates: list[Candidate] = []
-    longer = computed_longer(grew, logged, host_index(layout, world))
+    host_of = host_index(layout, world)
+    longer = computed_longer(grew, logged, host_of)
     both = host_on_both(units, net, meta, rank_total / total, comm_total / total, longer) if net and comm_total > 0 else None
-    tipped = host_breaks_tie(net, meta, longer) if both is None and net and comm_total > 0 else None
+    tipped = host_breaks_tie(net, host_of, layout.hosts(), longer) if both is None and net and comm_total > 0 else None
     if both is not None:
         # one host explains the two together: its ranks' compute and its transfers, one finding
         unit, host_net, joint = both
@@ -460,8 +461,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         alternates = [net_candidate(c, comm_total / total * c.score * 0.5, meta, logged) for c in net[:top] if c is not host_net]
     elif tipped is not None:
         host = net_candidate(tipped, comm_total / total * tipped.score, meta, logged)
-        mine = np.array([r in meta.ranks and meta.host_of(r) == host.host for r in range(len(grew))]) & logged[:len(grew)]
-        more = float(np.median(grew[mine]) - np.median(grew[logged[:len(grew)] & ~mine])) * 1e3
+        mine = (host_of == layout.hosts().index(str(host.host))) & logged[:world]
+        more = float(np.median(grew[mine]) - np.median(grew[logged[:world] & ~mine])) * 1e3
         host.evidence.append(f"its {int(mine.sum())} logged GPUs, and no other host's, computed longer in the slow steps "
                              f"({more:.0f} ms a step more than the GPUs elsewhere): a NIC slows the transfers, not its "
                              "host's compute; a starved host slows both (its CPUs move the data: gloo, NCCL's proxy threads)")
@@ -575,23 +576,21 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
     return None
 
 
-def host_breaks_tie(net: list[NetCandidate], meta: JobMeta, computed: np.ndarray) -> NetCandidate | None:
+def host_breaks_tie(net: list[NetCandidate], host: np.ndarray, hosts: list[str], computed: np.ndarray) -> NetCandidate | None:
     """The host whose NIC is in the network tie where that host's logged GPUs (two or more) all
-    `computed` longer and no other logged GPU did: one finding, as in `host_on_both`, where no rank
-    took the blame (a real DDP job, node-1 under a CPU quota: the one ring's all-reduces ran on
-    its CPUs and every copy ended together, 9x slow; its ranks' compute grew 100-150 ms a step, the
-    other node's shrank 50 ms, and nobody was waited on). A NIC slows transfers, not its host's
-    compute."""
-    longer = np.flatnonzero(computed == 1)
-    hosts = {meta.host_of(int(r)) for r in longer if int(r) in meta.ranks}
-    if len(hosts) != 1 or len(longer) < 2:
+    `computed` longer and no other logged GPU did (`host`: host index per rank, into `hosts`): one
+    finding, as in `host_on_both`, where no rank took the blame (a real DDP job, node-1 under a CPU
+    quota: the one ring's all-reduces ran on its CPUs and every copy ended together, 9x slow; its
+    ranks' compute grew 100-150 ms a step, the other node's shrank 50 ms, and nobody was waited
+    on). A NIC slows transfers, not its host's compute."""
+    longer = computed == 1
+    on = np.unique(host[longer])
+    if len(on) != 1 or on[0] < 0 or longer.sum() < 2 or (host[computed == 0] == on[0]).any():
         return None
-    (on,) = hosts
-    if any(meta.host_of(int(r)) == on for r in np.flatnonzero(computed == 0) if int(r) in meta.ranks):
-        return None
+    key = (hosts[int(on[0])],)
     listed = {(c.kind, c.key) for c in net}
     for c in tied_best(net):
-        if c.key == (on,) and (c.kind == "host" or (c.kind == "nic" and ("host", c.key) not in listed)):
+        if c.key == key and (c.kind == "host" or (c.kind == "nic" and ("host", key) not in listed)):
             return replace(c, kind="host")
     return None
 

@@ -250,9 +250,10 @@ def test_a_network_tie_holding_the_nic_of_the_one_host_that_computed_longer_is_t
                               "ranks": {str(r): {"host": f"node-{r // 2}", "gpu": r % 2} for r in range(4)}})
     tie = [NetCandidate("link", ("node-0", "node-1"), 1.0, 1, 1), NetCandidate("nic", ("node-0",), 1.0, 1, 1),
            NetCandidate("nic", ("node-1",), 1.0, 1, 1)]
-    got = host_breaks_tie(tie, meta, np.array([0.0, 0.0, 1.0, 1.0]))
+    host, hosts = np.array([0, 0, 1, 1]), meta.hosts()
+    got = host_breaks_tie(tie, host, hosts, np.array([0.0, 0.0, 1.0, 1.0]))
     assert got is not None and (got.kind, got.key) == ("host", ("node-1",))
-    assert host_breaks_tie(tie, meta, np.array([1.0, 0.0, 1.0, 1.0])) is None
-    assert host_breaks_tie(tie, meta, np.array([0.0, 0.0, 1.0, np.nan])) is None
+    assert host_breaks_tie(tie, host, hosts, np.array([1.0, 0.0, 1.0, 1.0])) is None
+    assert host_breaks_tie(tie, host, hosts, np.array([0.0, 0.0, 1.0, np.nan])) is None
     below = [tie[0], tie[1], NetCandidate("nic", ("node-1",), 0.8, 1, 1)]
-    assert host_breaks_tie(below, meta, np.array([0.0, 0.0, 1.0, 1.0])) is None
+    assert host_breaks_tie(below, host, hosts, np.array([0.0, 0.0, 1.0, 1.0])) is None

@@ -285,10 +285,6 @@ def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, o
                     f"peers of the same pipeline stage, and waits {change:.2f}x as long as they do in the collectives "
                     f"it shares with its unlogged peers: {told}", since]
         return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
-    if u.kind == "config" and u.also:
-        return [f"{u.label} computes longer than the fastest stage on every worker of the stage, and those workers are "
-                f"all of {u.also[0].label}'s GPUs: the split of layers and a slow host show the same records (moving the "
-                "stage to other hosts, or a probe of the host, tells them apart)", since]
     if u.kind == "config":
         return [f"{u.label} computes longer than the fastest stage on every worker of the stage: the split of layers, not a device",
                 since]

@@ -23,14 +23,7 @@ from localize.ops.grouping import present, unique
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies, lone_time, unlogged_peers, wait_beside_peers
 from localize.ops.table import Ops, prepare_ops, rank_step_compute
-from localize.waits.ranking import (
-    COVERAGE,
-    TURNS_MOST,
-    RankUnit,
-    explain_rank_blame,
-    host_index,
-    layout_units,
-)
+from localize.waits.ranking import COVERAGE, TURNS_MOST, RankUnit, explain_rank_blame, layout_units
 from timeline.steps import EPISODE_GAP, ONSET_LEVEL, SHIFT_MIN_STEPS, first_step_whole, level_shift
 
 StepsT = TypeVar("StepsT", np.ndarray, list[int])  # a table's steps, as an array or a list
@@ -146,18 +139,6 @@ def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[t
             detail["since"] = k
         out.append((RankUnit("config", ranks, 0.0, 1.0, f"pipeline stage {int(s)}", detail), blame))
     return out
-
-
-def stage_host(s: int, stage: np.ndarray, host: np.ndarray, hosts: list[str]) -> RankUnit | None:
-    """The host that holds exactly pipeline stage `s`'s ranks, all of them, if one does: its
-    compute and the stage's split of layers show the same records, and neither is named alone (a
-    tp1 pipeline whose stage's DP peers share a host, as Megatron orders ranks: a host slow from
-    the first step read as the split of layers, matrix seed 4545)."""
-    mine = np.flatnonzero(stage == s)
-    on = np.unique(host[mine])
-    if len(on) != 1 or on[0] < 0 or not np.array_equal(np.flatnonzero(host == on[0]), mine):
-        return None
-    return RankUnit("host", mine.tolist(), 0.0, 1.0, hosts[int(on[0])])
 
 
 def _stage_devices(unit: RankUnit, comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str],
@@ -388,10 +369,6 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     stages = _stage_units(ref, stage, seen)
     layers = stages if waited is None else _stage_units(stage_reference(comp - waited, seen, stage), stage, seen)
     found += [(unit, blame) for unit, blame in layers if "since" not in unit.detail]
-    holds = host_index(meta, comp.shape[0])
-    for unit, _ in found:
-        if unit.kind == "config" and (whole := stage_host(int(unit.detail["stage"]), stage, holds, meta.hosts())):  # type: ignore[call-overload]
-            unit.also = [whole]
     for unit, blame in stages:
         if "since" not in unit.detail:
             continue

@@ -247,20 +247,3 @@ def test_a_devices_later_onset_wins_over_a_busy_machines_milder_steps_before_it(
     assert later_onset(25, 21, [21, *range(25, 41)], blip) == 25
     assert later_onset(None, 20, irregular, throttled) == 20
     assert later_onset(19, 20, irregular, throttled) == 20  # not a slow step: no onset of the fault's
-
-
-def test_a_stage_that_is_all_of_one_hosts_gpus_is_tied_with_that_host() -> None:
-    """tp1 pp2 dp4 with a stage's four DP peers on one host (Megatron's rank order): stage 1 slow
-    from the first step is the split of layers or that host, and the records cannot say which. A
-    stage spread over hosts is the split of layers alone."""
-    meta = JobMeta("t", 8, {r: RankInfo(f"node-{r // 4}", r % 4) for r in range(8)},
-                   {f"pp-{k}": [k, k + 4] for k in range(4)})
-    kinds = {f"pp-{k}": "pp" for k in range(4)}
-    rng = np.random.default_rng(3)
-    comp = 0.2 * (1 + 0.02 * rng.standard_normal((8, len(STEPS))))
-    comp[4:] *= 1.6
-    first = imbalance(comp, np.ones(8, bool), STEPS, meta, kinds).units[0]
-    assert first.kind == "config" and [a.label for a in first.also] == ["node-1"]
-    spread = JobMeta("t", 8, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(8)}, meta.groups)  # stage 1: node-2, node-3
-    first = imbalance(comp, np.ones(8, bool), STEPS, spread, kinds).units[0]
-    assert first.kind == "config" and not first.also

@@ -46,6 +46,7 @@ class Layout:
     hosts_per_switch: int
     order: str  # "tp-dp-pp" (Megatron) or "tp-pp-dp"
     ep: int = 1  # expert parallel: blocks of ep consecutive DP replicas exchange tokens (all_to_all) in every chunk
+    placement: str = "block"  # ranks onto hosts: "block" (torchrun: a node's ranks consecutive) or "cyclic" (round-robin)
 
     @property
     def world(self) -> int:
@@ -62,8 +63,18 @@ class Layout:
             return t + self.tp * (d + self.dp * s)
         return t + self.tp * (s + self.pp * d)
 
+    def host_of(self, rank: np.ndarray | int) -> np.ndarray:
+        """Host index of each rank: consecutive ranks share a host ("block"), or go round the hosts ("cyclic",
+        as `srun --distribution=cyclic` or one pod per GPU place them)."""
+        r = np.asarray(rank)
+        return r % self.n_hosts if self.placement == "cyclic" else r // self.gpus_per_host
+
+    def gpu_of(self, rank: np.ndarray | int) -> np.ndarray:
+        r = np.asarray(rank)
+        return r // self.n_hosts if self.placement == "cyclic" else r % self.gpus_per_host
+
     def hosts(self) -> np.ndarray:
-        return self.ranks() // self.gpus_per_host
+        return self.host_of(self.ranks())
 
     def switch_of(self, host: np.ndarray | int) -> np.ndarray:
         return np.asarray(host) // self.hosts_per_switch
@@ -282,7 +293,7 @@ def compute_factor(spec: JobSpec, step: int, rng: np.random.Generator) -> np.nda
     if f.kind in ("gpu", "slow_start"):
         out[f.rank] = f.factor
     elif f.kind == "host":
-        on = np.arange(lay.world) // lay.gpus_per_host == f.host
+        on = lay.host_of(np.arange(lay.world)) == f.host
         out[on] = f.factor * jitter[on]
     elif f.kind == "data":
         out[lay.ranks()[:, int(rng.integers(lay.dp)), :].ravel()] = f.factor
@@ -458,7 +469,7 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
     mask = np.ones(rows["rank"].size, dtype=bool)
     if spec.logging.startswith("tp0"):
         mask = t_index[rows["rank"]] == 0
-    hosts = rows["rank"] // lay.gpus_per_host
+    hosts = lay.host_of(rows["rank"])
     if spec.logging == "hosts75":
         mask = ~np.isin(hosts, unlogged_hosts(spec))
     offsets = rng.uniform(-0.1, 0.1, lay.n_hosts)
@@ -484,7 +495,7 @@ def write_trace(spec: JobSpec, out: Path, rows: dict[str, np.ndarray], step_time
     host_name = [f"node-{h}" for h in range(lay.n_hosts)]
     meta: dict[str, Any] = {
         "job": spec.name, "world_size": lay.world,
-        "ranks": {str(r): {"host": host_name[r // lay.gpus_per_host], "gpu": r % lay.gpus_per_host,
+        "ranks": {str(r): {"host": host_name[int(lay.host_of(r))], "gpu": int(lay.gpu_of(r)),
                            "ip": f"10.{r // 65536}.{(r // 256) % 256}.{r % 256}"} for r in range(lay.world)},
         "topology": {h: {"switch": f"tor-{i // lay.hosts_per_switch}"} for i, h in enumerate(host_name)},
     }
@@ -511,7 +522,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
                                  "start_step": spec.step0 + min(f.active), "end_step": spec.step0 + max(f.active),
                                  "active_steps": [spec.step0 + k for k in f.active]}
         if f.kind in ("gpu", "slow_start"):
-            entry.update(rank=f.rank, host=host_name[f.rank // lay.gpus_per_host], device=str(f.rank))
+            entry.update(rank=f.rank, host=host_name[int(lay.host_of(f.rank))], device=str(f.rank))
         elif f.kind in ("host", "nic"):
             entry.update(host=host_name[f.host], device=host_name[f.host])
         elif f.kind == "link":
@@ -531,7 +542,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
             "warmup_steps": spec.warmup_steps, "faults": faults, "world": lay.world,
             "unlogged_rank": f is not None and f.rank >= 0 and (
                 (spec.logging.startswith("tp0") and f.rank % lay.tp != 0)
-                or (spec.logging == "hosts75" and f.rank // lay.gpus_per_host in unlogged_hosts(spec))),
+                or (spec.logging == "hosts75" and int(lay.host_of(f.rank)) in unlogged_hosts(spec))),
             "logged_steps": [spec.step0 + k for k in spec.logged], "step_ids": spec.step_ids,
             "step_time_s": [round(float(x), 6) for x in step_time],
             "clock_offsets_ns": {h: int(o * 1e9) for h, o in zip(host_name, offsets, strict=True)}}
@@ -578,7 +589,8 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
     n_hosts = world // gph
     hps = pick("hps", int(rng.choice([h for h in (4, 8, 16, 32) if n_hosts // h >= 2] or [max(1, n_hosts // 2)])))
     order = pick("order", str(rng.choice(["tp-dp-pp", "tp-pp-dp"], p=[0.7, 0.3])))
-    lay = Layout(tp, pp, world // (tp * pp), gph, hps, order)
+    placement = pick("placement", "block")  # (never drawn: pinned with --set placement=cyclic)
+    lay = Layout(tp, pp, world // (tp * pp), gph, hps, order, placement=placement)
     logging = pick("logging", str(rng.choice(LOGGING, p=[0.4, 0.3, 0.15, 0.15])))
     steps = pick("steps", int(rng.integers(24, 41)) if logging in ("all", "tp0") else int(rng.integers(45, 61)))
     stage_extra = np.ones(pp)
@@ -635,7 +647,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
         spec.step0 = 0  # unnumbered rows: the reader counts iterations from 0
     ep = pick("ep", int(rng.choice([1, 2, 4], p=[0.7, 0.15, 0.15])))
     if ep > 1 and lay.dp % ep == 0:
-        spec.layout = Layout(tp, pp, lay.dp, gph, hps, order, ep)
+        spec.layout = Layout(tp, pp, lay.dp, gph, hps, order, ep, placement)
         spec.costs.a2a_bytes = int(rng.uniform(8, 64) * 2**20)
     return spec
 
@@ -861,7 +873,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)} (with --rescore: of the kept jobs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0 (or tp0-random40), step_sync=mp, gph=4, order=tp-pp-dp, "
-                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false, schedule=gpipe")
+                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false, schedule=gpipe, "
+                         "placement=cyclic")
     ap.add_argument("--summary-first", action="store_true",
                     help="localize as the sidecars do (`laggard localize --summary-first`): the other path's figures")
     args = ap.parse_args(argv)

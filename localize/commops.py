@@ -451,7 +451,8 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     host_of = host_index(layout, world)
     longer = computed_longer(grew, logged, host_of)
     both = host_on_both(units, net, meta, rank_total / total, comm_total / total, longer) if net and comm_total > 0 else None
-    tipped = host_breaks_tie(net, host_of, layout.hosts(), longer) if both is None and net and comm_total > 0 else None
+    hosts = layout.hosts()
+    tipped = host_breaks_tie(net, host_of, hosts, longer) if both is None and net and comm_total > 0 else None
     if both is not None:
         # one host explains the two together: its ranks' compute and its transfers, one finding
         unit, host_net, joint = both
@@ -461,7 +462,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         alternates = [net_candidate(c, comm_total / total * c.score * 0.5, meta, logged) for c in net[:top] if c is not host_net]
     elif tipped is not None:
         host = net_candidate(tipped, comm_total / total * tipped.score, meta, logged)
-        mine = (host_of == layout.hosts().index(str(host.host))) & logged[:world]
+        mine = (host_of == hosts.index(str(host.host))) & logged[:world]
         more = float(np.median(grew[mine]) - np.median(grew[logged[:world] & ~mine])) * 1e3
         host.evidence.append(f"its {int(mine.sum())} logged GPUs, and no other host's, computed longer in the slow steps "
                              f"({more:.0f} ms a step more than the GPUs elsewhere): a NIC slows the transfers, not its "
@@ -554,8 +555,6 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
     blame is one of many ranks late alike (every member of a slow DP ring, its forward waiting on
     the ring's all-gather): it tips nothing (a 256-GPU link fault read as one of the ring's hosts)."""
     best = net[0].score * comm_frac
-    listed = {(c.kind, c.key) for c in net}
-    as_host = [replace(c, kind="host") if c.kind == "nic" and ("host", c.key) not in listed else c for c in net]
     for u in units:
         grown = computed[[r for r in u.ranks if r < len(computed)]]
         grown = grown[~np.isnan(grown)]
@@ -568,7 +567,7 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
             on = meta.host_of(u.ranks[0])
         else:
             continue
-        for c in as_host:
+        for c in as_hosts(net):
             if c.kind == "host" and c.key == (on,) and c.score >= NEAR_BEST * net[0].score:
                 joint = comm_frac * c.score + rank_frac * u.share
                 if joint > best:
@@ -588,11 +587,16 @@ def host_breaks_tie(net: list[NetCandidate], host: np.ndarray, hosts: list[str],
     if len(on) != 1 or on[0] < 0 or longer.sum() < 2 or (host[computed == 0] == on[0]).any():
         return None
     key = (hosts[int(on[0])],)
+    tied = {id(c) for c in tied_best(net)}
+    return next((h for c, h in zip(net, as_hosts(net), strict=True)
+                 if id(c) in tied and h.kind == "host" and h.key == key), None)
+
+
+def as_hosts(net: list[NetCandidate]) -> list[NetCandidate]:
+    """`net` with each NIC whose host is not itself a candidate read as that host: what a host's
+    transfers show where the resolver kept its NIC for both (a host with no group inside it)."""
     listed = {(c.kind, c.key) for c in net}
-    for c in tied_best(net):
-        if c.key == key and (c.kind == "host" or (c.kind == "nic" and ("host", key) not in listed)):
-            return replace(c, kind="host")
-    return None
+    return [replace(c, kind="host") if c.kind == "nic" and ("host", c.key) not in listed else c for c in net]
 
 
 def network_shadow(units: list[RankUnit], best: NetCandidate, slow: dict[str, float], members: dict[str, list[int]],

@@ -9,7 +9,8 @@ agents play four nodes (node-0..node-3, two ranks each: one TP group per node, s
 cross nodes), each with its own LAGGARD_HOST; the CommOps logger is attached by
 collector.commops.run with no change to the script.
 
-Each scenario runs the job once (40 steps) and asks both paths for the device and the onset:
+Each scenario runs the job once (32 steps; 40 where the fault is mild, comes and goes, or moves
+between replicas) and asks both paths for the device and the onset:
   gpu-from-20   rank 5 computes 2x from step 20
   gpu-from-0    rank 2 computes 2x from the first step (no normal step to compare with)
   host-from-20  both ranks of node-1 compute 2x from step 20 (a slow or contended host)
@@ -79,7 +80,8 @@ from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
-JOB = RealJob(steps=40)
+JOB = RealJob(steps=32)
+LONG = RealJob(steps=40)  # a mild fault's, an on-and-off fault's and the data's: more slow steps to show them
 SCENARIOS: dict[str, Fault | None] = {
     "gpu-from-20": Fault("gpu", 20, 2.0, ranks=[5]),
     "gpu-from-0": Fault("gpu", 0, 2.0, ranks=[2]),
@@ -88,9 +90,9 @@ SCENARIOS: dict[str, Fault | None] = {
     "gpu-mild-from-25": Fault("gpu", 25, 1.6, ranks=[6]),
 }
 MILD = {"gpu-mild-from-25": 1.1}  # the step slowdown a scenario's fault must show (default 1.2)
-PP4 = RealJob(tp=1, pp=4, dp=2, steps=40)
+PP4 = RealJob(tp=1, pp=4, dp=2, steps=32)
 PP4_FAULT = Fault("gpu", 0, 2.0, ranks=[0])
-TP4 = RealJob(tp=4, pp=2, dp=1, nproc=4, steps=40)  # one model replica: a stage has no peer
+TP4 = RealJob(tp=4, pp=2, dp=1, nproc=4, steps=32)  # one model replica: a stage has no peer
 TP4_FAULT = Fault("gpu", 20, 2.0, ranks=[2])
 WARMUP = 3  # steps 0..2: connection set-up and first allocations (0.4-0.8 s against 0.35 here)
 LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
@@ -98,14 +100,14 @@ NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each na
 LINK = Fault("link", 20, rate="1gbit", hosts=[LAB.host(0), LAB.host(2)])
 RACKS = NetnsLab(n=JOB.nodes, tag="lgsw", racks=[[0, 1], [2], [3]])
 SWITCH = Fault("switch", 20, rate="1gbit", switch=RACKS.switch(0))
-HSDP = DataParallelJob(steps=40, replicate=2, nproc=1)  # a rank per node: shard and replica groups cross NICs
+HSDP = DataParallelJob(steps=32, replicate=2, nproc=1)  # a rank per node: shard and replica groups cross NICs
 HSDP_NIC = Fault("nic", 20, host=LAB.host(0), rate="1gbit")
 NETWORK = {"nic-from-20": NIC, "link-from-20": LINK, "switch-from-20": SWITCH}
 ON_OFF = Fault("gpu", 20, 2.0, ranks=[5], every=2)  # slow in steps 20, 22, 24, ...
 STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
-SMALL_ACT = RealJob(act_mib=1 / 16, steps=40)
-TP1 = RealJob(tp=1, pp=2, dp=4, steps=40)  # a node's two ranks in different replicas: no group inside a node
-DDP = DataParallelJob(steps=40, ddp=True)  # two nodes, one all-reduce ring over the four ranks
+SMALL_ACT = RealJob(act_mib=1 / 16, steps=32)
+TP1 = RealJob(tp=1, pp=2, dp=4, steps=32)  # a node's two ranks in different replicas: no group inside a node
+DDP = DataParallelJob(steps=32, ddp=True)  # two nodes, one all-reduce ring over the four ranks
 SMALL_ACT_FAULT = Fault("gpu", 20, 2.0, ranks=[5])
 DATA = {"data-from-20": Fault("data", 20, batches=1.8),  # replicas 0 and 1 draw the long batches 10 times each
         "data-from-0": Fault("data", 0, batches=1.8)}  # ... 20 and 19 times in steps 1..39
@@ -306,15 +308,15 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
             elif name == "tp4-gpu-from-20":
                 trace = run(out, TP4, f"real-{name}", TP4_FAULT)
             elif name == "gpu-on-off-from-20":
-                trace = run(out, JOB, f"real-{name}", ON_OFF)
+                trace = run(out, LONG, f"real-{name}", ON_OFF)
             elif name == "stage-from-0":
                 trace = run(out, JOB, f"real-{name}", STAGE_FAULT)
             elif name in DATA:
-                trace = run(out, JOB, f"real-{name}", DATA[name])
+                trace = run(out, LONG, f"real-{name}", DATA[name])
             elif name == "small-act-gpu-from-20":
                 trace = run(out, SMALL_ACT, f"real-{name}", SMALL_ACT_FAULT)
             else:
-                trace = run(out, JOB, f"real-{name}", SCENARIOS[name])
+                trace = run(out, LONG if name in MILD else JOB, f"real-{name}", SCENARIOS[name])
             cache[name] = (trace, verdicts(trace), own_steps(out))
         return cache[name]
 
@@ -526,6 +528,49 @@ def test_real_single_replica_logged_one_rank_per_tp_group_names_the_unlogged_mem
         assert got is not None and abs(got - TP4_FAULT.start) <= 1, said
 
     on_real_runs(ran, "tp4-gpu-from-20", judge)
+
+
+def clocks_apart(trace: Path, out: Path, seed: int, most_ms: float = 100.0) -> Path:
+    """A copy of a real run's trace as hosts whose clocks disagree (NTP across a cluster): each
+    host's timestamps moved by its own offset, drawn from +-`most_ms`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.copytree(trace, out, ignore=shutil.ignore_patterns("summary"))
+    meta = json.loads((out / "meta.json").read_text())
+    hosts = sorted({r["host"] for r in meta["ranks"].values()})
+    draw = np.random.default_rng(seed).uniform(-most_ms, most_ms, len(hosts)) * 1e6
+    offset = {int(rank): int(draw[hosts.index(r["host"])]) for rank, r in meta["ranks"].items()}
+    for f in (out / "commops").glob("*.parquet"):
+        t = pq.read_table(f)
+        shift = np.array([offset[int(r)] for r in t["rank"].to_numpy()], dtype=np.int64)
+        for col in ("start_ns", "end_ns"):
+            t = t.set_column(t.schema.get_field_index(col), col, pa.array(t[col].to_numpy() + shift))
+        pq.write_table(t, f)
+    return out
+
+
+@pytest.mark.parametrize("name", [
+    "host-from-20",
+    pytest.param("link-from-20", marks=[pytest.mark.root, pytest.mark.skipif(
+        os.geteuid() != 0, reason="network namespaces need root")]),
+])
+def test_real_runs_are_named_alike_when_the_hosts_clocks_disagree(ran: Any, name: str, tmp_path: Path) -> None:
+    """The same real run with each host's clock up to 100 ms off the others' (one process's
+    clock here; a cluster's hosts are only as close as NTP keeps them): the waits are judged within
+    each host's own clock and transfers from aligned posts, so both paths name the same device,
+    since the same step. (A link's transfers are the ones measured across two hosts' clocks.)"""
+    fault = LINK if name == "link-from-20" else SCENARIOS[name]
+    assert fault is not None
+
+    def judge(trace: Path, _: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, fault):
+            pytest.skip(why)
+        apart = verdicts(clocks_apart(trace, tmp_path / trace.parent.name, seed=len(name)))
+        for path in ("localize", "sidecar"):
+            check(apart[path], fault, steps)
+
+    on_real_runs(ran, name, judge)
 
 
 def every_third_step(trace: Path, out: Path) -> Path:

@@ -510,6 +510,35 @@ def test_real_job_logged_one_rank_per_tp_group_names_the_unlogged_slow_gpu(ran: 
 
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
+def test_real_gpu_slow_from_the_start_logged_as_megatron_samples_it_is_named(ran: Any, path: str, tmp_path: Path) -> None:
+    """The slow-from-the-start run (rank 2 2x from step 0) re-logged as the real Megatron traces
+    that read "config" were: one rank per TP group (rank 2, its group's first, is its host's one
+    logged rank) and every third step only. No logged step is normal: rank 2 against its stage peer
+    in the same steps is the slow worker, in first place above any split of layers or data, since
+    the first step. Its host is tied with it: with no normal step, whether its unlogged TP peer
+    waited on it shows only as its lone all-reduces against its one stage peer's, 0.67-0.84 here,
+    where two healthy stage peers differ by as much (0.82 against 1.23)."""
+    fault = SCENARIOS["gpu-from-0"]
+    assert fault is not None
+
+    def judge(trace: Path, _: Answers, steps: list[float]) -> None:
+        if why := disturbed(steps, fault):
+            pytest.skip(why)
+        tp0 = relogged_tp0(trace, tmp_path / f"{trace.parent.name}-tp0", JOB.tp)
+        v = verdicts(every_third_step(tp0, tmp_path / f"{trace.parent.name}-sampled"))[path]
+        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
+        assert v["status"] == "irregular" and v["candidates"], said
+        best = v["candidates"][0]["score"]
+        first = [c for c in v["candidates"] if c["score"] >= best - 1e-9]
+        assert any(is_device(c, fault) for c in first), said
+        assert {(c["kind"], c.get("rank", c.get("host"))) for c in first} <= {("gpu", 2), ("host", JOB.host(1))}, said
+        got = onset(v)
+        assert got is not None and got <= 3, said  # (the first logged step judged: 0, or 3 where 0 is left out)
+
+    on_real_runs(ran, "gpu-from-0", judge)
+
+
+@pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_single_replica_logged_one_rank_per_tp_group_names_the_unlogged_members(ran: Any, path: str,
                                                                                      tmp_path: Path) -> None:
     """tp4 pp2 dp1, re-logged TP rank 0 only: each stage has one logged worker and no peer, and

@@ -258,7 +258,8 @@ def disturbed(steps: list[float], fault: Fault | None, effect: float = 1.2, stea
 
     On a shared machine other tenants' load can make a step run 1.25x its neighbours' median
     (then a healthy run is not healthy, and a fault's onset is not the first irregular step),
-    or slow every step so much that an injected fault no longer shows (`effect`x at least).
+    or slow every step so much that an injected fault no longer shows (`effect`x at least; a fault
+    on and off, in its on steps).
     `steady=False`: a fault whose own steps vary that much (CPU throttling stops a host at
     whatever point its quota runs out); only the steps before it must be even.
     """
@@ -271,8 +272,10 @@ def disturbed(steps: list[float], fault: Fault | None, effect: float = 1.2, stea
         bad = [i for i in reg if steps[i] >= 1.25 * med]
         if bad:
             why.append(f"steps {bad} ran >= 1.25x the median of steps {reg.start}..{reg.stop - 1}")
-    if cut is not None:
-        before, after = (float(np.median([steps[i] for i in reg])) for reg in regimes)
+    if cut is not None and fault is not None:
+        # (a fault on and off shows in its on steps: the off ones between them run normally)
+        on = [i for i in regimes[1] if (i - fault.start) % fault.every == 0] or list(regimes[1])
+        before, after = float(np.median([steps[i] for i in regimes[0]])), float(np.median([steps[i] for i in on]))
         if after < effect * before:
             why.append(f"the fault did not show (median step {before:.2f} s before step {cut}, {after:.2f} s after)")
     if not why:

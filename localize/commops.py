@@ -555,6 +555,7 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
     blame is one of many ranks late alike (every member of a slow DP ring, its forward waiting on
     the ring's all-gather): it tips nothing (a 256-GPU link fault read as one of the ring's hosts)."""
     best = net[0].score * comm_frac
+    hosts = as_hosts(net)
     for u in units:
         grown = computed[[r for r in u.ranks if r < len(computed)]]
         grown = grown[~np.isnan(grown)]
@@ -567,7 +568,7 @@ def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, 
             on = meta.host_of(u.ranks[0])
         else:
             continue
-        for c in as_hosts(net):
+        for c in hosts:
             if c.kind == "host" and c.key == (on,) and c.score >= NEAR_BEST * net[0].score:
                 joint = comm_frac * c.score + rank_frac * u.share
                 if joint > best:
@@ -587,9 +588,7 @@ def host_breaks_tie(net: list[NetCandidate], host: np.ndarray, hosts: list[str],
     if len(on) != 1 or on[0] < 0 or longer.sum() < 2 or (host[computed == 0] == on[0]).any():
         return None
     key = (hosts[int(on[0])],)
-    tied = {id(c) for c in tied_best(net)}
-    return next((h for c, h in zip(net, as_hosts(net), strict=True)
-                 if id(c) in tied and h.kind == "host" and h.key == key), None)
+    return next((c for c in tied_best(as_hosts(net)) if c.kind == "host" and c.key == key), None)
 
 
 def as_hosts(net: list[NetCandidate]) -> list[NetCandidate]:

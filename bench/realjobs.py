@@ -175,9 +175,9 @@ def main() -> None:
             answers = verdicts(trace)
             per_rank = step_times(out, job.world)
             steps = [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
-            # (on and off, or under a CPU quota, which stops the host wherever it runs out: the
-            # fault's own steps vary by themselves, and only the steps before must be even)
-            why = disturbed(steps, fault, 1.1, steady=fault.every == 1 and not a.cpu)
+            # (under a CPU quota, which stops the host wherever it runs out, the fault's own steps
+            # vary by themselves: only the steps before must be even)
+            why = disturbed(steps, fault, 1.1, steady=not a.cpu)
             print(f"{name}: {shape}")
             for path, v in answers.items():
                 cands = v.get("candidates") or []

@@ -258,26 +258,31 @@ def disturbed(steps: list[float], fault: Fault | None, effect: float = 1.2, stea
 
     On a shared machine other tenants' load can make a step run 1.25x its neighbours' median
     (then a healthy run is not healthy, and a fault's onset is not the first irregular step),
-    or slow every step so much that an injected fault no longer shows (`effect`x at least; a fault
-    on and off, in its on steps).
+    or slow every step so much that an injected fault no longer shows (`effect`x at least).
+    A fault on and off is judged by its on steps; its off steps belong with the steps before it.
     `steady=False`: a fault whose own steps vary that much (CPU throttling stops a host at
-    whatever point its quota runs out); only the steps before it must be even.
+    whatever point its quota runs out); only the steps before it (and off steps) must be even.
     """
     n = len(steps)
     cut = fault.start if fault is not None and fault.start > WARMUP else None
-    regimes = [range(WARMUP, n)] if cut is None else [range(WARMUP, cut), range(cut + 1, n)]
+    if cut is None or fault is None:
+        calm, slow = list(range(WARMUP, n)), []
+    else:
+        after = range(cut + 1, n)
+        slow = [i for i in after if (i - fault.start) % fault.every == 0]
+        calm = list(range(WARMUP, cut)) + [i for i in after if (i - fault.start) % fault.every]
     why = []
-    for reg in regimes if steady or cut is None else regimes[:1]:
+    for reg in [calm, slow] if steady else [calm]:
+        if not reg:
+            continue
         med = float(np.median([steps[i] for i in reg]))
-        bad = [i for i in reg if steps[i] >= 1.25 * med]
-        if bad:
-            why.append(f"steps {bad} ran >= 1.25x the median of steps {reg.start}..{reg.stop - 1}")
-    if cut is not None and fault is not None:
-        # (a fault on and off shows in its on steps: the off ones between them run normally)
-        on = [i for i in regimes[1] if (i - fault.start) % fault.every == 0] or list(regimes[1])
-        before, after = float(np.median([steps[i] for i in regimes[0]])), float(np.median([steps[i] for i in on]))
-        if after < effect * before:
-            why.append(f"the fault did not show (median step {before:.2f} s before step {cut}, {after:.2f} s after)")
+        if bad := [i for i in reg if steps[i] >= 1.25 * med]:
+            why.append(f"steps {bad} ran >= 1.25x the median of steps {reg[0]}..{reg[-1]}"
+                       f"{' (the fault off)' if reg is calm and fault is not None and fault.every > 1 else ''}")
+    if slow:
+        before, after_med = float(np.median([steps[i] for i in calm])), float(np.median([steps[i] for i in slow]))
+        if after_med < effect * before:
+            why.append(f"the fault did not show (median step {before:.2f} s without it, {after_med:.2f} s with it)")
     if not why:
         return ""
     return f"not the intended run: this machine's other load: {'; '.join(why)} ({' '.join(f'{t:.2f}' for t in steps)} s)"
@@ -617,17 +622,6 @@ def every_third_step(trace: Path, out: Path) -> Path:
     return out
 
 
-def on_off_disturbed(steps: list[float]) -> str:
-    """Why a run of ON_OFF is not the job it meant: warm-up aside, a step before the fault or an
-    off step after it 1.25x the median of those steps, or on steps not 1.2x slower than off ones."""
-    calm = [t for i, t in enumerate(steps) if i >= WARMUP and (i < ON_OFF.start or (i - ON_OFF.start) % 2)]
-    on = [t for i, t in enumerate(steps) if i >= ON_OFF.start and (i - ON_OFF.start) % 2 == 0]
-    med = float(np.median(calm))
-    if max(calm) >= 1.25 * med or float(np.median(on)) < 1.2 * med:
-        return f"not the intended run: this machine's other load ({' '.join(f'{t:.2f}' for t in steps)} s)"
-    return ""
-
-
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 @pytest.mark.parametrize("sampled", [False, True])
 def test_real_gpu_on_and_off_is_named_from_its_first_logged_slow_step(ran: Any, path: str, sampled: bool,
@@ -635,7 +629,7 @@ def test_real_gpu_on_and_off_is_named_from_its_first_logged_slow_step(ran: Any, 
     """Rank 5 2x every other step from step 20: named alone, since step 20; with every third step
     logged (18, 21, 24, ...) its first logged slow step is 24 (21 was an off step)."""
     def judge(trace: Path, answers: Answers, steps: list[float]) -> None:
-        if why := on_off_disturbed(steps):
+        if why := disturbed(steps, ON_OFF):
             pytest.skip(why)
         v = verdicts(every_third_step(trace, tmp_path / trace.parent.name))[path] if sampled else answers[path]
         check(v, Fault("gpu", 24 if sampled else 20, ranks=[5]), steps)

@@ -167,7 +167,7 @@ def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.
     took = ops.inst_min / scale
     normal = np.isin(ops.inst_step, ref) & np.isfinite(took)
     q1, med, q3, q9 = group_quantiles(place[normal], k, took[normal], (0.25, 0.5, 0.75, 0.9))
-    # (a 90th percentile of a few copies is their noisiest: the summary path's dozen steps of history
+    # (a 90th percentile of a few copies is their noisiest: from twelve normal steps of history the summary path
     # put a third of a host's DP copies past it in the judged steps, a real link's end named its NIC)
     q9 = np.where(np.bincount(place[normal], minlength=k) >= USUAL_MIN_NORMAL, q9, np.inf)
     return med[place] * scale, (q3 - q1)[place] * scale, q1[place] * scale, q9[place] * scale
@@ -278,14 +278,15 @@ def normal_steps(steps: np.ndarray, irregular: np.ndarray, table: pd.DataFrame |
     collectives all run slow and would cancel a slow ring's evidence, nor a step `table` marks
     as no history. All but the irregular ones when nothing else is left."""
     odd = list(irregular)
-    if (first := partial_first(steps)) is not None:
+    fetched = table is not None and "history" in table  # (the summary path: the run's partial first already left out)
+    if not fetched and (first := partial_first(steps)) is not None:
         odd.append(first)
     if table is not None and "pattern" in table:
         odd += table.loc[table["pattern"] == "warm-up", "step"].astype(int).tolist()
     if table is not None and "irregular" in table:
         # (the summary path judges a few irregular steps; the others it fetched, before them, are context)
         odd += table.loc[table["irregular"].astype(bool), "step"].astype(int).tolist()
-    if table is not None and "history" in table:  # (the summary path: which fetched steps are history)
+    if fetched and table is not None:  # (which fetched steps are history)
         odd += table.loc[~table["history"].astype(bool), "step"].astype(int).tolist()
     ref = np.setdiff1d(steps, np.asarray(odd, dtype=np.int64))
     return ref if len(ref) else np.setdiff1d(steps, irregular)

@@ -55,7 +55,7 @@ from collector.trace.groupnames import kind_in_name
 from collector.trace.meta import JobMeta
 from collector.trace.traceio import FORMATS, Trace, read_table, write_table
 from localize.candidates import imbalance_verdict, lasting_over_lone_step, step_times_past_warmup
-from localize.commops import COLUMNS, analyse_ops, candidate_ranks, partial_first
+from localize.commops import COLUMNS, USUAL_MIN_NORMAL, analyse_ops, candidate_ranks, partial_first
 from localize.detect.detector import rule_detect
 from localize.ops.groupkinds import group_kinds, with_observed_groups
 from localize.ops.lone import lone_copies
@@ -105,9 +105,10 @@ EXPLAIN_SHARE = 0.25  # ranks that computed longer explain a step when their exc
 CONTEXT_EXCESS = 0.5  # ... which is judged too when irregular by this share of their least excess (a normal step that slow is no history)
 LOSS_CAP = 3.0  # a step weighs at most this many times the median irregular step's lost time (`time_weighted_median`)
 ALIKE_LOSS = 3.0  # an irregular step is another place of the fault when it lost within this factor of the typical step's time
-#: normal steps fetched in full as the operators' history (a busy host's noise included); six left
-#: a real job's DP ring, which a throttled link did not cross, reading slow in the judged steps
-MAX_NORMAL = 12
+#: normal steps fetched in full as the operators' history (a busy host's noise included): as many as
+#: the full records' 90th-percentile rule needs (`commops.USUAL_MIN_NORMAL`); with twelve, a real
+#: HSDP job's throttled NIC read as the link to its shard peer in 3 of 5 runs
+MAX_NORMAL = USUAL_MIN_NORMAL
 MAX_RANKS = 32  # budget of ranks fetched in full around ranks that computed longest, per irregular step fetched
 MAX_RANKS_NET = 1024  # the budget when no rank did (a network fault)
 UNSEEN_STEPS = 3  # steps of every rank's records read for waits on ranks that logged nothing, slow from the start
@@ -496,6 +497,11 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
               if i and int(s) in irr_set and int(logged[i - 1]) == int(s) - 1 and int(s) - 1 not in irr_set}
     if (usable & ~table["step"].isin(border)).any():
         usable &= ~table["step"].isin(border)
+    # the run's first recorded step may be partial (a logger starting mid-step): never history, as on
+    # the full path (`commops.partial_first`); every step fetched as history is then whole
+    first = partial_first(logged)
+    if first is not None and (usable & (table["step"] != first)).any():
+        usable &= table["step"] != first
     # a step under δ that lost a fault step's share of time (an on-and-off fault's milder turns) is
     # no history either: two such steps of five widened a ring's usual range until no transfer read slow
     least = float(irr_tab["ratio"].astype(float).min()) - 1.0

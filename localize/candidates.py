@@ -299,13 +299,16 @@ LASTING_SCORE = 0.9
 def lasting_over_lone_step(irregular: Verdict, lasting: Verdict) -> Verdict:
     """The verdict of a window with one irregular step: that step's own (`irregular`), unless a GPU
     or host computed longer than its stage peers in every step (`lasting`, the slow-from-the-start
-    analysis) and is named more surely than anything the step's waits named. A host at 1.9x from
-    the first step slowed a sampled job's steps only 1.05x; one step measured 1.34x, and its waits
-    alone named one of the host's GPUs at 0.54, since step 14."""
+    analysis) and is named more surely than anything the step's waits named, or is what they named
+    (then slow since the first step, not since that one). A host at 1.9x from the first step slowed
+    a sampled job's steps only 1.05x; one step measured 1.34x, and its waits alone named one of the
+    host's GPUs at 0.54, since step 14."""
     top = lasting.candidates[0] if lasting.candidates else None
-    best = irregular.candidates[0].score if irregular.candidates else 0.0
+    first = irregular.candidates[0] if irregular.candidates else None
+    best = first.score if first is not None else 0.0
+    same = first is not None and top is not None and first.device() == top.device()
     if (len(irregular.irregular_steps) != 1 or top is None or top.kind not in ("gpu", "host")
-            or top.score < LASTING_SCORE or best >= top.score):
+            or top.score < LASTING_SCORE or (best >= top.score and not same)):
         return irregular
     lasting.extra["also"] = (f"step {irregular.irregular_steps[0]} ran irregular too; its waits alone named "
                              + (f"{irregular.candidates[0].device()} at {best:.2f}" if irregular.candidates else "nobody"))

@@ -78,6 +78,9 @@ SHADOW_SHARE = 0.9  # a data unit's blame this much on the ranks whose transfers
 NEAR_BEST = 0.9  # a host's transfers explained this nearly as well as the best device's: its ranks' blame may tip it (`host_on_both`)
 GROWTH_SIGMAS = 3.0  # a host's ranks computed longer: beyond this many robust σ of the other ranks' growth (`computed_longer`)
 BIG_HOST_SHARE = 8  # ... measured against the others' growth where the host holds 1/8 of the logged ranks or more
+#: ... and by at least this share of what each slow step lost: among four ranks the robust σ is tiny, and a
+#: real HSDP host's 0.5 ms more compute beside its throttled NIC's 90 ms a step named the host
+MATERIAL_GROWTH = 0.1
 
 
 @dataclass
@@ -148,6 +151,8 @@ def _late_history(ops: Ops, view: StepView, ref: np.ndarray) -> tuple[np.ndarray
 
 #: a slot's 90th percentile bounds its normal copies where this many normal steps measured it
 USUAL_MIN_NORMAL = 15
+#: ... and their largest copy bounds them where this many did (a normal copy passes it one time in ten or less)
+FEW_NORMAL = 9
 
 
 def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -166,10 +171,12 @@ def _transfer_history(ops: Ops, scale: np.ndarray, ref: np.ndarray) -> tuple[np.
     del seq, stream_step, first
     took = ops.inst_min / scale
     normal = np.isin(ops.inst_step, ref) & np.isfinite(took)
-    q1, med, q3, q9 = group_quantiles(place[normal], k, took[normal], (0.25, 0.5, 0.75, 0.9))
+    q1, med, q3, q9, top = group_quantiles(place[normal], k, took[normal], (0.25, 0.5, 0.75, 0.9, 1.0))
     # (a 90th percentile of a few copies is their noisiest: from twelve normal steps of history the summary path
-    # put a third of a host's DP copies past it in the judged steps, a real link's end named its NIC)
-    q9 = np.where(np.bincount(place[normal], minlength=k) >= USUAL_MIN_NORMAL, q9, np.inf)
+    # put a third of a host's DP copies past it in the judged steps, a real link's end named its NIC); from
+    # fewer, their largest, which a normal copy passes about as rarely (one in n + 1)
+    seen = np.bincount(place[normal], minlength=k)
+    q9 = np.where(seen >= USUAL_MIN_NORMAL, q9, np.where(seen >= FEW_NORMAL, top, np.inf))
     return med[place] * scale, (q3 - q1)[place] * scale, q1[place] * scale, q9[place] * scale
 
 
@@ -450,7 +457,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                         "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
     alternates: list[Candidate] = []
     host_of = host_index(layout, world)
-    longer = computed_longer(grew, logged, host_of)
+    longer = computed_longer(grew, logged, host_of, MATERIAL_GROWTH * lost / len(irr))
     both = host_on_both(units, net, meta, rank_total / total, comm_total / total, longer) if net and comm_total > 0 else None
     hosts = layout.hosts()
     tipped = host_breaks_tie(net, host_of, hosts, longer) if both is None and net and comm_total > 0 else None
@@ -512,9 +519,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                    onset_step=onset), analysis
 
 
-def computed_longer(grew: np.ndarray, logged: np.ndarray, host: np.ndarray) -> np.ndarray:
+def computed_longer(grew: np.ndarray, logged: np.ndarray, host: np.ndarray, floor: float = 0.0) -> np.ndarray:
     """Per rank: 1 where its own compute grew in the slow steps (`grew`, s) beyond the logged ranks'
-    common growth by more than GROWTH_SIGMAS robust σ of it, else 0; NaN where it logged nothing.
+    common growth by more than GROWTH_SIGMAS robust σ of it and `floor` (s), else 0; NaN where it
+    logged nothing.
     A starved host computes longer; ranks late only because their data arrived late (an eager
     send through a slow NIC) do not, however the waits on them fell. A host holding a large share
     of the logged ranks (`host`: host index per rank) is measured against the ranks elsewhere: its
@@ -532,7 +540,7 @@ def computed_longer(grew: np.ndarray, logged: np.ndarray, host: np.ndarray) -> n
         mine, others = seen[host[seen] == h], seen[host[seen] != h]
         if h >= 0 and len(others) >= 2:
             base[mine], spread[mine] = float(np.median(grew[others])), robust_sigma(grew[others])
-    out[seen] = grew[seen] - base[seen] > GROWTH_SIGMAS * spread[seen]
+    out[seen] = grew[seen] - base[seen] > np.maximum(GROWTH_SIGMAS * spread[seen], floor)
     return out
 
 

@@ -487,16 +487,7 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     if not irregular:
         return FetchPlan([], [], [])
     usable = ~table["irregular"].astype(bool) & ~table["pattern"].isin(["warm-up"])
-    # the step logged right before a slow run began: hosts' own-clock step ends (a quantile over
-    # hosts) show a fault's first step late when only a few hosts ran it slow, so it may hold the
-    # fault's start; it is context, not history, unless no other normal step is left (a step
-    # logged steps before, with unlogged ones between, holds none of it)
     logged = np.sort(table["step"].astype(int).to_numpy())
-    irr_set = set(irregular)
-    border = {int(logged[i - 1]) for i, s in enumerate(logged)
-              if i and int(s) in irr_set and int(logged[i - 1]) == int(s) - 1 and int(s) - 1 not in irr_set}
-    if (usable & ~table["step"].isin(border)).any():
-        usable &= ~table["step"].isin(border)
     # the run's first recorded step may be partial (a logger starting mid-step): never history, as on
     # the full path (`commops.partial_first`); every step fetched as history is then whole
     first = partial_first(logged)
@@ -508,10 +499,23 @@ def plan_fetch(summary: pd.DataFrame, meta: JobMeta, table: pd.DataFrame) -> Fet
     mild = table["ratio"].astype(float) - 1.0 >= CONTEXT_EXCESS * least
     if (usable & ~mild).any():
         usable &= ~mild
+    # the step logged right before a slow run began: hosts' own-clock step ends (a quantile over
+    # hosts) show a fault's first step late when only a few hosts ran it slow, so it may hold the
+    # fault's start; it is context, not history, while enough normal steps are left without it (the
+    # full path counts it: a real HSDP job's NIC throttled at step 18 left fourteen normal steps
+    # before it, too few for the 90th-percentile rule, and the summaries named its link)
+    irr_set = set(irregular)
+    border = table["step"].isin({int(logged[i - 1]) for i, s in enumerate(logged) if i and int(s) in irr_set
+                                 and int(logged[i - 1]) == int(s) - 1 and int(s) - 1 not in irr_set})
+    clean = usable & ~border if (usable & ~border).any() else usable
 
     def normal_before(first: int) -> list[int]:
-        normal = table.loc[usable & (table["step"] < first), "step"].astype(int).tolist()
-        return normal if len(normal) >= MAX_NORMAL else table.loc[usable, "step"].astype(int).tolist()
+        before = table["step"] < first
+        for steps in (clean & before, usable & before):
+            normal = table.loc[steps, "step"].astype(int).tolist()
+            if len(normal) >= MAX_NORMAL:
+                return normal
+        return table.loc[clean, "step"].astype(int).tolist()
 
     matrix = compute_matrix(summary, meta)
     worst = typical_steps(irr_tab, slow_leaders(*_slow_ratios(matrix, irregular, normal_before(irregular[0])[-MAX_NORMAL:])))

@@ -24,6 +24,10 @@ TURNS_MOST = 0.8  # data taking turns: the most turns one replica may hold when 
 LAST_ARRIVER = 0.8
 PEERS_SLOW = 1.3
 MIN_SHARE = 0.08  # a further candidate must explain at least this share of the blame
+#: a host's GPU computed longer with it when its growth was this share of its top GPU's or more: a host's
+#: CPUs are shared unevenly (a real node under a CPU quota, its two ranks 328 and 159 ms a step longer
+#: in the five steps the summary path judged, was named its first GPU's)
+GREW_SHARE = 1 / 3
 #: a rank's slowdown is its unlogged peers' where at least this share of it is time waiting on them:
 #: a host slowed whole grows the rank's compute as much as its waits (each a half)
 UNSEEN_SHARE = 2 / 3
@@ -142,11 +146,11 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         return float((b[mine] >= 0.3 * top).mean()) if top > 0 and mine.size else 0.0
 
     def _grown(ranks: np.ndarray, r: int) -> float:
-        """Share of the unit's logged ranks whose compute grew by half the top rank's or more."""
+        """Share of the unit's logged ranks whose compute grew by GREW_SHARE of the top rank's or more."""
         mine = ranks[seen[ranks]]
         if grew is None or not mine.size or not grew[r] > 0:
             return 0.0
-        return float((grew[mine] >= 0.5 * grew[r]).mean())
+        return float((grew[mine] >= GREW_SHARE * grew[r]).mean())
 
     host, stage, replica, hosts = layout_units(meta, world, kinds)
     b = blame.astype(np.float64).copy()

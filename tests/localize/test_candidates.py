@@ -52,3 +52,11 @@ def test_a_worker_slow_in_every_step_outweighs_one_irregular_steps_weak_answer()
     assert lasting_over_lone_step(_verdict([14, 15], ("gpu", 0.54)), lasting).candidates[0].kind == "gpu"  # two steps
     assert lasting_over_lone_step(one, _verdict([], ("config", 1.0))) is one  # a split of layers is no worker
     assert lasting_over_lone_step(one, _verdict([])) is one  # nobody slow throughout
+
+
+def test_one_irregular_step_naming_the_worker_slow_throughout_leaves_it_slow_since_the_first_step() -> None:
+    """The step's waits named the host as surely as the lasting analysis did: the same host, and its
+    slowness began with the run, not at that step (matrix seed 4242, a sampled job's host at 2x)."""
+    lasting = _verdict([], ("host", 1.0))
+    assert lasting_over_lone_step(_verdict([14], ("host", 1.0)), lasting) is lasting
+    assert lasting_over_lone_step(_verdict([14], ("gpu", 1.0)), _verdict([], ("host", 1.0))).candidates[0].kind == "gpu"

@@ -154,6 +154,21 @@ def test_a_host_holding_half_the_logged_ranks_is_measured_against_the_others() -
     assert computed_longer(grew, np.ones(4, dtype=bool), np.array([0, 0, 1, 1])).tolist() == [0, 0, 1, 1]
 
 
+def test_a_rank_computing_a_hair_longer_than_a_few_close_peers_did_not_compute_longer() -> None:
+    """A real HSDP job, a rank per host, host-2's NIC throttled (`bench.realjobs --network --seed 13`,
+    run 4): every rank computed 2-3 ms a step less in the slow steps, rank 2 0.5 ms less so. Four
+    ranks' robust σ is a fraction of that, and the full records named host-2 for its NIC; what a
+    step lost bounds what counts as longer."""
+    from localize.commops import computed_longer
+
+    grew = np.array([-2.97e-3, -2.83e-3, -2.18e-3, -2.28e-3])
+    every = np.ones(4, dtype=bool)
+    assert computed_longer(grew, every, np.arange(4)).tolist() == [0, 0, 1, 0]  # (σ alone)
+    assert computed_longer(grew, every, np.arange(4), floor=9e-3).tolist() == [0, 0, 0, 0]
+    starved = grew + np.array([0.0, 0.0, 40e-3, 0.0])
+    assert computed_longer(starved, every, np.arange(4), floor=9e-3).tolist() == [0, 0, 1, 0]
+
+
 def test_a_host_whose_ranks_did_not_compute_longer_or_that_ends_a_slow_link_is_not_one_finding() -> None:
     """A 4x NIC under eager sends: its host's ranks waited on their unlogged TP peers, whose data
     came late through it, and read as the host (0.94). Its ranks computed no longer than anyone's:

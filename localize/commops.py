@@ -78,9 +78,10 @@ SHADOW_SHARE = 0.9  # a data unit's blame this much on the ranks whose transfers
 NEAR_BEST = 0.9  # a host's transfers explained this nearly as well as the best device's: its ranks' blame may tip it (`host_on_both`)
 GROWTH_SIGMAS = 3.0  # a host's ranks computed longer: beyond this many robust σ of the other ranks' growth (`computed_longer`)
 BIG_HOST_SHARE = 8  # ... measured against the others' growth where the host holds 1/8 of the logged ranks or more
-#: ... and by at least this share of what each slow step lost: among four ranks the robust σ is tiny, and a
-#: real HSDP host's 0.5 ms more compute beside its throttled NIC's 90 ms a step named the host
-MATERIAL_GROWTH = 0.1
+#: ... and by at least this share of a normal step: among four ranks the robust σ is tiny, and a real HSDP
+#: host's 0.5 ms more compute (0.2% of its 270 ms steps) beside its throttled NIC named the host; real
+#: hosts under a CPU quota computed 70-330 ms a step longer than their peers (40-130% of a normal step)
+MATERIAL_GROWTH = 0.03
 
 
 @dataclass
@@ -457,7 +458,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                         "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
     alternates: list[Candidate] = []
     host_of = host_index(layout, world)
-    longer = computed_longer(grew, logged, host_of, MATERIAL_GROWTH * lost / len(irr))
+    longer = computed_longer(grew, logged, host_of, MATERIAL_GROWTH * _normal_step_s(view.steps, irr))
     both = host_on_both(units, net, meta, rank_total / total, comm_total / total, longer) if net and comm_total > 0 else None
     hosts = layout.hosts()
     tipped = host_breaks_tie(net, host_of, hosts, longer) if both is None and net and comm_total > 0 else None
@@ -642,6 +643,14 @@ def _moved_rows(df: pd.DataFrame) -> pd.DataFrame:
     for name in (*CODED, *TIMED):
         del df[name]
     return rows
+
+
+def _normal_step_s(steps: pd.DataFrame, irr: np.ndarray) -> float:
+    """The irregular steps' typical baseline: how long a step takes when nothing is wrong (0 unknown)."""
+    if steps is None or "baseline_s" not in steps:
+        return 0.0
+    base = steps.loc[steps["step"].isin(irr), "baseline_s"].to_numpy(float)
+    return float(np.nanmedian(base)) if np.isfinite(base).any() else 0.0
 
 
 def _lost_seconds(steps: pd.DataFrame, irr: np.ndarray) -> float:

@@ -157,8 +157,8 @@ def test_a_host_holding_half_the_logged_ranks_is_measured_against_the_others() -
 def test_a_rank_computing_a_hair_longer_than_a_few_close_peers_did_not_compute_longer() -> None:
     """A real HSDP job, a rank per host, host-2's NIC throttled (`bench.realjobs --network --seed 13`,
     run 4): every rank computed 2-3 ms a step less in the slow steps, rank 2 0.5 ms less so. Four
-    ranks' robust σ is a fraction of that, and the full records named host-2 for its NIC; what a
-    step lost bounds what counts as longer."""
+    ranks' robust σ is a fraction of that, and the full records named host-2 for its NIC; a share of
+    a normal step (270 ms there) bounds what counts as longer."""
     from localize.commops import computed_longer
 
     grew = np.array([-2.97e-3, -2.83e-3, -2.18e-3, -2.28e-3])

@@ -69,7 +69,7 @@ def test_a_recorded_throttled_hsdp_nic_is_the_nic_on_both_paths(tmp_path: Path, 
     summary path named the link to its shard peer (0.90) where the full records name the NIC (as in
     3 of 5 fresh runs that day). From step 18 (`bench.realjobs --network --seed 13`, run 4) the full
     records named the NIC's host, its rank 0.5 ms a step more compute than its peers beside the NIC's
-    90 ms (`commops.MATERIAL_GROWTH`)."""
+    90 ms a step lost (`commops.MATERIAL_GROWTH`)."""
     for path, v in answers(name, tmp_path).items():
         top = v["candidates"][0] if v["candidates"] else {}
         assert top.get("kind") == "nic" and top.get("host") == host, f"{path}: {brief(v)}"

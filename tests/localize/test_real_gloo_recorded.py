@@ -26,6 +26,15 @@ def answers(name: str, tmp_path: Path) -> dict[str, dict[str, Any]]:
     return verdicts(trace)
 
 
+def named_alone(answered: dict[str, dict[str, Any]], onset: int, **want: object) -> None:
+    """On each path the top candidate has `want`'s fields, alone in first place, since step `onset`."""
+    for path, v in answered.items():
+        top = v["candidates"][0] if v["candidates"] else {}
+        assert all(top.get(k) == x for k, x in want.items()), f"{path}: {brief(v)}"
+        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), f"{path}: {brief(v)}"
+        assert v["onset_step"] == onset, f"{path}: {brief(v)}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stalled", [[], [1, 2, 3, 4, 5, 7, 21, 22, 23, 24, 25]], ids=["as-run", "busy-machine"])
 def test_a_recorded_straggler_is_named_on_both_paths(tmp_path: Path, stalled: list[int]) -> None:
@@ -70,11 +79,7 @@ def test_a_recorded_throttled_hsdp_nic_is_the_nic_on_both_paths(tmp_path: Path, 
     3 of 5 fresh runs that day). From step 18 (`bench.realjobs --network --seed 13`, run 4) the full
     records named the NIC's host, its rank 0.5 ms a step more compute than its peers beside the NIC's
     90 ms a step lost (`commops.MATERIAL_GROWTH`)."""
-    for path, v in answers(name, tmp_path).items():
-        top = v["candidates"][0] if v["candidates"] else {}
-        assert top.get("kind") == "nic" and top.get("host") == host, f"{path}: {brief(v)}"
-        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), f"{path}: {brief(v)}"
-        assert v["onset_step"] == onset, f"{path}: {brief(v)}"
+    named_alone(answers(name, tmp_path), onset, kind="nic", host=host)
 
 
 def unlog_steps(trace: Path, steps: list[int]) -> None:
@@ -94,11 +99,7 @@ def test_a_recorded_hsdp_nic_with_steps_sampled_is_the_nic_on_both_paths(tmp_pat
     trace = tmp_path / "trace"
     shutil.copytree(DATA / "hsdp-nic-18", trace)
     unlog_steps(trace, unlogged)
-    for path, v in verdicts(trace).items():
-        top = v["candidates"][0] if v["candidates"] else {}
-        assert top.get("kind") == "nic" and top.get("host") == "host-2", f"{path}: {brief(v)}"
-        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), f"{path}: {brief(v)}"
-        assert v["onset_step"] == 18, f"{path}: {brief(v)}"
+    named_alone(verdicts(trace), 18, kind="nic", host="host-2")
 
 
 @pytest.mark.slow
@@ -107,18 +108,10 @@ def test_a_recorded_host_under_a_cpu_quota_is_the_host_on_both_paths(tmp_path: P
     328 and 159 ms a step longer in the five steps the summary path judged (the other node's 4 ms
     less): the CPUs a quota leaves are shared unevenly, and the summaries named its first GPU
     (`ranking.GREW_SHARE`)."""
-    for path, v in answers("hsdp-cpu-quota", tmp_path).items():
-        top = v["candidates"][0] if v["candidates"] else {}
-        assert top.get("kind") == "host" and top.get("host") == "node-1", f"{path}: {brief(v)}"
-        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), f"{path}: {brief(v)}"
-        assert v["onset_step"] == 24, f"{path}: {brief(v)}"
+    named_alone(answers("hsdp-cpu-quota", tmp_path), 24, kind="host", host="node-1")
 
 
 @pytest.mark.slow
 def test_a_recorded_throttled_switch_uplink_is_the_switch_on_both_paths(tmp_path: Path) -> None:
     """tor-0's uplink rate-limited from step 20 (node-0 and node-1 under tor-0, meta.json's topology)."""
-    for path, v in answers("switch", tmp_path).items():
-        top = v["candidates"][0] if v["candidates"] else {}
-        assert top.get("kind") == "switch" and top.get("switch") == "tor-0", f"{path}: {brief(v)}"
-        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), f"{path}: {brief(v)}"
-        assert v["onset_step"] == 20, f"{path}: {brief(v)}"
+    named_alone(answers("switch", tmp_path), 20, kind="switch", switch="tor-0")

@@ -311,5 +311,5 @@ def lasting_over_lone_step(irregular: Verdict, lasting: Verdict) -> Verdict:
             or top.score < LASTING_SCORE or (best >= top.score and not same)):
         return irregular
     lasting.extra["also"] = (f"step {irregular.irregular_steps[0]} ran irregular too; its waits alone named "
-                             + (f"{irregular.candidates[0].device()} at {best:.2f}" if irregular.candidates else "nobody"))
+                             + (f"{first.device()} at {best:.2f}" if first is not None else "nobody"))
     return lasting

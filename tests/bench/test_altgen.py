@@ -150,3 +150,19 @@ def test_megatron_logging_keeps_one_rank_per_tp_group_in_sampled_steps(tmp_path:
     table = pq.read_table(tmp_path / "commops.parquet")
     assert {r % 4 for r in set(table.column("rank").to_pylist())} == {0}
     assert 0 < len(spec.logged) < 0.7 * spec.steps
+
+
+def test_sequence_parallel_tp_groups_gather_and_reduce_scatter_instead_of_all_reducing(tmp_path: Path) -> None:
+    """Each block's all-reduce becomes an all-gather before it and a reduce-scatter after (Megatron's
+    --sequence-parallel), and the compute between them is what a slow GPU stretches."""
+    spec = tiny_job(Fault("gpu", 2.0, "persistent", list(range(6, 12)), rank=5))
+    spec.tp_comm = "sp"
+    rows, step_time = simulate(spec)
+    write_trace(spec, tmp_path, rows, step_time)
+    assert validate_trace(tmp_path) == []
+    table = pq.read_table(tmp_path / "commops.parquet").to_pandas()
+    tp = table[table.group.str.startswith("tensor_model_parallel")]
+    per_kind = tp.groupby("op").size().to_dict()
+    per_rank = 4 * spec.microbatches * spec.steps  # (two blocks a chunk, a forward and a backward chunk a microbatch)
+    assert per_kind == {"all_gather": 16 * per_rank, "reduce_scatter": 16 * per_rank}
+    assert step_time[6:].mean() > 1.2 * step_time[1:6].mean()

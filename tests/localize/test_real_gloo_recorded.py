@@ -1,7 +1,8 @@
 """Real gloo jobs recorded on this machine (`data/real-gloo/README.md`), localized again by both
 paths: runs a CI machine answered wrong, or that a path answered wrong in some runs, replayed so
-that every machine checks them the same way. The live runs are `test_real_jobs.py`'s and
-`tests/collector/test_commops_e2e.py`'s."""
+that every machine checks them the same way; and variants of the live job (a mild GPU, other
+layouts, the data from the first step, small activations) recorded so that CI starts fewer jobs.
+The live runs are `test_real_jobs.py`'s and `tests/collector/test_commops_e2e.py`'s."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.stalls import stall_machine
-from tests.localize.test_real_jobs import brief, verdicts
+from tests.collector.realjob import Fault
+from tests.localize.test_real_jobs import brief, check, onset, relogged_tp0, verdicts
 
 DATA = Path(__file__).parent / "data" / "real-gloo"
 
@@ -115,3 +117,46 @@ def test_a_recorded_host_under_a_cpu_quota_is_the_host_on_both_paths(tmp_path: P
 def test_a_recorded_throttled_switch_uplink_is_the_switch_on_both_paths(tmp_path: Path) -> None:
     """tor-0's uplink rate-limited from step 20 (node-0 and node-1 under tor-0, meta.json's topology)."""
     named_alone(answers("switch", tmp_path), 20, kind="switch", switch="tor-0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "fault"), [
+    ("gpu-mild-25", Fault("gpu", 25, 1.6, ranks=[6])),
+    ("small-act-gpu-20", Fault("gpu", 20, 2.0, ranks=[5])),
+    ("pp4-gpu-0", Fault("gpu", 0, 2.0, ranks=[0])),
+])
+def test_a_recorded_slow_gpu_is_named_alone_on_both_paths(tmp_path: Path, name: str, fault: Fault) -> None:
+    """`test_real_jobs.py`'s job varied: rank 6 at 1.6x from step 25, its steps ~1.2x, inside the
+    machine's step-to-step noise (its compute beside its stage peers' shows it, and since when);
+    64 KiB activations, where a send's time is mostly its batched receive's wait; tp1 x pp4 x dp2
+    with rank 0 slow from the first step, its stage's other worker on its host (`sidecar localize`
+    answered "config" when a host's typical compute was interpolated). Within a step of the onset."""
+    for v in answers(name, tmp_path).values():
+        check(v, fault, [])
+
+
+@pytest.mark.slow
+def test_a_recorded_data_imbalance_from_the_first_step_is_the_data_on_both_paths(tmp_path: Path) -> None:
+    """One model replica a step computes 1.8x from the first step, whichever drew the longest
+    sequences (20 turns to 19; a real Megatron job like it read "healthy"): no normal step to
+    compare with, and no device slows both replicas by turns."""
+    for path, v in answers("data-0", tmp_path).items():
+        top = v["candidates"][0] if v["candidates"] else {}
+        assert top.get("kind") == "data", f"{path}: {brief(v)}"
+        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), f"{path}: {brief(v)}"
+        assert onset(v) in (0, 1), f"{path}: {brief(v)}"
+
+
+@pytest.mark.slow
+def test_a_recorded_single_replica_logged_one_rank_per_tp_group_names_the_unlogged_members(tmp_path: Path) -> None:
+    """tp4 pp2 dp1, rank 2 at 2x from step 20, re-logged TP rank 0 only: each stage has one logged
+    worker and no peer, and the slow GPU shows only as rank 0 waiting in its TP all-reduces (this
+    read "config, slow from the first step"). Its three unlogged TP members are the tie, since
+    step 20."""
+    trace = relogged_tp0(DATA / "tp4-gpu-20", tmp_path / "trace", 4)
+    for path, v in verdicts(trace).items():
+        assert v["status"] == "irregular" and v["candidates"], f"{path}: {brief(v)}"
+        best = v["candidates"][0]["score"]
+        assert {c.get("rank") for c in v["candidates"] if c["score"] >= best - 1e-9} == {1, 2, 3}, f"{path}: {brief(v)}"
+        got = onset(v)
+        assert got is not None and abs(got - 20) <= 1, f"{path}: {brief(v)}"

@@ -1,7 +1,7 @@
 """A second job model written from the data contract alone, so accuracy figures do not rest on one simulator's assumptions.
 
-Models Megatron-style tp x pp x dp jobs (1F1B, TP all-reduces, rendezvous or batched p2p, DP ring all-reduce or
-reduce_scatter+all_gather, skewed host clocks) with gpu/host/nic/link/switch/data faults and a pipeline stage
+Models Megatron-style tp x pp x dp jobs (1F1B, TP all-reduces or sequence parallelism's gathers and
+reduce-scatters, rendezvous or batched p2p, DP ring all-reduce or reduce_scatter+all_gather, skewed host clocks) with gpu/host/nic/link/switch/data faults and a pipeline stage
 given more work than the others (stage: the configuration), and scores `laggard localize`.
 """
 
@@ -140,6 +140,8 @@ class JobSpec:
     logged: list[int] = field(default_factory=list)
     step_ids: bool = True  # False: every row's step is -1 (the contract's "not known"), the reader finds iterations
     schedule: str = "1f1b"  # or "gpipe" (every forward, then every backward: torch.distributed.pipelining's ScheduleGPipe)
+    tp_comm: str = "all_reduce"  # or "sp": Megatron's sequence parallelism, an all-gather before and a
+    # reduce-scatter after each attention and MLP block in place of its all-reduce
 
 
 def stage_program(s: int, pp: int, m: int, schedule: str = "1f1b") -> list[Item]:
@@ -322,7 +324,8 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     order = schedule_order(progs)
     mirror_at = {(s, op): k for s, prog in enumerate(progs) for k, it in enumerate(prog) if it[0] == "P" for op in it[1]}
     n_dp_ops = 1 if spec.dp_mode == "all_reduce" else 2
-    tp_ops_per_step = m * 4
+    sequence_parallel = spec.tp_comm == "sp"
+    tp_ops_per_step = m * (8 if sequence_parallel else 4)
     logged = set(spec.logged)
     speed = rng.lognormal(0.0, c.rank_sigma, lay.world)[R] * np.asarray(c.stage_extra or (1.0,) * lay.pp)[:, None, None]
     rows = Rows()
@@ -348,12 +351,20 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
                 for _ in range(2):
                     noise = rng.lognormal(0.0, c.compute_sigma, cur.shape)
                     hiccup = np.where(rng.random(cur.shape) < 5e-4, rng.uniform(1.5, 3.0, cur.shape), 1.0)
-                    arrive = cur + c.fwd_chunk_s * scale * noise * hiccup * cf[s] * warm
                     dur = c.tp_bytes * 2 * (lay.tp - 1) / lay.tp * tp_inv[s] * rng.lognormal(0.0, c.net_sigma, lay.dp)
+                    if sequence_parallel:  # the block's input gathered from the sequence shards: half the ring's bytes
+                        done = cur.max(axis=1) + dur / 2 + c.latency_s
+                        gathered = done[:, None] + rng.uniform(0, 5e-6, cur.shape)
+                        if keep and lay.tp > 1:
+                            rows.add(R[s], tpg[s], OP["all_gather"], int(tp_seq[s]), -1, c.tp_bytes, cur, gathered, k)
+                        tp_seq[s] += 1
+                        cur, dur = gathered, dur / 2
+                    arrive = cur + c.fwd_chunk_s * scale * noise * hiccup * cf[s] * warm
                     done = arrive.max(axis=1) + dur + c.latency_s
                     cur = done[:, None] + rng.uniform(0, 5e-6, cur.shape)
                     if keep and lay.tp > 1:
-                        rows.add(R[s], tpg[s], OP["all_reduce"], int(tp_seq[s]), -1, c.tp_bytes, arrive, cur, k)
+                        op = OP["reduce_scatter" if sequence_parallel else "all_reduce"]
+                        rows.add(R[s], tpg[s], op, int(tp_seq[s]), -1, c.tp_bytes, arrive, cur, k)
                     if lay.ep > 1:
                         arrive = cur
                         dur = c.a2a_bytes * (lay.ep - 1) / lay.ep * ep_inv[s] * rng.lognormal(0.0, c.net_sigma, ep_inv[s].shape)
@@ -536,7 +547,7 @@ def truth_of(spec: JobSpec, step_time: np.ndarray, host_name: list[str], offsets
         faults.append(entry)
     return {"job": spec.name, "generator": "bench.altgen", "kind": spec.kind,
             "parallelism": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "cp": 1},
-            "layout": asdict(lay), "microbatches": spec.microbatches, "schedule": spec.schedule, "p2p": spec.p2p, "dp_mode": spec.dp_mode,
+            "layout": asdict(lay), "microbatches": spec.microbatches, "schedule": spec.schedule, "tp_comm": spec.tp_comm, "p2p": spec.p2p, "dp_mode": spec.dp_mode,
             "step_sync": spec.step_sync, "logging": spec.logging, "naming": spec.naming,
             "meta_groups": spec.meta_groups, "meta_parallelism": spec.meta_parallelism,
             "warmup_steps": spec.warmup_steps, "faults": faults, "world": lay.world,
@@ -643,6 +654,7 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
                    kind=kind, seed=int(rng.integers(2**31)), logged=logged)
     spec.step_ids = pick("step_ids", bool(rng.random() >= 0.12)) or logging in ("every3", "random40", "tp0-random40")
     spec.schedule = pick("schedule", "1f1b")  # (never drawn: a pinned variant leaves every seed's jobs as they were)
+    spec.tp_comm = pick("tp_comm", "all_reduce")  # (never drawn, as the schedule)
     if not spec.step_ids:
         spec.step0 = 0  # unnumbered rows: the reader counts iterations from 0
     ep = pick("ep", int(rng.choice([1, 2, 4], p=[0.7, 0.15, 0.15])))
@@ -873,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)} (with --rescore: of the kept jobs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0 (or tp0-random40), step_sync=mp, gph=4, order=tp-pp-dp, "
-                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false, schedule=gpipe, "
+                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false, schedule=gpipe, tp_comm=sp, "
                          "placement=cyclic")
     ap.add_argument("--summary-first", action="store_true",
                     help="localize as the sidecars do (`laggard localize --summary-first`): the other path's figures")

@@ -341,6 +341,7 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
         He = H.reshape(lay.pp, n_blocks, lay.ep, lay.tp)
         ep_inv = net.inv_bw(He[:, :, :, None, :], He[:, :, None, :, :]).max(axis=(2, 3))  # (pp, blocks, tp): slowest pair
         tp_seq = np.full(lay.pp, k * tp_ops_per_step)
+        ep_seq = np.full(lay.pp, k * m * 4)  # (an expert group's own count: one all-to-all a block)
         post: dict[tuple[int, int], np.ndarray] = {(s, 0): T[s].copy() for s in range(lay.pp)}
         xfer: dict[tuple[int, str, int], np.ndarray] = {}
         for s, idx in order:
@@ -371,7 +372,8 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
                         done = arrive.reshape(n_blocks, lay.ep, lay.tp).max(axis=1) + dur + c.latency_s
                         cur = np.repeat(done, lay.ep, axis=0) + rng.uniform(0, 5e-6, cur.shape)
                         if keep:
-                            rows.add(R[s], epg[s], OP["all_to_all"], int(tp_seq[s]), -1, c.a2a_bytes, arrive, cur, k)
+                            rows.add(R[s], epg[s], OP["all_to_all"], int(ep_seq[s]), -1, c.a2a_bytes, arrive, cur, k)
+                        ep_seq[s] += 1
                     tp_seq[s] += 1
                 T[s] = cur
             else:

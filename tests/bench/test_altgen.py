@@ -166,3 +166,17 @@ def test_sequence_parallel_tp_groups_gather_and_reduce_scatter_instead_of_all_re
     per_rank = 4 * spec.microbatches * spec.steps  # (two blocks a chunk, a forward and a backward chunk a microbatch)
     assert per_kind == {"all_gather": 16 * per_rank, "reduce_scatter": 16 * per_rank}
     assert step_time[6:].mean() > 1.2 * step_time[1:6].mean()
+
+
+@pytest.mark.parametrize("tp_comm", ["all_reduce", "sp"])
+def test_each_group_numbers_its_collectives_without_gaps(tmp_path: Path, tp_comm: str) -> None:
+    """A group's collectives are numbered one after another on every rank, as NCCL and the
+    CommOps logger number them: a gap reads as lost records, and compute across one is never blamed."""
+    spec = tiny_job(None, ep=2)
+    spec.tp_comm = tp_comm
+    rows, step_time = simulate(spec)
+    write_trace(spec, tmp_path, rows, step_time)
+    table = pq.read_table(tmp_path / "commops.parquet").to_pandas()
+    coll = table[~table.op.isin(["send", "recv"])].sort_values(["rank", "group", "start_ns"])
+    gaps = coll.groupby(["rank", "group"])["seq"].diff().dropna()
+    assert (gaps == 1).all(), gaps.value_counts().to_dict()

@@ -31,7 +31,8 @@ LOGGING = ["all", "tp0", "every3", "random40"]  # drawn; also with --set "tp0-ra
 EPOCH_NS = 1_770_000_000_000_000_000
 MIN_SLOWDOWN = 1.1
 
-# a stage program item: ("C", "F"|"B", microbatch) compute, or ("P", ((dir, "fwd"|"bwd", microbatch), ...)) p2p
+# a stage program item: ("C", "F"|"B", microbatch) compute, or ("P", ((dir, "fwd"|"bwd", id), ...)) p2p, where
+# id is the microbatch (or, interleaved, the transfer: the virtual stage it leaves times m plus the microbatch)
 Item = tuple[Any, ...]
 
 
@@ -144,18 +145,47 @@ class JobSpec:
     # reduce-scatter after each attention and MLP block in place of its all-reduce
 
 
+#: model chunks a stage holds in the interleaved schedule (Megatron's virtual pipeline stages)
+CHUNKS = 2
+
+
 def stage_program(s: int, pp: int, m: int, schedule: str = "1f1b") -> list[Item]:
     """Megatron's non-interleaved 1F1B for stage s, with its combined p2p calls (send_forward_recv_backward etc.);
-    or GPipe: every microbatch's forward, then every backward, each p2p call on its own."""
+    or GPipe: every microbatch's forward, then every backward, each p2p call on its own; or interleaved:
+    `CHUNKS` model chunks a stage, virtual stage c * pp + s, so the last stage sends each chunk's
+    activations on to the first (the pipeline's transfers wrap), each chunk's forwards in turn, then
+    the backwards in reverse chunk order, microbatches in groups of pp (Megatron's order, all forwards
+    before the backwards), each send posted with the next receive."""
     w = min(pp - s - 1, m)
     rem = m - w
     prog: list[Item] = []
 
     def p2p(*ops: tuple[str, str, int]) -> None:
-        kept = tuple(o for o in ops if 0 <= peer_stage(s, o) < pp)
+        kept = tuple(o for o in ops if 0 <= s + (1 if (o[0] == "send") == (o[1] == "fwd") else -1) < pp)
         if kept:
             prog.append(("P", kept))
 
+    if schedule == "interleaved":
+        last = CHUNKS * pp - 1
+        group = [(k // pp % CHUNKS, k // (pp * CHUNKS) * pp + k % pp) for k in range(CHUNKS * m)]  # (chunk, mb)
+        for flow, phase, order in (("fwd", "F", group), ("bwd", "B", [(CHUNKS - 1 - c, j) for c, j in group])):
+            ahead = 1 if flow == "fwd" else -1  # the virtual stage this flow moves on to
+            steps = []
+            for c, j in order:
+                v = c * pp + s
+                src, dst = v - ahead, v + ahead
+                recv = ("recv", flow, min(src, v) * m + j) if 0 <= src <= last else None
+                send = ("send", flow, min(dst, v) * m + j) if 0 <= dst <= last else None
+                steps.append((recv, ("C", phase, c * m + j), send))
+            if steps[0][0] is not None:
+                prog.append(("P", (steps[0][0],)))
+            for i, (_, compute, send) in enumerate(steps):
+                prog.append(compute)
+                nxt = steps[i + 1][0] if i + 1 < len(steps) else None
+                ops = tuple(o for o in (send, nxt) if o is not None)  # Megatron's send_forward_recv_forward
+                if ops:
+                    prog.append(("P", ops))
+        return prog
     if schedule == "gpipe":
         for phase, flow in (("F", "fwd"), ("B", "bwd")):
             for j in range(m):
@@ -184,10 +214,11 @@ def stage_program(s: int, pp: int, m: int, schedule: str = "1f1b") -> list[Item]
     return prog
 
 
-def peer_stage(s: int, op: tuple[str, str, int]) -> int:
-    """Stage on the other end of a p2p op: activations flow down the pipeline, gradients up."""
+def peer_stage(s: int, op: tuple[str, str, int], pp: int) -> int:
+    """Stage on the other end of a p2p op: activations flow down the pipeline, gradients up (from the
+    last stage on to the first, and back, between an interleaved schedule's model chunks)."""
     direction, flow, _ = op
-    return s + 1 if (direction == "send") == (flow == "fwd") else s - 1
+    return (s + 1 if (direction == "send") == (flow == "fwd") else s - 1) % pp
 
 
 def schedule_order(progs: list[list[Item]]) -> list[tuple[int, int]]:
@@ -209,7 +240,7 @@ def schedule_order(progs: list[list[Item]]) -> list[tuple[int, int]]:
                 if item[0] == "P":
                     ready = True
                     for op in item[1]:
-                        s2 = peer_stage(s, op)
+                        s2 = peer_stage(s, op, len(progs))
                         mirror = ("recv" if op[0] == "send" else "send", op[1], op[2])
                         ready &= ptr[s2] >= where[(s2, mirror)]
                     if not ready:
@@ -325,7 +356,8 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
     mirror_at = {(s, op): k for s, prog in enumerate(progs) for k, it in enumerate(prog) if it[0] == "P" for op in it[1]}
     n_dp_ops = 1 if spec.dp_mode == "all_reduce" else 2
     sequence_parallel = spec.tp_comm == "sp"
-    tp_ops_per_step = m * (8 if sequence_parallel else 4)
+    chunks = CHUNKS if spec.schedule == "interleaved" else 1  # (each chunk a stage's layers / chunks)
+    tp_ops_per_step = m * (8 if sequence_parallel else 4) * chunks
     logged = set(spec.logged)
     speed = rng.lognormal(0.0, c.rank_sigma, lay.world)[R] * np.asarray(c.stage_extra or (1.0,) * lay.pp)[:, None, None]
     rows = Rows()
@@ -341,14 +373,14 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
         He = H.reshape(lay.pp, n_blocks, lay.ep, lay.tp)
         ep_inv = net.inv_bw(He[:, :, :, None, :], He[:, :, None, :, :]).max(axis=(2, 3))  # (pp, blocks, tp): slowest pair
         tp_seq = np.full(lay.pp, k * tp_ops_per_step)
-        ep_seq = np.full(lay.pp, k * m * 4)  # (an expert group's own count: one all-to-all a block)
+        ep_seq = np.full(lay.pp, k * m * 4 * chunks)  # (an expert group's own count: one all-to-all a block)
         post: dict[tuple[int, int], np.ndarray] = {(s, 0): T[s].copy() for s in range(lay.pp)}
         xfer: dict[tuple[int, str, int], np.ndarray] = {}
         for s, idx in order:
             item = progs[s][idx]
             if item[0] == "C":
                 cur = T[s]
-                scale = 1.0 if item[1] == "F" else 2.0
+                scale = (1.0 if item[1] == "F" else 2.0) / chunks
                 for _ in range(2):
                     noise = rng.lognormal(0.0, c.compute_sigma, cur.shape)
                     hiccup = np.where(rng.random(cur.shape) < 5e-4, rng.uniform(1.5, 3.0, cur.shape), 1.0)
@@ -380,7 +412,7 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
                 mine = post[(s, idx)]
                 ends = []
                 for op in item[1]:
-                    s2 = peer_stage(s, op)
+                    s2 = peer_stage(s, op, lay.pp)
                     sender = s if op[0] == "send" else s2
                     key = (sender, op[1], op[2])
                     if key not in xfer:
@@ -398,8 +430,8 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
                 done = np.max(ends, axis=0)
                 if keep:
                     for op, end in zip(item[1], ends, strict=True):
-                        s2 = peer_stage(s, op)
-                        seq = k * m + op[2]
+                        s2 = peer_stage(s, op, lay.pp)
+                        seq = k * (chunks * lay.pp * m if chunks > 1 else m) + op[2]
                         logged_end = done if spec.p2p == "batched" else end
                         rows.add(R[s], ppg, OP[op[0]], seq, R[s2], c.act_bytes, mine, logged_end, k)
                 T[s] = done
@@ -657,6 +689,8 @@ def random_spec(i: int, kind: str, seed: int, force: dict[str, str] | None = Non
     spec.step_ids = pick("step_ids", bool(rng.random() >= 0.12)) or logging in ("every3", "random40", "tp0-random40")
     spec.schedule = pick("schedule", "1f1b")  # (never drawn: a pinned variant leaves every seed's jobs as they were)
     spec.tp_comm = pick("tp_comm", "all_reduce")  # (never drawn, as the schedule)
+    if spec.schedule == "interleaved":  # (Megatron runs it with microbatches in whole groups of pp)
+        spec.microbatches = -(-spec.microbatches // pp) * pp
     if not spec.step_ids:
         spec.step0 = 0  # unnumbered rows: the reader counts iterations from 0
     ep = pick("ep", int(rng.choice([1, 2, 4], p=[0.7, 0.15, 0.15])))
@@ -887,7 +921,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(FAULT_KINDS)} (with --rescore: of the kept jobs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="pin a variant in every job, e.g. logging=tp0 (or tp0-random40), step_sync=mp, gph=4, order=tp-pp-dp, "
-                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false, schedule=gpipe, tp_comm=sp, "
+                         "pattern=alternate, naming=opaque, meta_groups=false, world=256, steps=12, step_ids=false, schedule=gpipe (or interleaved), tp_comm=sp, "
                          "placement=cyclic")
     ap.add_argument("--summary-first", action="store_true",
                     help="localize as the sidecars do (`laggard localize --summary-first`): the other path's figures")

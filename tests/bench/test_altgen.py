@@ -180,3 +180,27 @@ def test_each_group_numbers_its_collectives_without_gaps(tmp_path: Path, tp_comm
     coll = table[~table.op.isin(["send", "recv"])].sort_values(["rank", "group", "start_ns"])
     gaps = coll.groupby(["rank", "group"])["seq"].diff().dropna()
     assert (gaps == 1).all(), gaps.value_counts().to_dict()
+
+
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 4), (4, 8)])
+def test_interleaved_chunks_pass_activations_from_the_last_stage_to_the_first(pp: int, m: int) -> None:
+    """Two model chunks a stage: every microbatch runs forward and backward through all 2 x pp
+    virtual stages, the last stage's first chunk handing on to the first stage's second."""
+    progs = [stage_program(s, pp, m, "interleaved") for s in range(pp)]
+    assert len(schedule_order(progs)) == sum(len(p) for p in progs)
+    assert all(sum(1 for it in p if it[0] == "C") == 2 * 2 * m for p in progs)
+    wraps = [op for it in progs[pp - 1] if it[0] == "P" for op in it[1] if op[0] == "send" and op[1] == "fwd"]
+    assert len(wraps) == m  # its first chunk's activations, to stage 0's second chunk
+
+
+def test_an_interleaved_job_names_the_wrapped_pipeline_in_its_trace(tmp_path: Path) -> None:
+    spec = tiny_job(Fault("gpu", 2.0, "persistent", list(range(6, 12)), rank=5))
+    spec.schedule = "interleaved"
+    rows, step_time = simulate(spec)
+    write_trace(spec, tmp_path, rows, step_time)
+    assert validate_trace(tmp_path) == []
+    table = pq.read_table(tmp_path / "commops.parquet").to_pandas()
+    sends = table[table.op == "send"]
+    stage = {r: r // (2 * 4) for r in range(16)}  # (tiny_job's order: tp, dp, then pp)
+    assert any(stage[int(a)] == 1 and stage[int(b)] == 0 for a, b in zip(sends["rank"], sends["peer"], strict=True))
+    assert step_time[6:].mean() > 1.2 * step_time[1:6].mean()

@@ -152,15 +152,22 @@ def test_megatron_logging_keeps_one_rank_per_tp_group_in_sampled_steps(tmp_path:
     assert 0 < len(spec.logged) < 0.7 * spec.steps
 
 
+def written(spec: JobSpec, out: Path, **variant: str) -> tuple[Any, np.ndarray]:
+    """`spec` with `variant` pinned, simulated and written to `out`: its rows as a frame, validated,
+    and its step times."""
+    for key, value in variant.items():
+        setattr(spec, key, value)
+    rows, step_time = simulate(spec)
+    write_trace(spec, out, rows, step_time)
+    assert validate_trace(out) == []
+    return pq.read_table(out / "commops.parquet").to_pandas(), step_time
+
+
 def test_sequence_parallel_tp_groups_gather_and_reduce_scatter_instead_of_all_reducing(tmp_path: Path) -> None:
     """Each block's all-reduce becomes an all-gather before it and a reduce-scatter after (Megatron's
     --sequence-parallel), and the compute between them is what a slow GPU stretches."""
     spec = tiny_job(Fault("gpu", 2.0, "persistent", list(range(6, 12)), rank=5))
-    spec.tp_comm = "sp"
-    rows, step_time = simulate(spec)
-    write_trace(spec, tmp_path, rows, step_time)
-    assert validate_trace(tmp_path) == []
-    table = pq.read_table(tmp_path / "commops.parquet").to_pandas()
+    table, step_time = written(spec, tmp_path, tp_comm="sp")
     tp = table[table.group.str.startswith("tensor_model_parallel")]
     per_kind = tp.groupby("op").size().to_dict()
     per_rank = 4 * spec.microbatches * spec.steps  # (two blocks a chunk, a forward and a backward chunk a microbatch)
@@ -172,11 +179,7 @@ def test_sequence_parallel_tp_groups_gather_and_reduce_scatter_instead_of_all_re
 def test_each_group_numbers_its_collectives_without_gaps(tmp_path: Path, tp_comm: str) -> None:
     """A group's collectives are numbered one after another on every rank, as NCCL and the
     CommOps logger number them: a gap reads as lost records, and compute across one is never blamed."""
-    spec = tiny_job(None, ep=2)
-    spec.tp_comm = tp_comm
-    rows, step_time = simulate(spec)
-    write_trace(spec, tmp_path, rows, step_time)
-    table = pq.read_table(tmp_path / "commops.parquet").to_pandas()
+    table, _ = written(tiny_job(None, ep=2), tmp_path, tp_comm=tp_comm)
     coll = table[~table.op.isin(["send", "recv"])].sort_values(["rank", "group", "start_ns"])
     gaps = coll.groupby(["rank", "group"])["seq"].diff().dropna()
     assert (gaps == 1).all(), gaps.value_counts().to_dict()
@@ -194,12 +197,8 @@ def test_interleaved_chunks_pass_activations_from_the_last_stage_to_the_first(pp
 
 
 def test_an_interleaved_job_names_the_wrapped_pipeline_in_its_trace(tmp_path: Path) -> None:
-    spec = tiny_job(Fault("gpu", 2.0, "persistent", list(range(6, 12)), rank=5))
-    spec.schedule = "interleaved"
-    rows, step_time = simulate(spec)
-    write_trace(spec, tmp_path, rows, step_time)
-    assert validate_trace(tmp_path) == []
-    table = pq.read_table(tmp_path / "commops.parquet").to_pandas()
+    table, step_time = written(tiny_job(Fault("gpu", 2.0, "persistent", list(range(6, 12)), rank=5)), tmp_path,
+                               schedule="interleaved")
     sends = table[table.op == "send"]
     stage = {r: r // (2 * 4) for r in range(16)}  # (tiny_job's order: tp, dp, then pp)
     assert any(stage[int(a)] == 1 and stage[int(b)] == 0 for a, b in zip(sends["rank"], sends["peer"], strict=True))

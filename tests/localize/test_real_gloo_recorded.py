@@ -17,7 +17,14 @@ import pytest
 
 from bench.stalls import stall_machine
 from tests.collector.realjob import Fault
-from tests.localize.test_real_jobs import brief, check, onset, relogged_tp0, verdicts
+from tests.localize.test_real_jobs import (
+    brief,
+    check,
+    every_third_step,
+    onset,
+    relogged_tp0,
+    verdicts,
+)
 
 DATA = Path(__file__).parent / "data" / "real-gloo"
 
@@ -160,3 +167,15 @@ def test_a_recorded_single_replica_logged_one_rank_per_tp_group_names_the_unlogg
         assert {c.get("rank") for c in v["candidates"] if c["score"] >= best - 1e-9} == {1, 2, 3}, f"{path}: {brief(v)}"
         got = onset(v)
         assert got is not None and abs(got - 20) <= 1, f"{path}: {brief(v)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_recorded_gpu_on_and_off_is_named_from_its_first_logged_slow_step(tmp_path: Path, sampled: bool) -> None:
+    """Rank 5 2x every other step from step 20: named alone, since step 20; with every third step
+    logged (18, 21, 24, ...) its first logged slow step is 24 (21 was an off step)."""
+    trace = every_third_step(DATA / "gpu-on-off-20", tmp_path / "trace") if sampled else tmp_path / "trace"
+    if not sampled:
+        shutil.copytree(DATA / "gpu-on-off-20", trace)
+    for v in verdicts(trace).values():
+        check(v, Fault("gpu", 24 if sampled else 20, ranks=[5]), [])

@@ -84,6 +84,7 @@ SCENARIOS: dict[str, Fault | None] = {
     "host-from-20": Fault("host", 20, 2.0, ranks=JOB.ranks_of(1), host=JOB.host(1)),
     "healthy": None,
 }
+EFFECT = 1.2  # the step slowdown a fault must show for its run to be the one the scenario means
 WARMUP = 3  # steps 0..2: connection set-up and first allocations (0.4-0.8 s against 0.35 here)
 LAB = NetnsLab(n=JOB.nodes, tag="lgrj")
 NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each namespace's hostname
@@ -239,35 +240,28 @@ def own_steps(out: Path) -> list[float]:
     return [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
 
 
-def disturbed(steps: list[float], fault: Fault | None, effect: float = 1.2, steady: bool = True) -> str:
+def disturbed(steps: list[float], fault: Fault | None, steady: bool = True) -> str:
     """Why this run is not the job the scenario meant, from the ranks' own step times, or "".
 
     On a shared machine other tenants' load can make a step run 1.25x its neighbours' median
     (then a healthy run is not healthy, and a fault's onset is not the first irregular step),
-    or slow every step so much that an injected fault no longer shows (`effect`x at least).
-    A fault on and off is judged by its on steps; its off steps belong with the steps before it.
+    or slow every step so much that an injected fault no longer shows (`EFFECT`x at least).
     `steady=False`: a fault whose own steps vary that much (CPU throttling stops a host at
-    whatever point its quota runs out); only the steps before it (and off steps) must be even.
+    whatever point its quota runs out); only the steps before it must be even.
     """
     n = len(steps)
     cut = fault.start if fault is not None and fault.start > WARMUP else None
-    if cut is None or fault is None:
-        calm, slow = list(range(WARMUP, n)), []
-    else:
-        after = range(cut + 1, n)
-        slow = [i for i in after if (i - fault.start) % fault.every == 0]
-        calm = list(range(WARMUP, cut)) + [i for i in after if (i - fault.start) % fault.every]
+    calm, slow = (list(range(WARMUP, n)), []) if cut is None else (list(range(WARMUP, cut)), list(range(cut + 1, n)))
     why = []
     for reg in [calm, slow] if steady else [calm]:
         if not reg:
             continue
         med = float(np.median([steps[i] for i in reg]))
         if bad := [i for i in reg if steps[i] >= 1.25 * med]:
-            why.append(f"steps {bad} ran >= 1.25x the median of steps {reg[0]}..{reg[-1]}"
-                       f"{' (the fault off)' if reg is calm and fault is not None and fault.every > 1 else ''}")
+            why.append(f"steps {bad} ran >= 1.25x the median of steps {reg[0]}..{reg[-1]}")
     if slow:
         before, after_med = float(np.median([steps[i] for i in calm])), float(np.median([steps[i] for i in slow]))
-        if after_med < effect * before:
+        if after_med < EFFECT * before:
             why.append(f"the fault did not show (median step {before:.2f} s without it, {after_med:.2f} s with it)")
     if not why:
         return ""
@@ -315,7 +309,7 @@ Copy = Callable[[Path, Path], Path]
 @pytest.fixture(scope="module")
 def copied(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, str, Copy], Answers]:
     """Both paths' verdicts on a copy of a run's trace that `make(trace, out)` writes (re-logged,
-    sampled, its clocks apart): once per run and kind of copy, shared by both paths' tests."""
+    sampled): once per run and kind of copy, shared by both paths' tests."""
     cache: dict[tuple[Path, str], Answers] = {}
 
     def get(trace: Path, kind: str, make: Copy) -> Answers:

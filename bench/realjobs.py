@@ -5,6 +5,7 @@
     python -m bench.realjobs --runs 10 --seed 7
     python -m bench.realjobs --network          # (root) NIC, link and switch faults in network namespaces
     python -m bench.realjobs --cpu              # (root) a host under a kernel CPU quota (a cgroup)
+    python -m bench.realjobs --moe              # compute faults on mixture-of-experts pipeline jobs
 
 Each run draws a job and a fault nobody tuned on, runs it for real under torchrun (gloo, one agent
 per node, the CommOps logger attached: tests/collector/realjob.py) and asks `laggard localize` and
@@ -16,6 +17,8 @@ DDP). Compute faults: a GPU or a host at 1.5-2.5x from step 12-24, or a GPU on a
 faults (--network, one node per namespace, on the pipeline job or HSDP with a rank per node): a
 node's NIC, the path between two nodes, or a rack's uplink rate-limited from step 18. CPU faults
 (--cpu): one node's processes in a cgroup whose CPU quota drops mid-run (`tests/collector/cpulimit.py`).
+--moe: only pipeline jobs whose layers are experts (pipeline_train.py's --ep: each layer's tokens
+dispatched and combined by all-to-alls among 2 or 4 replicas), with compute faults.
 
 A run is right when the fault's device is alone in first place and the onset is within one step; a
 declared tie that holds it counts 1/k, as bench.matrix counts it.
@@ -49,17 +52,26 @@ from tests.collector.realjob import (
 from tests.localize.test_real_jobs import brief, disturbed, is_device, onset, verdicts
 
 PIPELINE_LAYOUTS = [(2, 2, 2, 2), (1, 4, 2, 2), (2, 4, 1, 2), (1, 2, 4, 2), (4, 2, 1, 4)]  # tp, pp, dp, ranks per node
+MOE_LAYOUTS = [(2, 2, 2, 2, 2), (1, 4, 2, 2, 2), (1, 2, 4, 2, 2), (1, 2, 4, 2, 4), (1, 2, 4, 4, 4)]  # ... and ep
 STEPS = 36
 HSDP_SHARE = 0.35  # of the network runs: HSDP, a rank per node, instead of the pipeline job
 HSDP_PAIRS = [(0, 1), (2, 3), (0, 2), (1, 3)]  # the nodes HSDP's 2 x 2 mesh has exchange data
 
 
-def draw_compute(rng: random.Random) -> tuple[RealJob, Fault, str]:
-    """A job and a compute fault (a GPU, a host, or a GPU on and off)."""
-    if rng.random() < 0.6:
+def draw_compute(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault, str]:
+    """A job and a compute fault (a GPU, a host, or a GPU on and off); `moe`: an expert-parallel
+    pipeline job."""
+    if moe:
+        tp, pp, dp, nproc, ep = rng.choice(MOE_LAYOUTS)
+        job: RealJob = RealJob(tp=tp, pp=pp, dp=dp, ep=ep, nproc=nproc, steps=STEPS,
+                               microbatches=rng.choice([4, 6, 8]), act_mib=rng.choice([4.0, 1.0, 0.25]),
+                               overlap_grad=rng.choice(["", "reduce_scatter"]))
+        shape = (f"moe pipeline tp{tp} pp{pp} dp{dp} ep{ep} mb{job.microbatches} act {job.act_mib} MiB "
+                 f"dp-sync {job.overlap_grad or 'at the end'}")
+    elif rng.random() < 0.6:
         tp, pp, dp, nproc = rng.choice(PIPELINE_LAYOUTS)
         extra = ["--no-mp-sync"] if rng.random() < 0.4 else []
-        job: RealJob = RealJob(tp=tp, pp=pp, dp=dp, nproc=nproc, steps=STEPS, microbatches=rng.choice([4, 6, 8]),
+        job = RealJob(tp=tp, pp=pp, dp=dp, nproc=nproc, steps=STEPS, microbatches=rng.choice([4, 6, 8]),
                                overlap_grad=rng.choice(["", "", "reduce_scatter", "all_reduce"]), extra=extra,
                                act_mib=rng.choice([4.0, 1.0, 0.25]))
         shape = (f"pipeline tp{tp} pp{pp} dp{dp} mb{job.microbatches} act {job.act_mib} MiB "
@@ -132,6 +144,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--network", action="store_true", help="network faults in network namespaces (root)")
     ap.add_argument("--cpu", action="store_true", help="a host under a kernel CPU quota, a cgroup (root)")
+    ap.add_argument("--moe", action="store_true", help="compute faults on expert-parallel pipeline jobs")
     ap.add_argument("--keep", type=Path, help="keep each run's trace under this directory")
     a = ap.parse_args()
     if a.network and os.geteuid() != 0:
@@ -170,14 +183,14 @@ def main() -> None:
                 trace = run_cpu_limited(out, job, name, Fault("host", fault.start, host=fault.host),
                                         fault.ranks[0] // job.nproc, quota, cpu)
             else:
-                job, fault, shape = draw_compute(rng)
+                job, fault, shape = draw_compute(rng, a.moe)
                 trace = run(out, job, name, fault)
             answers = verdicts(trace)
             per_rank = step_times(out, job.world)
             steps = [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
             # (under a CPU quota, which stops the host wherever it runs out, the fault's own steps
             # vary by themselves: only the steps before must be even)
-            why = disturbed(steps, fault, 1.1, steady=not a.cpu)
+            why = disturbed(steps, fault, steady=not a.cpu, effect=1.1)
             print(f"{name}: {shape}")
             for path, v in answers.items():
                 cands = v.get("candidates") or []

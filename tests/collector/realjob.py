@@ -58,6 +58,7 @@ class RealJob:
     microbatches: int = 4
     layer_ms: float = 8.0
     act_mib: float = 4.0
+    ep: int = 1  # expert parallel size, dividing dp (pipeline_train.py's --ep)
     overlap_grad: str = ""  # "", or the DP op overlapped with the backward: reduce_scatter | all_reduce
     extra: list[str] = field(default_factory=list)
 
@@ -82,7 +83,7 @@ class RealJob:
     def args(self, fault: Fault | None) -> list[str]:
         out = ["--tp", str(self.tp), "--pp", str(self.pp), "--dp", str(self.dp), "--steps", str(self.steps),
                "--microbatches", str(self.microbatches), "--layer-ms", str(self.layer_ms),
-               "--act-mib", str(self.act_mib), *self.extra]
+               "--act-mib", str(self.act_mib), *(["--ep", str(self.ep)] if self.ep > 1 else []), *self.extra]
         if self.overlap_grad:
             out += ["--overlap-grad", "--overlap-op", self.overlap_grad]
         out += slow_args(fault)
@@ -92,7 +93,7 @@ class RealJob:
 
     def truth(self, job: str, fault: Fault | None) -> dict[str, object]:
         """The injected fault in the simulator's truth.json shape (kind, device, steps, factor)."""
-        par = {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": 1, "cp": 1}
+        par = {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": 1}
         faults = []
         if fault is not None:
             end = self.steps - 1 if fault.end is None else fault.end - 1
@@ -172,7 +173,7 @@ def run(out: Path, job: RealJob, name: str, fault: Fault | None = None,
     procs = []
     for node in range(job.nodes):
         e = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", LAGGARD_COMMOPS_DIR=str(trace),
-                 LAGGARD_JOB=name, LAGGARD_PARALLELISM=f"tp={job.tp},pp={job.pp},dp={job.dp}", **(env or {}))
+                 LAGGARD_JOB=name, LAGGARD_PARALLELISM=f"tp={job.tp},pp={job.pp},dp={job.dp},ep={job.ep}", **(env or {}))
         e.pop("LAGGARD_HOST", None)
         if name_hosts:
             e["LAGGARD_HOST"] = job.host(node)

@@ -21,6 +21,7 @@ from tests.localize.test_real_jobs import (
     brief,
     check,
     every_third_step,
+    first_above_all,
     onset,
     relogged_tp0,
     verdicts,
@@ -121,6 +122,29 @@ def test_a_recorded_host_under_a_cpu_quota_is_the_host_on_both_paths(tmp_path: P
 
 
 @pytest.mark.slow
+def test_a_recorded_slow_host_with_the_dp_sync_overlapped_is_the_host_on_both_paths(tmp_path: Path) -> None:
+    """node-1's two ranks at 2x from step 20, the DP sync overlapped with the backward."""
+    for v in answers("overlap-host-20", tmp_path).values():
+        check(v, Fault("host", 20, host="node-1"), [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cpu-quota-tp1", "cpu-quota-ddp"])
+def test_a_recorded_host_under_a_cpu_quota_in_other_layouts_is_the_host_on_both_paths(tmp_path: Path, name: str) -> None:
+    """node-1 at 5% of a core from step 20. tp1 x pp2 x dp4: its two ranks sit in other replicas'
+    rings, no group stays inside it and its transfers are exactly its NIC's; only its ranks'
+    lateness says the host (both paths named its NIC, 0.59 and 0.82, until it counted). DDP on two
+    nodes: node-1 holds half the ranks, so the median of all ranks' compute growth sits between
+    the nodes and neither "computed longer"; the full records named a tie of the one ring's seven
+    devices (`bench.realjobs --cpu --seed 0`, run 2) until node-1's ranks were measured against
+    node-0's. At 5% of a core the ring's all-reduces, on node-1's CPUs, ran 9x and every copy ended
+    together: nobody was waited on, and the tie stood on both paths until the one host whose ranks
+    computed longer broke it (`commops.host_breaks_tie`)."""
+    for v in answers(name, tmp_path).values():
+        check(v, Fault("host", 20, host="node-1"), [])
+
+
+@pytest.mark.slow
 def test_a_recorded_throttled_switch_uplink_is_the_switch_on_both_paths(tmp_path: Path) -> None:
     """tor-0's uplink rate-limited from step 20 (node-0 and node-1 under tor-0, meta.json's topology)."""
     named_alone(answers("switch", tmp_path), 20, kind="switch", switch="tor-0")
@@ -131,13 +155,16 @@ def test_a_recorded_throttled_switch_uplink_is_the_switch_on_both_paths(tmp_path
     ("gpu-mild-25", Fault("gpu", 25, 1.6, ranks=[6])),
     ("small-act-gpu-20", Fault("gpu", 20, 2.0, ranks=[5])),
     ("pp4-gpu-0", Fault("gpu", 0, 2.0, ranks=[0])),
+    ("overlap-gpu-20", Fault("gpu", 20, 2.0, ranks=[5])),
 ])
 def test_a_recorded_slow_gpu_is_named_alone_on_both_paths(tmp_path: Path, name: str, fault: Fault) -> None:
     """`test_real_jobs.py`'s job varied: rank 6 at 1.6x from step 25, its steps ~1.2x, inside the
     machine's step-to-step noise (its compute beside its stage peers' shows it, and since when);
     64 KiB activations, where a send's time is mostly its batched receive's wait; tp1 x pp4 x dp2
     with rank 0 slow from the first step, its stage's other worker on its host (`sidecar localize`
-    answered "config" when a host's typical compute was interpolated). Within a step of the onset."""
+    answered "config" when a host's typical compute was interpolated); rank 5 at 2x from step 20 with
+    the DP sync reduce-scattered bucket by bucket during the backward, its records overlapping the
+    ranks' compute and their TP and PP operators. Within a step of the onset."""
     for v in answers(name, tmp_path).values():
         check(v, fault, [])
 
@@ -152,6 +179,24 @@ def test_a_recorded_data_imbalance_from_the_first_step_is_the_data_on_both_paths
         assert top.get("kind") == "data", f"{path}: {brief(v)}"
         assert all(c["score"] < top["score"] for c in v["candidates"][1:]), f"{path}: {brief(v)}"
         assert onset(v) in (0, 1), f"{path}: {brief(v)}"
+
+
+@pytest.mark.slow
+def test_a_recorded_last_stage_computing_longer_is_the_split_of_layers(tmp_path: Path) -> None:
+    """Every worker of stage 1 computes 1.6x from the first step (a real Megatron job like it read
+    "healthy"): no step is normal, the stage's workers are all slower than the other stage's, so
+    it is the configuration, stage 1, not one of its devices; since the first step."""
+    for v in answers("stage-0", tmp_path).values():
+        first_above_all(v, 0, lambda c: c["kind"] == "config" and c.get("stage") == 1, within=0)
+
+
+@pytest.mark.slow
+def test_a_recorded_data_imbalance_from_step_20_is_the_data_on_both_paths(tmp_path: Path) -> None:
+    """From step 20 one replica a step computes 1.8x, whichever drew the longest sequences (a real
+    Megatron job with such an imbalance read "healthy"): no device slows both replicas by turns,
+    so it is the data, above every device; since the fault's first step."""
+    for v in answers("data-20", tmp_path).values():
+        first_above_all(v, 20, lambda c: c["kind"] == "data")
 
 
 @pytest.mark.slow

@@ -9,20 +9,16 @@ agents play four nodes (node-0..node-3, two ranks each: one TP group per node, s
 cross nodes), each with its own LAGGARD_HOST; the CommOps logger is attached by
 collector.commops.run with no change to the script.
 
-Each scenario runs the job once (32 steps; 40 where the fault moves between replicas) and asks
-both paths for the device and the onset:
+Each scenario runs the job once (32 steps) and asks both paths for the device and the onset:
   gpu-from-20   rank 5 computes 2x from step 20
   gpu-from-0    rank 2 computes 2x from the first step (no normal step to compare with)
   host-from-20  both ranks of node-1 compute 2x from step 20 (a slow or contended host)
   healthy       no fault: the first steps' warm-up must not read as an irregularity
-  stage-from-0  every worker of the last stage (ranks 4..7) computes 1.6x from the first step: the
-                split of layers (config, stage 1), not a device
-  data-from-20  from step 20 one model replica a step, drawn by a seeded draw (ten turns each),
-                computes 1.8x: the longest sequences moving between replicas, the data, no device
 Runs of this job that vary it further (a mild GPU, a GPU on and off, a tp1 x pp4 and a tp4 x pp2
-layout, the data from the first step, small activations) were recorded from these scenarios and are replayed by
-`test_real_gloo_recorded.py`: every run here costs about 40 s of CI, most of it torch starting in
-twelve processes on two cores.
+layout, the data from the first step and from step 20, the last stage's split of layers, small
+activations, a tp1 and a DDP host under a CPU quota, HSDP with a throttled NIC) were recorded from
+scenarios run here and are replayed by `test_real_gloo_recorded.py`: every run here costs about
+40 s of CI, most of it torch starting in twelve processes on two cores.
 A run that this shared machine's other load disturbed (a step 1.25x its neighbours, or a fault
 that no longer shows), as the ranks' own step logs say, is not the job the scenario means: it is
 skipped, with the step times that say so. A run answered wrong is judged again on one fresh run
@@ -31,7 +27,6 @@ skipped, with the step times that say so. A run answered wrong is judged again o
                 core from step 20 (a Kubernetes CPU limit's CFS throttling): the kernel stops both
                 ranks wherever they are, their transfers among themselves included, which no NIC
                 carries -- the host, not its NIC
-  host-throttled-tp1-from-20  (root) the same in a tp1 x pp2 x dp4 job: no group stays inside a node
   nic-from-20   (root) each node in its own network namespace with its own NIC, a veth on one
                 bridge (tests/collector/netns_job.py's lab); node-1's egress is rate-limited
                 with tc from step 20. TP stays inside a node (its loopback), PP and DP cross NICs.
@@ -43,10 +38,6 @@ skipped, with the step times that say so. A run answered wrong is judged again o
                 topology saying so; tor-0's uplink is rate-limited both ways from step 20: both
                 pipelines' transfers leave the rack, stage 0's DP ring stays in it, and node-2 and
                 node-3 meet through the spine -- the switch, not a host's NIC
-  hsdp-nic-from-20  (root) FSDP2 on a 2 x 2 mesh (HSDP), a rank per namespace; node-0's egress
-                rate-limited from step 20: its shard group's and its replica group's collectives
-                both cross that NIC, the replica group's 0.5 MiB all-reduces 2-3x their normal time
-                among normal ones that vary 10x on this machine
 """
 
 from __future__ import annotations
@@ -65,7 +56,6 @@ import pytest
 from tests.collector.cpulimit import CpuLimit
 from tests.collector.netns_job import NetnsLab, ensure_tools
 from tests.collector.realjob import (
-    DataParallelJob,
     Fault,
     RealJob,
     run,
@@ -77,7 +67,6 @@ from tests.conftest import run_cli
 pytestmark = pytest.mark.slow
 
 JOB = RealJob(steps=32)
-LONG = RealJob(steps=40)  # the data's: more slow steps to show its replicas taking turns
 SCENARIOS: dict[str, Fault | None] = {
     "gpu-from-20": Fault("gpu", 20, 2.0, ranks=[5]),
     "gpu-from-0": Fault("gpu", 0, 2.0, ranks=[2]),
@@ -91,24 +80,18 @@ NIC = Fault("nic", 20, host=LAB.host(1), rate="1gbit")  # hosts named by each na
 LINK = Fault("link", 20, rate="1gbit", hosts=[LAB.host(0), LAB.host(2)])
 RACKS = NetnsLab(n=JOB.nodes, tag="lgsw", racks=[[0, 1], [2], [3]])
 SWITCH = Fault("switch", 20, rate="1gbit", switch=RACKS.switch(0))
-HSDP = DataParallelJob(steps=32, replicate=2, nproc=1)  # a rank per node: shard and replica groups cross NICs
-HSDP_NIC = Fault("nic", 20, host=LAB.host(0), rate="1gbit")
 NETWORK = {"nic-from-20": NIC, "link-from-20": LINK, "switch-from-20": SWITCH}
-STAGE_FAULT = Fault("gpu", 0, 1.6, ranks=[4, 5, 6, 7])  # the last stage's every worker (stage = rank // (tp*dp))
-TP1 = RealJob(tp=1, pp=2, dp=4, steps=32)  # a node's two ranks in different replicas: no group inside a node
-DDP = DataParallelJob(steps=32, ddp=True)  # two nodes, one all-reduce ring over the four ranks
-DATA = Fault("data", 20, batches=1.8)  # replicas 0 and 1 draw the long batches 10 times each
 
 
-def run_nic(out: Path, job: RealJob = JOB, fault: Fault = NIC) -> Path:
-    """The job with one node per network namespace; `fault`'s NIC throttled once its step before is done."""
+def run_nic(out: Path) -> Path:
+    """The job with one node per network namespace; `NIC`'s host throttled once its step before is done."""
     ensure_tools()
-    node = [LAB.host(n) for n in range(LAB.n)].index(fault.host)
+    node = [LAB.host(n) for n in range(LAB.n)].index(NIC.host)
     try:
         LAB.up()
-        return run(out, job, f"real-{fault.kind}-from-{fault.start}", fault, wrap=LAB.argv, master=LAB.ip(0),
+        return run(out, JOB, "real-nic-from-20", NIC, wrap=LAB.argv, master=LAB.ip(0),
                    name_hosts=False, env={"GLOO_SOCKET_IFNAME": "eth0"},
-                   at_step=[(fault.start - 1, lambda: LAB.throttle(node, fault.rate))])
+                   at_step=[(NIC.start - 1, lambda: LAB.throttle(node, NIC.rate))])
     finally:
         LAB.down()
 
@@ -147,16 +130,16 @@ THROTTLED = Fault("host", 20, host=JOB.host(1))
 QUOTA = 0.05  # of one core, for node-1's agent and its two ranks together (at 0.15 the ranks' waits fit in it)
 
 
-def run_throttled(out: Path, job: RealJob | None = None) -> Path:
-    """The job (default `JOB`) with node-1's processes in a cgroup; its CPU quota set
-    once step 19 is done, and lifted once the last one is (`realjob.run_cpu_limited`)."""
+def run_throttled(out: Path) -> Path:
+    """The job with node-1's processes in a cgroup; its CPU quota set once step 19 is done, and
+    lifted once the last one is (`realjob.run_cpu_limited`)."""
     cpu = CpuLimit(f"laggard-test-{os.getpid()}")
     try:
         cpu.up()
     except OSError as e:  # (a container's read-only cgroup tree)
         cpu.down()
         pytest.skip(f"cannot make a cgroup with a CPU quota here: {e}")
-    return run_cpu_limited(out, job or JOB, "real-host-throttled-from-20", THROTTLED,
+    return run_cpu_limited(out, JOB, "real-host-throttled-from-20", THROTTLED,
                            int(THROTTLED.host.rsplit("-", 1)[1]), QUOTA, cpu)
 
 
@@ -216,22 +199,15 @@ Answers = dict[str, dict[str, Any]]
 Judge = Callable[[Path, Answers, list[float]], None]
 
 
-def above_all(path: str, fault: Fault, is_it: Callable[[dict[str, Any]], bool], within: int = 1) -> Judge:
-    """The judge of a run whose answer is no one device (the split of layers, the data): `path`'s
-    first candidate `is_it`, above every other, since the fault's first step (within `within`)."""
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, fault):
-            pytest.skip(why)
-        v = answers[path]
-        said = f"{brief(v)}\n  the job's own step times (s): {' '.join(f'{t:.2f}' for t in steps)}"
-        assert v["status"] == "irregular" and v["candidates"], said
-        top = v["candidates"][0]
-        assert is_it(top), said
-        assert all(c["score"] < top["score"] for c in v["candidates"][1:]), said
-        got = onset(v)
-        assert got is not None and abs(got - fault.start) <= within, said
-
-    return judge
+def first_above_all(v: dict[str, Any], start: int, is_it: Callable[[dict[str, Any]], bool], within: int = 1) -> None:
+    """The answer to a run whose cause is no one device (the split of layers, the data): its first
+    candidate `is_it`, above every other, since step `start` (within `within`)."""
+    assert v["status"] == "irregular" and v["candidates"], brief(v)
+    top = v["candidates"][0]
+    assert is_it(top), brief(v)
+    assert all(c["score"] < top["score"] for c in v["candidates"][1:]), brief(v)
+    got = onset(v)
+    assert got is not None and abs(got - start) <= within, brief(v)
 
 
 def own_steps(out: Path) -> list[float]:
@@ -240,12 +216,12 @@ def own_steps(out: Path) -> list[float]:
     return [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
 
 
-def disturbed(steps: list[float], fault: Fault | None, steady: bool = True) -> str:
+def disturbed(steps: list[float], fault: Fault | None, steady: bool = True, effect: float = EFFECT) -> str:
     """Why this run is not the job the scenario meant, from the ranks' own step times, or "".
 
     On a shared machine other tenants' load can make a step run 1.25x its neighbours' median
     (then a healthy run is not healthy, and a fault's onset is not the first irregular step),
-    or slow every step so much that an injected fault no longer shows (`EFFECT`x at least).
+    or slow every step so much that an injected fault no longer shows (`effect`x at least).
     `steady=False`: a fault whose own steps vary that much (CPU throttling stops a host at
     whatever point its quota runs out); only the steps before it must be even.
     """
@@ -261,7 +237,7 @@ def disturbed(steps: list[float], fault: Fault | None, steady: bool = True) -> s
             why.append(f"steps {bad} ran >= 1.25x the median of steps {reg[0]}..{reg[-1]}")
     if slow:
         before, after_med = float(np.median([steps[i] for i in calm])), float(np.median([steps[i] for i in slow]))
-        if after_med < EFFECT * before:
+        if after_med < effect * before:
             why.append(f"the fault did not show (median step {before:.2f} s without it, {after_med:.2f} s with it)")
     if not why:
         return ""
@@ -279,22 +255,12 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Any:
             out = tmp_path_factory.mktemp(name)
             if name == "nic-from-20":
                 trace = run_nic(out)
-            elif name == "hsdp-nic-from-20":
-                trace = run_nic(out, HSDP, HSDP_NIC)
             elif name == "switch-from-20":
                 trace = run_switch(out)
             elif name == "link-from-20":
                 trace = run_link(out)
             elif name == "host-throttled-from-20":
                 trace = run_throttled(out)
-            elif name == "host-throttled-tp1-from-20":
-                trace = run_throttled(out, TP1)
-            elif name == "host-throttled-ddp-from-20":
-                trace = run_throttled(out, DDP)
-            elif name == "stage-from-0":
-                trace = run(out, JOB, f"real-{name}", STAGE_FAULT)
-            elif name == "data-from-20":
-                trace = run(out, LONG, f"real-{name}", DATA)
             else:
                 trace = run(out, JOB, f"real-{name}", SCENARIOS[name])
             cache[name] = (trace, verdicts(trace), own_steps(out))
@@ -357,23 +323,6 @@ def test_real_job_is_localized(ran: Any, name: str, path: str) -> None:
     on_real_runs(ran, name, judge)
 
 
-@pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_job_whose_last_stage_computes_longer_is_the_split_of_layers(ran: Any, path: str) -> None:
-    """Every worker of stage 1 computes 1.6x from the first step (a real Megatron job like it read
-    "healthy"): no step is normal, the stage's workers are all slower than the other stage's, so
-    it is the configuration, stage 1, not one of its devices; since the first step."""
-    on_real_runs(ran, "stage-from-0",
-                 above_all(path, STAGE_FAULT, lambda c: c["kind"] == "config" and c.get("stage") == 1, within=0))
-
-
-@pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_job_whose_long_batches_move_between_replicas_is_the_data(ran: Any, path: str) -> None:
-    """One replica a step computes 1.8x, whichever drew the longest sequences (a real Megatron job
-    with such an imbalance read "healthy"): no device slows both replicas by turns, so it is the
-    data, above every device; since the fault's first step."""
-    on_real_runs(ran, "data-from-20", above_all(path, DATA, lambda c: c["kind"] == "data"))
-
-
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
@@ -382,17 +331,6 @@ def test_real_job_with_a_throttled_network_device_names_that_device(ran: Any, na
     """A NIC, the path between two hosts, a switch's uplink: each throttled from step 20 is named
     alone, not a device beside it (the NIC of either end of the link, a host under the switch)."""
     on_real_runs(ran, name, checked(path, NETWORK[name]))
-
-
-@pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
-@pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_hsdp_job_with_a_throttled_nic_names_the_nic(ran: Any, path: str) -> None:
-    """HSDP, a rank per host, host-0's NIC throttled: its replica group's all-reduces, 2-3x their
-    normal time among normal copies that vary 10x here, are judged against the 90th percentile of
-    their normal copies (the link to its shard peer was named, 0.79). The summary path fetches as
-    many normal steps as that percentile needs; from twelve it named that link in 3 of 5 runs."""
-    on_real_runs(ran, "hsdp-nic-from-20", checked(path, HSDP_NIC))
 
 
 def throttled(path: str) -> Judge:
@@ -416,29 +354,6 @@ def test_real_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path: str
     before hosts were devices; from five fetched steps `sidecar localize` still named the NIC
     on two clean-clone runs in a row until the ranks' lateness was weighed with the transfers)."""
     on_real_runs(ran, "host-throttled-from-20", throttled(path))
-
-
-@pytest.mark.root
-@pytest.mark.skipif(bool(CpuLimit.why_not()), reason=CpuLimit.why_not() or "-")
-@pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_tp1_job_cpu_throttled_host_is_the_host_not_its_nic(ran: Any, path: str) -> None:
-    """tp1 x pp2 x dp4: node-1's two ranks sit in other replicas' rings, so no group stays inside
-    it and its transfers are exactly its NIC's; only its ranks' lateness says the host (both paths
-    named its NIC, 0.59 and 0.82, until it counted)."""
-    on_real_runs(ran, "host-throttled-tp1-from-20", throttled(path))
-
-
-@pytest.mark.root
-@pytest.mark.skipif(bool(CpuLimit.why_not()), reason=CpuLimit.why_not() or "-")
-@pytest.mark.parametrize("path", ["localize", "sidecar"])
-def test_real_ddp_job_cpu_throttled_host_is_the_host(ran: Any, path: str) -> None:
-    """DDP on two nodes: node-1 holds half the ranks, so the median of all ranks' compute growth
-    sits between the nodes and neither "computed longer"; the full records named a tie of the one
-    ring's seven devices (`bench.realjobs --cpu --seed 0`, run 2) until node-1's ranks were
-    measured against node-0's. At 5% of a core the ring's all-reduces, on node-1's CPUs, ran 9x
-    and every copy ended together: nobody was waited on, and the tie stood on both paths until the
-    one host whose ranks computed longer broke it (`commops.host_breaks_tie`)."""
-    on_real_runs(ran, "host-throttled-ddp-from-20", throttled(path))
 
 
 def test_the_logger_recorded_each_operator_once_with_hosts_and_parallelism(ran: Any) -> None:

@@ -16,6 +16,10 @@ Per step, on every rank:
   - at the end: the distributed optimizer's reduce_scatter_tensor + all_gather_into_tensor of
     --grad-mib in the DP group, a grad-norm all-reduce in the model-parallel group (--mp-sync),
     and optimizer.step() (which the CommOps logger counts as the step boundary).
+    With --ep E (a mixture of experts; E divides dp, Megatron's expert parallelism inside the DP
+    group) each layer is attention compute, the TP all-reduce, an all_to_all_single of --a2a-kib
+    dispatching tokens among E consecutive replicas (group ep-k), the experts' compute, and the
+    all_to_all_single that combines them back; the layer's compute is split between the two.
     With --overlap-grad the gradient sync overlaps the backward instead, as DDP and Megatron's
     overlap_grad_reduce do: during the last microbatch's backward each layer's share of the
     gradient is reduce-scattered (--overlap-op all_reduce: all-reduced, DDP's op) with
@@ -67,6 +71,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--layer-ms", type=float, default=8.0, help="forward compute per layer and microbatch")
     ap.add_argument("--act-mib", type=float, default=4.0, help="activation / gradient sent between stages")
     ap.add_argument("--tp-kib", type=float, default=256.0, help="TP all-reduce payload")
+    ap.add_argument("--ep", type=int, default=1, help="expert parallel size (divides --dp); 1: dense layers")
+    ap.add_argument("--a2a-kib", type=float, default=512.0, help="each expert all-to-all's payload")
     ap.add_argument("--grad-mib", type=float, default=2.0, help="DP reduce-scatter / all-gather payload")
     ap.add_argument("--overlap-grad", action="store_true",
                     help="launch each layer's DP gradient sync asynchronously during the last backward; wait at the end")
@@ -107,6 +113,8 @@ class Job:
         self.rank, world = dist.get_rank(), dist.get_world_size()
         if world != a.tp * a.pp * a.dp:
             raise SystemExit(f"world size {world} != tp*pp*dp = {a.tp * a.pp * a.dp}")
+        if a.ep < 1 or a.dp % a.ep:
+            raise SystemExit(f"--ep {a.ep} does not divide --dp {a.dp}")
         self.tp_i = self.rank % a.tp
         self.dp_i = self.rank // a.tp % a.dp
         self.stage = self.rank // (a.tp * a.dp)
@@ -114,6 +122,7 @@ class Job:
         self.dp_g = self._groups("dp", lambda t, d, p: (t, p), timeout)
         self.pp_g = self._groups("pp", lambda t, d, p: (t, d), timeout)
         self.mp_g = self._groups("mp", lambda t, d, p: (d,), timeout)
+        self.ep_g = self._groups("ep", lambda t, d, p: (t, d // a.ep, p), timeout) if a.ep > 1 else None
         stride = a.tp * a.dp
         self.prev = self.rank - stride if self.stage > 0 else -1
         self.next = self.rank + stride if self.stage < a.pp - 1 else -1
@@ -126,6 +135,8 @@ class Job:
         self.grad_out = [torch.full((n_act,), float(self.rank), device=dev) for _ in range(a.microbatches)]
         self.grad_in = [torch.empty(n_act, device=dev) for _ in range(a.microbatches)]
         self.tp_buf = torch.ones(int(a.tp_kib * 1024) // 4, device=dev)
+        n_tokens = int(a.a2a_kib * 1024) // 4 // a.ep * a.ep
+        self.tokens, self.routed = torch.ones(n_tokens, device=dev), torch.empty(n_tokens, device=dev)
         n_grad = int(a.grad_mib * (1 << 20)) // 4 // a.dp * a.dp
         self.grads = torch.ones(n_grad, device=dev)
         self.shard = torch.empty(n_grad // a.dp, device=dev)
@@ -163,9 +174,17 @@ class Job:
     def layers(self, step: int, backward: bool, last: bool = False) -> None:
         """This stage's layers, last first in the backward; `last`: the step's last backward, whose
         layers' gradients are final as each finishes (--overlap-grad launches their sync then)."""
+        ms = self.a.layer_ms * (2 if backward else 1)
         for i in range(self.a.layers):
-            self.compute(self.a.layer_ms * (2 if backward else 1), step)
-            dist.all_reduce(self.tp_buf, group=self.tp_g)
+            if self.ep_g is None:
+                self.compute(ms, step)
+                dist.all_reduce(self.tp_buf, group=self.tp_g)
+            else:  # attention, then the experts between a dispatch and a combine
+                self.compute(ms / 2, step)
+                dist.all_reduce(self.tp_buf, group=self.tp_g)
+                dist.all_to_all_single(self.routed, self.tokens, group=self.ep_g)
+                self.compute(ms / 2, step)
+                dist.all_to_all_single(self.tokens, self.routed, group=self.ep_g)
             if last and self.a.overlap_grad:
                 layer = self.a.layers - 1 - i
                 if self.a.overlap_op == "all_reduce":

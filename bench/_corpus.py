@@ -18,7 +18,9 @@ import shutil
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -66,10 +68,10 @@ def _meta(path: Path, change: Callable[[dict], object]) -> None:
     (path / "meta.json").write_text(json.dumps(meta))
 
 
-def _commops(path: Path, change: Callable[[dict[str, np.ndarray]], None]) -> None:
+def _commops(path: Path, change: Callable[[dict[str, Any]], object]) -> None:
     t = pq.read_table(path / "commops.parquet")
-    cols = {n: t.column(n).to_numpy() if n not in ("group", "op") else t.column(n).to_pylist()
-            for n in t.column_names}
+    cols: dict[str, Any] = {n: t.column(n).to_numpy() if n not in ("group", "op") else t.column(n).to_pylist()
+                            for n in t.column_names}
     change(cols)
     pq.write_table(pa.table({n: pa.array(v) for n, v in cols.items()}),
                    path / "commops.parquet")
@@ -81,6 +83,13 @@ def _set(key: str, value: object) -> Callable[[dict], object]:
 
 def _host(name: str) -> Callable[[dict], object]:
     return lambda m: m["ranks"]["3"].__setitem__("host", name)
+
+
+def _fifo(name: str) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        (path / name).unlink()
+        os.mkfifo(path / name)
+    return change
 
 
 def _shared_refs_pickle(levels: int = 40) -> bytes:
@@ -123,7 +132,7 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     root.mkdir(parents=True, exist_ok=True)
     cases: list[Case] = []
 
-    def trace(name: str, cls: str, change: Callable[[Path], None], *, logs: bool = False, valid: bool = False,
+    def trace(name: str, cls: str, change: Callable[[Path], object], *, logs: bool = False, valid: bool = False,
               verbs: tuple[str, ...] | None = None) -> None:
         p = _copy_trace(LOGS_BASE if logs else BASE, root / name, logs)
         change(p)
@@ -135,8 +144,11 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     trace("ok-escape-sequences", "terminal-escapes", lambda p: (p / "logs" / "node-1.log").open("ab").write(
         b"\x1b[2J\x1b]0;pwned\x07 NCCL WARN \x1b[31mfake\x1b[0m \xe2\x80\xae reversed\n"), logs=True, valid=True)
     esc = "\x1b]0;pwned\x07\x1b[2J"
-    trace("ok-escapes-in-names", "terminal-escapes", lambda p: (_meta(p, _set("job", f"job{esc}")), _commops(
-        p, lambda c: c.__setitem__("group", [f"{g}{esc}" for g in c["group"]]))), valid=True)
+
+    def escapes_in_names(p: Path) -> None:
+        _meta(p, _set("job", f"job{esc}"))
+        _commops(p, lambda c: c.__setitem__("group", [f"{g}{esc}" for g in c["group"]]))
+    trace("ok-escapes-in-names", "terminal-escapes", escapes_in_names, valid=True)
     trace("ok-long-line", "line-length", lambda p: (p / "logs" / "node-2.log").open("ab").write(
         b"x" * (2 << 20) + b"\n"), logs=True, valid=True)
 
@@ -161,7 +173,7 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     for name, host in (("slurm-hostlist", "node[0-999]"), ("user-at-host", "root@evil.example"),
                        ("option", "--all"), ("newline", "node-1\nnode-2"), ("dash", "-oProxyCommand=x"),
                        ("space", "node 1"), ("empty", "")):
-        trace(f"names-host-{name}", "names", lambda p, h=host: _meta(p, _host(h)))
+        trace(f"names-host-{name}", "names", partial(_meta, change=_host(host)))
     trace("names-nic-dash", "names", lambda p: _meta(p, _set("topology", {"node-0": {"switch": "tor-0", "nics": ["-s"]}})))
     trace("names-nic-slash", "names", lambda p: _meta(p, _set("topology", {"node-0": {"switch": "tor-0", "nics": ["a/b"]}})))
 
@@ -177,19 +189,29 @@ def build(root: Path, bomb_bytes: int = 1 << 30) -> list[Case]:
     trace("rows-rank-beyond-world", "ranks", lambda p: _commops(p, lambda c: c.__setitem__("rank", c["rank"] + 1000)))
     trace("rows-peer-out-of-range", "ranks", lambda p: _commops(p, lambda c: c.__setitem__("peer", np.full_like(c["peer"], 2**30))))
     trace("rows-end-before-start", "value-ranges", lambda p: _commops(p, lambda c: c.__setitem__("end_ns", c["start_ns"] - 5)))
-    trace("rows-times-negative", "value-ranges", lambda p: _commops(p, lambda c: (
-        c.__setitem__("start_ns", c["start_ns"] - 2**62), c.__setitem__("end_ns", c["end_ns"] - 2**62))))
+
+    def times_negative(c: dict[str, Any]) -> None:
+        c["start_ns"] = c["start_ns"] - 2**62
+        c["end_ns"] = c["end_ns"] - 2**62
+    trace("rows-times-negative", "value-ranges", lambda p: _commops(p, times_negative))
     trace("rows-unknown-op", "value-ranges", lambda p: _commops(p, lambda c: c.__setitem__("op", ["rm -rf"] * len(c["op"]))))
-    trace("rows-empty", "value-ranges", lambda p: _commops(p, lambda c: [c.__setitem__(k, v[:0]) for k, v in list(c.items())]))
+
+    def empty(c: dict[str, Any]) -> None:
+        for k, v in list(c.items()):
+            c[k] = v[:0]
+    trace("rows-empty", "value-ranges", lambda p: _commops(p, empty))
     trace("rows-truncated-parquet", "formats", lambda p: (p / "commops.parquet").write_bytes(
         (p / "commops.parquet").read_bytes()[:5000]))
-    trace("rows-csv-strings", "formats", lambda p: ((p / "commops.parquet").unlink(), (p / "commops.csv").write_text(
-        "rank,group,op,seq,peer,nbytes,start_ns,end_ns,step\nx,y,z,1,2,3,4,5,6\n")))
+
+    def csv_strings(p: Path) -> None:
+        (p / "commops.parquet").unlink()
+        (p / "commops.csv").write_text("rank,group,op,seq,peer,nbytes,start_ns,end_ns,step\nx,y,z,1,2,3,4,5,6\n")
+    trace("rows-csv-strings", "formats", csv_strings)
     trace("rows-flows-not-an-ip", "value-ranges", lambda p: (p / "flows.csv").write_text(
         "start_ns,end_ns,src_ip,dst_ip,src_port,dst_port,proto,qp,bytes,packets\n"
         "1760000000000000000,1760000000000001000,node-0,10.0.0.2,5000,4791,roce,17,4096,4\n"))
-    trace("rows-commops-fifo", "fifo", lambda p: ((p / "commops.parquet").unlink(), os.mkfifo(p / "commops.parquet")))
-    trace("meta-fifo", "fifo", lambda p: ((p / "meta.json").unlink(), os.mkfifo(p / "meta.json")))
+    trace("rows-commops-fifo", "fifo", _fifo("commops.parquet"))
+    trace("meta-fifo", "fifo", _fifo("meta.json"))
 
     # logs/
     trace("logs-fifo", "fifo", lambda p: os.mkfifo(p / "logs" / "node-9.log"), logs=True)

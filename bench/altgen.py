@@ -375,7 +375,7 @@ def simulate(spec: JobSpec, fault: bool = True) -> tuple[dict[str, np.ndarray], 
         tp_seq = np.full(lay.pp, k * tp_ops_per_step)
         ep_seq = np.full(lay.pp, k * m * 4 * chunks)  # (an expert group's own count: one all-to-all a block)
         post: dict[tuple[int, int], np.ndarray] = {(s, 0): T[s].copy() for s in range(lay.pp)}
-        xfer: dict[tuple[int, str, int], np.ndarray] = {}
+        xfer: dict[tuple[int, str, int], tuple[np.ndarray, np.ndarray]] = {}
         for s, idx in order:
             item = progs[s][idx]
             if item[0] == "C":

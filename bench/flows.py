@@ -57,8 +57,11 @@ def reconstruction_error(traces: dict[str, Path]) -> None:
     allerr = []
     for name, d in traces.items():
         t = Trace.open(d)
-        it = build_flow_timeline(t.flows(), t.meta).job(t.meta.job).iterations
-        truth = np.asarray(t.truth()["step_time_s"])
+        job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
+        truth_doc = t.truth()
+        assert job is not None and truth_doc is not None
+        it = job.iterations
+        truth = np.asarray(truth_doc["step_time_s"])
         if len(it) != len(truth):
             print(f"  {name:18s} iterations {len(it)} != steps {len(truth)}: counted as 100% error")
             allerr.append(np.ones(1))
@@ -76,6 +79,7 @@ def localization(traces: dict[str, Path]) -> None:
     for name, d in traces.items():
         t = Trace.open(d)
         truth = t.truth()
+        assert truth is not None
         v = localize_flows(t)
         top = v.candidates[0].to_dict() if v.candidates else None
         roots = [f["root"] for f in truth["faults"]]
@@ -138,7 +142,7 @@ def slow_from_start(root: Path) -> None:
 
 
 #: the --only scale job: 4,096 GPUs on 512 hosts, a link slow in its last six steps
-SCALE_JOB = {"gpus": 4096, "tp": 2, "pp": 4, "steps": 12}
+SCALE_JOB: dict[str, Any] = {"gpus": 4096, "tp": 2, "pp": 4, "steps": 12}
 
 
 def localization_at_scale(root: Path) -> None:

@@ -12,13 +12,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str, check: bool = False, timeout: float = 600, **kw: object) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, check: bool = False, timeout: float = 600, env: dict[str, str] | None = None,
+            cwd: str | Path = REPO) -> subprocess.CompletedProcess[str]:
     """Run `python -m laggard ARGS` against this checkout (not whatever is installed)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.update(kw.pop("env", {}) or {})  # type: ignore[arg-type]
+    full_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    full_env.update(env or {})
     proc = subprocess.run(
         [sys.executable, "-m", "laggard", *map(str, args)],
-        capture_output=True, text=True, env=env, timeout=timeout, cwd=kw.pop("cwd", REPO),  # type: ignore[arg-type]
+        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"laggard {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stderr}")

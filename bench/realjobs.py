@@ -190,7 +190,8 @@ def main() -> None:
             steps = [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
             # (under a CPU quota, which stops the host wherever it runs out, the fault's own steps
             # vary by themselves: only the steps before must be even)
-            why = disturbed(steps, fault, steady=not a.cpu, effect=1.1)
+            on_off = fault.every > 1  # (its slow steps alternate with normal ones: only the steps before count)
+            why = disturbed(steps, fault, steady=not (a.cpu or on_off), effect=1.0 if on_off else 1.1)
             print(f"{name}: {shape}")
             for path, v in answers.items():
                 cands = v.get("candidates") or []

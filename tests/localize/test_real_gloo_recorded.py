@@ -224,3 +224,22 @@ def test_a_recorded_gpu_on_and_off_is_named_from_its_first_logged_slow_step(tmp_
         shutil.copytree(DATA / "gpu-on-off-20", trace)
     for v in verdicts(trace).values():
         check(v, Fault("gpu", 24 if sampled else 20, ranks=[5]), [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("logged", "onset"), [("all", 20), ("tp0", 20), ("tp0-every-third", 21)])
+def test_a_recorded_mixture_of_experts_job_names_its_slow_gpu(tmp_path: Path, logged: str, onset: int) -> None:
+    """tp2 pp2 dp2 with expert parallelism over the two replicas (each layer's tokens dispatched and
+    combined by all_to_all_single), rank 5 at 2x from step 20: its TP partner waits in the TP
+    all-reduce and its expert peer in the all-to-alls. Named alone on both paths, also re-logged
+    as Megatron logs (TP rank 0 only: rank 5 logged nothing) and with every third step, whose first
+    slow one is 21."""
+    trace = tmp_path / "trace"
+    if logged == "all":
+        shutil.copytree(DATA / "moe-gpu-20", trace)
+    else:
+        trace = relogged_tp0(DATA / "moe-gpu-20", trace, 2)
+        if logged == "tp0-every-third":
+            trace = every_third_step(trace, tmp_path / "sampled")
+    for v in verdicts(trace).values():
+        check(v, Fault("gpu", onset, ranks=[5]), [])

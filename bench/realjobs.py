@@ -5,7 +5,7 @@
     python -m bench.realjobs --runs 10 --seed 7
     python -m bench.realjobs --network          # (root) NIC, link and switch faults in network namespaces
     python -m bench.realjobs --cpu              # (root) a host under a kernel CPU quota (a cgroup)
-    python -m bench.realjobs --moe              # compute faults on mixture-of-experts pipeline jobs
+    python -m bench.realjobs --moe              # mixture-of-experts pipeline jobs (with --network, --cpu too)
 
 Each run draws a job and a fault nobody tuned on, runs it for real under torchrun (gloo, one agent
 per node, the CommOps logger attached: tests/collector/realjob.py) and asks `laggard localize` and
@@ -18,7 +18,7 @@ faults (--network, one node per namespace, on the pipeline job or HSDP with a ra
 node's NIC, the path between two nodes, or a rack's uplink rate-limited from step 18. CPU faults
 (--cpu): one node's processes in a cgroup whose CPU quota drops mid-run (`tests/collector/cpulimit.py`).
 --moe: only pipeline jobs whose layers are experts (pipeline_train.py's --ep: each layer's tokens
-dispatched and combined by all-to-alls among 2 or 4 replicas), with compute faults.
+dispatched and combined by all-to-alls among 2 or 4 replicas); with --network too, on 4 nodes.
 
 A run is right when the fault's device is alone in first place and the onset is within one step; a
 declared tie that holds it counts 1/k, as bench.matrix counts it.
@@ -90,28 +90,33 @@ def draw_compute(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault,
     return job, fault, f"{shape} | {kind} {fault.ranks} x{factor} from {start}"
 
 
-def draw_cpu(rng: random.Random) -> tuple[RealJob, Fault, str, float]:
+def draw_cpu(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault, str, float]:
     """A job as `draw_compute` draws them and one node's processes under a CPU quota (a share of one
     core, 5-12%) from step 12-24: the kernel stops every thread of the node once the quota is used,
     computing or moving data, as a Kubernetes CPU limit does."""
-    job, _, shape = draw_compute(rng)
+    job, _, shape = draw_compute(rng, moe)
     node = rng.randrange(job.nodes)
     start, quota = rng.randint(12, 24), round(rng.uniform(0.05, 0.12), 3)
     fault = Fault("host", start, ranks=job.ranks_of(node), host=job.host(node))
     return job, fault, f"{shape.split(' | ')[0]} | host {job.host(node)} under a CPU quota of {quota:.1%} of a core from {start}", quota
 
 
-def draw_network(rng: random.Random, tag: str, hsdp: bool) -> tuple[RealJob, Fault, str, NetnsLab, Callable[[], None]]:
+def draw_network(rng: random.Random, tag: str, hsdp: bool,
+                 moe: bool = False) -> tuple[RealJob, Fault, str, NetnsLab, Callable[[], None]]:
     """A pipeline job, or with `hsdp` an HSDP one (FSDP2 on a 2 x 2 mesh, a rank per node: its shard
-    and replica groups cross different nodes), one node per namespace, and a NIC, link or uplink
-    rate-limited from step 18. (The pipeline variant is drawn either way: a seed's pipeline runs stay
-    what they were before HSDP runs were drawn.)"""
+    and replica groups cross different nodes), with `moe` an expert-parallel pipeline job, one node
+    per namespace, and a NIC, link or uplink rate-limited from step 18. (The pipeline variant is
+    drawn either way: a seed's pipeline runs stay what they were before HSDP runs were drawn.)"""
     tp, pp, dp, nproc = rng.choice(PIPELINE_LAYOUTS[:4])
     extra = ["--no-mp-sync"] if rng.random() < 0.4 else []
     job: RealJob = RealJob(tp=tp, pp=pp, dp=dp, nproc=nproc, steps=STEPS, extra=extra,
                            overlap_grad=rng.choice(["", "reduce_scatter", "all_reduce"]))
     shape = f"pipeline tp{tp} pp{pp} dp{dp} dp-sync {job.overlap_grad or 'at the end'}{' no-mp-sync' if extra else ''}"
-    if hsdp:
+    if moe:
+        tp, pp, dp, nproc, ep = rng.choice([m for m in MOE_LAYOUTS if m[3] == 2])
+        job = RealJob(tp=tp, pp=pp, dp=dp, ep=ep, nproc=nproc, steps=STEPS, overlap_grad=job.overlap_grad)
+        shape = f"moe pipeline tp{tp} pp{pp} dp{dp} ep{ep} dp-sync {job.overlap_grad or 'at the end'}"
+    elif hsdp:
         job = DataParallelJob(steps=STEPS, replicate=2, nproc=1)
         shape = "data parallel hsdp, 4 ranks, one per node"
     kind = rng.choice(["nic", "link", "switch"])
@@ -144,7 +149,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--network", action="store_true", help="network faults in network namespaces (root)")
     ap.add_argument("--cpu", action="store_true", help="a host under a kernel CPU quota, a cgroup (root)")
-    ap.add_argument("--moe", action="store_true", help="compute faults on expert-parallel pipeline jobs")
+    ap.add_argument("--moe", action="store_true", help="expert-parallel pipeline jobs only (with any of the above)")
     ap.add_argument("--keep", type=Path, help="keep each run's trace under this directory")
     a = ap.parse_args()
     if a.network and os.geteuid() != 0:
@@ -166,7 +171,7 @@ def main() -> None:
             if a.network:
                 # (a side stream: the pipeline runs of seeds 1 and 2, measured before HSDP runs were drawn, stay theirs)
                 hsdp = random.Random(a.seed * 1009 + k + 71271).random() < HSDP_SHARE
-                job, fault, shape, lab, act = draw_network(rng, f"lgb{k % 10}", hsdp)
+                job, fault, shape, lab, act = draw_network(rng, f"lgb{k % 10}", hsdp, a.moe)
                 try:
                     lab.up()
                     trace = run(out, job, name, fault, wrap=lab.argv, master=lab.ip(0), name_hosts=False,
@@ -177,7 +182,7 @@ def main() -> None:
                     meta = json.loads((trace / "meta.json").read_text())
                     (trace / "meta.json").write_text(json.dumps({**meta, "topology": lab.topology()}, indent=1))
             elif a.cpu:
-                job, fault, shape, quota = draw_cpu(rng)
+                job, fault, shape, quota = draw_cpu(rng, a.moe)
                 cpu = CpuLimit(f"laggard-realjobs-{os.getpid()}")
                 cpu.up()
                 trace = run_cpu_limited(out, job, name, Fault("host", fault.start, host=fault.host),

@@ -440,6 +440,10 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
                                peer_wait=wait_change(waited, own_slow_steps(by_step, in_slow), np.isin(all_steps, ref)),
                                quiet=silent, grew=grew)
+    host_of = host_index(layout, world)
+    longer = computed_longer(grew, logged, host_of, MATERIAL_GROWTH * _normal_step_s(view.steps, irr))
+    hosts = layout.hosts()
+    net = [c for c in net if not collateral_inside(c, hosts, host_of, longer)]
     rank_total = float(rank_blame.sum())
     if net and comm_total > 0:
         units, shadow = network_shadow(units, net[0], slow, members, rank_blame, meta)
@@ -457,10 +461,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
                         f"normal time, but no logged operator's delay explains it: the time went {where}outside "
                         "communication (data loading, checkpointing, the host)"}, onset_step=view.onset_step), None
     alternates: list[Candidate] = []
-    host_of = host_index(layout, world)
-    longer = computed_longer(grew, logged, host_of, MATERIAL_GROWTH * _normal_step_s(view.steps, irr))
     both = host_on_both(units, net, meta, rank_total / total, comm_total / total, longer) if net and comm_total > 0 else None
-    hosts = layout.hosts()
     tipped = host_breaks_tie(net, host_of, hosts, longer) if both is None and net and comm_total > 0 else None
     if both is not None:
         # one host explains the two together: its ranks' compute and its transfers, one finding
@@ -543,6 +544,20 @@ def computed_longer(grew: np.ndarray, logged: np.ndarray, host: np.ndarray, floo
             base[mine], spread[mine] = float(np.median(grew[others])), robust_sigma(grew[others])
     out[seen] = grew[seen] - base[seen] > np.maximum(GROWTH_SIGMAS * spread[seen], floor)
     return out
+
+
+def collateral_inside(c: NetCandidate, hosts: list[str], host: np.ndarray, computed: np.ndarray) -> bool:
+    """A host's inside that the slow transfers name, though none of its logged ranks computed
+    longer: its transfers among its own GPUs slowed beside the ones through its network, as they do
+    where the same CPUs move the data for both (gloo; NCCL's proxy threads). A starved host
+    stretches its ranks' compute too (`computed_longer`); a host that logged nothing cannot say,
+    and stays a candidate. On real expert-parallel jobs (tp1 pp4 dp2, each host one stage of both
+    replicas) a throttled NIC made its host's in-host all-gathers run 7x, and the host was named."""
+    if c.kind != "host" or not c.inside or not isinstance(c.key, tuple) or c.key[0] not in hosts:
+        return False
+    mine = computed[host == hosts.index(c.key[0])]
+    mine = mine[~np.isnan(mine)]
+    return len(mine) > 0 and not mine.any()
 
 
 def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, rank_frac: float,

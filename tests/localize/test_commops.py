@@ -272,3 +272,19 @@ def test_a_network_tie_holding_the_nic_of_the_one_host_that_computed_longer_is_t
     assert host_breaks_tie(tie, host, hosts, np.array([0.0, 0.0, 1.0, np.nan])) is None
     below = [tie[0], tie[1], NetCandidate("nic", ("node-1",), 0.8, 1, 1)]
     assert host_breaks_tie(below, host, hosts, np.array([0.0, 0.0, 1.0, 1.0])) is None
+
+
+def test_a_host_inside_whose_ranks_computed_no_longer_is_collateral() -> None:
+    """A host's inside named by in-host transfers that slowed with its network is dropped when none
+    of its logged ranks computed longer (a throttled NIC's host under gloo); kept when one did (a
+    starved host), when the host logged nothing, and for any other kind of device."""
+    from localize.commops import collateral_inside
+    from localize.network.devices import NetCandidate
+
+    inside = NetCandidate("host", ("node-1",), 0.7, 3, 4, inside=["dp-1"])
+    host, hosts = np.array([0, 0, 1, 1]), ["node-0", "node-1"]
+    assert collateral_inside(inside, hosts, host, np.array([0.0, 0.0, 0.0, 0.0]))
+    assert not collateral_inside(inside, hosts, host, np.array([0.0, 0.0, 1.0, 0.0]))
+    assert not collateral_inside(inside, hosts, host, np.array([0.0, 0.0, np.nan, np.nan]))
+    assert not collateral_inside(NetCandidate("host", ("node-1",), 0.7, 3, 4), hosts, host, np.zeros(4))
+    assert not collateral_inside(NetCandidate("nic", ("node-1",), 0.7, 3, 4), hosts, host, np.zeros(4))

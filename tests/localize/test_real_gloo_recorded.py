@@ -243,3 +243,16 @@ def test_a_recorded_mixture_of_experts_job_names_its_slow_gpu(tmp_path: Path, lo
             trace = every_third_step(trace, tmp_path / "sampled")
     for v in verdicts(trace).values():
         check(v, Fault("gpu", onset, ranks=[5]), [])
+
+
+@pytest.mark.slow
+def test_a_recorded_throttled_nic_whose_host_holds_expert_groups_is_not_the_host(tmp_path: Path) -> None:
+    """tp1 pp4 dp2 ep2, a host per stage (its DP and expert groups inside it), host-3's NIC at
+    1 Gbit/s from step 18: the host's in-host all-gathers slowed with its network (gloo's CPUs move
+    both) while its ranks computed no longer, and both paths named the host (0.71). Its NIC and
+    the one link its traffic crosses carry the same transfers: that tie, since step 18."""
+    for path, v in answers("moe-nic-18", tmp_path).items():
+        best = v["candidates"][0]["score"] if v["candidates"] else 0.0
+        first = {(c["kind"], c.get("host") or tuple(c.get("hosts") or ())) for c in v["candidates"] if c["score"] >= best - 1e-9}
+        assert first == {("nic", "host-3"), ("link", ("host-2", "host-3"))}, f"{path}: {brief(v)}"
+        assert v["onset_step"] == 18, f"{path}: {brief(v)}"

@@ -72,8 +72,8 @@ def draw_compute(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault,
         tp, pp, dp, nproc = rng.choice(PIPELINE_LAYOUTS)
         extra = ["--no-mp-sync"] if rng.random() < 0.4 else []
         job = RealJob(tp=tp, pp=pp, dp=dp, nproc=nproc, steps=STEPS, microbatches=rng.choice([4, 6, 8]),
-                               overlap_grad=rng.choice(["", "", "reduce_scatter", "all_reduce"]), extra=extra,
-                               act_mib=rng.choice([4.0, 1.0, 0.25]))
+                      overlap_grad=rng.choice(["", "", "reduce_scatter", "all_reduce"]), extra=extra,
+                      act_mib=rng.choice([4.0, 1.0, 0.25]))
         shape = (f"pipeline tp{tp} pp{pp} dp{dp} mb{job.microbatches} act {job.act_mib} MiB "
                  f"dp-sync {job.overlap_grad or 'at the end'}{' no-mp-sync' if extra else ''}")
     else:

@@ -301,9 +301,9 @@ def on_real_runs(ran: Any, name: str, judge: Judge) -> None:
         judge(*ran(name, fresh=True))
 
 
-def checked(path: str, fault: Fault) -> Judge:
-    """The judge of a run with `fault`: skipped when the machine's load disturbed it, else `check`
-    of `path`'s answer."""
+def checked(path: str, fault: Fault | None) -> Judge:
+    """The judge of a run with `fault` (None: healthy): skipped when the machine's load disturbed
+    it, else `check` of `path`'s answer."""
     def judge(_: Path, answers: Answers, steps: list[float]) -> None:
         if why := disturbed(steps, fault):
             pytest.skip(why)
@@ -315,12 +315,7 @@ def checked(path: str, fault: Fault) -> Judge:
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_real_job_is_localized(ran: Any, name: str, path: str) -> None:
-    def judge(_: Path, answers: Answers, steps: list[float]) -> None:
-        if why := disturbed(steps, SCENARIOS[name]):
-            pytest.skip(why)
-        check(answers[path], SCENARIOS[name], steps)
-
-    on_real_runs(ran, name, judge)
+    on_real_runs(ran, name, checked(path, SCENARIOS[name]))
 
 
 @pytest.mark.root

@@ -59,9 +59,4 @@ def test_the_logger_records_the_async_buckets_from_launch_during_the_backward(ra
 
 @pytest.mark.parametrize("path", ["localize", "sidecar"])
 def test_real_overlapped_healthy_job_is_healthy(ran: Any, path: str) -> None:
-    def judge(_: Path, answers: base.Answers, steps: list[float]) -> None:
-        if why := base.disturbed(steps, None):
-            pytest.skip(why)
-        base.check(answers[path], None, steps)
-
-    base.on_real_runs(ran, "healthy", judge)
+    base.on_real_runs(ran, "healthy", base.checked(path, None))

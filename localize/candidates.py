@@ -107,11 +107,11 @@ def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops 
             ev.append(f"each slow step's last arriver collected its waits: {u.detail['delayed']} of them delayed their "
                       f"peers ({top_groups})")
         else:
-            ev.append(f"{int(u.coverage * len(ranks))} of {len(ranks)} GPUs of {u.label} each delayed their peers ({top_groups})")
+            ev.append(f"{_of_logged(u, ranks, ops)} GPUs of {u.label} each delayed their peers ({top_groups})")
         ev.append(f"{waited:.3f} s of waiting caused; the delay is compute on the host, not the network")
         return Candidate("host", score, ev, host=u.label, source="commops")
     if u.kind == "config":
-        ev.append(f"{u.label}: {int(u.coverage * len(ranks))} of {len(ranks)} GPUs compute longer than the other stages; the next stages wait on them")
+        ev.append(f"{u.label}: {_of_logged(u, ranks, ops)} GPUs compute longer than the other stages; the next stages wait on them")
         ev.append("every data-parallel replica shows the same stage lagging: the split of layers, not a device")
         return Candidate("config", score, ev, source="commops", stage=_stage(u))
     if u.detail.get("replicas") == 1:
@@ -128,6 +128,14 @@ def rank_candidate(u: RankUnit, rank_frac: float, g: WaitGraph | None, ops: Ops 
     ev.append(f"{u.label} take turns delaying their peers: whole replicas (all their GPUs) compute longer in different steps")
     ev.append("the delay moves with the data each replica gets, not with a device: sequence-length imbalance")
     return Candidate("data", score, ev, source="commops")
+
+
+def _of_logged(u: RankUnit, ranks: np.ndarray, ops: Ops) -> str:
+    """"k of n" for a unit's ranks that carry blame: its coverage counts only the ranks that logged,
+    so where some did not, the count says of how many logged ones."""
+    here = int(np.isin(ranks, np.unique(ops.rank)).sum())
+    count = round(u.coverage * here)
+    return f"{count} of {len(ranks)}" if here == len(ranks) else f"{count} of the {here} logged"
 
 
 def _quiet_host_candidate(u: RankUnit, score: float, g: WaitGraph, ops: Ops, meta: JobMeta) -> Candidate:

@@ -436,12 +436,12 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
     layout = with_observed_groups(meta, ops)  # (a meta.json without groups: the ranks that logged in each)
     logged = present(ops.rank, world)
     grew = np.median(grown[:, in_slow], axis=1)
+    host_of = host_index(layout, world)
+    longer = computed_longer(grew, logged, host_of, MATERIAL_GROWTH * _normal_step_s(view.steps, irr))
     units = explain_rank_blame(rank_blame, layout, kinds, top=top, logged=logged, static=not ran_normally,
                                unseen=unseen_blame, peers=unlogged_peers(ops, meta.groups, lone, world), by_step=by_step,
                                peer_wait=wait_change(waited, own_slow_steps(by_step, in_slow), np.isin(all_steps, ref)),
-                               quiet=silent, grew=grew)
-    host_of = host_index(layout, world)
-    longer = computed_longer(grew, logged, host_of, MATERIAL_GROWTH * _normal_step_s(view.steps, irr))
+                               quiet=silent, grew=grew, computed=longer)
     hosts = layout.hosts()
     net = [c for c in net if not collateral_inside(c, hosts, host_of, longer)]
     rank_total = float(rank_blame.sum())

@@ -115,7 +115,8 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                        logged: np.ndarray | None = None, static: bool = True,
                        unseen: np.ndarray | None = None, peers: dict[int, list[int]] | None = None,
                        by_step: np.ndarray | None = None, peer_wait: np.ndarray | None = None,
-                       quiet: np.ndarray | None = None, grew: np.ndarray | None = None) -> list[RankUnit]:
+                       quiet: np.ndarray | None = None, grew: np.ndarray | None = None,
+                       computed: np.ndarray | None = None) -> list[RankUnit]:
     """Greedy: repeatedly name the unit that best explains the remaining rank blame.
 
     `logged`: per rank, whether it logged any record; a unit's coverage counts only those (a job
@@ -131,7 +132,10 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
     logged nothing at all (default: not `logged`; the summary path reads only some ranks' records).
     `grew`: per rank, how much its own compute grew in the slow steps (s): a host whose logged GPUs
     all computed longer is the host, however the blame for its waits fell among them (over a few
-    slow steps, on one or two of its GPUs: each step's last arriver collects it)."""
+    slow steps, on one or two of its GPUs: each step's last arriver collects it). `computed`: per
+    rank, 1 where its own compute grew materially in the slow steps, 0 where not, NaN where it logged
+    nothing (`localize.commops.computed_longer`): a host whose logged ranks only waited on unlogged
+    peers, none computing longer, is not slow whole (its logged GPUs would be slow too)."""
     world = len(blame)
     total = float(blame.sum())
     if total <= 0:
@@ -185,7 +189,7 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 options.append(gpu)
         else:
             options.append(RankUnit("gpu", [r], float(b[r]) / total, 1.0, f"rank {r}"))
-        host_grew = False
+        host_grew = batch_grew = False
         if len(hr) > 1 and not alone:
             blamed, grown = _coverage(b, hr, top_b), _grown(hr, r)
             whole = RankUnit("host", hr.tolist(), float(b[hr].sum()) / total, max(blamed, grown), hosts[h])
@@ -207,6 +211,14 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
             rep_cov = np.array([_coverage(b, rr := np.flatnonzero(replica == k), float(b[rr].max(initial=0.0)))
                                 for k in range(n_rep)])
             rep_sum = np.bincount(replica, weights=b, minlength=n_rep)
+            # (or most of the top rank's replica computed longer, across hosts, and few ranks of other
+            # replicas on those hosts did (a host would slow them too): the replica's batch, however the waits fell among its GPUs -- a
+            # 2.05x batch on tp2 pp8, each replica two hosts, left its blame on the last stages' host)
+            mine = np.flatnonzero(replica == replica[r])
+            beside = np.flatnonzero(np.isin(host, host[mine]) & (replica != replica[r]) & (host >= 0))
+            if len(np.unique(host[mine])) > 1 and _grown(beside, r) < GREW_SHARE:
+                batch_grew = _grown(mine, r) >= COVERAGE
+                rep_cov[replica[r]] = max(rep_cov[replica[r]], _grown(mine, r))
             good = (rep_cov >= COVERAGE) & (rep_sum >= 0.1 * rep_sum.max())
             if by_step is not None and blamed_at_once(by_step, replica, np.flatnonzero(good)):
                 good[:] = False  # every step's blame on all of them at once: nobody's turn, no one replica's batch
@@ -234,8 +246,11 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                 # few steps all fell to the same replica; four of a host's eight GPUs in one step)
                 options.append(RankUnit("data", rr.tolist(), float(b[rr].sum()) / total, float(rep_cov[replica[r]]),
                                         "1 model replica", {"replicas": 1}))
-        qualified = [o for o in options if o is options[0] or o.coverage >= COVERAGE]
-        if host_grew and options[0].kind == "gpu" and options[0].ranks == [r]:
+        qualified = [o for o in options if o is options[0] or (o.coverage >= COVERAGE
+                                                               and not _only_waited(options[0], o, seen, computed))]
+        if batch_grew and any(o.kind == "data" for o in qualified):
+            qualified = [o for o in qualified if o.kind != "host"]  # (its other hosts grew too: no one of them)
+        if host_grew and options[0].kind == "gpu" and options[0].ranks == [r] and len(qualified) > 1:
             # its host's logged GPUs all computed longer: the host, though every wait fell to this
             # one (the last to arrive collects it; a real DDP job's slow host, read from six fetched
             # steps, had one GPU of two blamed for all of them)
@@ -250,6 +265,20 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
         if "quiet_host" in best.detail:
             b[[x for a in best.also for x in a.ranks]] = 0.0  # (hosts tied with it: one finding)
     return out
+
+
+def _only_waited(first: RankUnit, unit: RankUnit, seen: np.ndarray, computed: np.ndarray | None) -> bool:
+    """Whether the top rank's blame is its wait on unlogged peers (`first` is named via it) and no
+    logged rank of a larger `unit` (a host, a replica, a stage) computed longer: one unlogged GPU,
+    not the unit, which would slow its logged GPUs too. With one rank logged per TP group, a slow
+    GPU's expert all-to-all kept a second TP group of its host waiting, and both logged ranks'
+    waits read as "the host" (seed 4242's 512-GPU tp4 pp2 ep2 job)."""
+    if first.via is None or computed is None:
+        return False
+    ranks = np.asarray(unit.ranks)
+    mine = computed[ranks[seen[ranks]]]
+    mine = mine[~np.isnan(mine)]
+    return len(mine) > 0 and not mine.any()
 
 
 def replica_steps(by_step: np.ndarray, replica: np.ndarray) -> np.ndarray:

@@ -122,3 +122,57 @@ def test_a_host_whose_gpus_all_computed_longer_is_the_host_however_the_blame_fel
     units = explain_rank_blame(blame, meta, kinds, static=False, grew=growth)
     assert units[0].kind == kind, units[:2]
     assert explain_rank_blame(blame, meta, kinds, static=False)[0].kind == "gpu"  # (blame alone)
+
+
+def _tp2_pp4_dp2_on_four_hosts() -> tuple[JobMeta, dict[str, str]]:
+    """16 ranks, 4 per host, tp-pp-dp order: each replica's eight GPUs on two hosts (h0 h1, h2 h3)."""
+    groups: dict[str, list[int]] = {}
+    for d in range(2):
+        for s in range(4):
+            base = 8 * d + 2 * s
+            groups[f"tp-{d}-{s}"] = [base, base + 1]
+        for t in range(2):
+            groups[f"pp-{d}-{t}"] = [8 * d + 2 * s + t for s in range(4)]
+    for i in range(8):
+        groups[f"dp-{i}"] = [i, i + 8]
+    meta = JobMeta(job="j", world_size=16, ranks={r: RankInfo(f"h{r // 4}", r % 4) for r in range(16)}, groups=groups)
+    return meta, {g: g.split("-")[0] for g in groups}
+
+
+@pytest.mark.parametrize(("grew", "kind"), [
+    (range(8), "data"),  # the whole replica, on both its hosts: its batch
+    (range(4, 8), "host"),  # only the host its blame fell on
+])
+def test_a_replica_whose_gpus_all_computed_longer_across_hosts_is_its_batch(grew: range, kind: str) -> None:
+    """Seed 18181 job 24 of the independent generator: one replica's 2.05x batch in most slow steps
+    (tp2 pp8, each replica on two hosts); the waits fell on its last stages' host, named at 0.67,
+    though the GPUs of both its hosts computed longer."""
+    meta, kinds = _tp2_pp4_dp2_on_four_hosts()
+    blame = np.full(16, 0.001)
+    blame[4:8] = [1.0, 0.9, 0.8, 0.7]
+    growth = np.zeros(16)
+    growth[list(grew)] = 0.3
+    units = explain_rank_blame(blame, meta, kinds, static=False, grew=growth)
+    assert units[0].kind == kind, units[:2]
+    assert explain_rank_blame(blame, meta, kinds, static=False)[0].kind == "host"  # (blame alone)
+
+
+@pytest.mark.parametrize(("computed", "kind"), [
+    (0.0, "gpu"),  # the logged ranks only waited on their unlogged TP peers: one of those GPUs
+    (1.0, "host"),  # they computed longer too: the host
+])
+def test_a_host_whose_logged_ranks_only_waited_on_unlogged_peers_is_not_the_host(computed: float, kind: str) -> None:
+    """Seed 4242's 512-GPU tp4 pp2 ep2 job, one rank logged per TP group: a slow unlogged GPU kept
+    its TP group's logged rank waiting, and through the expert all-to-all the host's other TP group
+    too; both logged ranks' waits read as the host."""
+    meta, kinds = _tp2_pp2_dp4_on_two_hosts()
+    logged = np.zeros(16, dtype=bool)
+    logged[::2] = True
+    blame = np.zeros(16)
+    blame[[2, 0, 4]] = [1.0, 0.4, 0.4]
+    done = np.where(logged, computed, np.nan)
+    units = explain_rank_blame(blame, meta, kinds, logged=logged, static=False, unseen=blame.copy(),
+                               peers={r: [r + 1] for r in range(0, 16, 2)}, grew=np.zeros(16), computed=done)
+    assert units[0].kind == kind, units[:2]
+    if kind == "gpu":
+        assert units[0].ranks == [3] and units[0].via == 2

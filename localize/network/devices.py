@@ -247,7 +247,8 @@ def beyond_common_mode(excess: dict[str, float], units: dict[str, list[int]], me
 
 #: a point-to-point unit slowed by less than this share of the most slowed one's time per byte is
 #: collateral, not on the fault's path (a real link throttled to 1 Gbit/s: its transfers 16 ms/MiB
-#: longer; those of one of its ends with a third host, in the same backlog, 0.6 ms/MiB)
+#: longer; those of one of its ends with a third host, in the same backlog, 0.6 ms/MiB): the devices
+#: it crosses did not slow it, so it clears them as a normal unit does
 COLLATERAL_SHARE = 0.1
 
 
@@ -261,17 +262,18 @@ def slowing_per_byte(unit_of_inst: np.ndarray, n_units: int, excess_s: np.ndarra
 
 def discount_collateral(excess: dict[str, float], per_byte: dict[str, float]) -> dict[str, float]:
     """`excess` (unit -> how consistently slow) with each unit of `per_byte` (point-to-point units:
-    its `slowing_per_byte`) scaled by how near it came to COLLATERAL_SHARE of the most slowed one's.
+    its `slowing_per_byte`) under COLLATERAL_SHARE of the most slowed one's set to 0: not slow.
 
     A device short of bandwidth adds the same time per byte to every transfer it carries; a
     transfer it slowed by a twentieth of that is not its: what its slowing backs up (a host's other
-    transfers, queued behind a throttled link's) is no evidence for the host's NIC. How consistently
-    a unit was slow cannot tell these apart; how much it was slowed can. Collectives are left as
-    they are: the bytes their algorithm puts on each path vary."""
+    transfers, queued behind a throttled link's) is no evidence for the host's NIC, and a device
+    that carries it would have slowed it as much. How consistently a unit was slow cannot tell
+    these apart; how much it was slowed can. Collectives are left as they are: the bytes their
+    algorithm puts on each path vary."""
     top = max((x for n, x in per_byte.items() if excess.get(n, 0.0) >= SLOW_FRAC), default=0.0)
     if top <= 0:
         return excess
-    return {n: x * min(1.0, per_byte[n] / (COLLATERAL_SHARE * top)) if n in per_byte else x for n, x in excess.items()}
+    return {n: x * float(per_byte[n] >= COLLATERAL_SHARE * top) if n in per_byte else x for n, x in excess.items()}
 
 
 def split_slow(excess: dict[str, float], min_frac: float = SLOW_FRAC) -> tuple[dict[str, float], dict[str, float]]:

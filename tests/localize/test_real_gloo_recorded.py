@@ -256,3 +256,18 @@ def test_a_recorded_throttled_nic_whose_host_holds_expert_groups_is_not_the_host
         first = {(c["kind"], c.get("host") or tuple(c.get("hosts") or ())) for c in v["candidates"] if c["score"] >= best - 1e-9}
         assert first == {("nic", "host-3"), ("link", ("host-2", "host-3"))}, f"{path}: {brief(v)}"
         assert v["onset_step"] == 18, f"{path}: {brief(v)}"
+
+
+@pytest.mark.slow
+def test_a_recorded_throttled_rack_uplink_on_a_stage_per_host_is_its_tie_on_both_paths(tmp_path: Path) -> None:
+    """tp1 pp4 dp2 ep2, a host per stage (host-0 and host-1 under tor-0, host-2 under tor-1, host-3
+    under tor-2), tor-0's uplink at 1 Gbit/s from step 18: only the stage 1 -> 2 transfers cross it.
+    The next stages' transfers slowed too, a tenth as much per byte, in most of their copies; counted
+    as partly slow they named the far side (tor-1 and host-2's NIC, 0.67) from the full records and
+    the near side from the summaries. The uplink and the one link its traffic crosses carry the same
+    transfers: that tie on both paths, since step 18."""
+    for path, v in answers("moe-uplink-18", tmp_path).items():
+        best = v["candidates"][0]["score"] if v["candidates"] else 0.0
+        first = {(c["kind"], c.get("switch") or tuple(c.get("hosts") or ())) for c in v["candidates"] if c["score"] >= best - 1e-9}
+        assert first == {("switch", "tor-0"), ("link", ("host-1", "host-2"))}, f"{path}: {brief(v)}"
+        assert v["onset_step"] == 18, f"{path}: {brief(v)}"

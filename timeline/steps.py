@@ -96,6 +96,9 @@ TWO_LEVEL_RUNS = 3
 SHIFT_MIN_STEPS = 3
 SHIFT_OVER_TREND = 0.5
 DRIFT_MAX = 1.5
+#: a lone fastest step of the first window may be passed over for the next when the window holds
+#: this many normal-looking steps (`_seed`)
+LONE_FAST_MIN_STEPS = 4
 #: Largest anchor-cycle length (anchor operators per step) that step inference tries.
 MAX_CYCLE = 256
 #: Fraction of anchor comparisons allowed to break the period (lost rows, reordered streams):
@@ -918,7 +921,10 @@ def _seed(d: np.ndarray, delta: float, window: int) -> np.ndarray:
     over the median (past the leading warm-up) the fastest: it is short by what its start lent the
     slow one (a late end measured into it). A NIC's 1.45x step followed by a 0.84x one set the
     summaries' baseline at that one step, and every normal step after it read 1.2x ("since step
-    1", a host named).
+    1", a host named). Nor is a lone fastest step, none other within δ of it, when most of the
+    window's steps lie within δ of the next and that is within δ² of it: a real MoE job's third
+    step ran 0.85x the next fifteen, and all of those read 1.15-1.26x, "irregular" before the fault
+    (a fault from the window's second step is further up; a warm-up's tail is one step, not most).
     """
     first = d[:window]
     first = first[np.isfinite(first)]
@@ -929,9 +935,12 @@ def _seed(d: np.ndarray, delta: float, window: int) -> np.ndarray:
     slow = first >= delta * median
     slow &= ~np.logical_and.accumulate(slow)  # (the warm-up's block leads: what follows it is normal)
     after_slow = np.r_[False, slow[:-1]]
-    anchors = first[plausible & ~after_slow]
+    anchors = np.sort(first[plausible & ~after_slow])
     kept = first[plausible]
-    fastest = float(anchors.min()) if anchors.size else float(kept.min())
+    fastest = float(anchors[0]) if anchors.size else float(kept.min())
+    if (anchors.size >= LONE_FAST_MIN_STEPS and delta * anchors[0] <= anchors[1] < delta * delta * anchors[0]
+            and 2 * int((anchors < delta * anchors[1]).sum()) > anchors.size):
+        fastest = float(anchors[1])  # (a lone fast step just under most steps' level is no level of its own)
     return kept[kept < delta * fastest]
 
 

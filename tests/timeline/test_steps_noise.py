@@ -292,6 +292,18 @@ def test_a_short_step_right_after_a_slow_one_does_not_set_the_baseline() -> None
     assert table["irregular"].to_numpy()[3:].all()
 
 
+def test_a_lone_fast_step_under_the_normal_level_does_not_set_the_baseline() -> None:
+    """A real MoE job (bench.realjobs --moe --network --seed 2, run 1): its third step ran 0.85x the
+    fifteen after it, the baseline was that one step, and every normal step read 1.15-1.26x, 33 of
+    36 steps "fluctuation" before a rack uplink slowed the job 3x from step 18."""
+    d = np.array([0.857, 0.4499, 0.3839, 0.4403, 0.4467, 0.4807, 0.4573, 0.4538, 0.4583, 0.4442, 0.4528, 0.4577,
+                  0.467, 0.4847, 0.4824, 0.4465, 0.4376, 0.4517, 1.5957, 1.5034, 1.4385, 1.6454, 1.4199, 1.4759,
+                  1.4378, 1.4078, 1.4424, 1.4013, 1.4798, 1.4339, 1.3955, 1.3562, 1.3965, 1.3758, 1.3655, 1.3773])
+    table, _, onset = settle(judge_steps(pd.Series(d, index=np.arange(36))))
+    assert onset == 18 and table.loc[table["irregular"], "step"].tolist() == list(range(18, 36))
+    assert set(table.loc[table["irregular"], "pattern"]) == {"persistent"}
+
+
 def test_a_warm_up_far_above_a_fault_one_normal_step_later_is_warm_up() -> None:
     """A sampling logger (40% of steps, independent generator seed 13232 job 42): the first two
     logged steps ran 1.92x and 1.84x, step 7 normal, then a link at 1.4x from step 22. Neither the

@@ -369,16 +369,25 @@ def _coupled_quiet(hr: np.ndarray, meta: JobMeta, seen: np.ndarray, host: np.nda
 def _unlogged_peer(r: int, peers: list[int], share: float, host: np.ndarray, hosts: list[str],
                    seen: np.ndarray) -> RankUnit:
     """A tie of the unlogged members rank `r` waited on and of the hosts none of whose GPUs logged:
-    a host slowed whole there, or its NIC or link to `r`'s host where the group spans hosts, would
-    show the same (`r`'s own host or NIC would slow `r`'s records too)."""
+    a host slowed whole there, or its NIC or a link its group's transfers cross where the group
+    spans hosts (to `r`'s host, or between its members' hosts in ring order), would show the same
+    (`r`'s own host or NIC would slow `r`'s records too)."""
     gpus = [RankUnit("gpu", [p], share, 1.0, f"rank {p}", via=r) for p in peers]
     quiet = sorted({int(host[p]) for p in peers if host[p] >= 0 and not seen[host == host[p]].any()})
     also = gpus[1:]
+    pairs: list[tuple[int, int]] = []
     for h in quiet:
         mine = np.flatnonzero(host == h).tolist()
         also.append(RankUnit("host", mine, share, 1.0, hosts[h], via=r))
         if host[r] >= 0 and host[r] != h:
             also.append(RankUnit("nic", mine, share, 1.0, hosts[h], via=r))
-            also.append(RankUnit("link", mine, share, 1.0, f"{hosts[int(host[r])]}<->{hosts[h]}", via=r,
-                                 detail={"hosts": [hosts[int(host[r])], hosts[h]]}))
+            pairs.append((int(host[r]), h))
+    ring = sorted([r, *peers])  # (a TP group spread over hosts, one GPU each: its ring's links)
+    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+        ends = (int(host[a]), int(host[b]))
+        if min(ends) >= 0 and ends[0] != ends[1] and (ends[0] in quiet or ends[1] in quiet):
+            pairs.append(ends)
+    for a_h, b_h in dict.fromkeys(tuple(sorted(p)) for p in pairs):
+        also.append(RankUnit("link", np.flatnonzero(np.isin(host, (a_h, b_h))).tolist(), share, 1.0,
+                             f"{hosts[a_h]}<->{hosts[b_h]}", via=r, detail={"hosts": [hosts[a_h], hosts[b_h]]}))
     return RankUnit("gpu", gpus[0].ranks, share, 1.0, gpus[0].label, via=r, also=also)

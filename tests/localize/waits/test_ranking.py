@@ -176,3 +176,20 @@ def test_a_host_whose_logged_ranks_only_waited_on_unlogged_peers_is_not_the_host
     assert units[0].kind == kind, units[:2]
     if kind == "gpu":
         assert units[0].ranks == [3] and units[0].via == 2
+
+
+def test_an_unlogged_tp_group_across_hosts_ties_its_rings_links() -> None:
+    """The independent generator with ranks placed round-robin over hosts (seed 43100 job 17, tp8 on
+    8 hosts, TP rank 0 logged): a link between two of the unlogged members' hosts slowed the TP
+    ring, and the tie of the logged rank's unlogged peers named only the links from its own host."""
+    meta = JobMeta(job="j", world_size=8, ranks={r: RankInfo(f"h{r}", 0) for r in range(8)},
+                   groups={"tp-0": list(range(8))})
+    logged = np.zeros(8, dtype=bool)
+    logged[0] = True
+    blame = np.zeros(8)
+    blame[0] = 1.0
+    units = explain_rank_blame(blame, meta, {"tp-0": "tp"}, logged=logged, static=False, unseen=blame.copy(),
+                               peers={0: list(range(1, 8))})
+    links = {a.label for a in units[0].also if a.kind == "link"}
+    assert {"h5<->h6", "h0<->h7", "h0<->h3"} <= links, links
+    assert units[0].via == 0 and len([a for a in units[0].also if a.kind == "gpu"]) == 6

@@ -292,13 +292,6 @@ def test_a_short_step_right_after_a_slow_one_does_not_set_the_baseline() -> None
     assert table["irregular"].to_numpy()[3:].all()
 
 
-def persistent_from(d: np.ndarray, onset: int) -> None:
-    """The settled steps are one persistent slowdown from `onset` to the end, nothing before it."""
-    table, _, got = settle(judge_steps(pd.Series(d, index=np.arange(len(d)))))
-    assert got == onset and table.loc[table["irregular"], "step"].tolist() == list(range(onset, len(d)))
-    assert set(table.loc[table["irregular"], "pattern"]) == {"persistent"}
-
-
 def test_a_lone_fast_step_under_the_normal_level_does_not_set_the_baseline() -> None:
     """A real MoE job (bench.realjobs --moe --network --seed 2, run 1): its third step ran 0.85x the
     fifteen after it, the baseline was that one step, and every normal step read 1.15-1.26x, 33 of
@@ -306,7 +299,9 @@ def test_a_lone_fast_step_under_the_normal_level_does_not_set_the_baseline() -> 
     d = np.array([0.857, 0.4499, 0.3839, 0.4403, 0.4467, 0.4807, 0.4573, 0.4538, 0.4583, 0.4442, 0.4528, 0.4577,
                   0.467, 0.4847, 0.4824, 0.4465, 0.4376, 0.4517, 1.5957, 1.5034, 1.4385, 1.6454, 1.4199, 1.4759,
                   1.4378, 1.4078, 1.4424, 1.4013, 1.4798, 1.4339, 1.3955, 1.3562, 1.3965, 1.3758, 1.3655, 1.3773])
-    persistent_from(d, 18)
+    table, _, onset = settle(judge_steps(pd.Series(d, index=np.arange(36))))
+    assert onset == 18 and table.loc[table["irregular"], "step"].tolist() == list(range(18, 36))
+    assert set(table.loc[table["irregular"], "pattern"]) == {"persistent"}
 
 
 def test_steps_just_over_delta_before_the_onset_in_its_episode_are_noise() -> None:
@@ -316,7 +311,9 @@ def test_steps_just_over_delta_before_the_onset_in_its_episode_are_noise() -> No
     d = np.array([0.8172, 0.6286, 0.6307, 0.7155, 0.6914, 0.7045, 0.7163, 0.6713, 0.692, 0.7492, 0.7399, 0.736,
                   1.1075, 1.0994, 1.1007, 1.0875, 1.1213, 1.0782, 1.1285, 1.1326, 1.105, 1.1187, 1.1444, 1.1604,
                   1.1277, 1.1258, 1.0853, 1.0834, 1.1077, 1.1286, 1.0948, 1.1002, 1.1053, 1.1215, 1.0936, 1.1478])
-    persistent_from(d, 12)
+    table, _, onset = settle(judge_steps(pd.Series(d, index=np.arange(36))))
+    assert onset == 12 and table.loc[table["irregular"], "step"].tolist() == list(range(12, 36))
+    assert set(table.loc[table["irregular"], "pattern"]) == {"persistent"}
 
 
 def test_a_warm_up_far_above_a_fault_one_normal_step_later_is_warm_up() -> None:

@@ -607,32 +607,11 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
         pattern[irr & ~stands_out] = "noise"
         irr &= stands_out
     steps = t["step"].to_numpy(np.int64)
-    onset = _onset(steps, irr, lost)
-    lead = _before_onset(steps, irr, onset)
-    pattern[lead] = "noise"
-    irr &= ~lead
     kept = classify_patterns(steps, irr, ratio)
     pattern = np.where(irr, kept, np.where(np.isin(pattern, ("warm-up", "noise")), pattern, ""))
     t["irregular"] = irr
     t["pattern"] = pattern
-    return t, warm, onset
-
-
-def _before_onset(steps: np.ndarray, irr: np.ndarray, onset: int | None) -> np.ndarray:
-    """The irregular steps of the onset's episode before the onset (`_episode_start` found they lost
-    under half its typical step's loss): noise just over δ, not the fault. A real tp4 pp2 job's
-    steps drifted 1.10-1.14x before its GPU's 1.65x from step 12, and the persistent slowdown read
-    "fluctuation" from step 3."""
-    out = np.zeros(len(irr), dtype=bool)
-    if onset is None:
-        return out
-    idx = np.flatnonzero(irr)
-    at = int(np.searchsorted(idx, int(np.flatnonzero(steps == onset)[0])))
-    k = at
-    while k > 0 and idx[k] - idx[k - 1] <= EPISODE_GAP:
-        k -= 1
-    out[idx[k:at]] = True
-    return out
+    return t, warm, _onset(steps, irr, lost)
 
 
 def drift_level(x: np.ndarray, d: np.ndarray, normal: np.ndarray, points: int = 64) -> tuple[np.ndarray, float] | None:

@@ -63,7 +63,7 @@ from localize.waits.persistent import (
     persistent_imbalance,
     worker_onset,
 )
-from localize.waits.ranking import MIN_SHARE, RankUnit, explain_rank_blame, host_index
+from localize.waits.ranking import MIN_SHARE, RankUnit, explain_rank_blame, host_index, none_longer
 from localize.waits.waitgraph import WaitGraph, build_waitgraph
 from timeline.columns import read_commops
 from timeline.instances import host_codes
@@ -555,9 +555,7 @@ def collateral_inside(c: NetCandidate, hosts: list[str], host: np.ndarray, compu
     replicas) a throttled NIC made its host's in-host all-gathers run 7x, and the host was named."""
     if c.kind != "host" or not c.inside or not isinstance(c.key, tuple) or c.key[0] not in hosts:
         return False
-    mine = computed[host == hosts.index(c.key[0])]
-    mine = mine[~np.isnan(mine)]
-    return len(mine) > 0 and not mine.any()
+    return none_longer(computed[host == hosts.index(c.key[0])])
 
 
 def host_on_both(units: list[RankUnit], net: list[NetCandidate], meta: JobMeta, rank_frac: float,

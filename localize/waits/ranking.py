@@ -212,13 +212,15 @@ def explain_rank_blame(blame: np.ndarray, meta: JobMeta, kinds: dict[str, str], 
                                 for k in range(n_rep)])
             rep_sum = np.bincount(replica, weights=b, minlength=n_rep)
             # (or most of the top rank's replica computed longer, across hosts, and few ranks of other
-            # replicas on those hosts did (a host would slow them too): the replica's batch, however the waits fell among its GPUs -- a
-            # 2.05x batch on tp2 pp8, each replica two hosts, left its blame on the last stages' host)
+            # replicas on those hosts did (a host would slow them too): the replica's batch, however
+            # the waits fell among its GPUs -- a 2.05x batch on tp2 pp8, each replica two hosts, left
+            # its blame on the last stages' host)
             mine = np.flatnonzero(replica == replica[r])
             beside = np.flatnonzero(np.isin(host, host[mine]) & (replica != replica[r]) & (host >= 0))
             if len(np.unique(host[mine])) > 1 and _grown(beside, r) < GREW_SHARE:
-                batch_grew = _grown(mine, r) >= COVERAGE
-                rep_cov[replica[r]] = max(rep_cov[replica[r]], _grown(mine, r))
+                replica_grown = _grown(mine, r)
+                batch_grew = replica_grown >= COVERAGE
+                rep_cov[replica[r]] = max(rep_cov[replica[r]], replica_grown)
             good = (rep_cov >= COVERAGE) & (rep_sum >= 0.1 * rep_sum.max())
             if by_step is not None and blamed_at_once(by_step, replica, np.flatnonzero(good)):
                 good[:] = False  # every step's blame on all of them at once: nobody's turn, no one replica's batch
@@ -276,9 +278,14 @@ def _only_waited(first: RankUnit, unit: RankUnit, seen: np.ndarray, computed: np
     if first.via is None or computed is None:
         return False
     ranks = np.asarray(unit.ranks)
-    mine = computed[ranks[seen[ranks]]]
-    mine = mine[~np.isnan(mine)]
-    return len(mine) > 0 and not mine.any()
+    return none_longer(computed[ranks[seen[ranks]]])
+
+
+def none_longer(computed: np.ndarray) -> bool:
+    """Whether some of these ranks logged (`commops.computed_longer`: NaN where not) and none of
+    them computed longer."""
+    known = computed[~np.isnan(computed)]
+    return len(known) > 0 and not known.any()
 
 
 def replica_steps(by_step: np.ndarray, replica: np.ndarray) -> np.ndarray:

@@ -721,14 +721,18 @@ def judge_window(durations: pd.Series, delta: float = 1.1, warmup: bool = True,
     """The steps table of a window, as every path judges it: δ against recent normal steps
     (`judge_steps`), warm-up and noise left out (`settle`), then a fault over most steps judged
     against the steps it left alone (`widespread_fault`), and the onset taken back over the steps
-    right before it that ran δ over their baseline (`_with_onset_from_delta`). `first_whole`: the
+    right before it that ran δ over their baseline (`_with_onset_from_delta`); the irregular steps'
+    patterns are named last, the onset starting an episode. `first_whole`: the
     first step holds all its operators (`first_step_whole`). Returns the table, the warm-up steps
     and the onset step."""
     table = judge_steps(durations, delta, first_whole=first_whole)
     table, warm, onset = settle(table, warmup=warmup)
     if (again := widespread_fault(table, warmup=bool(warm) or warmup, delta=delta)) is not None:
         table, onset = again
-    return _with_onset_from_delta(table, warm, onset, delta)
+    table, warm, onset = _with_onset_from_delta(table, warm, onset, delta)
+    irr = table["irregular"].to_numpy(bool)
+    kept = classify_patterns(table["step"].to_numpy(np.int64), irr, table["ratio"].to_numpy(np.float64), onset)
+    return table.assign(pattern=np.where(irr, kept, table["pattern"].to_numpy(object))), warm, onset
 
 
 def _with_onset_from_delta(table: pd.DataFrame, warm: list[int], onset: int | None,
@@ -753,7 +757,7 @@ def _with_onset_from_delta(table: pd.DataFrame, warm: list[int], onset: int | No
     if k == first:
         return table, warm, onset
     irr[k:first] = True
-    return table.assign(irregular=irr, pattern=np.where(irr, classify_patterns(steps, irr, ratio), pattern)), warm, int(steps[k])
+    return table.assign(irregular=irr, pattern=np.where(irr, "", pattern)), warm, int(steps[k])
 
 
 def widespread_fault(table: pd.DataFrame, warmup: bool, delta: float = 1.1) -> tuple[pd.DataFrame, int | None] | None:
@@ -882,18 +886,22 @@ def robust_sigma(x: np.ndarray) -> float:
     return 1.4826 * float(np.median(np.abs(x - np.median(x))))
 
 
-def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+def classify_patterns(steps: np.ndarray, irregular: np.ndarray, ratio: np.ndarray,
+                      onset: int | None = None) -> np.ndarray:
     """Name each irregular step's pattern: spike, fluctuation or persistent ("" when normal).
 
-    Irregular steps at most EPISODE_GAP logged steps apart form an episode. One or two irregular steps are
-    spikes; an episode that is (almost) unbroken at a steady level is persistent degradation;
-    anything else (normal steps in between, or a level that swings) is fluctuation.
+    Irregular steps at most EPISODE_GAP logged steps apart form an episode, and the `onset` step
+    starts one of its own: a real run's steps drifting 1.10-1.14x before a 1.65x fault made the
+    fault's unbroken steps read "fluctuation". One or two irregular steps are spikes; an episode
+    that is (almost) unbroken at a steady level is persistent degradation; anything else (normal
+    steps in between, or a level that swings) is fluctuation.
     """
     out = np.full(len(steps), "", dtype=object)
     idx = np.flatnonzero(irregular)
     if idx.size == 0:
         return out
-    breaks = np.flatnonzero(np.diff(idx) > EPISODE_GAP) + 1  # (in logged steps)
+    at_onset = (steps[idx] == onset)[1:] if onset is not None else np.zeros(idx.size - 1, dtype=bool)
+    breaks = np.flatnonzero((np.diff(idx) > EPISODE_GAP) | at_onset) + 1  # (in logged steps)
     for ep in np.split(np.arange(idx.size), breaks):  # one iteration per episode
         rows = idx[ep]
         density = ep.size / float(rows[-1] - rows[0] + 1)  # of the steps logged in its span (sampled steps)

@@ -188,6 +188,27 @@ def test_a_persistent_fault_in_sampled_steps_is_persistent() -> None:
     assert set(classify_patterns(steps, gaps, np.where(gaps, 2.28, 1.0))[gaps]) == {"fluctuation"}
 
 
+# a real gloo run (bench.realjobs --seed 43, run 1): steps drift 1.10-1.14x, then rank 1 computes
+# 2.35x from step 12 to the end
+DRIFT_THEN_FAULT_MS = [817.2, 628.6, 630.7, 715.5, 691.4, 704.5, 716.3, 671.3, 692.0, 749.2, 739.9, 736.0,
+                       1110, 1100, 1100, 1090, 1120, 1080, 1130, 1130, 1100, 1120, 1140, 1160, 1130, 1130,
+                       1090, 1080, 1110, 1130, 1090, 1100, 1110, 1120, 1090, 1150]
+
+
+def test_a_drift_before_a_lasting_fault_leaves_the_fault_persistent() -> None:
+    """The onset starts an episode of its own: the drift's slow steps just before it made the
+    whole run of the fault's unbroken steps read "fluctuation"."""
+    d = pd.Series(np.array(DRIFT_THEN_FAULT_MS) / 1e3, index=np.arange(len(DRIFT_THEN_FAULT_MS)))
+    table, _, onset = judge_window(d)
+    assert onset == 12
+    fault = table[table["step"] >= 12]
+    assert fault["irregular"].all() and set(fault["pattern"]) == {"persistent"}
+    steps = np.arange(10)
+    irregular = np.r_[False, True, True, False, True, np.ones(5, bool)]
+    assert classify_patterns(steps, irregular, np.where(irregular, 1.5, 1.0), onset=5)[5:].tolist() == ["persistent"] * 5
+    assert set(classify_patterns(steps, irregular, np.where(irregular, 1.5, 1.0))[irregular]) == {"fluctuation"}
+
+
 def test_a_sampled_step_without_its_predecessor_is_not_stretched_by_overlapping_stages() -> None:
     """No sync at a step's end: stage 1 posts step k's recv 20% of a step before stage 0 ends
     step k-1. A logged step whose predecessor was not logged lasts its span less that overlap,

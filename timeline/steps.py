@@ -767,8 +767,9 @@ def widespread_fault(table: pd.DataFrame, warmup: bool, delta: float = 1.1) -> t
     Such a fault becomes its own baseline (the rolling median then sees nothing, or only a spike
     on top of it), so the steps are judged against the faster half (`judge_from_fast_half`).
     That is believed for a degradation that lasts to the end, and for one on and off whose slow
-    steps sit at one level far above the others for their noise (`two_levels`): a drift slower
-    at first than later must not make the first steps irregular, nor a noisy healthy job's
+    steps sit at one level far above the others for their noise (`two_levels`); when the fast
+    half's baseline learned such a fault, it is judged against the lower level instead. A drift
+    slower at first than later must not make the first steps irregular, nor a noisy healthy job's
     slower half. Warm-up and noise are left out as `settle` leaves them out. Returns the table
     and onset.
     """
@@ -782,15 +783,39 @@ def widespread_fault(table: pd.DataFrame, warmup: bool, delta: float = 1.1) -> t
     lasting = bool(flags.any()) and bool(flags[int(np.argmax(flags)):].all())
     # two levels among the steps δ left normal: a fault it found already is no second level
     usable = ((table["pattern"] != "warm-up") & ~table["irregular"].astype(bool)).to_numpy()
-    on_and_off = two_levels(durations.to_numpy(np.float64)[usable], delta)
-    if irr and (lasting or on_and_off) and (not before or (before <= irr and len(irr) > len(before))):
+    d = durations.to_numpy(np.float64)
+    grows = not before or (before <= irr and len(irr) > len(before))
+    if irr and grows and (lasting or two_levels(d[usable], delta)):
         return again, onset
+    # otherwise the fast half's baseline learned the fault: a 1.34x GPU in every other step ran its
+    # steps 1.08-1.10x, under δ of a baseline that rose to meet them, and the job read healthy.
+    # Two levels from the fault's first step on (a real run's steps drifted 0.59 to 0.51 s before a
+    # GPU on in every other step, which widened the lower level until the two read as one) are
+    # judged against the lower level, where every step of the upper one is the fault's.
+    since = usable & (durations.index.to_numpy() >= onset) if onset is not None else usable
+    upper = upper_level(d[since], delta)
+    if upper is None:
+        return None
+    base = float(np.median(d[usable & (d < upper)]))
+    pattern = np.where(table["pattern"].to_numpy(object) == "warm-up", "warm-up", "")
+    flagged = (since & (d >= upper)) | table["irregular"].to_numpy(bool)
+    levels = table.assign(baseline_s=base, ratio=d / base, irregular=flagged, pattern=pattern)
+    settled, _, at = settle(levels, warmup=False)
+    on = set(settled.loc[settled["irregular"].astype(bool), "step"].astype(int))
+    if on and before <= on and len(on) > len(before):
+        return settled, at
     return None
 
 
 def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
-    """Whether the step times sit at two levels, the upper δ or more above the lower and
-    TWO_LEVEL_SIGMAS of their own spread apart: a fault on in many steps, off in the others.
+    """Whether the step times sit at two levels (`upper_level`)."""
+    return upper_level(d, delta) is not None
+
+
+def upper_level(d: np.ndarray, delta: float = 1.1) -> float | None:
+    """The step time between the two levels when the step times sit at two levels, the upper
+    δ or more above the lower and TWO_LEVEL_SIGMAS of their own spread apart: a fault on in many
+    steps, off in the others; None when they do not.
 
     The split is the best two-means split of the log step times; noise split so gives levels
     about 2.7 of its halves' spreads apart (healthy jobs of both generators and real gloo runs: at
@@ -800,7 +825,7 @@ def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
     n = len(x)
     m = max(TWO_LEVEL_MIN_STEPS, int(np.ceil(TWO_LEVEL_MIN_SHARE * n)))
     if n < 2 * m:
-        return False
+        return None
     k = np.arange(m, n - m + 1)
     cs, cs2 = np.r_[0.0, np.cumsum(x)], np.r_[0.0, np.cumsum(x * x)]
     sse = (cs2[k] - cs[k] ** 2 / k) + ((cs2[n] - cs2[k]) - (cs[n] - cs[k]) ** 2 / (n - k))
@@ -810,7 +835,9 @@ def two_levels(d: np.ndarray, delta: float = 1.1) -> bool:
     spread = max(robust_sigma(part) for part in (lo, hi))
     upper = y >= x[split]
     runs = int(upper[0]) + int((upper[1:] & ~upper[:-1]).sum())  # on and off, not one block (a warm-up's tail)
-    return gap >= np.log(delta) and gap >= TWO_LEVEL_SIGMAS * max(spread, 1e-6) and runs >= TWO_LEVEL_RUNS
+    if gap >= np.log(delta) and gap >= TWO_LEVEL_SIGMAS * max(spread, 1e-6) and runs >= TWO_LEVEL_RUNS:
+        return float(np.exp((x[split - 1] + x[split]) / 2))
+    return None
 
 
 def leading_slow(d: np.ndarray, delta: float) -> int:

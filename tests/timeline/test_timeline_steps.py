@@ -268,6 +268,19 @@ def test_a_fault_on_in_half_the_steps_is_found_though_the_rolling_baseline_learn
     assert table.loc[table["irregular"], "step"].tolist() == on.tolist() and onset == on[0]
 
 
+def test_a_fault_in_every_other_step_just_at_delta_is_judged_against_the_lower_level() -> None:
+    """A 1.34x GPU in every other step from step 20 ran those steps 1.08-1.10x (the independent
+    generator's "alternate" pattern): the rolling baseline and the fast half's both rose to meet
+    them, and the job read healthy. Against the lower level, each of them is the fault's."""
+    rng = np.random.default_rng(11)
+    on = np.r_[np.zeros(20, bool), np.tile([True, False], 10)]
+    d = pd.Series(0.26 * np.where(on, 1.105, 1.0) * (1 + 0.012 * rng.standard_normal(40)), index=np.arange(40))
+    table, _, onset = judge_window(d)
+    assert table.loc[table["irregular"], "step"].tolist() == np.flatnonzero(on).tolist() and onset == 20
+    steady = pd.Series(0.26 * (1 + 0.012 * rng.standard_normal(40)), index=np.arange(40))
+    assert not judge_window(steady)[0]["irregular"].any()
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_noise_and_a_few_blips_are_not_two_levels(seed: int) -> None:
     rng = np.random.default_rng(seed)

@@ -153,7 +153,7 @@ def verdicts(trace: Path) -> dict[str, dict[str, Any]]:
 
 def brief(v: dict[str, Any]) -> str:
     """One line of what laggard answered, for assertion messages."""
-    cands = ", ".join(f"{c['kind']} {c.get('rank', c.get('host', c.get('hosts')))} {c['score']:.2f}"
+    cands = ", ".join(f"{c['kind']} {next((c[k] for k in ('rank', 'host', 'hosts', 'switch') if k in c), '')} {c['score']:.2f}"
                       for c in v.get("candidates", [])[:4])
     steps = v.get("irregular_steps", [])
     fetched = (f" (from summaries: steps {v.get('steps_judged')} judged, {v.get('ranks_fetched')} ranks fetched)"

@@ -281,6 +281,18 @@ def test_a_fault_in_every_other_step_just_at_delta_is_judged_against_the_lower_l
     assert not judge_window(steady)[0]["irregular"].any()
 
 
+def test_a_fault_on_and_off_is_dated_from_its_first_step_under_a_swollen_delta() -> None:
+    """A host in every other step from step 14 (the independent generator's "alternate"; these are
+    the summaries' step times): the fault's swings widened δ to 1.23x, its first step ran 1.22x,
+    and the onset read 16. One normal step between two of its steps does not end it."""
+    ms = [208.7, 130.1, 137.6, 133.1, 133.8, 133.0, 129.6, 130.8, 131.3, 134.8, 131.2, 131.0, 131.9,
+          134.0, 161.3, 133.2, 169.9, 133.2, 171.0, 131.3, 172.6, 133.1, 165.2, 126.5, 170.4, 138.7,
+          169.8, 132.6, 179.1, 133.2, 168.1, 129.0]
+    table, _, onset = judge_window(pd.Series(np.array(ms) / 1e3, index=np.arange(len(ms))))
+    assert onset == 14
+    assert table.loc[table["irregular"], "step"].tolist() == list(range(14, len(ms), 2))
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_noise_and_a_few_blips_are_not_two_levels(seed: int) -> None:
     rng = np.random.default_rng(seed)

@@ -753,8 +753,11 @@ def _with_onset_from_delta(table: pd.DataFrame, warm: list[int], onset: int | No
     # 1.5x fault is not its start)
     floor = max(delta, 1.0 + ONSET_LEVEL * float(np.nanmedian(ratio[irr] - 1.0)))
 
+    def quiet(j: int) -> bool:  # (normal: neither irregular, warm-up nor noise)
+        return not irr[j] and pattern[j] == ""
+
     def slow(j: int) -> bool:
-        return j >= 1 and not irr[j] and pattern[j] == "" and ratio[j] >= floor
+        return j >= 1 and quiet(j) and ratio[j] >= floor
 
     # a fault on and off from its onset (off in the step after it, on in the next) may be on
     # before it the same way: one normal step between two of its steps does not end it (a host in
@@ -767,7 +770,7 @@ def _with_onset_from_delta(table: pd.DataFrame, warm: list[int], onset: int | No
         if slow(j):
             joined.append(j)
             j -= 1
-        elif rhythm and not irr[j] and pattern[j] == "" and slow(j - 1):
+        elif rhythm and quiet(j) and slow(j - 1):
             joined.append(j - 1)
             j -= 2
         else:
@@ -802,8 +805,11 @@ def widespread_fault(table: pd.DataFrame, warmup: bool, delta: float = 1.1) -> t
     # two levels among the steps δ left normal: a fault it found already is no second level
     usable = ((table["pattern"] != "warm-up") & ~table["irregular"].astype(bool)).to_numpy()
     d = durations.to_numpy(np.float64)
-    grows = not before or (before <= irr and len(irr) > len(before))
-    if irr and grows and (lasting or two_levels(d[usable], delta)):
+
+    def adds(found: set[int]) -> bool:  # (finds more than `table` did, all of what it found too)
+        return bool(found) and before <= found and len(found) > len(before)
+
+    if adds(irr) and (lasting or two_levels(d[usable], delta)):
         return again, onset
     # otherwise the fast half's baseline learned the fault: a 1.34x GPU in every other step ran its
     # steps 1.08-1.10x, under δ of a baseline that rose to meet them, and the job read healthy.
@@ -820,7 +826,7 @@ def widespread_fault(table: pd.DataFrame, warmup: bool, delta: float = 1.1) -> t
     levels = table.assign(baseline_s=base, ratio=d / base, irregular=flagged, pattern=pattern)
     settled, _, at = settle(levels, warmup=False)
     on = set(settled.loc[settled["irregular"].astype(bool), "step"].astype(int))
-    if on and before <= on and len(on) > len(before):
+    if adds(on):
         return settled, at
     return None
 

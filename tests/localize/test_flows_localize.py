@@ -87,6 +87,21 @@ def test_a_ring_paced_by_one_slow_edge_is_a_tie_of_every_device_it_crosses() -> 
     assert [(c.kind, c.host, c.tie) for c in one] == [("nic", "node-6", None)]
 
 
+def test_the_edges_that_pace_a_ring_are_named_when_they_read_slower_than_the_rest() -> None:
+    """A 4.75x link on a ring of eight hosts (matrix seed 4242, batched): its edge read 3.1x, the
+    seven it paced 1.85-1.88x. The link is named alone; a NIC's two edges apart alike name the NIC."""
+    ring = list(zip(_ring({})["sh"], _ring({})["dh"], strict=True))
+    switch_of = {f"node-{i}": "tor-0" for i in range(8)}
+    paced = {p: 1.85 + 0.005 * i for i, p in enumerate(ring)}
+    link = network_candidates(_ring({**paced, ("node-1", "node-2"): 3.1}), switch_of, "flows")
+    assert [(c.kind, c.hosts, c.tie) for c in link] == [("link", ["node-1", "node-2"], None)]
+    assert "the ring's other 7 edges ran 1.9x slower" in link[0].evidence[-1]
+    nic = network_candidates(_ring({**paced, ("node-5", "node-6"): 2.6, ("node-6", "node-7"): 2.7}), switch_of, "flows")
+    assert [(c.kind, c.host) for c in nic] == [("nic", "node-6")]
+    close = network_candidates(_ring({**paced, ("node-1", "node-2"): 2.1}), switch_of, "flows")
+    assert len(close) == 17 and {c.tie for c in close} == {17}
+
+
 def test_verdict_json_round_trips() -> None:
     v, _ = _verdict("link")
     d = v.to_dict()

@@ -461,15 +461,25 @@ def sync_anchors(flows: pd.DataFrame) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def _nearest(sorted_times: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time in t, the nearest of sorted_times (which is not empty)."""
+    pos = np.clip(np.searchsorted(sorted_times, t), 1, max(sorted_times.size - 1, 1))
+    cand = np.stack([sorted_times[pos - 1], sorted_times[np.minimum(pos, sorted_times.size - 1)]])
+    return cand[np.argmin(np.abs(cand - t), axis=0), np.arange(t.size)]
+
+
 def _align(ref: np.ndarray, other: np.ndarray, period: float) -> np.ndarray:
-    """For each reference anchor, the nearest anchor of another group within half a period (else -1)."""
+    """For each reference anchor, the nearest anchor of another group within half a period (else -1).
+
+    The groups' offset is the median distance to the nearest anchor, either side: rings that
+    end together, a hair before or after one another, must not read as half a period apart
+    (the next anchor after each read 0 or a whole period, and their median half of one).
+    """
     if other.size == 0:
         return np.full(ref.size, -1, dtype=np.int64)
-    shift = np.median(other[np.clip(np.searchsorted(other, ref), 0, other.size - 1)] - ref) if ref.size else 0
-    shift = shift if abs(shift) < period / 2 else 0
-    pos = np.clip(np.searchsorted(other, ref + shift), 1, max(other.size - 1, 1))
-    cand = np.stack([other[pos - 1], other[np.minimum(pos, other.size - 1)]])
-    best = cand[np.argmin(np.abs(cand - (ref + shift)), axis=0), np.arange(ref.size)]
+    shift = float(np.median(_nearest(other, ref) - ref)) if ref.size else 0.0
+    shift = shift if abs(shift) < period / 2 else 0.0
+    best = _nearest(other, ref + shift)
     return np.where(np.abs(best - ref - shift) < period / 2, best, -1)
 
 

@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str, check: bool = False, timeout: float = 600, env: dict[str, str] | None = None,
+def run_cli(*args: str | Path, check: bool = False, timeout: float = 600, env: dict[str, str] | None = None,
             cwd: str | Path = REPO) -> subprocess.CompletedProcess[str]:
     """Run `python -m laggard ARGS` against this checkout (not whatever is installed)."""
     full_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))

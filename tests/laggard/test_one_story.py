@@ -30,16 +30,16 @@ README = {"readme-link-slow": ["--scenario", "link-slow", "--flows", "--logs", "
 pytestmark = pytest.mark.slow
 
 
-def _run(*argv: str) -> tuple[int, str]:
+def _run(*argv: str | Path) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = main([str(a) for a in argv])
     return rc, out.getvalue()
 
 
-def _json(*argv: str) -> dict[str, Any]:
+def _json(*argv: str | Path) -> dict[str, Any]:
     rc, text = _run(*argv)
-    assert rc in (0, 1), f"laggard {' '.join(argv)} -> {rc}"
+    assert rc in (0, 1), f"laggard {' '.join(map(str, argv))} -> {rc}"
     return json.loads(text)  # type: ignore[no-any-return]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +21,7 @@ from collector.trace.validate import validate_trace
 
 
 @pytest.fixture(scope="module")
-def world1() -> None:
+def world1() -> Iterator[None]:
     if not dist.is_initialized():
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(20000 + os.getpid() % 20000)

@@ -124,7 +124,12 @@ def test_a_cuda_batch_whose_timing_fails_still_runs_and_waits(monkeypatch: pytes
     monkeypatch.setattr(torch.cuda, "Event", Broken)
     assert works[0].wait() is True and rec.errors == 1  # the end event failed inside the caller's wait
     ran: list[str] = []
-    assert run_cuda_batch(rec, lambda ops: ran.append("batch") or ["w"], ["send"], [row]) == ["w"]
+
+    def batch(ops: list[Any]) -> list[str]:
+        ran.append("batch")
+        return ["w"]
+
+    assert run_cuda_batch(rec, batch, ["send"], [row]) == ["w"]
     assert ran == ["batch"] and rec.errors == 2  # the start event failed: the batch ran untimed
 
 
@@ -158,7 +163,12 @@ def test_batch_isend_irecv_on_a_cuda_group_takes_the_event_path(monkeypatch: pyt
 
     rec = Recorder(capacity=8)
     taken: list[str] = []
-    monkeypatch.setattr(recorder, "run_cuda_batch", lambda rec, orig, ops, rows: taken.append("events") or ["w"])
+
+    def events_path(rec: Recorder, orig: Any, ops: list[Any], rows: list[tuple[int, ...]]) -> list[str]:
+        taken.append("events")
+        return ["w"]
+
+    monkeypatch.setattr(recorder, "run_cuda_batch", events_path)
     monkeypatch.setattr(rec, "group_id", lambda pg: pg)  # groups 0 (CPU) and 1 (CUDA), registered
     rec.send_seq += [{}, {}]
     rec.recv_seq += [{}, {}]

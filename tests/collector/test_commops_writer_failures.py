@@ -4,6 +4,7 @@ drops, keeps a bounded backlog, retries on every flush, and recovers when the di
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ from collector.commops.writer import ShardWriter
 
 
 @pytest.fixture(scope="module")
-def world1() -> None:
+def world1() -> Iterator[None]:
     if not dist.is_initialized():
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(21000 + os.getpid() % 20000)

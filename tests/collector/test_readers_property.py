@@ -11,7 +11,9 @@ import math
 import pickle
 import string
 import struct
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -294,7 +296,7 @@ int32 = st.integers(min_value=-2**31, max_value=2**31 - 1)
 @FAST
 @given(st.lists(st.tuples(int32, int64, int32, int64, int64, int64, int32), min_size=0, max_size=30))
 def test_commops_checks_never_raise(rows: list[tuple]) -> None:
-    cols = list(zip(*rows, strict=True)) if rows else [[]] * 7
+    cols: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[]] * 7
     t = pa.table({"rank": pa.array(cols[0], pa.int32()), "group": pa.array(["g"] * len(rows)),
                   "op": pa.array(["all_reduce"] * len(rows)), "seq": pa.array(cols[1], pa.int64()),
                   "peer": pa.array(cols[2], pa.int32()), "nbytes": pa.array(cols[3], pa.int64()),

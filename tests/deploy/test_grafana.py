@@ -33,7 +33,7 @@ def test_panels_have_ids_and_do_not_overlap() -> None:
     dash = json.loads((GRAFANA / "laggard.json").read_text())
     ids = [p["id"] for p in dash["panels"]]
     assert len(set(ids)) == len(ids) and all(ids)
-    cells = set()
+    cells: set[tuple[int, int]] = set()
     for p in dash["panels"]:
         g = p["gridPos"]
         assert g["x"] >= 0 and g["x"] + g["w"] <= 24

@@ -38,6 +38,13 @@ def _which(name: str) -> str | None:
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
 
 
+def _installed(name: str) -> str:
+    """The path of one of NEEDED, which the fixture has found installed."""
+    path = _which(name)
+    assert path is not None, name
+    return path
+
+
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[dict[str, str]]:
     missing = [n for n in NEEDED if _which(n) is None]
@@ -53,10 +60,10 @@ def slurm() -> Iterator[dict[str, str]]:
     key.chmod(0o700)
     (d / "state").mkdir()
     (d / "spool").mkdir()
-    subprocess.run([_which("mungekey"), "-c", "-f", "-k", str(key / "munge.key")], check=True, capture_output=True)
+    subprocess.run([_installed("mungekey"), "-c", "-f", "-k", str(key / "munge.key")], check=True, capture_output=True)
     for p in (munge, key, key / "munge.key"):
         shutil.chown(p, "munge")
-    subprocess.run(["runuser", "-u", "munge", "--", _which("munged"), "--socket", str(munge / "sock"),
+    subprocess.run(["runuser", "-u", "munge", "--", _installed("munged"), "--socket", str(munge / "sock"),
                     "--key-file", str(key / "munge.key"), "--pid-file", str(munge / "pid"),
                     "--log-file", str(munge / "log"), "--seed-file", str(munge / "seed")], check=True, timeout=30)
     host = socket.gethostname()
@@ -91,8 +98,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 """)
     env = dict(os.environ, SLURM_CONF=str(conf))
     try:
-        subprocess.run([_which("slurmctld"), "-f", str(conf)], check=True, env=env, timeout=30)
-        subprocess.run([_which("slurmd"), "-f", str(conf)], check=True, env=env, timeout=30)
+        subprocess.run([_installed("slurmctld"), "-f", str(conf)], check=True, env=env, timeout=30)
+        subprocess.run([_installed("slurmd"), "-f", str(conf)], check=True, env=env, timeout=30)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env).stdout

@@ -8,7 +8,7 @@ import pytest
 from collector.trace.traceio import Trace
 from explain.actions.backends import LocalBackend
 from explain.actions.probes import CATALOG
-from explain.actions.remediation import ACTIONS, AuditLog
+from explain.actions.remediation import ACTIONS, AuditLog, Proposal
 from explain.diagnose import diagnose
 from localize.verdict import Candidate, Verdict
 from simulator.virtual_cluster import VirtualCluster
@@ -101,8 +101,13 @@ def test_approved_remediation_runs_is_audited_and_verified(trace_factory) -> Non
 
 def test_interactive_denial_is_audited(trace_factory) -> None:
     path = trace_factory([GPU_FAULT])
-    asked = []
-    d, vc, audit = _diag(path, gpu_verdict(), approver=lambda p: asked.append(p.action) or False)
+    asked: list[str] = []
+
+    def approver(p: Proposal) -> bool:
+        asked.append(p.action)
+        return False
+
+    d, vc, audit = _diag(path, gpu_verdict(), approver=approver)
     assert asked and all(r["status"] in ("denied", "advice") for r in d.remediation)
     assert "remediation.denied" in [e["event"] for e in _events(audit)]
     assert not [a for h, a in vc.ran if h is None]

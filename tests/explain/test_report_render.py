@@ -212,6 +212,8 @@ def test_waits_read_a_few_steps_at_a_time_are_the_waits_of_the_whole_trace(
     assert chunked.waits.seconds == pytest.approx(report.waits.seconds, abs=1e-12)
     assert [h.to_dict() for h in chunked.path] == [h.to_dict() for h in report.path]
     assert chunked.gantt_steps == report.gantt_steps and chunked.since_utc == report.since_utc
+    assert chunked.gantt_slow is not None and report.gantt_slow is not None
+    assert chunked.gantt_normal is not None and report.gantt_normal is not None
     pd.testing.assert_frame_equal(chunked.gantt_slow, report.gantt_slow)
     pd.testing.assert_frame_equal(chunked.gantt_normal, report.gantt_normal)
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ print(json.dumps({{"heavy": sorted(m for m in sys.modules if m.split(".")[0] in 
 """
 
 
-def _loaded(*argv: str) -> dict[str, object]:
+def _loaded(*argv: str) -> dict[str, Any]:
     """Run the CLI in a fresh interpreter (this one has the heavy modules already) and list what loaded."""
     res = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0, res.stderr

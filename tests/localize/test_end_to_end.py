@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,9 +21,9 @@ from simulator.writer import simulate_trace
 pytestmark = pytest.mark.slow
 
 
-def sim(root: Path, name: str, faults: list[str], **kw: object) -> Trace:
+def sim(root: Path, name: str, faults: list[str], **kw: Any) -> Trace:
     cfg = SimConfig(gpus=kw.pop("gpus", 32), tp=kw.pop("tp", 4), pp=kw.pop("pp", 2), steps=kw.pop("steps", 10),
-                    seed=kw.pop("seed", 7), faults=[FaultSpec.parse(f) for f in faults], job=name, **kw)  # type: ignore[arg-type]
+                    seed=kw.pop("seed", 7), faults=[FaultSpec.parse(f) for f in faults], job=name, **kw)
     simulate_trace(cfg, root / name, counterfactual=False)
     return Trace.open(root / name)
 

@@ -17,7 +17,10 @@ from tests.flows_sims import SEMANTICS, sim_flows
 
 def _verdict(name: str, p2p: str = "rendezvous") -> tuple[Verdict, dict]:
     t = Trace.open(sim_flows(name, p2p=p2p))
-    return localize_flows(t), t.truth()
+    v = localize_flows(t)
+    truth = t.truth()
+    assert truth is not None
+    return v, truth
 
 
 @pytest.mark.parametrize("p2p", SEMANTICS)
@@ -91,7 +94,7 @@ def test_the_edges_that_pace_a_ring_are_named_when_they_read_slower_than_the_res
     """A 4.75x link on a ring of eight hosts (matrix seed 4242, batched): its edge read 3.1x, the
     seven it paced 1.85-1.88x. The link is named alone; a NIC's two edges apart alike name the NIC."""
     ring = list(zip(_ring({})["sh"], _ring({})["dh"], strict=True))
-    switch_of = {f"node-{i}": "tor-0" for i in range(8)}
+    switch_of: dict[str, str | None] = {f"node-{i}": "tor-0" for i in range(8)}
     paced = {p: 1.85 + 0.005 * i for i, p in enumerate(ring)}
     link = network_candidates(_ring({**paced, ("node-1", "node-2"): 3.1}), switch_of, "flows")
     assert [(c.kind, c.hosts, c.tie) for c in link] == [("link", ["node-1", "node-2"], None)]

@@ -59,6 +59,7 @@ def test_an_on_and_off_host_is_timed_from_its_first_slow_step(tmp_path: Path, jo
     from bench.altgen import random_spec
 
     spec = random_spec(job, "host", 2026)
+    assert spec.fault is not None
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert v.candidates[0].device() == f"host node-{spec.fault.host}", [c.device() for c in v.candidates[:3]]
         assert v.onset_step == onset, (v.onset_step, [c.device() for c in v.candidates[:3]])

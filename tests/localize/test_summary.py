@@ -45,7 +45,7 @@ def test_a_hosts_typical_compute_is_its_fast_ranks_own_not_lifted_by_a_slow_peer
     ("link:hosts=node-1+node-2,factor=3,steps=5:29", {"gpus": 64, "tp": 8, "pp": 2}),
 ])
 def test_a_fault_over_most_steps_is_found_from_summaries_as_from_records(tmp_path: Path, fault: str,
-                                                                          layout: dict[str, int]) -> None:
+                                                                          layout: dict[str, Any]) -> None:
     """The sidecars judge operators against the node's own normal steps: against all its steps, a
     fault on for over a quarter of them widened the history until its own operators were not
     abnormal, and the summary path read "healthy" where the full records named the device."""
@@ -138,7 +138,7 @@ def _host_rows(compute: pd.DataFrame, abnormal: dict[tuple[int, str], float] | N
     """A summary of host rows (hosts x steps of `compute`, seconds; 1 s steps) and abnormal group rows."""
     rows = [{"host": f"node-{h}", "rank": -1, "step": int(s), "group": "*", "abnormal": 0, "abnormal_s": 0.0,
              "compute_s": float(compute.loc[h, s]), "step_end_ns": int((s + 1) * 1e9), "step_start_ns": int(s * 1e9)}
-            for h in compute.index for s in compute.columns]
+            for h in compute.index for s in map(int, compute.columns)]
     rows += [{"host": "node-0", "rank": -1, "step": s, "group": g, "abnormal": 1, "abnormal_s": t, "compute_s": 0.0,
               "step_end_ns": 0, "step_start_ns": 0} for (s, g), t in (abnormal or {}).items()]
     return pd.DataFrame(rows)

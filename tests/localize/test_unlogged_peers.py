@@ -40,7 +40,7 @@ def test_a_slow_unlogged_gpu_is_named_in_a_tie_of_its_groups_unlogged_members(tm
                     logged_ranks="one-per-tp", faults=[FaultSpec.parse(f"gpu:rank={rank},factor=2.5,steps=5:15")], job="j")
     simulate_trace(cfg, tmp_path, counterfactual=False)
     v = localize_trace(Trace.open(tmp_path), ("commops",), top=20)
-    assert v.status == "irregular" and abs(int(v.onset_step) - 5) <= 1, v.status
+    assert v.status == "irregular" and v.onset_step is not None and abs(int(v.onset_step) - 5) <= 1, v.status
     tie = {c.rank for c in top_tie(v) if c.kind == "gpu"}
     assert rank in tie and rank - rank % tp not in tie, [c.device() for c in v.candidates]
 

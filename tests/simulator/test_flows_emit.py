@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ def test_only_inter_host_traffic_reaches_the_network() -> None:
 def test_bursts_are_in_true_time_and_carry_the_ring_volume() -> None:
     t = Trace.open(sim_flows("small-a"))
     truth = t.truth()
+    assert truth is not None
     f = t.flows()
     ops = t.commops()
     off = {h: o for h, o in truth["clock_offsets_ns"].items()}
@@ -52,7 +54,9 @@ def test_pcap_reads_back_into_the_same_bursts() -> None:
     merged = got.merge(f, on=key, suffixes=("", "_sim"))
     assert len(merged) == len(f)
     assert (merged["bytes"] == merged["bytes_sim"]).all() and (merged["end_ns"] == merged["end_ns_sim"]).all()
-    assert Trace.open(d).truth()["flows"]["pcap_packets"] > 0
+    truth = Trace.open(d).truth()
+    assert truth is not None
+    assert truth["flows"]["pcap_packets"] > 0
 
 
 def test_a_capture_too_large_for_a_file_is_refused(tmp_path: Path) -> None:
@@ -66,9 +70,10 @@ def test_a_capture_too_large_for_a_file_is_refused(tmp_path: Path) -> None:
 def test_a_capture_sees_the_whole_job_whatever_its_logger_kept(tmp_path: Path) -> None:
     """One rank logged per TP group and sampled steps: the fabric still carries every rank's
     traffic in every step, so the flows are those of the job logged whole."""
-    job = {"gpus": 32, "tp": 4, "pp": 2, "steps": 10, "seed": 5, "job": "j",
-           "faults": [FaultSpec.parse("link:hosts=node-2+node-3,factor=3,steps=4:9")]}
-    for name, logger in (("whole", {}), ("part", {"logged_ranks": "one-per-tp", "sample_steps": 3.0})):
+    job: dict[str, Any] = {"gpus": 32, "tp": 4, "pp": 2, "steps": 10, "seed": 5, "job": "j",
+                           "faults": [FaultSpec.parse("link:hosts=node-2+node-3,factor=3,steps=4:9")]}
+    loggers: list[tuple[str, dict[str, Any]]] = [("whole", {}), ("part", {"logged_ranks": "one-per-tp", "sample_steps": 3.0})]
+    for name, logger in loggers:
         simulate_trace(SimConfig(**job, **logger), tmp_path / name)
         emit_flows(tmp_path / name, pcap=False)
     part, whole = Trace.open(tmp_path / "part"), Trace.open(tmp_path / "whole")

@@ -65,9 +65,9 @@ def _peer_view(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     end-of-step waits), and its buckets' time from the first launch to the last end, per step."""
     r = df[df["rank"] == PEER]
     tp = r[r["group"].str.startswith("tp")].sort_values(["step", "seq"])
-    tp = tp[tp.duplicated("step")]["ms"].to_numpy()
+    tp_ms = tp[tp.duplicated("step")]["ms"].to_numpy()
     rs = r[r["op"] == "reduce_scatter"].groupby("step")
-    return tp, ((rs["end_ns"].max() - rs["start_ns"].min()) / 1e6).to_numpy()
+    return tp_ms, ((rs["end_ns"].max() - rs["start_ns"].min()) / 1e6).to_numpy()
 
 
 def test_a_slow_gpu_delays_its_dp_peers_bucket_ends_not_their_compute(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,6 +100,6 @@ def test_a_job_too_large_to_analyse_is_refused_before_anything_is_built(gpus: in
 
 
 @pytest.mark.parametrize("kw", [{"microbatches": 10**8}, {"pp": 2, "microbatches": 4, "virtual_stages": 10**8}])
-def test_a_schedule_too_large_to_write_is_refused_before_anything_is_built(kw: dict[str, int]) -> None:
+def test_a_schedule_too_large_to_write_is_refused_before_anything_is_built(kw: dict[str, Any]) -> None:
     with pytest.raises(UserError, match="operator rows, over"):
         SimConfig(gpus=16, tp=4, steps=10, **kw).resolved()

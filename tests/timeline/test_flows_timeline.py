@@ -14,6 +14,13 @@ from tests.flows_sims import SEMANTICS, sim_flows
 from timeline.flows import TP_NOTE, _align, build_flow_timeline
 
 
+def _truth(t: Trace) -> dict:
+    """The simulator's ground truth, which every simulated trace has."""
+    truth = t.truth()
+    assert truth is not None
+    return truth
+
+
 def test_concurrent_jobs_are_separated_exactly(tmp_path: Path) -> None:
     truth = merge_fabric([sim_flows("small-a"), sim_flows("small-b"), sim_flows("link")], tmp_path / "fabric")
     t = Trace.open(tmp_path / "fabric")
@@ -40,9 +47,10 @@ def test_two_host_rings_and_pipeline_pairs_are_told_apart(p2p: str) -> None:
     a pipeline edge carries a transfer per microbatch each way (overlapping both ways unless eager)."""
     t = Trace.open(sim_flows("pairs", p2p=p2p))  # 32 GPUs, tp 8, pp 2, dp 2: node-0/1 stage 0, node-2/3 stage 1
     job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
+    assert job is not None
     assert [(g.kind, g.hosts) for g in job.groups] == [
         ("dp", ["node-0", "node-1"]), ("dp", ["node-2", "node-3"]), ("pp", ["node-0", "node-2"]), ("pp", ["node-1", "node-3"])]
-    truth = np.asarray(t.truth()["step_time_s"])
+    truth = np.asarray(_truth(t)["step_time_s"])
     got = job.iterations["duration_s"].to_numpy()
     assert len(got) == len(truth) and np.max(np.abs(got[1:] - truth[1:]) / truth[1:]) < 1e-3
 
@@ -51,8 +59,10 @@ def test_two_host_rings_and_pipeline_pairs_are_told_apart(p2p: str) -> None:
 def test_iterations_match_the_simulated_step_times(p2p: str) -> None:
     for name in ("healthy", "straggler", "link", "nic", "switch"):
         t = Trace.open(sim_flows(name, p2p=p2p))
-        it = build_flow_timeline(t.flows(), t.meta).job(t.meta.job).iterations
-        truth = np.asarray(t.truth()["step_time_s"])
+        job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
+        assert job is not None
+        it = job.iterations
+        truth = np.asarray(_truth(t)["step_time_s"])
         assert len(it) == len(truth)
         got = it["duration_s"].to_numpy()[1:]
         assert np.max(np.abs(got - truth[1:]) / truth[1:]) < 1e-3, name
@@ -66,10 +76,11 @@ def test_a_tp_ring_across_two_hosts_is_not_part_of_the_dp_rings(p2p: str) -> Non
     cycle of endpoints, so they are a TP group of their own and the DP rings' syncs cut the steps."""
     t = Trace.open(sim_flows("tp-across-hosts", p2p=p2p))  # 64 GPUs, dp 8, TP ring i over node-2i and node-2i+1
     job = build_flow_timeline(t.flows(), t.meta).job(t.meta.job)
+    assert job is not None
     assert {tuple(g.hosts) for g in job.groups if g.kind == "tp"} == {(f"node-{2 * i}", f"node-{2 * i + 1}") for i in range(8)}
     rings = sorted(g.hosts for g in job.groups if g.kind == "dp")
     assert rings == [[f"node-{h}" for h in range(0, 16, 2)], [f"node-{h}" for h in range(1, 16, 2)]]
-    truth = np.asarray(t.truth()["step_time_s"])
+    truth = np.asarray(_truth(t)["step_time_s"])
     got = job.iterations["duration_s"].to_numpy()
     assert len(got) == len(truth) and np.max(np.abs(got[1:] - truth[1:]) / truth[1:]) < 1e-3
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -136,7 +137,7 @@ def test_membership_bitmap_and_sort_agree(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize("dims", [{"tp": 2, "cp": 2, "pp": 2}, {"tp": 1, "pp": 2}], ids=["tp2-cp2-pp2", "tp1-pp2"])
-def test_a_data_parallel_sync_in_overlapped_buckets_is_dp_not_context_parallel(tmp_path: Path, dims: dict[str, int]) -> None:
+def test_a_data_parallel_sync_in_overlapped_buckets_is_dp_not_context_parallel(tmp_path: Path, dims: dict[str, Any]) -> None:
     """Gradient reduce-scatter in buckets over the backward and the parameter all-gather over
     the forward: six syncs a step, strided, all-gathers and reduce-scatters, as context
     parallelism's are. The physics leaves the tie; the groups' names break it."""

@@ -16,9 +16,10 @@ from collector.trace.traceio import Trace
 from simulator.config import SCENARIOS, FaultSpec, SimConfig, scenario_config
 from simulator.writer import simulate_trace
 from timeline.build import build_timeline
+from timeline.model import Timeline
 
 
-def _run(cfg: SimConfig, out: Path) -> tuple[dict, object]:
+def _run(cfg: SimConfig, out: Path) -> tuple[dict, Timeline]:
     simulate_trace(cfg, out)
     return json.loads((out / "truth.json").read_text()), build_timeline(Trace.open(out))
 

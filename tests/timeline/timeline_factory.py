@@ -129,12 +129,12 @@ def make_trace(
                     ev.append(("dp", "reduce_scatter", -1, 1 << 25, end_pos, 0.4))
                     ev.append(("dp", "all_gather", -1, 1 << 25, end_pos + 0.5, 0.4))
             total = max(pos + length for *_, pos, length in ev)  # the step's last op ends it
-            for kind, op, peer, nbytes, pos, length in ev:
+            for kind, op, peer, nbytes, t, length in ev:
                 g = gname[(kind, member_of[(kind, r)])]
                 key: Any = (g, r, peer, r) if op == "send" else (g, peer, r, r) if op == "recv" else (g, r)
                 s = seq.get(key, 0)
                 seq[key] = s + 1
-                frac = pos / total
+                frac = t / total
                 end = at(frac + length / total)
                 begin = at(frac) + int(rng.integers(0, max(int(0.002 * dur), 1)))
                 off = offsets.get(host_of[r], 0)

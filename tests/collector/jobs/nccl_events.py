@@ -96,9 +96,10 @@ def main() -> None:
         from torch._C import _distributed_c10d as c10d
 
         with open(a.fr_dump, "wb") as f:
-            f.write(c10d._dump_nccl_trace())
+            # only NCCL builds of torch define the dump functions, and torch's stubs omit them
+            f.write(c10d._dump_nccl_trace())  # type: ignore[attr-defined]
         with open(f"{a.fr_dump}.json", "wb") as f:
-            dump = c10d._dump_nccl_trace_json()
+            dump = c10d._dump_nccl_trace_json()  # type: ignore[attr-defined]
             f.write(dump if isinstance(dump, bytes) else dump.encode())
     dist.destroy_process_group()
 

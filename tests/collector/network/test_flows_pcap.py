@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from collector.network.flows import pcap_to_flows
 from collector.network.pcap import ReadStats, iter_packets, write_pcap
 
 T0 = 1_760_000_000.0
-ETH = {"src": "02:00:00:00:00:01", "dst": "02:00:00:00:00:02"}
+ETH: dict[str, Any] = {"src": "02:00:00:00:00:01", "dst": "02:00:00:00:00:02"}
 
 
 def _packets() -> list:

@@ -16,10 +16,13 @@ def test_typed_sections_render_as_xml() -> None:
     root = ET.fromstring(d.to_xml())
     assert root.get("job") == "job<1>"
     assert [el.tag for el in root] == ["proposition", "critique", "verification", "refinement"]
-    assert root.find("proposition/number").get("unit") == "C"
-    assert root.find("critique/code").text == "nvidia-smi -i 5"
-    assert root.find("refinement").get("from") == "n1 n3"
-    assert root.find("proposition/text").text == "GPU 5 is hot & slow"
+    number, code, refinement, text = (root.find(path) for path in
+                                      ("proposition/number", "critique/code", "refinement", "proposition/text"))
+    assert number is not None and code is not None and refinement is not None and text is not None
+    assert number.get("unit") == "C"
+    assert code.text == "nvidia-smi -i 5"
+    assert refinement.get("from") == "n1 n3"
+    assert text.text == "GPU 5 is hot & slow"
 
 
 def test_type_rules_and_acyclicity() -> None:

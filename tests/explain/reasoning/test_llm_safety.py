@@ -112,7 +112,12 @@ def test_log_text_reaches_the_model_only_as_untrusted_data(trace_factory) -> Non
     llm = InjectionFollower()
     seen: list[str] = []
     orig = llm.ask
-    llm.ask = lambda s, u, sc: (seen.append(u), orig(s, u, sc))[1]  # type: ignore[method-assign]
+
+    def ask(system: str, user: str, schema: dict[str, Any]) -> Any:
+        seen.append(user)
+        return orig(system, user, schema)
+
+    llm.ask = ask  # type: ignore[method-assign]
     _run(trace_factory, llm, logs={"node-1": HOSTILE_LOG})
     line = next(ln for ln in seen[0].splitlines() if ln.startswith("L"))
     assert "<untrusted>" in line and line.count("</untrusted>") == 1  # a forged closing tag is defused

@@ -9,6 +9,7 @@ added to the same trace pick the faulty one.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from tests.localize.altgen_jobs import altgen_job, both_paths, written
 
 pytestmark = pytest.mark.slow
 
-FAULTS = {
+FAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     "nic": ("nic:host=node-5,factor=3,steps=5:11", {"kind": "nic", "host": "node-5"}),
     "link": ("link:hosts=node-2+node-3,factor=3,steps=5:11", {"kind": "link", "hosts": ["node-2", "node-3"]}),
     "switch": ("switch:switch=tor-1,factor=3,steps=5:11", {"kind": "switch", "switch": "tor-1"}),

@@ -3,6 +3,8 @@ under eager and rendezvous sends alike."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
@@ -16,12 +18,12 @@ from tests.localize.waits.test_waitgraph import rows
 Step = tuple[float, float, float, float]
 
 
-def stream(normal: list[Step], last: list[Step], hosts: tuple[str, str] = ("node-0", "node-0")) -> np.ndarray:
+def stream(normal: Sequence[Step], last: Sequence[Step], hosts: tuple[str, str] = ("node-0", "node-0")) -> np.ndarray:
     """pp-0: rank 0 sends to rank 1 once per step; the `normal` steps, then the `last` ones.
     Returns the slow-transfer excess of each step's transfer (s)."""
     spec: list[tuple[int, str, str, int, int, float, float]] = []
     steps: list[int] = []
-    for s, (a, b, c, d) in enumerate(normal + last):
+    for s, (a, b, c, d) in enumerate([*normal, *last]):
         t = 100.0 * s
         spec += [(0, "pp-0", "send", s, 1, t + a, t + b), (1, "pp-0", "recv", s, 0, t + c, t + d)]
         steps += [s, s]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -44,14 +45,14 @@ def _trace(root: Path, done: list[tuple], pending: list[tuple]) -> Trace:
                    groups={"tp-0": [0, 1], "tp-1": [2, 3], "dp-0": [0, 1, 2, 3], "pp-0": [0, 2], "pp-1": [1, 3]})
     root.mkdir(parents=True, exist_ok=True)
     meta.save(root / "meta.json")
-    cols = {f.name: [] for f in COMMOPS_SCHEMA}
+    cols: dict[str, list[Any]] = {f.name: [] for f in COMMOPS_SCHEMA}
     for r, g, op, seq, peer, step in done:
         for k, v in zip(("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step"),
                         (r, g, op, seq, peer, 8, 1000 * seq, 1000 * seq + 10, step), strict=True):
             cols[k].append(v)
     write_table(pa.Table.from_pydict(cols, schema=COMMOPS_SCHEMA), root / "commops.parquet", COMMOPS_SCHEMA)
     if pending:
-        p = {f.name: [] for f in PENDING_SCHEMA}
+        p: dict[str, list[Any]] = {f.name: [] for f in PENDING_SCHEMA}
         for r, g, op, seq, peer, step, wait, failed in pending:
             for k, v in zip(("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "step", "seen_ns", "failed"),
                             (r, g, op, seq, peer, 8, 10**9, step, 10**9 + int(wait * 1e9), failed), strict=True):

@@ -29,6 +29,7 @@ from timeline.flows import (
     flows_of_groups,
     too_short,
 )
+from timeline.steps import robust_sigma
 
 
 class NoTrainingJob(UserError):
@@ -107,7 +108,7 @@ def slow_edges(rates: pd.DataFrame, irregular: set[int]) -> pd.DataFrame:
     else:  # no normal iteration: compare with the typical edge of the job
         ratio = float(cur.median()) / cur
         center = float(ratio.median()) if len(ratio) else 1.0
-        spread = 1.4826 * float(np.median(np.abs(ratio - center))) if len(ratio) else 0.0
+        spread = robust_sigma(ratio.to_numpy(dtype=np.float64)) if len(ratio) else 0.0
     flagged = ratio[(ratio > SLOW_EDGE) & (ratio > center + K_SIGMA * spread)]
     return pd.DataFrame({"ratio": ratio, "slow": ratio.index.isin(flagged.index)}, index=ratio.index).reset_index()
 
@@ -185,7 +186,7 @@ def _pacing_edges(slow: pd.DataFrame) -> pd.MultiIndex | None:
     """
     ratio = slow["ratio"].to_numpy(dtype=np.float64)
     center = float(np.median(ratio))
-    spread = 1.4826 * float(np.median(np.abs(ratio - center)))
+    spread = robust_sigma(ratio)
     apart = (ratio > PACER_APART * center) & (ratio > center + K_SIGMA * spread)
     if not apart.any() or apart.sum() > len(ratio) / 2:
         return None

@@ -1,7 +1,8 @@
 """Black-box localization from network flows (LLMPrism): slow iterations, stragglers, slow links.
 
 Rules, applied to the job's reconstructed iterations:
-- slow iterations: k-sigma above a low-quantile baseline of iteration durations;
+- slow iterations: judged as every path judges steps (`timeline.steps.judge_window`), warm-up
+  and noise left out;
 - straggler host: in slow iterations its synchronisation bursts start last while its peers'
   flows already ran and stalled (lateness of a host's first burst against its ring);
 - straggler from the first step (no normal iteration to compare with): a host that starts its
@@ -29,7 +30,7 @@ from timeline.flows import (
     flows_of_groups,
     too_short,
 )
-from timeline.steps import robust_sigma
+from timeline.steps import judge_window, robust_sigma, warmup_note
 
 
 class NoTrainingJob(UserError):
@@ -45,7 +46,6 @@ class CaptureTooShort(UserError):
 
 
 K_SIGMA = 3.0
-SIGMA_FLOOR = 0.02  # relative: iteration noise below 2% is not trusted
 SLOW_EDGE = 1.5  # an edge is slow when its rate drops by this factor
 PACER_APART = 1.25  # in a ring whose every edge is slow, the pacing edges read this much slower than the median
 NIC_SHARE = 0.8  # share of a host's (switch's) edges that must be slow to blame the NIC (switch)
@@ -55,18 +55,23 @@ FROM_START_SHARE = 0.005  # slow from the first step: late by at least this shar
 FROM_START_CONSISTENCY = 0.9  # ...and its ring's latest host in at least this share of iterations
 
 
-def slow_iterations(it: pd.DataFrame, k: float = K_SIGMA) -> tuple[pd.DataFrame, float]:
-    """Mark complete iterations that run k sigma above a baseline robust to mostly-slow runs."""
-    d = it.loc[it["complete"], "duration_s"].to_numpy(dtype=np.float64)
+def judged_iterations(it: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, float, list[int], int | None]:
+    """Complete iterations judged as every path judges steps (`timeline.steps.judge_window`: δ
+    against recent normal iterations, warm-up and noise left out, the onset from the change).
+
+    Returns the iterations with `baseline_s` and `irregular`, the typical normal iteration's
+    duration, the warm-up steps and the onset. `warmup`: the iterations start at the capture's first."""
+    done = it["complete"].to_numpy(bool)
     out = it.assign(baseline_s=np.nan, irregular=False)
-    if d.size < 3:
-        return out, float("nan")
-    base = float(np.quantile(d, 0.1))
-    near = d[d <= base * (1 + 5 * SIGMA_FLOOR)]
-    sigma = max(1.4826 * float(np.median(np.abs(near - np.median(near)))), SIGMA_FLOOR * base)
-    out["baseline_s"] = base
-    out["irregular"] = out["complete"] & (out["duration_s"] > base + k * sigma)
-    return out, base
+    if done.sum() < 3:
+        return out, float("nan"), [], None
+    d = it.loc[done, "duration_s"].to_numpy(np.float64)
+    table, warm, onset = judge_window(pd.Series(d, index=it.loc[done, "step"].to_numpy(np.int64)), warmup=warmup)
+    out.loc[done, "baseline_s"] = table["baseline_s"].to_numpy()
+    out.loc[done, "irregular"] = table["irregular"].to_numpy(bool)
+    base = table["baseline_s"].to_numpy(np.float64)
+    typical = float(np.nanmedian(base)) if np.isfinite(base).any() else float(np.quantile(d, 0.1))
+    return out, typical, warm, onset
 
 
 def _per_iteration(flows: pd.DataFrame, it: pd.DataFrame) -> pd.DataFrame:
@@ -349,9 +354,10 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     if (short := too_short(job)) is not None:
         raise CaptureTooShort(f"{trace.path}: {short}", "capture again for longer; no verdict from this capture")
     it = job.iterations
+    from_start = steps is None or (len(it) > 0 and steps[0] <= int(it["step"].min()))
     if steps is not None:
         it = it[(it["step"] >= steps[0]) & (it["step"] <= steps[1])]
-    it, base = slow_iterations(it.reset_index(drop=True))
+    it, base, warm, onset = judged_iterations(it.reset_index(drop=True), warmup=from_start)
     irregular = [int(s) for s in it.loc[it["irregular"], "step"]]
     ep = set(job.endpoints)
     data = flows[flows["src_ip"].isin(ep) & flows["dst_ip"].isin(ep) & (flows["bytes"] >= MIN_DATA_PACKET * flows["packets"])]
@@ -379,9 +385,10 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
                     host=str(h), source=source))
     if not irregular and cands:
         cands = [c for c in cands if c.score >= 1 - 1 / 2.0]  # without a slow iteration, only strong outliers
-    onset = min(irregular) if irregular else None
     if not any(c.kind == "host" for c in cands):  # a host slow from the first step leaves no normal iteration
-        complete = set(it.loc[it["complete"], "step"].astype(int))
+        # (a piece of an iteration cut short, under half the typical one, holds no sync of its own)
+        whole = it["complete"] & (it["duration_s"] >= it.loc[it["complete"], "duration_s"].median() / 2)
+        complete = set(it.loc[whole, "step"].astype(int))
         # a host later than its peers by less than the slow edges lose each iteration explains less
         # than they do: a 2.8x NIC's ring read its far member 1.2 ms late, named above the NIC
         lost = network_loss(rates, edges) if len(rates) else 0.0
@@ -400,6 +407,6 @@ def localize_flows(trace: Trace, steps: tuple[int, int] | None = None, top: int 
     status: Status = "irregular" if irregular or cands else "healthy"
     summary = job.to_dict()
     summary["baseline_iteration_s"] = base
-    summary["notes"] = [*job.notes, *tl.notes]
+    summary["notes"] = [*job.notes, *tl.notes, *([warmup_note(warm)] if warm else [])]
     return Verdict(job.name, status, irregular, slowdown, cands[:top], extra={"flows": summary, "source": "flows"},
                    onset_step=onset)

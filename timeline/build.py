@@ -23,6 +23,7 @@ from timeline.steps import (
     slowdown,
     spread,
     step_rank_extent,
+    warmup_note,
 )
 
 COLUMNS = ("rank", "group", "op", "seq", "peer", "nbytes", "start_ns", "end_ns", "step")
@@ -93,8 +94,7 @@ def build_timeline(trace: Trace, steps: tuple[int, int] | None = None, delta: fl
     from_start = steps is None or (len(all_steps) > 0 and steps[0] <= int(all_steps[0]))
     table, warmup, onset = judge_window(durations, delta, warmup=from_start, first_whole=whole) if len(durations) else (empty_steps(), [], None)
     if warmup:
-        notes.append(f"steps {warmup[0]}..{warmup[-1]} ran slow as the job warmed up (allocator, communicators, "
-                     "compilation): not counted as irregular")
+        notes.append(warmup_note(warmup))
     noise = table.loc[table["pattern"] == "noise", "step"].astype(int).tolist()
     if noise:
         notes.append(f"{len(noise)} step(s) ran slightly slow now and then ({', '.join(map(str, noise[:5]))}): "

@@ -614,6 +614,12 @@ def settle(table: pd.DataFrame, warmup: bool = True) -> tuple[pd.DataFrame, list
     return t, warm, _onset(steps, irr, lost)
 
 
+def warmup_note(warm: list[int]) -> str:
+    """What a verdict says of the warm-up steps it left out."""
+    which = f"step {warm[0]}" if len(warm) == 1 else f"steps {warm[0]}..{warm[-1]}"
+    return f"{which} ran slow as the job warmed up (allocator, communicators, compilation): not counted as irregular"
+
+
 def drift_level(x: np.ndarray, d: np.ndarray, normal: np.ndarray, points: int = 64) -> tuple[np.ndarray, float] | None:
     """Per step (`x`, its number): the level of a steady drift through the `normal` steps' times
     `d`, a Theil-Sen line (over up to `points` of them, evenly spread), and the robust σ of those

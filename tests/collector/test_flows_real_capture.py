@@ -78,6 +78,14 @@ def test_iterations_match_the_ranks_step_times(capture: tuple[Path, list]) -> No
     assert float(np.median(err)) < 0.03
 
 
+def first_slow_step(logs: list[list[dict]], after: int) -> int:
+    """The first step from `after` on that the ranks' own logs show slow: the job's step (its
+    slowest rank's) over 1.2x the median of steps 3-9 (past the warm-up, before any fault)."""
+    steps = np.array([[r["synced_ns"] - r["start_ns"] for r in rank] for rank in logs]).max(axis=0)
+    normal = float(np.median(steps[3:10]))
+    return after + int(np.argmax(steps[after:] > 1.2 * normal))
+
+
 def test_slow_link_is_localized(capture: tuple[Path, list]) -> None:
     v = localize_flows(Trace.open(capture[0]), steps=(0, 19))
     assert v.status == "irregular" and v.candidates
@@ -85,6 +93,8 @@ def test_slow_link_is_localized(capture: tuple[Path, list]) -> None:
     assert top.kind in ("link", "nic")
     assert "host-1" in ([top.host] if top.host else top.hosts or [])
     assert len(set(range(11, 20)) & set(v.irregular_steps)) >= 7
+    # the warm-up's slow first steps are not the fault's: the onset is where the ranks saw it
+    assert v.onset_step is not None and abs(v.onset_step - first_slow_step(capture[1], 10)) <= 1
 
 
 def test_straggler_is_localized(capture: tuple[Path, list]) -> None:
@@ -93,24 +103,25 @@ def test_straggler_is_localized(capture: tuple[Path, list]) -> None:
     top = v.candidates[0]
     assert (top.kind, top.host) == ("host", "host-2")
     assert len(set(range(30, 40)) & set(v.irregular_steps)) >= 8
+    assert v.onset_step is not None and abs(v.onset_step - first_slow_step(capture[1], 25)) <= 1
 
 
 RING_LAB = NetnsLab(tag="lgrl")
 
 
 @pytest.fixture(scope="module")
-def ring_link(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ring_link(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[dict]]]:
     """The same job, 25 steps, with only the path between host-1 and host-2 (two neighbours of
     the ring) rate-limited both ways from step 10: one slow link, the others unlimited."""
     return captured(RING_LAB, tmp_path_factory.mktemp("ring-link"), steps=25,
-                    at_step=[(10, lambda: RING_LAB.throttle_path(1, 2, "400mbit"))])[0]
+                    at_step=[(10, lambda: RING_LAB.throttle_path(1, 2, "400mbit"))])
 
 
-def test_one_slow_link_of_a_ring_is_named_alone(ring_link: Path) -> None:
+def test_one_slow_link_of_a_ring_is_named_alone(ring_link: tuple[Path, list[list[dict]]]) -> None:
     """Every edge of a ring waits for its slowest, yet on the wire only the slow one is busy the
     whole time: the others move each chunk at full rate and pause. So the link, not the ring's
     other links nor either end's NIC (whose other edge ran at full rate), is named."""
-    proc = run_cli("localize", ring_link, "--flows", "--format", "json")
+    proc = run_cli("localize", ring_link[0], "--flows", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     v = json.loads(proc.stdout)
     assert v["status"] == "irregular" and v["candidates"]
@@ -118,3 +129,4 @@ def test_one_slow_link_of_a_ring_is_named_alone(ring_link: Path) -> None:
     assert top["kind"] == "link" and sorted(top["hosts"]) == ["host-1", "host-2"], top
     assert all(c["score"] < top["score"] for c in v["candidates"][1:])
     assert len(set(range(12, 25)) & set(v["irregular_steps"])) >= 10
+    assert abs(v["onset_step"] - first_slow_step(ring_link[1], 10)) <= 1, v["onset_step"]

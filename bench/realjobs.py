@@ -194,9 +194,9 @@ def main() -> None:
             per_rank = step_times(out, job.world)
             steps = [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
             # (under a CPU quota, which stops the host wherever it runs out, the fault's own steps
-            # vary by themselves: only the steps before must be even)
-            on_off = fault.every > 1  # (its slow steps alternate with normal ones: only the steps before count)
-            why = disturbed(steps, fault, steady=not (a.cpu or on_off), effect=1.0 if on_off else 1.1)
+            # vary by themselves: only the steps before must be even; a fault on and off is judged
+            # over the steps it is on)
+            why = disturbed(steps, fault, steady=not a.cpu, effect=1.1)
             print(f"{name}: {shape}")
             for path, v in answers.items():
                 cands = v.get("candidates") or []

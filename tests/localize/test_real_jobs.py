@@ -216,18 +216,26 @@ def own_steps(out: Path) -> list[float]:
     return [max(r[i] for r in per_rank) for i in range(len(per_rank[0]))]
 
 
+def on_steps(fault: Fault, n: int) -> list[int]:
+    """The steps after a fault's first (which it may slow only in part) in which it is on, of `n`:
+    every one to its end, or every `fault.every`-th for a fault on and off."""
+    stop = n if fault.end is None else min(n, fault.end)
+    return [i for i in range(fault.start + 1, stop) if (i - fault.start) % fault.every == 0]
+
+
 def disturbed(steps: list[float], fault: Fault | None, steady: bool = True, effect: float = EFFECT) -> str:
     """Why this run is not the job the scenario meant, from the ranks' own step times, or "".
 
     On a shared machine other tenants' load can make a step run 1.25x its neighbours' median
     (then a healthy run is not healthy, and a fault's onset is not the first irregular step),
-    or slow every step so much that an injected fault no longer shows (`effect`x at least).
+    or slow every step so much that an injected fault no longer shows (`effect`x at least, over
+    the steps it is on: `on_steps`).
     `steady=False`: a fault whose own steps vary that much (CPU throttling stops a host at
     whatever point its quota runs out); only the steps before it must be even.
     """
     n = len(steps)
     cut = fault.start if fault is not None and fault.start > WARMUP else None
-    calm, slow = (list(range(WARMUP, n)), []) if cut is None else (list(range(WARMUP, cut)), list(range(cut + 1, n)))
+    calm, slow = (list(range(WARMUP, n)), []) if cut is None else (list(range(WARMUP, cut)), on_steps(fault, n))
     why = []
     for reg in [calm, slow] if steady else [calm]:
         if not reg:
@@ -242,6 +250,17 @@ def disturbed(steps: list[float], fault: Fault | None, steady: bool = True, effe
     if not why:
         return ""
     return f"not the intended run: this machine's other load: {'; '.join(why)} ({' '.join(f'{t:.2f}' for t in steps)} s)"
+
+
+def test_a_fault_on_and_off_that_did_not_show_is_not_counted() -> None:
+    """A GPU on in every other step from step 10 is judged over the steps it is on: at 1.3x those
+    steps, the run is the one meant; at 1.03x it did not show (the median of all its steps, half
+    of them off, had passed any run whose fault did not show at all)."""
+    fault = Fault("gpu", 10, 1.5, ranks=[1], every=2)
+    assert on_steps(fault, 20) == [12, 14, 16, 18]
+    calm = [0.5, 0.4, 0.4] + [0.35] * 7
+    assert disturbed(calm + [0.45, 0.35] * 5, fault, effect=1.1) == ""
+    assert "did not show" in disturbed(calm + [0.36, 0.35] * 5, fault, effect=1.1)
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,9 @@ _OPS_ARRAY = pa.array(list(OPS))
 _CHUNK = 1 << 18
 #: rows per chunk of whole ranks (`rank_bounds`): a gap pass holds about eight int64 arrays of its chunk
 _RANK_CHUNK = 1 << 18
+#: a post this soon after an open operator ended waited for it (a real gloo job's posts after the
+#: reduce-scatters its step's end waited on came 0.03-0.06 ms after them; the others, 2-43 ms)
+GATED_NS = 1_000_000
 
 #: CommOps columns `prepare_ops` holds as codes or per instance only (`Ops.rows_frame` rebuilds them)
 CODED = ("group", "op", "peer", "seq")
@@ -483,6 +486,8 @@ def idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     Operators may overlap. Rows posted together (a batch: one start) hold the rank until the last
     of them that ends before the rank's next post; a row still open at the next post was posted
     ahead (an irecv, prefetched) and the rank went on working: it holds the rank only until then.
+    But a post within GATED_NS of an open row's end waited for it (an overlapped gradient
+    reduce-scatter that the step's end waits on): the rank computed before that post only from then.
     The rank computes from the moment nothing holds it to its next post. Ranks are independent:
     they are taken a chunk of whole ranks at a time (the pass holds several row-sized arrays)."""
     gap = np.empty(len(rank))
@@ -537,6 +542,7 @@ def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     lifted = seg * span
     lifted += t_start  # sorted, since rows are by (rank, start)
     nxt = np.searchsorted(lifted, lifted, side="right")  # the rank's next later post
+    gated = np.searchsorted(lifted, seg * span + t_end, side="left")  # its first post once the row ended
     del lifted
     has_next = nxt < n
     np.minimum(nxt, n - 1, out=nxt)
@@ -545,6 +551,13 @@ def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     del nxt
     holds[~has_next] = np.iinfo(np.int64).max // 4
     del has_next
+    has_gate = gated < n
+    np.minimum(gated, n - 1, out=gated)
+    has_gate &= seg[gated] == seg
+    has_gate &= t_start[gated] - t_end <= GATED_NS
+    waited = np.zeros(n, dtype=np.int64)  # per post: the end of the open rows it waited for
+    np.maximum.at(waited, gated[has_gate], t_end[has_gate])
+    del gated, has_gate
     np.minimum(t_end, holds, out=holds)  # a row holds the rank until it ends or the next post
     del t_end
     lift = seg * span
@@ -557,6 +570,8 @@ def _idle_gaps(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     prev_busy[0] = 0
     prev_busy[1:] = holds[:-1]
     del holds
+    np.maximum(prev_busy, waited, out=prev_busy)
+    del waited
     np.subtract(t_start, prev_busy, out=prev_busy)
     np.maximum(prev_busy, 0, out=prev_busy)
     later = ~first

@@ -10,6 +10,7 @@ import pytest
 
 from collector.trace.traceio import Trace
 from localize.commops import COLUMNS
+from localize.ops import table
 from localize.ops.table import RowTimes, prepare_ops, sorted_rows
 
 TRACE = Path(__file__).resolve().parents[3] / "traces" / "gpu-straggler"
@@ -145,7 +146,6 @@ def test_history_matrix_by_chunks_equals_the_sorted_codes_path(monkeypatch: pyte
 def test_idle_gaps_by_chunks_of_ranks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Gaps computed a chunk of whole ranks at a time (chunks far smaller than the rows, ranks
     cut at their first row) are the one-pass gaps bit for bit."""
-    from localize.ops import table
 
     df = sorted_rows(Trace.open(TRACE).commops(columns=COLUMNS))
     rank, start, end = (df[c].to_numpy(np.int64) for c in ("rank", "start_ns", "end_ns"))
@@ -160,7 +160,6 @@ def test_rank_step_compute_by_chunks_of_ranks_is_bincount_over_every_gap(monkeyp
     """Rank x step compute summed a chunk of whole ranks at a time is the sum over all rows' gaps,
     bit for bit (each rank's rows are added in row order, as bincount adds them), and every
     operator's elapsed, computed on use from the frame's times, is end - start in seconds."""
-    from localize.ops import table
 
     ops = prepare_ops(Trace.open(TRACE).commops(columns=COLUMNS))
     steps = np.unique(ops.step)
@@ -195,3 +194,20 @@ def test_row_times_give_back_every_start_and_end(spread: int, longest: int) -> N
     rows = rng.permutation(len(start))[:100]
     np.testing.assert_array_equal(times.start(rows), start[rows])
     np.testing.assert_array_equal(times.bounds(slice(70, 300))[1], end[70:300])
+
+
+def test_a_post_right_after_an_open_operator_ended_waited_for_it() -> None:
+    """Rank 4 of a real gloo job (ms): a reduce-scatter posted at 442 and left open, a send at 443
+    that ended at once, then the all-gather 0.06 ms after the reduce-scatter ended at 871 (its slow
+    peer arrived late): the step's end waited on it, no compute before the all-gather (read as
+    429 ms). A row left open whose end nothing waited on (an irecv posted ahead, ended 20 ms before
+    the next post) holds the rank only until the next post: the rank went on working."""
+    ms = 1_000_000
+    start = np.array([442 * ms, 443 * ms, 871 * ms + 60_000, 900 * ms])
+    end = np.array([871, 443, 885, 905]) * ms
+    gap = table._idle_gaps(np.zeros(4, dtype=np.int64), start, end)
+    assert gap[2] == pytest.approx(60e-6) and gap[3] == pytest.approx(0.015)
+    start = np.array([0, 10, 500]) * ms
+    end = np.array([480, 12, 510]) * ms
+    gap = table._idle_gaps(np.zeros(3, dtype=np.int64), start, end)
+    assert gap[2] == pytest.approx(0.488)

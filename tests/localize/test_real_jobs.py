@@ -234,8 +234,10 @@ def disturbed(steps: list[float], fault: Fault | None, steady: bool = True, effe
     whatever point its quota runs out); only the steps before it must be even.
     """
     n = len(steps)
-    cut = fault.start if fault is not None and fault.start > WARMUP else None
-    calm, slow = (list(range(WARMUP, n)), []) if cut is None else (list(range(WARMUP, cut)), on_steps(fault, n))
+    if fault is not None and fault.start > WARMUP:
+        calm, slow = list(range(WARMUP, fault.start)), on_steps(fault, n)
+    else:
+        calm, slow = list(range(WARMUP, n)), []
     why = []
     for reg in [calm, slow] if steady else [calm]:
         if not reg:

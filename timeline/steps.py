@@ -31,7 +31,8 @@ NOISE_SIGMAS = 4.0
 #: lower quartile of |a - b| for a, b ~ N(0, σ²), in units of σ
 HALF_NORMAL_Q25 = 0.4506
 #: successive steps this many times further apart than steps two apart: a fault on and off, not noise
-ALTERNATION = 3.0
+#: (noise moves both alike; at 3, a real on-and-off GPU's 2.8x and 3.9x split the two paths)
+ALTERNATION = 2.0
 #: Irregular steps at most this many steps apart belong to one episode.
 EPISODE_GAP = 4
 #: An episode with at least this share of its steps irregular, whose 90th/10th percentile

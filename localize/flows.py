@@ -237,10 +237,38 @@ def host_lateness(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps:
     return rows.groupby("h")["late"].mean().sort_values(ascending=False)
 
 
+def peer_median(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per element: the median of the other elements of its group (NaN where it has none, or is NaN).
+
+    A ring member's lateness is against its peers, not a median it is part of: in a ring of two
+    hosts that median is the mean of both, and halves the straggler's lateness.
+    """
+    out = np.full(len(values), np.nan)
+    ok = ~np.isnan(values)
+    idx = np.flatnonzero(ok)
+    if not idx.size:
+        return out
+    order = idx[np.lexsort((values[idx], group[idx]))]
+    g, v = group[order], values[order]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    size = np.diff(np.r_[first, len(g)])
+    start = np.repeat(first, size)
+    n = np.repeat(size, size)
+    k = np.arange(len(g)) - start  # own position among its group, sorted
+    m = n - 1  # peers
+
+    def peer(j: np.ndarray) -> np.ndarray:  # the j-th smallest of the peers
+        return v[np.minimum(start + j + (j >= k), len(v) - 1)]
+
+    lo, hi = peer(np.maximum((m - 1) // 2, 0)), peer(np.maximum(m // 2, 0))
+    out[order] = np.where(m > 0, (lo + hi) / 2, np.nan)
+    return out
+
+
 def lateness_per_iteration(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str], steps: set[int]) -> pd.DataFrame:
     """Per iteration and host (columns step, h, late): how late it starts synchronising, in ns.
 
-    Lateness is measured against the median host of the same ring in the same iteration, on
+    Lateness is measured against the median of the same ring's other hosts in the same iteration, on
     a host's first send and first receive on ring edges. A late member's own sends always
     start late; sends into it start late too where the transport waits for the receiver
     (rendezvous), but then so do its predecessor's sends. Scoring (send + min(receive+, send))/2
@@ -262,19 +290,27 @@ def lateness_per_iteration(f: pd.DataFrame, job: FlowJob, host_of: dict[str, str
         sends = rf.assign(h=rf["src_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("sync")
         recvs = rf.assign(h=rf["dst_ip"].map(host_of)).groupby(["step", "h"])["start_ns"].min().rename("recv")
         first = pd.concat([sends, recvs], axis=1).reset_index()
-        out_late = (first["sync"] - first.groupby("step")["sync"].transform("median")).to_numpy(dtype=np.float64)
-        in_late = (first["recv"] - first.groupby("step")["recv"].transform("median")).to_numpy(dtype=np.float64)
+        step = first["step"].to_numpy()
+        out_late = _against_peers(first["sync"], step)
+        in_late = _against_peers(first["recv"], step)
         if pp_edges and len(pp):
             x = pp.merge(first[["step", "h", "sync"]], on=["step", "h"])
             last_in = x[x["end_ns"] <= x["sync"]].groupby(["step", "h"])["end_ns"].max().rename("input")
             first = first.merge(last_in.reset_index(), on=["step", "h"], how="left")
             own = first["sync"] - first["input"]  # time the host spent after its last pipeline input
-            own_late = (own - own.groupby(first["step"]).transform("median")).to_numpy(dtype=np.float64)
+            own_late = _against_peers(own, first["step"].to_numpy())
             out_late = np.where(np.isnan(own_late), out_late, np.minimum(out_late, own_late))
         in_late = np.clip(np.nan_to_num(in_late, nan=0.0), 0.0, None)
         first["late"] = (out_late + np.minimum(in_late, out_late)) / 2
         rows.append(first[["step", "h", "late"]])
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "h", "late"])
+
+
+def _against_peers(x: pd.Series, step: np.ndarray) -> np.ndarray:
+    """How far each value lies from its peers' median in the same iteration (ns; 0 with no peer to compare)."""
+    v = x.to_numpy(dtype=np.float64)
+    peers = peer_median(v, step)
+    return np.where(np.isnan(peers) & ~np.isnan(v), 0.0, v - peers)
 
 
 def slow_from_start(late: pd.DataFrame, base_s: float) -> list[tuple[str, float, float]]:

@@ -25,6 +25,8 @@ CASES: dict[str, tuple[dict, list[str]]] = {
     "slow-from-start": ({"gpus": 128, "tp": 8, "pp": 2}, ["gpu:rank=21,factor=2"]),  # node-2, every step
     # (eager: the iterations come out cut into pieces and pairs, the slow host on time in the pieces)
     "slow-from-start-cut": ({"gpus": 32, "tp": 4, "pp": 2, "steps": 16, "seed": 21}, ["gpu:rank=13,factor=2"]),
+    # (data-parallel rings of two hosts: the median of a ring holding the straggler is half its lateness)
+    "slow-from-start-pairs": ({"gpus": 64, "tp": 8, "pp": 4, "steps": 16, "seed": 21}, ["gpu:rank=9,factor=1.5"]),
     "nic-from-start": ({"gpus": 128, "tp": 8, "pp": 2}, ["nic:host=node-3,factor=3"]),  # every step
     "pairs": ({"gpus": 32, "tp": 8, "pp": 2}, []),  # dp 2: data-parallel rings of two hosts, no longer ring
     "tp-across-hosts": ({"gpus": 64, "tp": 8, "gpus_per_host": 4}, []),  # each TP ring spans two hosts

@@ -5,11 +5,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from collector.trace.traceio import Trace
-from localize.flows import judged_iterations, localize_flows, network_candidates
+from localize.flows import judged_iterations, localize_flows, network_candidates, peer_median
 from localize.verdict import Verdict
 from tests.conftest import run_cli
 from tests.flows_sims import SEMANTICS, sim_flows
@@ -205,6 +206,25 @@ def test_host_slow_from_the_first_step_is_named_over_iterations_cut_in_pieces() 
     v = localize_flows(t)
     top = v.candidates[0]
     assert (top.kind, top.host) == ("host", "node-1") and v.onset_step == 0
+
+
+def test_a_ring_member_is_compared_with_the_median_of_its_peers_alone() -> None:
+    values = np.array([1.0, 5.0, 3.0, 10.0, 20.0, np.nan, 7.0])
+    group = np.array([0, 0, 0, 1, 1, 1, 2])
+    got = peer_median(values, group)
+    np.testing.assert_array_equal(got[:5], [4.0, 2.0, 3.0, 20.0, 10.0])  # (a ring of two: the other one)
+    assert np.isnan(got[5]) and np.isnan(got[6])  # no value; no peer
+    np.testing.assert_array_equal(peer_median(np.array([4.0, 1.0, 3.0, 2.0]), np.zeros(4)), [2.0, 3.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("p2p", SEMANTICS)
+def test_host_slow_from_the_first_step_is_named_in_rings_of_two_hosts(p2p: str) -> None:
+    """GPU rank 9 (node-1) 1.5x slower in every step of a tp8 pp4 dp2 job: each ring is two hosts
+    of the same stage. Against a median it is part of, node-1 read 0.7 ms late, under the bar;
+    against its one peer, 1.4 ms ("healthy" before)."""
+    v = localize_flows(Trace.open(sim_flows("slow-from-start-pairs", p2p=p2p)))
+    assert v.candidates and (v.candidates[0].kind, v.candidates[0].host) == ("host", "node-1")
+    assert v.onset_step == 0
 
 
 def test_iterations_are_judged_as_steps_are_warm_up_left_out() -> None:

@@ -45,6 +45,9 @@ MIN_TCP_BURSTS = 3
 MIN_TCP_BURST_BYTES = 16 * 1024
 #: pause lengths this many times apart are of different kinds (compute phase vs pause inside a sync)
 WIDE_BREAK = 4.0
+#: a cut between pauses less than this far apart in length is no break between kinds of pause
+#: (a straggler's host alternating 69 and 70 ms pauses cut every second one as evenly as every one)
+MIN_BREAK = 1.1
 #: complete iterations a capture must hold before its iterations are judged
 MIN_ITERATIONS = 6
 
@@ -386,6 +389,8 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     between the phases of one sync (a reduce-scatter and its all-gather, a bucket and the next)
     also gives even parts, at pauses shorter than the compute between iterations, which may
     stretch past a burst gap by any factor while a straggler or a slow link holds its ring.
+    The coarsest that is a break (pauses MIN_BREAK apart on either side): where iterations'
+    pauses alternate a little, cutting only the longer of each pair is as even, two at a time.
     """
     g = np.maximum(gaps, GAP_FLOOR_NS)
     levels = np.unique(np.quantile(g, np.linspace(0.0, 1.0, 257))) if g.size > 256 else np.unique(g)
@@ -399,11 +404,12 @@ def _gap_threshold(gaps: np.ndarray, b: np.ndarray) -> tuple[float, float]:
             continue
         seg = np.diff(cum[cuts + 1])  # whole segments between consecutive cuts (the first is partial)
         q1, med, q3 = np.quantile(seg, [0.25, 0.5, 0.75])
-        scored.append((float((q3 - q1) / med), float(np.sqrt(lo * hi)), float(med)))
+        scored.append((float((q3 - q1) / med), float(np.sqrt(lo * hi)), float(med), hi / lo >= MIN_BREAK))
     if not scored:
         return 0.0, float(np.median(b))
     best = min(x[0] for x in scored)
-    _, thr, vol = max((x for x in scored if x[0] <= best + 0.02), key=lambda x: x[1])
+    even = [x for x in scored if x[0] <= best + 0.02]
+    _, thr, vol, _ = max([x for x in even if x[3]] or even, key=lambda x: x[1])
     # the widest break between pause lengths separates compute phases from pauses inside a sync;
     # when the capture holds too few of those long pauses to score them, yet they are a regular
     # part of the traffic (not a rare checkpoint stall), a cut below them splits iterations into

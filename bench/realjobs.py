@@ -6,6 +6,7 @@
     python -m bench.realjobs --network          # (root) NIC, link and switch faults in network namespaces
     python -m bench.realjobs --cpu              # (root) a host under a kernel CPU quota (a cgroup)
     python -m bench.realjobs --moe              # mixture-of-experts pipeline jobs (with --network, --cpu too)
+    python -m bench.realjobs --from-start       # slow from the first step: a GPU, a host, a stage, the data
 
 Each run draws a job and a fault nobody tuned on, runs it for real under torchrun (gloo, one agent
 per node, the CommOps logger attached: tests/collector/realjob.py) and asks `laggard localize` and
@@ -19,6 +20,9 @@ node's NIC, the path between two nodes, or a rack's uplink rate-limited from ste
 (--cpu): one node's processes in a cgroup whose CPU quota drops mid-run (`tests/collector/cpulimit.py`).
 --moe: only pipeline jobs whose layers are experts (pipeline_train.py's --ep: each layer's tokens
 dispatched and combined by all-to-alls among 2 or 4 replicas); with --network too, on 4 nodes.
+--from-start: compute faults from the first step, so no step is normal: a GPU or a host (named),
+on pipeline jobs also every rank of one stage (config: the split of layers) or one model replica a
+step computing longer, whichever drew the longest sequences (data).
 
 A run is right when the fault's device is alone in first place and the onset is within one step; a
 declared tie that holds it counts 1/k, as bench.matrix counts it.
@@ -58,9 +62,10 @@ HSDP_SHARE = 0.35  # of the network runs: HSDP, a rank per node, instead of the 
 HSDP_PAIRS = [(0, 1), (2, 3), (0, 2), (1, 3)]  # the nodes HSDP's 2 x 2 mesh has exchange data
 
 
-def draw_compute(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault, str]:
+def draw_compute(rng: random.Random, moe: bool = False, from_start: bool = False) -> tuple[RealJob, Fault, str]:
     """A job and a compute fault (a GPU, a host, or a GPU on and off); `moe`: an expert-parallel
-    pipeline job."""
+    pipeline job; `from_start`: from the first step, a GPU, a host, or on a pipeline job a stage or
+    the data."""
     if moe:
         tp, pp, dp, nproc, ep = rng.choice(MOE_LAYOUTS)
         job: RealJob = RealJob(tp=tp, pp=pp, dp=dp, ep=ep, nproc=nproc, steps=STEPS,
@@ -80,6 +85,8 @@ def draw_compute(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault,
         mode = rng.choice(["fsdp", "hsdp", "ddp"])
         job = DataParallelJob(steps=STEPS, replicate=2 if mode == "hsdp" else 1, ddp=mode == "ddp")
         shape = f"data parallel {mode}, 4 ranks"
+    if from_start:
+        return _from_start(rng, job, shape)
     kind = rng.choice(["gpu", "gpu", "host", "gpu on and off"])
     start, factor = rng.randint(12, 24), round(rng.uniform(1.5, 2.5), 2)
     if kind == "host":
@@ -88,6 +95,25 @@ def draw_compute(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault,
     else:
         fault = Fault("gpu", start, factor, ranks=[rng.randrange(job.world)], every=2 if kind != "gpu" else 1)
     return job, fault, f"{shape} | {kind} {fault.ranks} x{factor} from {start}"
+
+
+def _from_start(rng: random.Random, job: RealJob, shape: str) -> tuple[RealJob, Fault, str]:
+    """A compute fault from the first step on `job`: nothing before it is normal."""
+    pipeline = not isinstance(job, DataParallelJob)  # (data: replicas to move between, dp 2 or more)
+    kind = rng.choice(["gpu", "gpu", "host", *(["stage"] if pipeline else []), *(["data"] if pipeline and job.dp > 1 else [])])
+    factor = round(rng.uniform(1.5, 2.5), 2)
+    if kind == "host":
+        node = rng.randrange(job.nodes)
+        fault = Fault("host", 0, factor, ranks=job.ranks_of(node), host=job.host(node))
+    elif kind == "stage":
+        stage, width = rng.randrange(job.pp), job.tp * job.dp  # (Megatron's rank order: pp slowest)
+        fault = Fault("config", 0, factor, ranks=list(range(stage * width, (stage + 1) * width)), stage=stage)
+    elif kind == "data":
+        fault = Fault("data", 0, batches=factor)
+    else:
+        fault = Fault("gpu", 0, factor, ranks=[rng.randrange(job.world)])
+    what = {"stage": f"stage {fault.stage}'s ranks {fault.ranks}", "data": "one replica a step (data)"}.get(kind, f"{kind} {fault.ranks}")
+    return job, fault, f"{shape} | {what} x{factor} from the first step"
 
 
 def draw_cpu(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault, str, float]:
@@ -150,6 +176,7 @@ def main() -> None:
     ap.add_argument("--network", action="store_true", help="network faults in network namespaces (root)")
     ap.add_argument("--cpu", action="store_true", help="a host under a kernel CPU quota, a cgroup (root)")
     ap.add_argument("--moe", action="store_true", help="expert-parallel pipeline jobs only (with any of the above)")
+    ap.add_argument("--from-start", action="store_true", help="compute faults from the first step (a GPU, a host, a stage, the data)")
     ap.add_argument("--keep", type=Path, help="keep each run's trace under this directory")
     a = ap.parse_args()
     if a.network and os.geteuid() != 0:
@@ -188,7 +215,7 @@ def main() -> None:
                 trace = run_cpu_limited(out, job, name, Fault("host", fault.start, host=fault.host),
                                         fault.ranks[0] // job.nproc, quota, cpu)
             else:
-                job, fault, shape = draw_compute(rng, a.moe)
+                job, fault, shape = draw_compute(rng, a.moe, a.from_start)
                 trace = run(out, job, name, fault)
             answers = verdicts(trace)
             per_rank = step_times(out, job.world)

@@ -33,7 +33,7 @@ class Fault:
     """What a run injects: compute of `ranks` x `factor` in [start, end), or a NIC, the path between
     two hosts or a switch's uplink throttled from `start`."""
 
-    kind: str  # gpu | host | nic | link | switch | data
+    kind: str  # gpu | host | nic | link | switch | data | config (`ranks`: every rank of `stage`)
     start: int
     factor: float = 1.0
     ranks: list[int] = field(default_factory=list)
@@ -44,6 +44,7 @@ class Fault:
     end: int | None = None  # exclusive; None: to the end of the run
     every: int = 1  # slow in every Nth step from `start` only (2: on and off)
     batches: float = 1.0  # data: from `start`, one model replica a step (a seeded draw) computes this many times longer
+    stage: int | None = None  # config: the pipeline stage whose every rank computes `factor` x longer
 
 
 @dataclass
@@ -103,6 +104,8 @@ class RealJob:
                 root.update(rank=r, host=fault.host or self.host(r // self.nproc), gpu=r % self.nproc)
             elif fault.kind == "data":
                 pass  # no device: the longest batches move between replicas
+            elif fault.kind == "config":
+                root["stage"] = fault.stage  # no device: the split of layers between stages
             elif fault.kind == "switch":
                 root["switch"] = fault.switch
             elif fault.kind == "link":

@@ -177,6 +177,10 @@ def is_device(c: dict[str, Any], fault: Fault) -> bool:
         return c["kind"] == "switch" and c.get("switch") == fault.switch
     if fault.kind == "link":
         return c["kind"] == "link" and sorted(c.get("hosts") or []) == sorted(fault.hosts)
+    if fault.kind == "config":
+        return c["kind"] == "config" and c.get("stage") == fault.stage
+    if fault.kind == "data":
+        return c["kind"] == "data"
     return c["kind"] == fault.kind and c.get("host") == fault.host
 
 

@@ -294,6 +294,10 @@ def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, o
                     f"it shares with its unlogged peers: {told}", since]
         return [f"{u.label}: {slower:.0%} more compute per step than its peers of the same pipeline stage", since]
     if u.kind == "config":
+        if u.also:  # (a stage that is one host's: `persistent._host_of_stage`)
+            return [f"{u.label} computes longer than the fastest stage on every worker of the stage, and every one of them "
+                    f"is on {u.also[0].label}, which holds no other stage's: the split of layers or that host, which the "
+                    "records cannot tell apart", since]
         return [f"{u.label} computes longer than the fastest stage on every worker of the stage: the split of layers, not a device",
                 since]
     return [f"{u.label} take turns computing longer than their stage peers: the delay moves with the data each replica gets "

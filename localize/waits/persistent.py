@@ -113,18 +113,22 @@ class StageRatio:
     ref: np.ndarray
     stage: np.ndarray
     replica: np.ndarray
+    host: np.ndarray  # per rank, its index in `hosts` (-1: not placed)
+    hosts: list[str]
 
 
 def stage_ratio(comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str]) -> StageRatio:
     """Every rank's compute per step over its stage peers' low quartile: 1 is typical."""
-    _, stage, replica, _ = layout_units(meta, comp.shape[0], kinds)
+    host, stage, replica, hosts = layout_units(meta, comp.shape[0], kinds)
     ref = stage_reference(comp, seen, stage)
-    return StageRatio(comp / np.maximum(ref[stage], 1e-9), ref, stage, replica)
+    return StageRatio(comp / np.maximum(ref[stage], 1e-9), ref, stage, replica, host, hosts)
 
 
-def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[tuple[RankUnit, float]]:
+def _stage_units(ref: np.ndarray, sr: StageRatio, seen: np.ndarray) -> list[tuple[RankUnit, float]]:
     """Stages that compute clearly longer than the fastest stage, each with its blame (s/step) and,
-    in its detail, the column its excess began at where that is not the first ("since")."""
+    in its detail, the column its excess began at where that is not the first ("since"). A stage
+    that is one host's, and the host nothing else, ties with that host (`_host_of_stage`)."""
+    stage = sr.stage
     if ref.shape[0] < 2 or not np.isfinite(ref).any():
         return []
     over = ref / np.maximum(np.nanmin(ref, axis=0), 1e-9)
@@ -137,8 +141,21 @@ def _stage_units(ref: np.ndarray, stage: np.ndarray, seen: np.ndarray) -> list[t
         detail: dict[str, object] = {"stage": int(s), "over": float(y[s])}
         if k:
             detail["since"] = k
-        out.append((RankUnit("config", ranks, 0.0, 1.0, f"pipeline stage {int(s)}", detail), blame))
+        alone = _host_of_stage(int(s), sr)
+        out.append((RankUnit("config", ranks, 0.0, 1.0, f"pipeline stage {int(s)}", detail,
+                             also=[alone] if alone is not None else []), blame))
     return out
+
+
+def _host_of_stage(s: int, sr: StageRatio) -> RankUnit | None:
+    """The host that holds every rank of stage `s` and no other rank, if one does: more layers on
+    that stage and a slow host computing it read alike (a real tp2 pp4 dp1 job, a host of two GPUs
+    a stage, its host 1.5x slow from the first step, read "config")."""
+    mine = np.flatnonzero(sr.stage == s)
+    h = np.unique(sr.host[mine])
+    if h.size != 1 or h[0] < 0 or not np.array_equal(np.flatnonzero(sr.host == h[0]), mine):
+        return None
+    return RankUnit("host", mine.tolist(), 0.0, 1.0, sr.hosts[int(h[0])], {"stage": s})
 
 
 def _stage_devices(unit: RankUnit, comp: np.ndarray, seen: np.ndarray, meta: JobMeta, kinds: dict[str, str],
@@ -366,8 +383,8 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     # more layers is more of the stage's own compute: where its logged ranks also wait on unlogged
     # TP peers (lone copies, as long in every stage), that wait only dilutes the stage's excess, and a
     # stage whose excess is that wait has no more layers (a slow unlogged peer: found as it grew)
-    stages = _stage_units(ref, stage, seen)
-    layers = stages if waited is None else _stage_units(stage_reference(comp - waited, seen, stage), stage, seen)
+    stages = _stage_units(ref, sr, seen)
+    layers = stages if waited is None else _stage_units(stage_reference(comp - waited, seen, stage), sr, seen)
     found += [(unit, blame) for unit, blame in layers if "since" not in unit.detail]
     for unit, blame in stages:
         if "since" not in unit.detail:

@@ -247,3 +247,24 @@ def test_a_devices_later_onset_wins_over_a_busy_machines_milder_steps_before_it(
     assert later_onset(25, 21, [21, *range(25, 41)], blip) == 25
     assert later_onset(None, 20, irregular, throttled) == 20
     assert later_onset(19, 20, irregular, throttled) == 20  # not a slow step: no onset of the fault's
+
+
+def test_a_stage_that_is_one_hosts_alone_ties_with_that_host() -> None:
+    """tp2 pp4 dp1 on hosts of two GPUs (a real gloo job's layout): each stage is one host, and
+    the host holds nothing else. A slow host and more layers on its stage read alike: a tie of two.
+    Where the stage spans two hosts, or its host also holds another stage's rank (computing as
+    usual), it is the split of layers."""
+    meta = JobMeta("t", 8, {r: RankInfo(f"node-{r // 2}", r % 2) for r in range(8)},
+                   {**{f"tp-{k}": [2 * k, 2 * k + 1] for k in range(4)}, "pp-0": [0, 2, 4, 6], "pp-1": [1, 3, 5, 7]})
+    kinds = {**{f"tp-{k}": "tp" for k in range(4)}, "pp-0": "pp", "pp-1": "pp"}
+    comp = 0.2 * (1 + 0.03 * np.random.default_rng(7).standard_normal((8, len(STEPS))))
+    comp[[2, 3]] *= 1.5
+    first = imbalance(comp, np.ones(8, bool), STEPS, meta, kinds).units[0]
+    assert first.kind == "config" and first.detail["stage"] == 1
+    assert [(u.kind, u.label, u.ranks) for u in first.also] == [("host", "node-1", [2, 3])]
+    shared = JobMeta("t", 8, {r: RankInfo(f"node-{[0, 0, 1, 2, 2, 3, 3, 3][r]}", r % 2) for r in range(8)}, meta.groups)
+    first = imbalance(comp, np.ones(8, bool), STEPS, shared, kinds).units[0]  # (stage 1 on node-1 and node-2)
+    assert first.kind == "config" and not first.also
+    shared = JobMeta("t", 8, {r: RankInfo(f"node-{[0, 1, 1, 1, 2, 2, 3, 3][r]}", r % 2) for r in range(8)}, meta.groups)
+    first = imbalance(comp, np.ones(8, bool), STEPS, shared, kinds).units[0]  # (node-1: stage 0's rank 1 too)
+    assert first.kind == "config" and not first.also

@@ -10,6 +10,7 @@ Kept apart so the words can change without touching the numbers; it never import
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
@@ -306,22 +307,47 @@ def _persistent_evidence(u: RankUnit, x: np.ndarray, began: int | None = None, o
 
 #: a lasting worker excess outweighs a window's one irregular step when named this surely
 LASTING_SCORE = 0.9
+#: ... or a few irregular steps (at most this share of the window's), when it also cost the job
+#: more time over the window than they lost
+FEW_IRREGULAR = 0.1
 
 
-def lasting_over_lone_step(irregular: Verdict, lasting: Verdict) -> Verdict:
-    """The verdict of a window with one irregular step: that step's own (`irregular`), unless a GPU
-    or host computed longer than its stage peers in every step (`lasting`, the slow-from-the-start
-    analysis) and is named more surely than anything the step's waits named, or is what they named
-    (then slow since the first step, not since that one). A host at 1.9x from the first step slowed
-    a sampled job's steps only 1.05x; one step measured 1.34x, and its waits alone named one of the
-    host's GPUs at 0.54, since step 14."""
+def lost_seconds(steps: pd.DataFrame | None, irregular: Sequence[int]) -> float:
+    """Time the given steps took beyond their baseline (a step table's duration_s over baseline_s)."""
+    if steps is None or steps.empty or not {"step", "duration_s", "baseline_s"} <= set(steps.columns):
+        return 0.0
+    t = steps[steps["step"].isin(list(irregular))]
+    return float(np.nansum(np.maximum(t["duration_s"].to_numpy(float) - t["baseline_s"].to_numpy(float), 0.0)))
+
+
+def lasting_over_few_steps(irregular: Verdict, lasting: Verdict, steps: pd.DataFrame | None = None) -> Verdict:
+    """The verdict of a window with few irregular steps: theirs (`irregular`), unless a GPU or host
+    computed longer than its stage peers in every step (`lasting`, the slow-from-the-start
+    analysis), named more surely than anything the steps' waits named (or what they named: then
+    slow since the first step, not since that one). One irregular step: a host at 1.9x from the
+    first step slowed a sampled job's steps only 1.05x; one step measured 1.34x, and its waits
+    alone named one of the host's GPUs at 0.54, since step 14. Two or more, up to FEW_IRREGULAR of
+    the window's `steps`: only a device slow from the first step whose excess compute over the
+    window outweighs the time those steps lost (a real MoE job's GPU at 2.37x from the first step,
+    its steps drifting 1.12-1.17x for two steps late in the run: those steps' waits named a link)."""
     top = lasting.candidates[0] if lasting.candidates else None
     first = irregular.candidates[0] if irregular.candidates else None
     best = first.score if first is not None else 0.0
     same = first is not None and top is not None and first.device() == top.device()
-    if (len(irregular.irregular_steps) != 1 or top is None or top.kind not in ("gpu", "host")
-            or top.score < LASTING_SCORE or (best >= top.score and not same)):
+    few = irregular.irregular_steps
+    if top is None or top.kind not in ("gpu", "host") or top.score < LASTING_SCORE or (best >= top.score and not same):
         return irregular
-    lasting.extra["also"] = (f"step {irregular.irregular_steps[0]} ran irregular too; its waits alone named "
+    if len(few) > 1 and not _outweighs(lasting, few, steps):
+        return irregular
+    said = f"step {few[0]}" if len(few) == 1 else f"steps {', '.join(map(str, few))}"
+    lasting.extra["also"] = (f"{said} ran irregular too; {'its' if len(few) == 1 else 'their'} waits alone named "
                              + (f"{first.device()} at {best:.2f}" if first is not None else "nobody"))
     return lasting
+
+
+def _outweighs(lasting: Verdict, few: Sequence[int], steps: pd.DataFrame | None) -> bool:
+    """A device slow from the first step cost the window more than its few irregular steps lost."""
+    if steps is None or not lasting.extra.get("persistent") or len(few) > FEW_IRREGULAR * len(steps):
+        return False
+    typical = float(cast(float, lasting.extra.get("typical_compute_s", 0.0)))
+    return (lasting.slowdown - 1) * typical * len(steps) > lost_seconds(steps, few) > 0

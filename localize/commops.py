@@ -18,8 +18,10 @@ from collector.trace.meta import JobMeta
 from collector.trace.schema import OPS
 from collector.trace.traceio import Trace
 from localize.candidates import (
+    FEW_IRREGULAR,
     imbalance_verdict,
-    lasting_over_lone_step,
+    lasting_over_few_steps,
+    lost_seconds,
     merge,
     net_candidate,
     rank_candidate,
@@ -449,7 +451,7 @@ def analyse_ops(df: pd.DataFrame, meta: JobMeta, view: StepView, top: int = 5,
         units, shadow = network_shadow(units, net[0], slow, members, rank_blame, meta)
         rank_total, comm_total = rank_total - shadow, comm_total + shadow
     total = rank_total + comm_total
-    lost = _lost_seconds(view.steps, irr)
+    lost = lost_seconds(view.steps, irr.tolist())
     if total <= 0 or (lost > 0 and total < 0.05 * lost):
         # the steps are slow beyond their noise (`timeline.steps.settle`): said, with why no device is named
         unseen = world - len(unique(ops.rank))
@@ -666,14 +668,6 @@ def _normal_step_s(steps: pd.DataFrame, irr: np.ndarray) -> float:
     return float(np.nanmedian(base)) if np.isfinite(base).any() else 0.0
 
 
-def _lost_seconds(steps: pd.DataFrame, irr: np.ndarray) -> float:
-    """Time the irregular steps took beyond their baseline."""
-    if steps is None or steps.empty or not {"duration_s", "baseline_s"} <= set(steps.columns):
-        return 0.0
-    t = steps[steps["step"].isin(irr)]
-    return float(np.nansum(np.maximum(t["duration_s"].to_numpy(float) - t["baseline_s"].to_numpy(float), 0.0)))
-
-
 def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | None = None, top: int = 5) -> Verdict:
     """The CommOps localizer of docs/design.md: full records of the window (see summary.py for the
     path that starts from abnormal-operator summaries)."""
@@ -684,10 +678,12 @@ def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | 
     if timeline.status != "irregular" or not timeline.irregular_steps:
         return persistent_verdict(df, trace.meta, top, timeline.group_kind, step_times_past_warmup(timeline.steps))
     # (before the analysis, which hands the rows' columns over to its own tables)
+    few = len(timeline.irregular_steps) == 1 or (timeline.steps is not None
+                                                 and len(timeline.irregular_steps) <= FEW_IRREGULAR * len(timeline.steps))
     lasting = persistent_verdict(df, trace.meta, top, timeline.group_kind, step_times_past_warmup(timeline.steps)) \
-        if len(timeline.irregular_steps) == 1 else None
+        if few else None
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)
-    return verdict if lasting is None else lasting_over_lone_step(verdict, lasting)
+    return verdict if lasting is None else lasting_over_few_steps(verdict, lasting, timeline.steps)
 
 
 def persistent_verdict(df: pd.DataFrame, meta: JobMeta, top: int = 5, hint: dict[str, str] | None = None,

@@ -54,7 +54,12 @@ from collector.inputs.errors import TraceError
 from collector.trace.groupnames import kind_in_name
 from collector.trace.meta import JobMeta
 from collector.trace.traceio import FORMATS, Trace, read_table, write_table
-from localize.candidates import imbalance_verdict, lasting_over_lone_step, step_times_past_warmup
+from localize.candidates import (
+    FEW_IRREGULAR,
+    imbalance_verdict,
+    lasting_over_few_steps,
+    step_times_past_warmup,
+)
 from localize.commops import COLUMNS, USUAL_MIN_NORMAL, analyse_ops, candidate_ranks, partial_first
 from localize.detect.detector import rule_detect
 from localize.ops.groupkinds import group_kinds, with_observed_groups
@@ -702,8 +707,8 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
             verdict.onset_step = first  # (on and off: its first slow step)
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched,
                           "steps_judged": plan.judged})
-    if len(verdict.irregular_steps) == 1:
-        verdict = lasting_over_lone_step(verdict, _persistent_from_summary(summary, meta, fetch, top, sample))
+    if len(verdict.irregular_steps) == 1 or len(verdict.irregular_steps) <= FEW_IRREGULAR * len(table):
+        verdict = lasting_over_few_steps(verdict, _persistent_from_summary(summary, meta, fetch, top, sample), table)
     return verdict, plan
 
 

@@ -6,10 +6,11 @@ from types import SimpleNamespace
 from typing import cast
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from collector.trace.meta import JobMeta, RankInfo
-from localize.candidates import lasting_over_lone_step, rank_candidate
+from localize.candidates import lasting_over_few_steps, rank_candidate
 from localize.ops.table import Ops
 from localize.verdict import Candidate, Verdict
 from localize.waits.ranking import RankUnit
@@ -46,17 +47,42 @@ def test_a_worker_slow_in_every_step_outweighs_one_irregular_steps_weak_answer()
     """One irregular step whose waits named a GPU at 0.54, beside a host that computed 2x its stage
     peers' in every step: the host, slow from the start; the step is said in the verdict."""
     one, lasting = _verdict([14], ("gpu", 0.54)), _verdict([], ("host", 1.0))
-    got = lasting_over_lone_step(one, lasting)
+    got = lasting_over_few_steps(one, lasting)
     assert got is lasting and "step 14 ran irregular too" in got.extra["also"]
-    assert lasting_over_lone_step(_verdict([14], ("gpu", 0.97)), _verdict([], ("host", 0.95))).candidates[0].kind == "gpu"
-    assert lasting_over_lone_step(_verdict([14, 15], ("gpu", 0.54)), lasting).candidates[0].kind == "gpu"  # two steps
-    assert lasting_over_lone_step(one, _verdict([], ("config", 1.0))) is one  # a split of layers is no worker
-    assert lasting_over_lone_step(one, _verdict([])) is one  # nobody slow throughout
+    assert lasting_over_few_steps(_verdict([14], ("gpu", 0.97)), _verdict([], ("host", 0.95))).candidates[0].kind == "gpu"
+    assert lasting_over_few_steps(_verdict([14, 15], ("gpu", 0.54)), lasting).candidates[0].kind == "gpu"  # two steps, no table
+    assert lasting_over_few_steps(one, _verdict([], ("config", 1.0))) is one  # a split of layers is no worker
+    assert lasting_over_few_steps(one, _verdict([])) is one  # nobody slow throughout
 
 
 def test_one_irregular_step_naming_the_worker_slow_throughout_leaves_it_slow_since_the_first_step() -> None:
     """The step's waits named the host as surely as the lasting analysis did: the same host, and its
     slowness began with the run, not at that step (matrix seed 4242, a sampled job's host at 2x)."""
     lasting = _verdict([], ("host", 1.0))
-    assert lasting_over_lone_step(_verdict([14], ("host", 1.0)), lasting) is lasting
-    assert lasting_over_lone_step(_verdict([14], ("gpu", 1.0)), _verdict([], ("host", 1.0))).candidates[0].kind == "gpu"
+    assert lasting_over_few_steps(_verdict([14], ("host", 1.0)), lasting) is lasting
+    assert lasting_over_few_steps(_verdict([14], ("gpu", 1.0)), _verdict([], ("host", 1.0))).candidates[0].kind == "gpu"
+
+
+def test_a_device_slow_from_the_first_step_outweighs_a_few_steps_that_lost_less() -> None:
+    """A real MoE job (`bench.realjobs --from-start --moe --seed 57`, run 1): GPU 2 computed 2.37x
+    its stage peers' in every step, and steps 32 and 33 drifted 1.12-1.17x, whose waits named a link
+    at 0.57. The GPU cost each of 36 steps more than those two lost: the GPU, slow from the start.
+    Where the steps lost more, or were more than a tenth of the window, or the device began later,
+    the steps' own answer stands."""
+    def lasting() -> Verdict:
+        return Verdict("j", "irregular", [], 2.37, [Candidate("gpu", 1.0, [], rank=2, host="node-1")],
+                       {"persistent": True, "typical_compute_s": 0.1})
+
+    steps = pd.DataFrame({"step": range(36), "duration_s": 0.78, "baseline_s": 0.78})
+    steps.loc[steps["step"].isin([32, 33]), "duration_s"] = [0.87, 0.91]
+    two = Verdict("j", "irregular", [32, 33], 1.15, [Candidate("link", 0.57, [], hosts=["node-0", "node-2"])])
+    got = lasting_over_few_steps(two, lasting(), steps)
+    assert got.candidates[0].rank == 2 and "steps 32, 33 ran irregular too" in got.extra["also"]
+    long = steps.assign(duration_s=lambda t: np.where(t["step"].isin([32, 33]), 3.5, 0.78))
+    assert lasting_over_few_steps(two, lasting(), long) is two  # (they lost 5.4 s; the GPU 4.9 s)
+    assert lasting_over_few_steps(two, lasting(), steps.iloc[:18]) is two  # (two of 18 steps: over a tenth)
+    many = Verdict("j", "irregular", list(range(30, 36)), 1.15, two.candidates)
+    assert lasting_over_few_steps(many, lasting(), steps) is many  # six of 36 steps
+    later = lasting()
+    later.extra.pop("persistent")  # (slow since a later step: the steps' own analysis dates it)
+    assert lasting_over_few_steps(two, later, steps) is two

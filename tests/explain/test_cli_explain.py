@@ -61,14 +61,16 @@ def test_explain_user_errors(cli, trace_factory, tmp_path: Path, args, msg) -> N
 
 @pytest.mark.slow
 def test_simulated_end_to_end_and_eval(cli, tmp_path: Path) -> None:
-    """simulate -> explain (oracle-free: needs the localizer, else a verdict file) and a small eval."""
+    """simulate -> explain (oracle-free: needs the localizer, else a verdict file) and a small eval.
+    Probes: at most 3 a case. A stage imbalance whose stage is one host's alone is a declared tie
+    of config and that host, which three host probes decide (2.38 a case before that tie, 2.75 with it)."""
     sim = cli("simulate", "--scenario", "pcie-downgrade", "--steps", "10", "--out", tmp_path / "t")
     assert sim.returncode == 0, sim.stderr
     ev = cli("eval", "explain", "--scenarios", "8", "--seed", "4242", "--engine", "deterministic", "--format", "json",
              env={"LAGGARD_LLM_BASE_URL": ""})
     assert ev.returncode == 0, ev.stderr
     rep = json.loads(ev.stdout)["engines"]["deterministic"]
-    assert rep["cases"] == 8 and rep["C_attribution"] >= 0.75 and rep["probes_per_case"] <= 2.5
+    assert rep["cases"] == 8 and rep["C_attribution"] >= 0.75 and rep["probes_per_case"] <= 3.0
 
 
 @pytest.mark.slow

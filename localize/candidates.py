@@ -320,6 +320,13 @@ def lost_seconds(steps: pd.DataFrame | None, irregular: Sequence[int]) -> float:
     return float(np.nansum(np.maximum(t["duration_s"].to_numpy(float) - t["baseline_s"].to_numpy(float), 0.0)))
 
 
+def few_irregular(irregular: Sequence[int], steps: pd.DataFrame | None) -> bool:
+    """Whether a window's irregular steps are few enough for a lasting worker excess to outweigh
+    them: one, or up to FEW_IRREGULAR of the window's `steps` (a step table)."""
+    n = len(irregular)
+    return n == 1 or (n > 0 and steps is not None and n <= FEW_IRREGULAR * len(steps))
+
+
 def lasting_over_few_steps(irregular: Verdict, lasting: Verdict, steps: pd.DataFrame | None = None) -> Verdict:
     """The verdict of a window with few irregular steps: theirs (`irregular`), unless a GPU or host
     computed longer than its stage peers in every step (`lasting`, the slow-from-the-start
@@ -335,7 +342,7 @@ def lasting_over_few_steps(irregular: Verdict, lasting: Verdict, steps: pd.DataF
     best = first.score if first is not None else 0.0
     same = first is not None and top is not None and first.device() == top.device()
     few = irregular.irregular_steps
-    if top is None or top.kind not in ("gpu", "host") or top.score < LASTING_SCORE or (best >= top.score and not same):
+    if not few_irregular(few, steps) or top is None or top.kind not in ("gpu", "host") or top.score < LASTING_SCORE or (best >= top.score and not same):
         return irregular
     if len(few) > 1 and not _outweighs(lasting, few, steps):
         return irregular
@@ -347,7 +354,7 @@ def lasting_over_few_steps(irregular: Verdict, lasting: Verdict, steps: pd.DataF
 
 def _outweighs(lasting: Verdict, few: Sequence[int], steps: pd.DataFrame | None) -> bool:
     """A device slow from the first step cost the window more than its few irregular steps lost."""
-    if steps is None or not lasting.extra.get("persistent") or len(few) > FEW_IRREGULAR * len(steps):
+    if steps is None or not lasting.extra.get("persistent"):
         return False
     typical = float(cast(float, lasting.extra.get("typical_compute_s", 0.0)))
     return (lasting.slowdown - 1) * typical * len(steps) > lost_seconds(steps, few) > 0

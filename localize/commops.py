@@ -18,7 +18,7 @@ from collector.trace.meta import JobMeta
 from collector.trace.schema import OPS
 from collector.trace.traceio import Trace
 from localize.candidates import (
-    FEW_IRREGULAR,
+    few_irregular,
     imbalance_verdict,
     lasting_over_few_steps,
     lost_seconds,
@@ -678,8 +678,7 @@ def localize_commops(trace: Trace, timeline: StepView, steps: tuple[int, int] | 
     if timeline.status != "irregular" or not timeline.irregular_steps:
         return persistent_verdict(df, trace.meta, top, timeline.group_kind, step_times_past_warmup(timeline.steps))
     # (before the analysis, which hands the rows' columns over to its own tables)
-    few = len(timeline.irregular_steps) == 1 or (timeline.steps is not None
-                                                 and len(timeline.irregular_steps) <= FEW_IRREGULAR * len(timeline.steps))
+    few = few_irregular(timeline.irregular_steps, timeline.steps)
     lasting = persistent_verdict(df, trace.meta, top, timeline.group_kind, step_times_past_warmup(timeline.steps)) \
         if few else None
     verdict, _ = analyse_ops(df, trace.meta, timeline, top)

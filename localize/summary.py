@@ -55,7 +55,7 @@ from collector.trace.groupnames import kind_in_name
 from collector.trace.meta import JobMeta
 from collector.trace.traceio import FORMATS, Trace, read_table, write_table
 from localize.candidates import (
-    FEW_IRREGULAR,
+    few_irregular,
     imbalance_verdict,
     lasting_over_few_steps,
     step_times_past_warmup,
@@ -707,7 +707,7 @@ def localize_summary(summary: pd.DataFrame, meta: JobMeta, fetch: Fetch, top: in
             verdict.onset_step = first  # (on and off: its first slow step)
     verdict.extra.update({"from": "summary", "ranks_fetched": len(plan.ranks), "rows_fetched": plan.rows_fetched,
                           "steps_judged": plan.judged})
-    if len(verdict.irregular_steps) == 1 or len(verdict.irregular_steps) <= FEW_IRREGULAR * len(table):
+    if few_irregular(verdict.irregular_steps, table):
         verdict = lasting_over_few_steps(verdict, _persistent_from_summary(summary, meta, fetch, top, sample), table)
     return verdict, plan
 

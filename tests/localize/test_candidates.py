@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from collector.trace.meta import JobMeta, RankInfo
-from localize.candidates import lasting_over_few_steps, rank_candidate
+from localize.candidates import few_irregular, lasting_over_few_steps, rank_candidate
 from localize.ops.table import Ops
 from localize.verdict import Candidate, Verdict
 from localize.waits.ranking import RankUnit
@@ -86,3 +86,15 @@ def test_a_device_slow_from_the_first_step_outweighs_a_few_steps_that_lost_less(
     later = lasting()
     later.extra.pop("persistent")  # (slow since a later step: the steps' own analysis dates it)
     assert lasting_over_few_steps(two, later, steps) is two
+
+
+def test_few_irregular_steps_are_one_or_up_to_a_tenth_of_the_window() -> None:
+    """One step is few in any window; more only up to a tenth of a known window; none is not few
+    (there is nothing for a lasting excess to outweigh)."""
+    steps = pd.DataFrame({"step": range(36)})
+    assert few_irregular([14], None) and few_irregular([14], steps)
+    assert few_irregular([32, 33, 34], steps) and not few_irregular(list(range(30, 34)), steps)
+    assert not few_irregular([32, 33], None)
+    assert not few_irregular([], steps) and not few_irregular([], None)
+    nothing = Verdict("j", "irregular", [], 1.0, [Candidate("link", 0.6, [], hosts=["node-0", "node-1"])])
+    assert lasting_over_few_steps(nothing, _verdict([], ("host", 1.0)), steps) is nothing

@@ -30,10 +30,17 @@ StepsT = TypeVar("StepsT", np.ndarray, list[int])  # a table's steps, as an arra
 
 MIN_EXCESS = 0.15  # a worker must compute at least this much longer than its stage peers
 FOLLOW_STEPS = 4  # a first slow step is one the device stayed slow in, in half the slow steps from it
-STAGE_EXCESS = 0.25  # a stage must compute this much longer than the fastest stage
+#: a stage must compute this much longer than the fastest stage: a fifth, over the few percent to
+#: ~12% that the embedding and the loss add to a Megatron job's first and last stages in normal
+#: operation (at a quarter, a stage given 1.31x the work beside a last stage 7% heavy read 1.22x: "healthy")
+STAGE_EXCESS = 0.2
 SLOW_REPLICA_STEPS = 0.3  # data: replicas slow in at least this share of the steps, all told
 OWN_STEPS = 0.5  # ... while no replica is slow in more than this share (else it is a device)
 QUIET_BEFORE = 0.1  # an on-and-off device began where it was slow in at most this share of the steps before
+#: a worker at its peers' level in most steps is slow on and off where it computed MIN_EXCESS longer
+#: than them in at least this share of the steps, while no other model replica was slow as a whole in
+#: more than QUIET_BEFORE of them (replicas taking turns: the data)
+ON_OFF_SHARE = 0.25
 LEVEL_HELD = 0.8  # a level shift is "slow in every step since" when slow in this share of them (else: on and off)
 MAX_ONSET_RANKS = 64  # ranks whose excess onset is looked for (beyond: a stage or the data, from the start)
 ONSET_HELD = 0.6  # slow steps before a device's own onset are the fault's when this near its typical excess
@@ -177,6 +184,36 @@ def _stage_devices(unit: RankUnit, comp: np.ndarray, seen: np.ndarray, meta: Job
     return [u for u in units if u.kind in ("gpu", "host")]
 
 
+def replicas_slow(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray) -> np.ndarray:
+    """Replica × step: whether most of the replica's workers (COVERAGE) computed MIN_EXCESS longer
+    than their stage peers."""
+    n_rep = int(replica.max()) + 1 if replica.size else 0
+    slow = (ratio > 1 + MIN_EXCESS) & seen[:, None]
+    members = np.bincount(replica[seen], minlength=n_rep)
+    hits = np.zeros((n_rep, ratio.shape[1]))
+    np.add.at(hits, replica[seen], slow[seen].astype(np.float64))
+    return (hits >= COVERAGE * np.maximum(members, 1)[:, None]) & (members[:, None] > 0)
+
+
+def on_and_off(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, the share of the steps it was slow in and its median compute over its peers' in
+    them, for workers slow on and off (ON_OFF_SHARE); share 0 for the rest. `x`: each rank's typical
+    ratio (at its peers' level: no more than MIN_EXCESS over). A real HSDP GPU at 1.7x every other
+    step and a host at 1.4x (the independent generator's seed 49100 job 27) cost their jobs' steps
+    under δ, and their median over every step is their peers': each read "healthy"."""
+    over = (ratio > 1 + MIN_EXCESS) & seen[:, None]
+    share = np.where(seen & (x <= 1 + MIN_EXCESS), over.mean(axis=1), 0.0)
+    share[share < ON_OFF_SHARE] = 0.0
+    level = row_nanmedian(np.where(over, ratio, np.nan))
+    if share.any() and ratio.shape[1]:
+        rep = replicas_slow(ratio, seen, replica)
+        for k in np.unique(replica[share > 0]):  # one iteration per model replica holding such a worker
+            others = np.delete(rep, k, axis=0) if 0 <= k < len(rep) else rep
+            if others.size and others.any(axis=0).mean() > QUIET_BEFORE:
+                share[replica == k] = 0.0  # (others took turns too: the data)
+    return share, np.where(share > 0, level, 1.0)
+
+
 def _data_unit(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray, typical: float) -> list[tuple[RankUnit, float]]:
     """Model replicas that take turns being slow (most of their workers at once, in different
     steps), with the blame of the slowest replica per step (s/step)."""
@@ -184,10 +221,7 @@ def _data_unit(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray, typical
     if n_rep < 2 or ratio.shape[1] < 3:
         return []
     slow = (ratio > 1 + MIN_EXCESS) & seen[:, None]
-    members = np.bincount(replica[seen], minlength=n_rep)
-    hits = np.zeros((n_rep, ratio.shape[1]))
-    np.add.at(hits, replica[seen], slow[seen].astype(np.float64))
-    rep_slow = (hits >= COVERAGE * np.maximum(members, 1)[:, None]) & (members[:, None] > 0)
+    rep_slow = replicas_slow(ratio, seen, replica)
     share = rep_slow.mean(axis=1)
     turns = np.flatnonzero(share > 0)
     if len(turns) < 2 or rep_slow.any(axis=0).mean() < SLOW_REPLICA_STEPS:
@@ -370,6 +404,9 @@ def imbalance(comp: np.ndarray, seen: np.ndarray, steps: np.ndarray, meta: JobMe
     typical = float(np.nanmedian(ref))
     own = row_nanmedian(ref[stage])
     worker_blame = np.where(seen, np.maximum(x - 1 - MIN_EXCESS, 0.0) * own, 0.0)
+    share, level = on_and_off(ratio, seen, replica, x)
+    x = np.where(share > 0, level, x)
+    worker_blame = np.where(share > 0, share * np.maximum(level - 1 - MIN_EXCESS, 0.0) * own, worker_blame)
     unseen = None
     if waited is not None:
         # the excess that is time in lone copies beyond the stage peers': the unlogged peers' delay

@@ -268,3 +268,34 @@ def test_a_stage_that_is_one_hosts_alone_ties_with_that_host() -> None:
     shared = JobMeta("t", 8, {r: RankInfo(f"node-{[0, 1, 1, 1, 2, 2, 3, 3][r]}", r % 2) for r in range(8)}, meta.groups)
     first = imbalance(comp, np.ones(8, bool), STEPS, shared, kinds).units[0]  # (node-1: stage 0's rank 1 too)
     assert first.kind == "config" and not first.also
+
+
+def test_a_stage_a_fifth_over_the_fastest_is_the_split_of_layers_and_a_tenth_is_normal() -> None:
+    """The independent generator's seed 49100 job 46: stage 0 given 1.31x the work, beside a last
+    stage that the loss makes 7% heavy, computed 1.22x the fastest stage: the split of layers. A
+    last stage 10% heavy, as the loss makes it in normal operation, is no finding."""
+    comp = 0.2 * (1 + 0.03 * np.random.default_rng(7).standard_normal((16, len(STEPS))))
+    comp[8:] *= 1.07
+    comp[:8] *= 1.07 * 1.22
+    first = imbalance(comp, np.ones(16, bool), STEPS, META, KINDS).units[0]
+    assert first.kind == "config" and first.detail["stage"] == 0
+    comp[:8] /= 1.07 * 1.22
+    comp[8:] *= 1.10 / 1.07
+    assert not imbalance(comp, np.ones(16, bool), STEPS, META, KINDS).units
+
+
+def test_a_worker_slow_every_other_step_is_named_on_and_off_though_its_median_step_is_normal() -> None:
+    """The independent generator's seed 49100 job 27: a host at 1.4x every other step from step 6
+    cost the job's steps under δ (1.06x), and its median over every step was its peers': "healthy".
+    Slow in half the steps, while no other replica was slow as a whole, it is a device on and off,
+    since its first slow step."""
+    comp = table(5, 1.0, 0)
+    on = (STEPS >= 6) & ((STEPS - 6) % 2 == 0)
+    comp[5, on] *= 1.4
+    found = imbalance(comp, np.ones(16, bool), STEPS, META, KINDS)
+    assert found.units[0].kind == "gpu" and found.units[0].ranks == [5]
+    assert found.since == 6 and found.on_off is not None and set(found.on_off) == set(STEPS[on].tolist())
+    assert 1.3 < found.ratio[5] < 1.5  # its level while slow
+    rare = table(5, 1.0, 0)
+    rare[5, STEPS % 5 == 0] *= 1.4  # (a fifth of the steps: under ON_OFF_SHARE)
+    assert not imbalance(rare, np.ones(16, bool), STEPS, META, KINDS).units

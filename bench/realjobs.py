@@ -7,6 +7,7 @@
     python -m bench.realjobs --cpu              # (root) a host under a kernel CPU quota (a cgroup)
     python -m bench.realjobs --moe              # mixture-of-experts pipeline jobs (with --network, --cpu too)
     python -m bench.realjobs --from-start       # slow from the first step: a GPU, a host, a stage, the data
+    python -m bench.realjobs --mild             # a GPU or a host on and off at 1.25-1.45x: steps near δ
 
 Each run draws a job and a fault nobody tuned on, runs it for real under torchrun (gloo, one agent
 per node, the CommOps logger attached: tests/collector/realjob.py) and asks `laggard localize` and
@@ -23,6 +24,8 @@ dispatched and combined by all-to-alls among 2 or 4 replicas); with --network to
 --from-start: compute faults from the first step, so no step is normal: a GPU or a host (named),
 on pipeline jobs also every rank of one stage (config: the split of layers) or one model replica a
 step computing longer, whichever drew the longest sequences (data).
+--mild: a GPU or a host 1.25-1.45x slow every other step from step 12-24, which may cost the job's
+steps less than δ; it counts where the job lost 2% or more over those steps.
 
 A run is right when the fault's device is alone in first place and the onset is within one step; a
 declared tie that holds it counts 1/k, as bench.matrix counts it.
@@ -95,6 +98,20 @@ def draw_compute(rng: random.Random, moe: bool = False, from_start: bool = False
     else:
         fault = Fault("gpu", start, factor, ranks=[rng.randrange(job.world)], every=2 if kind != "gpu" else 1)
     return job, fault, f"{shape} | {kind} {fault.ranks} x{factor} from {start}"
+
+
+def draw_mild(rng: random.Random, moe: bool = False) -> tuple[RealJob, Fault, str]:
+    """A job as `draw_compute` draws them and a GPU or a host slow every other step, mildly: its
+    steps may run under δ, and only its compute beside its stage peers' shows it."""
+    job, _, shape = draw_compute(rng, moe)
+    kind = rng.choice(["gpu", "host"])
+    start, factor = rng.randint(12, 24), round(rng.uniform(1.25, 1.45), 2)
+    if kind == "host":
+        node = rng.randrange(job.nodes)
+        fault = Fault("host", start, factor, ranks=job.ranks_of(node), host=job.host(node), every=2)
+    else:
+        fault = Fault("gpu", start, factor, ranks=[rng.randrange(job.world)], every=2)
+    return job, fault, f"{shape.split(' | ')[0]} | {kind} on and off {fault.ranks} x{factor} from {start}"
 
 
 def _from_start(rng: random.Random, job: RealJob, shape: str) -> tuple[RealJob, Fault, str]:
@@ -177,6 +194,7 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="a host under a kernel CPU quota, a cgroup (root)")
     ap.add_argument("--moe", action="store_true", help="expert-parallel pipeline jobs only (with any of the above)")
     ap.add_argument("--from-start", action="store_true", help="compute faults from the first step (a GPU, a host, a stage, the data)")
+    ap.add_argument("--mild", action="store_true", help="a GPU or a host on and off at 1.25-1.45x (steps near δ)")
     ap.add_argument("--keep", type=Path, help="keep each run's trace under this directory")
     a = ap.parse_args()
     if a.network and os.geteuid() != 0:
@@ -215,7 +233,7 @@ def main() -> None:
                 trace = run_cpu_limited(out, job, name, Fault("host", fault.start, host=fault.host),
                                         fault.ranks[0] // job.nproc, quota, cpu)
             else:
-                job, fault, shape = draw_compute(rng, a.moe, a.from_start)
+                job, fault, shape = draw_mild(rng, a.moe) if a.mild else draw_compute(rng, a.moe, a.from_start)
                 trace = run(out, job, name, fault)
             answers = verdicts(trace)
             per_rank = step_times(out, job.world)
@@ -223,7 +241,7 @@ def main() -> None:
             # (under a CPU quota, which stops the host wherever it runs out, the fault's own steps
             # vary by themselves: only the steps before must be even; a fault on and off is judged
             # over the steps it is on)
-            why = disturbed(steps, fault, steady=not a.cpu, effect=1.1)
+            why = disturbed(steps, fault, steady=not a.cpu, effect=1.02 if a.mild else 1.1)
             print(f"{name}: {shape}")
             for path, v in answers.items():
                 cands = v.get("candidates") or []

@@ -196,13 +196,20 @@ def replicas_slow(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray) -> n
 
 
 def on_and_off(ratio: np.ndarray, seen: np.ndarray, replica: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank, the share of the steps it was slow in and its median compute over its peers' in
-    them, for workers slow on and off (ON_OFF_SHARE); share 0 for the rest. `x`: each rank's typical
-    ratio (at its peers' level: no more than MIN_EXCESS over). A real HSDP GPU at 1.7x every other
-    step and a host at 1.4x (the independent generator's seed 49100 job 27) cost their jobs' steps
-    under δ, and their median over every step is their peers': each read "healthy"."""
+    """Per rank, the share of the steps it was slow in (since its on-and-off excess began, where it
+    began after a quiet lead: `intermittent_start`) and its median compute over its peers' in them,
+    for workers slow on and off (ON_OFF_SHARE, SHIFT_MIN_STEPS steps or more); share 0 for the rest.
+    `x`: each rank's typical ratio (at its peers' level: no more than MIN_EXCESS over). A real HSDP
+    GPU at 1.7x every other step and a host at 1.4x (the independent generator's seed 49100 job 27)
+    cost their jobs' steps under δ, and their median over every step is their peers': each read
+    "healthy"; so did a real GPU at 1.42x every other step from step 24 of 36 (`python -m
+    bench.realjobs --mild --seed 65`, run 2), slow in a sixth of all the steps."""
     over = (ratio > 1 + MIN_EXCESS) & seen[:, None]
-    share = np.where(seen & (x <= 1 + MIN_EXCESS), over.mean(axis=1), 0.0)
+    n_over = over.sum(axis=1)
+    share = np.zeros(len(x))
+    maybe = np.flatnonzero(seen & (x <= 1 + MIN_EXCESS) & (n_over >= SHIFT_MIN_STEPS))
+    for r in maybe[np.argsort(-n_over[maybe], kind="stable")][:MAX_ONSET_RANKS]:  # (a bounded number of ranks)
+        share[r] = over[r, intermittent_start(ratio[r])[0]:].mean()  # (since it began, where it began later)
     share[share < ON_OFF_SHARE] = 0.0
     level = row_nanmedian(np.where(over, ratio, np.nan))
     if share.any() and ratio.shape[1]:

@@ -16,7 +16,7 @@ from collector.trace.traceio import Trace
 from localize.combine import localize_trace
 from localize.commops import COLUMNS
 from localize.ops.table import prepare_ops
-from localize.summary import localize_from_summary, summarize, write_summaries
+from localize.summary import first_slow_hosts, localize_from_summary, summarize, write_summaries
 from simulator.config import FaultSpec, SimConfig
 from simulator.writer import simulate_trace
 
@@ -735,3 +735,23 @@ def test_a_stage_given_more_work_on_hosts_that_hold_both_stages_is_the_configura
     assert spec.fault is not None
     for v in both_paths(written(spec, tmp_path / spec.name)):
         assert (v.candidates[0].kind, v.candidates[0].stage) == ("config", spec.fault.stage), v.candidates[:2]
+
+
+def test_half_the_hosts_slow_together_from_one_step_hold_the_faults_steps() -> None:
+    """The independent generator's seed 49100 job 42 (pp2, 40% of steps logged, a switch 1.35x in
+    random steps): the first stage's four hosts showed the fault's steps cleanly, the last stage's four
+    ended each step after an unlogged slow one late too, and their noise hid it ("healthy" from the
+    summaries). Half the hosts agreeing on the first slow step hold its steps; one host alone does not."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(1000, 1024)
+    per_host = 285e6 * (1 + 0.015 * rng.standard_normal((8, len(steps))))
+    fault = np.isin(steps, [1008, 1011, 1012, 1015, 1018, 1019, 1022])
+    per_host[:4, fault] *= 1.35
+    per_host[4:] *= 1 + 0.1 * rng.random((4, len(steps)))  # (a spill of the unlogged steps before)
+    per_host[4:, fault] *= 1.08
+    found = first_slow_hosts(per_host, steps)
+    assert found is not None and found[1] == 1008
+    assert set(found[0]["step"][found[0]["irregular"]]) == set(steps[fault].tolist())
+    lone = 285e6 * (1 + 0.015 * rng.standard_normal((8, len(steps))))
+    lone[0, fault] *= 1.35
+    assert first_slow_hosts(lone, steps) is None

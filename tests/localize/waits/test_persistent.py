@@ -299,3 +299,7 @@ def test_a_worker_slow_every_other_step_is_named_on_and_off_though_its_median_st
     rare = table(5, 1.0, 0)
     rare[5, STEPS % 5 == 0] *= 1.4  # (a fifth of the steps: under ON_OFF_SHARE)
     assert not imbalance(rare, np.ones(16, bool), STEPS, META, KINDS).units
+    late = table(5, 1.0, 0)  # (a real GPU at 1.42x every other step from step 24 of 36: a sixth of all)
+    late[5, (STEPS >= 30) & (STEPS % 2 == 0)] *= 1.4
+    found = imbalance(late, np.ones(16, bool), STEPS, META, KINDS)
+    assert found.units[0].ranks == [5] and found.since == 30
